@@ -1,0 +1,52 @@
+# FC² platform. Quick start: `make run`, then `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
+
+.PHONY: run setup test lint format examples benchmark clean
+
+# The virtualenv is rebuilt whenever pyproject.toml changes.
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(EXAMPLE_WHEELS): $(BIN)/.installed $(shell find examples/digits_cnn -name '*.py' -o -name pyproject.toml)
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w examples/dist examples/digits_cnn
+
+examples: $(EXAMPLE_WHEELS)
+
+setup: $(BIN)/.installed examples
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py setup_platform
+
+# The platform on 127.0.0.1:8000 with a Celery worker beside it (SQLite, embedded broker, local provider by default).
+run: setup
+	@echo "FC² platform on http://$(HOST):$(PORT)/ (Ctrl-C stops the web server and the worker)"
+	@$(BIN)/celery -A fc2 worker -Q fc2 --loglevel INFO --concurrency 2 & worker=$$!; \
+	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
+	FC2_PUBLIC_URL=$${FC2_PUBLIC_URL:-http://$(HOST):$(PORT)} $(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+test: $(BIN)/.installed examples
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format:
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+benchmark: setup
+	$(BIN)/python benchmarks/spine.py
+
+clean:
+	rm -rf var examples/dist examples/digits_cnn/build

@@ -1,0 +1,452 @@
+"""FC² example job: train a tiny CNN on an image-classification ``.npz`` with ``tf.distribute``.
+
+Every node of an FC² cluster runs ``python -m fc2_digits.main --key=value ...``; what each process does depends on
+the environment the platform sets (see ``examples/README.md`` for the full contract):
+
+* ``FC2_STRATEGY=ps``: ``ps`` and ``worker`` tasks start a ``tf.distribute.Server`` and serve forever (the platform
+  kills them at teardown); the ``chief`` drives training through ``ParameterServerStrategy`` +
+  ``ClusterCoordinator``, evaluates, saves and exits.
+* ``FC2_STRATEGY=mirrored``: every worker trains with ``MultiWorkerMirroredStrategy``; worker 0 (the chief)
+  evaluates and saves; all workers exit 0.
+* ``FC2_STRATEGY=local`` (or no ``TF_CONFIG`` at all): one process, default strategy; handy for a quick local test.
+
+Keras 3 ``model.fit`` does not work under either multi-worker strategy (keras-team/keras#20585), so training is a
+custom loop around ``strategy.run``; the model itself is an ordinary Keras 3 model built inside ``strategy.scope()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+PROGRESS_PREFIX = "FC2_PROGRESS"
+MODEL_FILE = "model.keras"
+METRICS_FILE = "metrics.json"
+EVAL_BATCH = 512
+
+
+# --------------------------------------------------------------------------------------------------- arguments / env
+def _optional_int(value: str) -> int | None:
+    """``--steps_per_epoch=`` / ``none`` / ``0`` all mean "derive it from the data size"."""
+    if value is None or str(value).strip().lower() in ("", "none", "null", "auto", "0"):
+        return None
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return number
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return number
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="fc2_digits.main", description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=_positive_int, default=2)
+    parser.add_argument("--batch_size", type=_positive_int, default=32, help="examples per replica per step")
+    parser.add_argument("--learning_rate", type=float, default=0.01, help="Adam learning rate")
+    parser.add_argument(
+        "--steps_per_epoch",
+        type=_optional_int,
+        default=None,
+        help="training steps per epoch; default: train examples // global batch size",
+    )
+    parser.add_argument("--log_every_steps", type=_positive_int, default=10, help="progress line every N steps")
+    parser.add_argument("--filters", type=_positive_int, default=8, help="Conv2D filters")
+    parser.add_argument("--seed", type=int, default=42)
+    # The platform passes every job parameter; ignore the ones this example does not know.
+    return parser.parse_known_args(argv)
+
+
+@dataclass(frozen=True)
+class Fc2Env:
+    strategy: str  # "ps" | "mirrored" | "local"
+    role: str  # "ps" | "chief" | "worker"
+    task_index: int
+    is_chief: bool
+    data: str
+    output_dir: str
+    tf_config: dict
+
+
+def read_env(environ: dict | None = None) -> Fc2Env:
+    environ = os.environ if environ is None else environ
+    tf_config = json.loads(environ.get("TF_CONFIG") or "{}")
+    task = tf_config.get("task", {})
+    strategy = (environ.get("FC2_STRATEGY") or ("mirrored" if tf_config else "local")).strip().lower()
+    if strategy not in ("ps", "mirrored", "local"):
+        raise SystemExit(f"FC2_STRATEGY must be 'ps', 'mirrored' or 'local', not {strategy!r}")
+    role = environ.get("FC2_ROLE") or task.get("type") or ("chief" if strategy == "local" else "worker")
+    task_index = int(environ.get("FC2_TASK_INDEX") or task.get("index") or 0)
+    if "FC2_IS_CHIEF" in environ:
+        is_chief = environ["FC2_IS_CHIEF"].strip() == "1"
+    else:
+        is_chief = role == "chief" or (strategy != "ps" and task_index == 0)
+    data = environ.get("FC2_DATA") or ""
+    output_dir = environ.get("FC2_OUTPUT_DIR") or os.path.join(os.getcwd(), "fc2_output")
+    return Fc2Env(strategy, role, task_index, is_chief, data, output_dir, tf_config)
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def progress(**fields) -> None:
+    """One machine-readable progress line for the FC² node agent (chief only)."""
+    print(f"{PROGRESS_PREFIX} {json.dumps(fields, separators=(', ', ': '))}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------------------ data
+@dataclass
+class Dataset:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.x_train.shape[1:])
+
+    @property
+    def num_classes(self) -> int:
+        return int(max(self.y_train.max(), self.y_test.max())) + 1
+
+
+def load_data(path: str) -> Dataset:
+    if not path or not os.path.exists(path):
+        raise SystemExit(f"FC2_DATA must point to an .npz dataset file (got {path!r})")
+    with np.load(path) as npz:
+        arrays = {key: npz[key] for key in ("x_train", "y_train", "x_test", "y_test")}
+    for key in ("x_train", "x_test"):
+        x = arrays[key].astype("float32", copy=False)
+        if x.ndim == 3:  # (n, h, w) grayscale without a channel axis
+            x = x[..., np.newaxis]
+        if x.ndim != 4:
+            raise SystemExit(f"{key} must be shaped (n, h, w, c), got {x.shape}")
+        arrays[key] = x
+    for key in ("y_train", "y_test"):
+        arrays[key] = arrays[key].reshape(-1).astype("int64")
+    return Dataset(**arrays)
+
+
+# ----------------------------------------------------------------------------------------------------------- model
+def build_model(input_shape: tuple[int, ...], num_classes: int, filters: int, seed: int):
+    """Conv(3x3) -> MaxPool(2) -> Dense. Outputs logits. Builds its variables in the current strategy scope."""
+    import keras
+
+    init = keras.initializers.GlorotUniform
+    return keras.Sequential(
+        [
+            keras.Input(shape=input_shape),
+            keras.layers.Conv2D(filters, 3, padding="same", activation="relu", kernel_initializer=init(seed)),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dense(num_classes, kernel_initializer=init(seed + 1)),
+        ],
+        name="digits_cnn",
+    )
+
+
+def evaluate(model, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Test loss and accuracy, computed in this process (reads distributed variables, runs no collectives)."""
+    import tensorflow as tf
+
+    loss_sum, correct = 0.0, 0
+    for start in range(0, len(x), EVAL_BATCH):
+        xb, yb = x[start : start + EVAL_BATCH], y[start : start + EVAL_BATCH]
+        logits = model(xb, training=False)
+        loss_sum += float(tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yb, logits=logits)))
+        correct += int(np.sum(np.argmax(np.asarray(logits), axis=1) == yb))
+    n = max(1, len(x))
+    return loss_sum / n, correct / n
+
+
+def save_outputs(model, args, data: Dataset, output_dir: str, metrics: dict) -> None:
+    """Chief only: save a strategy-free copy of the model (``model.keras``) and ``metrics.json``."""
+    os.makedirs(output_dir, exist_ok=True)
+    # Copy the weights into a model built outside any strategy scope so the saved file holds plain variables and
+    # loads anywhere with keras.models.load_model (no optimizer state: it is an inference artifact).
+    plain = build_model(data.input_shape, data.num_classes, args.filters, args.seed)
+    plain.set_weights([np.asarray(w) for w in model.get_weights()])
+    plain.save(os.path.join(output_dir, MODEL_FILE))
+    with open(os.path.join(output_dir, METRICS_FILE), "w") as fh:
+        json.dump(metrics, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def base_metrics(args, env: Fc2Env, data: Dataset) -> dict:
+    import keras
+    import tensorflow as tf
+
+    return {
+        "strategy": env.strategy,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        "input_shape": list(data.input_shape),
+        "num_classes": data.num_classes,
+        "train_examples": len(data.x_train),
+        "test_examples": len(data.x_test),
+        "tensorflow_version": tf.__version__,
+        "keras_version": keras.__version__,
+    }
+
+
+class ProgressTracker:
+    """Turns per-step losses into FC2_PROGRESS lines. ``epoch`` is the 1-based epoch the latest step belongs to
+    (so on an epoch-end line it equals the number of completed epochs); ``step``/``steps`` count the whole run."""
+
+    def __init__(self, epochs: int, steps_per_epoch: int, enabled: bool):
+        self.epochs, self.steps_per_epoch, self.enabled = epochs, steps_per_epoch, enabled
+        self.total = epochs * steps_per_epoch
+        self.step = 0
+        self.window: list[float] = []
+        self.epoch_losses: list[float] = []
+        self.epoch_mean_losses: list[float] = []
+
+    def add(self, losses: list[float], log_now: bool) -> None:
+        self.step += len(losses)
+        self.window += losses
+        self.epoch_losses += losses
+        epoch = math.ceil(self.step / self.steps_per_epoch)
+        epoch_end = self.step % self.steps_per_epoch == 0
+        if epoch_end:
+            self.epoch_mean_losses.append(float(np.mean(self.epoch_losses)))
+        if self.enabled and (log_now or epoch_end) and self.window:
+            fields = {"epoch": epoch, "epochs": self.epochs, "step": self.step, "steps": self.total}
+            fields["loss"] = round(float(np.mean(self.window)), 5)
+            if epoch_end:
+                fields["epoch_end"] = True
+                fields["epoch_loss"] = round(self.epoch_mean_losses[-1], 5)
+            progress(**fields)
+            self.window = []
+        if epoch_end:
+            self.epoch_losses = []
+
+
+# ---------------------------------------------------------------------------------------------- MultiWorkerMirrored
+def run_mirrored(args, env: Fc2Env) -> int:
+    import keras
+    import tensorflow as tf
+
+    data = load_data(env.data)
+    if env.strategy == "mirrored":
+        # Reads TF_CONFIG (cluster with `worker` tasks only; worker 0 is the chief) and blocks until all workers
+        # have connected.
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        num_workers = len(env.tf_config.get("cluster", {}).get("worker", [])) or 1
+    else:
+        strategy = tf.distribute.get_strategy()
+        num_workers = 1
+    replicas = strategy.num_replicas_in_sync
+    global_batch = args.batch_size * replicas
+    steps_per_epoch = args.steps_per_epoch or max(1, len(data.x_train) // global_batch)
+    log(
+        f"[fc2_digits] strategy={env.strategy} role={env.role}:{env.task_index} chief={env.is_chief} "
+        f"replicas={replicas} global_batch={global_batch} steps_per_epoch={steps_per_epoch} "
+        f"input_shape={data.input_shape} classes={data.num_classes}"
+    )
+
+    # Same seed on every worker: the DATA auto-shard policy has every worker read the same shuffled stream and keep
+    # its own slice of each global batch, so the order must be identical everywhere.
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
+        .shuffle(len(data.x_train), seed=args.seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(global_batch, drop_remainder=True)
+        .prefetch(2)
+    )
+    options = tf.data.Options()
+    # In-memory data has no files to shard by; say so instead of letting tf.data warn and fall back.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
+
+    with strategy.scope():
+        model = build_model(data.input_shape, data.num_classes, args.filters, args.seed)
+        # Keras 3 optimizers bind to the strategy current at construction and all-reduce gradients themselves.
+        optimizer = keras.optimizers.Adam(learning_rate=args.learning_rate)
+        optimizer.build(model.trainable_variables)
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(it):
+        per_replica_loss = strategy.run(replica_step, args=next(it))
+        # SUM of per-replica (already 1/global_batch-scaled) losses = mean loss over the global batch.
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+
+    tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=env.is_chief)
+    started = time.monotonic()
+    for _ in range(tracker.total):
+        loss = float(train_step(iterator))
+        tracker.add([loss], log_now=(tracker.step + 1) % args.log_every_steps == 0)
+    duration = time.monotonic() - started
+
+    if env.is_chief:
+        test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
+        metrics = base_metrics(args, env, data) | {
+            "workers": num_workers,
+            "replicas": replicas,
+            "global_batch_size": global_batch,
+            "steps": tracker.total,
+            "steps_per_epoch": steps_per_epoch,
+            "final_train_loss": tracker.epoch_mean_losses[-1],
+            "epoch_train_losses": tracker.epoch_mean_losses,
+            "test_loss": test_loss,
+            "test_accuracy": test_acc,
+            "duration_s": round(duration, 3),
+            "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
+        }
+        save_outputs(model, args, data, env.output_dir, metrics)
+        log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
+
+    if env.strategy == "mirrored":
+        # Barrier: no worker leaves (and tears down its collective endpoint) before the chief has saved. Inside a
+        # tf.function because eager collectives under MultiWorkerMirroredStrategy log a performance warning.
+        @tf.function
+        def barrier():
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+        barrier()
+    log(f"[fc2_digits] worker {env.task_index} finished")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- ParameterServer
+def run_ps_server(env: Fc2Env) -> int:
+    """`ps` and `worker` tasks: serve the cluster until the platform kills this process."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=resolver.task_type,
+        task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc",
+        start=True,
+    )
+    log(f"[fc2_digits] {resolver.task_type}:{resolver.task_id} serving at {server.target}; joining")
+    server.join()
+    return 0
+
+
+def run_ps_chief(args, env: Fc2Env) -> int:
+    import keras
+    import tensorflow as tf
+
+    data = load_data(env.data)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    cluster = resolver.cluster_spec()
+    num_workers = cluster.num_tasks("worker")
+    num_ps = cluster.num_tasks("ps")
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    # Asynchronous training: each scheduled step runs one batch of `batch_size` on whichever worker is free and
+    # applies its gradients straight to the variables on the parameter server(s).
+    global_batch = args.batch_size
+    steps_per_epoch = args.steps_per_epoch or max(1, len(data.x_train) // global_batch)
+    log(
+        f"[fc2_digits] strategy=ps role=chief workers={num_workers} ps={num_ps} batch={global_batch} "
+        f"steps_per_epoch={steps_per_epoch} input_shape={data.input_shape} classes={data.num_classes}"
+    )
+
+    with strategy.scope():
+        model = build_model(data.input_shape, data.num_classes, args.filters, args.seed)
+        optimizer = keras.optimizers.Adam(learning_rate=args.learning_rate)
+        optimizer.build(model.trainable_variables)
+
+    x_train, y_train = data.x_train, data.y_train
+
+    def dataset_fn(input_context):
+        # Traced on the chief, run on each worker; the arrays travel inside the dataset graph. Unseeded shuffle so
+        # that workers see different orders.
+        batch = input_context.get_per_replica_batch_size(global_batch)
+        ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        return ds.shuffle(len(x_train)).repeat().batch(batch, drop_remainder=True).prefetch(2)
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    per_worker_iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def worker_step(it):
+        per_replica_loss = strategy.run(replica_step, args=next(it))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+
+    tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=True)
+    started = time.monotonic()
+    while tracker.step < tracker.total:
+        # Schedule up to the next log point or epoch end, wait for those steps, then report their mean loss.
+        epoch_left = steps_per_epoch - tracker.step % steps_per_epoch
+        chunk = min(args.log_every_steps, epoch_left)
+        remote = [coordinator.schedule(worker_step, args=(per_worker_iterator,)) for _ in range(chunk)]
+        coordinator.join()
+        tracker.add([float(r.fetch()) for r in remote], log_now=True)
+    duration = time.monotonic() - started
+
+    test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
+    metrics = base_metrics(args, env, data) | {
+        "workers": num_workers,
+        "parameter_servers": num_ps,
+        "replicas": num_workers,
+        "global_batch_size": global_batch,
+        "steps": tracker.total,
+        "steps_per_epoch": steps_per_epoch,
+        "final_train_loss": tracker.epoch_mean_losses[-1],
+        "epoch_train_losses": tracker.epoch_mean_losses,
+        "test_loss": test_loss,
+        "test_accuracy": test_acc,
+        "duration_s": round(duration, 3),
+        "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
+    }
+    save_outputs(model, args, data, env.output_dir, metrics)
+    log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # hide TensorFlow's INFO chatter, keep warnings
+    args, unknown = parse_args(argv)
+    env = read_env()
+    if unknown:
+        log(f"[fc2_digits] ignoring unknown arguments: {' '.join(unknown)}")
+    if env.strategy == "ps":
+        if env.role in ("ps", "worker"):
+            return run_ps_server(env)
+        return run_ps_chief(args, env)
+    return run_mirrored(args, env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""Wheel validation for code bundles, shared by the upload form and `manage.py check_bundle`.
+
+It owns the rules a researcher's wheel must pass before the platform stores it or installs it on a cluster: a
+non-empty zip within the size limit, a wheel file name pip accepts, no member path that could land outside the install
+directory, no zip bomb, exactly one complete `.dist-info` directory naming the same distribution as the file, and a
+main script that the nodes can run with `python -m`.
+
+Everything except METADATA is judged from the zip's central directory, so refusing a hostile upload costs little.
+The central directory can lie about sizes, but Python's zipfile (which pip uses too) never yields more than the
+recorded size and then fails the CRC check, so the recorded sizes bound what reading or installing can produce.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import keyword
+import lzma
+import re
+import stat
+import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import PurePosixPath
+from typing import BinaryIO
+
+from django.conf import settings
+
+MB = 1024 * 1024
+REQUIRED_DIST_INFO_FILES = ("WHEEL", "METADATA", "RECORD")
+
+# Errors zipfile and its decompressors raise on a corrupt, encrypted or exotic member.
+_READ_ERRORS = (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, OSError, zlib.error, lzma.LZMAError)
+_DRIVE_LETTER = re.compile(r"^[A-Za-z]:")
+
+
+class BundleError(ValueError):
+    """A wheel the platform refuses; `str(error)` is the reason, written for the researcher."""
+
+
+@dataclass(frozen=True)
+class WheelInfo:
+    """What the platform records about a wheel that passed validation (the fields of CodeBundle)."""
+
+    # Name from METADATA as its author spelled it, e.g. "fc2-digits-cnn".
+    distribution: str
+    # Version from METADATA, e.g. "0.1.0".
+    version: str
+    # Path of the main script inside the wheel, resolved from what the user gave, e.g. "fc2_digits/main.py".
+    main_script: str
+    # Size of the wheel file in bytes.
+    size_bytes: int
+    # SHA-256 of the wheel file, lowercase hex.
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ZipLimits:
+    """Zip-bomb limits, checked against the central directory before anything is decompressed."""
+
+    # Most members in one wheel: a flood of tiny members is a bomb of its own kind.
+    max_members: int = 10_000
+    # Largest uncompressed size of one member.
+    max_member_bytes: int = 100 * MB
+    # Largest uncompressed size of all members together, i.e. what pip would write to disk.
+    max_total_bytes: int = 500 * MB
+    # Highest uncompressed:compressed ratio for a member above `ratio_min_bytes`. Deflate tops out near 1032:1;
+    # code, data and model weights stay far below 100:1.
+    max_ratio: int = 100
+    # Members up to this size may compress as well as they like: a small file of blank lines is harmless.
+    ratio_min_bytes: int = 1 * MB
+    # Largest METADATA we read (a long README included, real ones are a few KB).
+    max_metadata_bytes: int = 4 * MB
+
+
+DEFAULT_LIMITS = ZipLimits()
+
+
+def validate_wheel(
+    fileobj: BinaryIO, filename: str, main_script: str = "main.py", max_bytes: int | None = None
+) -> WheelInfo:
+    """Check a wheel and describe it, or raise BundleError with the reason the platform refuses it.
+
+    `fileobj` is any binary file object (an open file, a Django UploadedFile); it is read from the start and left
+    rewound. One that cannot seek is read into memory, up to the limit, and is then used up. `main_script` is a file
+    name found anywhere outside `.dist-info`/`.data`, or an exact member path if it has a `/`. `max_bytes` defaults
+    to settings.FC2_MAX_BUNDLE_MB.
+    """
+    if max_bytes is None:
+        max_bytes = settings.FC2_MAX_BUNDLE_MB * MB
+    file_distribution = wheel_filename_distribution(filename)
+    check_main_script_arg(main_script)
+    stream = _seekable(fileobj, max_bytes)
+    try:
+        size_bytes, sha256 = _measure(stream, max_bytes)
+        with _open_zip(stream) as zf:
+            infos = zf.infolist()
+            check_members(infos)
+            names = [info.filename for info in infos if not info.is_dir()]
+            dist_info = find_dist_info(names)
+            _check_same_distribution(dist_info_distribution(dist_info), file_distribution, "its .dist-info directory")
+            metadata = _read_member(zf, f"{dist_info}/METADATA", DEFAULT_LIMITS.max_metadata_bytes)
+        distribution, version = parse_metadata(metadata)
+        _check_same_distribution(distribution, file_distribution, "its METADATA")
+        resolved = resolve_main_script(names, main_script)
+    finally:
+        stream.seek(0)
+    return WheelInfo(distribution, version, resolved, size_bytes, sha256)
+
+
+def wheel_filename_distribution(filename: str) -> str:
+    """The distribution a wheel file name names; pip refuses to install a wheel whose name does not parse.
+
+    >>> wheel_filename_distribution("fc2_digits_cnn-0.1.0-py3-none-any.whl")
+    'fc2_digits_cnn'
+    >>> wheel_filename_distribution("demo-1.0-1-cp311-cp311-manylinux_2_17_x86_64.whl")
+    'demo'
+    >>> wheel_filename_distribution("demo.zip")
+    Traceback (most recent call last):
+    ...
+    fc2.bundles.BundleError: demo.zip is not a wheel: the file name must end in .whl
+    """
+    name = PurePosixPath(filename).name
+    if not name.lower().endswith(".whl"):
+        raise BundleError(f"{name} is not a wheel: the file name must end in .whl")
+    # {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl
+    parts = name[: -len(".whl")].split("-")
+    if len(parts) not in (5, 6) or not all(parts):
+        raise BundleError(
+            f"{name} is not a valid wheel file name: expected distribution-version-python-abi-platform.whl, "
+            "e.g. mypkg-0.1.0-py3-none-any.whl as built by `python -m build --wheel`"
+        )
+    return parts[0]
+
+
+def check_main_script_arg(main_script: str) -> None:
+    """Refuse a main script argument that cannot name a Python file inside the wheel.
+
+    >>> check_main_script_arg("pkg/main.py")
+    >>> check_main_script_arg("../main.py")
+    Traceback (most recent call last):
+    ...
+    fc2.bundles.BundleError: main script ../main.py must be a path inside the wheel, without .. or backslashes
+    """
+    if not main_script.endswith(".py"):
+        raise BundleError(f"main script {main_script} must be a Python file ending in .py")
+    if main_script.startswith("/") or _DRIVE_LETTER.match(main_script):
+        raise BundleError(f"main script {main_script} must be a path inside the wheel, not an absolute path")
+    if ".." in main_script.split("/") or "\\" in main_script:
+        raise BundleError(f"main script {main_script} must be a path inside the wheel, without .. or backslashes")
+
+
+def check_members(infos: Sequence[zipfile.ZipInfo], limits: ZipLimits = DEFAULT_LIMITS) -> None:
+    """Refuse unsafe paths and zip bombs, from the central directory alone."""
+    if len(infos) > limits.max_members:
+        raise BundleError(f"the wheel has {len(infos)} members, above the limit of {limits.max_members}")
+    duplicates = sorted(name for name, count in Counter(info.filename for info in infos).items() if count > 1)
+    if duplicates:
+        raise BundleError(f"the wheel holds {duplicates[0]} more than once")
+    for info in infos:
+        _check_member(info, limits)
+    total = sum(info.file_size for info in infos)
+    if total > limits.max_total_bytes:
+        raise BundleError(
+            f"the wheel unpacks to {format_bytes(total)}, above the {format_bytes(limits.max_total_bytes)} limit"
+        )
+
+
+def unsafe_path_reason(name: str) -> str | None:
+    """Why a member path could be written outside the install directory (zip-slip), or None if it is safe.
+
+    >>> unsafe_path_reason("pkg/main.py") is None
+    True
+    >>> [unsafe_path_reason(n) for n in ["../evil.py", "/abs.py", "C:/evil.py", "pkg\\\\evil.py"]]
+    ["contains '..'", 'is absolute', 'starts with a drive letter', 'contains a backslash']
+    """
+    if "\\" in name:
+        return "contains a backslash"
+    if name.startswith("/"):
+        return "is absolute"
+    if _DRIVE_LETTER.match(name):
+        return "starts with a drive letter"
+    if ".." in name.split("/"):
+        return "contains '..'"
+    return None
+
+
+def find_dist_info(names: Sequence[str]) -> str:
+    """The wheel's one top-level `.dist-info` directory, checked to hold WHEEL, METADATA and RECORD.
+
+    >>> find_dist_info(["demo/main.py", "demo-1.0.dist-info/WHEEL", "demo-1.0.dist-info/METADATA",
+    ...                 "demo-1.0.dist-info/RECORD"])
+    'demo-1.0.dist-info'
+    """
+    dirs = sorted({name.split("/")[0] for name in names if "/" in name and name.split("/")[0].endswith(".dist-info")})
+    if not dirs:
+        raise BundleError("not a wheel: it has no .dist-info directory (build it with `python -m build --wheel`)")
+    if len(dirs) > 1:
+        raise BundleError(f"not a wheel: it has more than one .dist-info directory ({', '.join(dirs)})")
+    missing = [file for file in REQUIRED_DIST_INFO_FILES if f"{dirs[0]}/{file}" not in names]
+    if missing:
+        raise BundleError(f"not a wheel: {dirs[0]} has no {', '.join(missing)}")
+    return dirs[0]
+
+
+def parse_metadata(data: bytes) -> tuple[str, str]:
+    """Name and Version from a wheel's METADATA file.
+
+    >>> parse_metadata(b"Metadata-Version: 2.1\\nName: fc2-digits\\nVersion: 0.1.0\\n\\nDescription.\\n")
+    ('fc2-digits', '0.1.0')
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BundleError("the wheel's METADATA is not UTF-8 text") from None
+    headers = HeaderParser().parsestr(text)
+    name, version = (str(headers.get(field, "")).strip() for field in ("Name", "Version"))
+    missing = [field for field, value in (("Name", name), ("Version", version)) if not value]
+    if missing:
+        raise BundleError(f"the wheel's METADATA has no {' or '.join(missing)}")
+    return name, version
+
+
+def resolve_main_script(names: Sequence[str], main_script: str) -> str:
+    """The member path of the main script: `main_script` itself if it has a `/`, else the one member so named.
+
+    >>> resolve_main_script(["demo/__init__.py", "demo/main.py"], "main.py")
+    'demo/main.py'
+    >>> resolve_main_script(["demo/main.py", "demo/train.py"], "demo/train.py")
+    'demo/train.py'
+    """
+    check_main_script_arg(main_script)
+    if "/" in main_script:
+        if main_script not in names:
+            raise BundleError(f"main script {main_script} is not in the wheel")
+        found = [main_script]
+    else:
+        found = sorted(name for name in names if PurePosixPath(name).name == main_script and not _in_metadata_dir(name))
+    if not found:
+        raise BundleError(f"main script {main_script} is not in the wheel (looked at the top level and in packages)")
+    if len(found) > 1:
+        raise BundleError(
+            f"main script {main_script} is ambiguous: the wheel has {', '.join(found)}; "
+            f"give its full path, e.g. {found[0]}"
+        )
+    module_name(found[0])
+    return found[0]
+
+
+def module_name(member: str) -> str:
+    """The dotted module `python -m` runs for a main script inside the wheel.
+
+    >>> module_name("fc2_digits/main.py")
+    'fc2_digits.main'
+    >>> module_name("main.py")
+    'main'
+    >>> module_name("my-pkg/main.py")
+    Traceback (most recent call last):
+    ...
+    fc2.bundles.BundleError: main script my-pkg/main.py cannot be run as a module: 'my-pkg' is not a Python identifier
+    """
+    parts = PurePosixPath(member).with_suffix("").parts
+    for part in parts:
+        if not part.isidentifier() or keyword.iskeyword(part):
+            raise BundleError(f"main script {member} cannot be run as a module: {part!r} is not a Python identifier")
+    return ".".join(parts)
+
+
+def dist_info_distribution(dist_info: str) -> str:
+    """The distribution a `.dist-info` directory belongs to.
+
+    >>> dist_info_distribution("fc2_digits_cnn-0.1.0.dist-info")
+    'fc2_digits_cnn'
+    """
+    return dist_info.removesuffix(".dist-info").rsplit("-", 1)[0]
+
+
+def canonical_name(name: str) -> str:
+    """A distribution name as pip compares it (PEP 503).
+
+    >>> canonical_name("FC2_Digits.CNN")
+    'fc2-digits-cnn'
+    """
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def format_bytes(size: int) -> str:
+    """A size for a human, in binary units.
+
+    >>> [format_bytes(n) for n in (100, 1536, 50 * MB, 200 * MB + 1)]
+    ['100 bytes', '1.5 KB', '50 MB', '200 MB']
+    """
+    if size < 1024:
+        return f"{size} bytes"
+    if size < MB:
+        return f"{round(size / 1024, 1):g} KB"
+    return f"{round(size / MB, 1):g} MB"
+
+
+def _check_member(info: zipfile.ZipInfo, limits: ZipLimits) -> None:
+    name = info.filename
+    reason = unsafe_path_reason(name)
+    if reason:
+        raise BundleError(f"unsafe path in the wheel: {name!r} {reason}")
+    if stat.S_ISLNK(info.external_attr >> 16):
+        raise BundleError(f"unsafe member in the wheel: {name} is a symbolic link")
+    if info.flag_bits & 0x1:
+        raise BundleError(f"the wheel's member {name} is encrypted")
+    if info.file_size > limits.max_member_bytes:
+        raise BundleError(
+            f"the wheel's member {name} unpacks to {format_bytes(info.file_size)}, "
+            f"above the {format_bytes(limits.max_member_bytes)} limit per file"
+        )
+    ratio = info.file_size / max(info.compress_size, 1)
+    if info.file_size > limits.ratio_min_bytes and ratio > limits.max_ratio:
+        raise BundleError(
+            f"the wheel's member {name} looks like a zip bomb: it compresses {ratio:.0f}:1, "
+            f"above the {limits.max_ratio}:1 limit"
+        )
+
+
+def _check_same_distribution(name: str, file_distribution: str, what: str) -> None:
+    """pip refuses a wheel whose .dist-info directory or METADATA names another distribution than its file name."""
+    if canonical_name(name) != canonical_name(file_distribution):
+        raise BundleError(f"the file name says distribution {file_distribution!r} but {what} says {name!r}")
+
+
+def _in_metadata_dir(name: str) -> bool:
+    top = name.split("/")[0]
+    return "/" in name and (top.endswith(".dist-info") or top.endswith(".data"))
+
+
+def _seekable(fileobj: BinaryIO, max_bytes: int) -> BinaryIO:
+    """The file itself if it can seek (zipfile needs that), else its first bytes in memory, enough to judge it."""
+    seekable = getattr(fileobj, "seekable", None)
+    if seekable is not None and seekable():
+        fileobj.seek(0)
+        return fileobj
+    return io.BytesIO(fileobj.read(max_bytes + 1))
+
+
+def _measure(stream: BinaryIO, max_bytes: int) -> tuple[int, str]:
+    """Size and SHA-256 of the file, reading no further than one byte past the limit; leaves it rewound."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := stream.read(MB):
+        size += len(chunk)
+        if size > max_bytes:
+            raise BundleError(f"the wheel is larger than the {format_bytes(max_bytes)} limit")
+        digest.update(chunk)
+    if size == 0:
+        raise BundleError("the file is empty")
+    stream.seek(0)
+    return size, digest.hexdigest()
+
+
+def _open_zip(stream: BinaryIO) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(stream)
+    except zipfile.BadZipFile:
+        raise BundleError("not a wheel: the file is not a zip archive") from None
+
+
+def _read_member(zf: zipfile.ZipFile, name: str, max_bytes: int) -> bytes:
+    """A member's content, refused if the header or the stream itself goes past `max_bytes`."""
+    info = zf.getinfo(name)
+    if info.file_size > max_bytes:
+        raise BundleError(f"{name} is {format_bytes(info.file_size)}, above the {format_bytes(max_bytes)} limit")
+    try:
+        with zf.open(info) as member:
+            data = member.read(max_bytes + 1)
+    except _READ_ERRORS as exc:
+        raise BundleError(f"cannot read {name} from the wheel: {exc}") from None
+    if len(data) > max_bytes:
+        raise BundleError(f"{name} is larger than the {format_bytes(max_bytes)} limit")
+    return data

@@ -1,0 +1,59 @@
+"""The job submission form (the minimal one; the four-step wizard builds on the same service)."""
+
+from __future__ import annotations
+
+from django import forms
+
+from fc2.bundles import BundleError, validate_wheel
+from fc2.models import Dataset, Job
+from fc2.services import datasets, jobs
+
+
+class JobForm(forms.Form):
+    wheel = forms.FileField(label="Code bundle (.whl)", help_text="A Python wheel with your training code")
+    main_script = forms.CharField(initial="main.py", help_text="File name, or its path inside the wheel")
+    parameters = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "epochs=2\nbatch_size=32"}),
+        help_text="One KEY=VALUE per line; passed to your script as --KEY=VALUE",
+    )
+    dataset = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, empty_label="(use the URL)")
+    dataset_url = forms.URLField(required=False, label="…or dataset URL", assume_scheme="https")
+    provider = forms.ChoiceField(choices=[("local", "Local (this machine)")])
+    strategy = forms.ChoiceField(choices=Job.Strategy.choices)
+    workers = forms.IntegerField(min_value=1, max_value=jobs.MAX_LOCAL_WORKERS, initial=2)
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        datasets.ensure_builtin_rows()
+        self.user = user
+        self.fields["dataset"].queryset = Dataset.objects.usable_by(user).order_by("kind", "name")
+
+    def clean_wheel(self):
+        upload = self.cleaned_data["wheel"]
+        try:
+            validate_wheel(upload, upload.name, self.data.get("main_script") or "main.py")
+        except BundleError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return upload
+
+    def clean_parameters(self):
+        lines = [line for line in self.cleaned_data["parameters"].splitlines() if line.strip()]
+        try:
+            return jobs.parse_parameters(lines)
+        except jobs.SubmitError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean(self):
+        cleaned = super().clean()
+        dataset, url = cleaned.get("dataset"), cleaned.get("dataset_url")
+        if not dataset and not url:
+            self.add_error("dataset", "Pick a dataset or give its URL.")
+        elif dataset and url:
+            self.add_error("dataset_url", "Give either a dataset or a URL, not both.")
+        else:
+            try:
+                cleaned["dataset"] = datasets.ready(dataset or datasets.resolve(self.user, url))
+            except datasets.DatasetError as exc:
+                self.add_error("dataset_url" if url else "dataset", str(exc))
+        return cleaned

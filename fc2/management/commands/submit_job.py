@@ -1,0 +1,98 @@
+"""`manage.py submit_job`: submit a training job from the command line (DESIGN.md's contract)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from fc2.bundles import BundleError
+from fc2.models import Job
+from fc2.services import datasets, jobs, pipeline
+from fc2.services.bundles import store_bundle
+from fc2.services.files import atomic_with_files
+
+
+class Command(BaseCommand):
+    help = "Submit a training job: a wheel bundle, a dataset and a cluster; optionally run it here and wait."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--bundle", required=True, help="path of the wheel")
+        parser.add_argument("--main", default="main.py", help="main script in the wheel (default main.py)")
+        parser.add_argument("--param", action="append", default=[], metavar="K=V", help="parameter for the script")
+        parser.add_argument("--dataset", required=True, help="built-in name, your dataset's name, or an http(s) URL")
+        parser.add_argument("--provider", default="local", help="local, aws or lab")
+        parser.add_argument("--algorithm", default="manual")
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--strategy", choices=Job.Strategy.values, default=Job.Strategy.PS)
+        parser.add_argument("--ps-type", default="")
+        parser.add_argument("--worker-type", default="")
+        parser.add_argument("--user", default="researcher", help="username the job belongs to")
+        parser.add_argument("--inline", action="store_true", help="run the pipeline in this process (no worker)")
+        parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 unless succeeded")
+        parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+    def handle(self, *args, **options):
+        owner = get_user_model().objects.filter(username=options["user"]).first()
+        if owner is None:
+            raise CommandError(f"no user {options['user']!r} (run `make run` once, or pass --user)")
+        path = Path(options["bundle"])
+        if not path.is_file():
+            raise CommandError(f"bundle {path} does not exist")
+        try:
+            # Built-ins are materialised (maybe downloaded) here, before any transaction holds the database.
+            dataset = datasets.ready(datasets.resolve(owner, options["dataset"]))
+            parameters = jobs.parse_parameters(options["param"])
+            with atomic_with_files(), path.open("rb") as wheel:
+                bundle = store_bundle(owner, wheel, path.name, options["main"])
+                request = jobs.JobRequest(
+                    bundle=bundle,
+                    dataset=dataset,
+                    parameters=parameters,
+                    provider=options["provider"],
+                    strategy=options["strategy"],
+                    workers=options["workers"],
+                    algorithm=options["algorithm"],
+                    ps_type=options["ps_type"],
+                    worker_type=options["worker_type"],
+                )
+                driver = Job.Driver.INLINE if options["inline"] else Job.Driver.CELERY
+                job = jobs.submit(owner, request, driver=driver)
+        except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
+            raise CommandError(str(exc)) from exc
+
+        if not options["json"]:
+            self.stderr.write(f"job {job.pk} submitted ({job.get_absolute_url()})")
+        if options["inline"]:
+            job = pipeline.run_inline(job.pk)
+        elif options["wait"]:
+            while not job.is_terminal:
+                time.sleep(1)
+                job.refresh_from_db()
+        self._print(job, options["json"])
+        if (options["wait"] or options["inline"]) and job.state != Job.State.SUCCEEDED:
+            sys.exit(1)
+
+    def _print(self, job: Job, as_json: bool) -> None:
+        result = {
+            "id": job.pk,
+            "status": job.state,
+            "workers": job.workers,
+            "duration_s": round(job.duration_s, 3) if job.duration_s is not None else None,
+            "artifacts": [
+                {"name": a.name, "size_bytes": a.size_bytes, "path": a.file.path} for a in job.artifacts.all()
+            ],
+            "metrics": job.metrics,
+        }
+        if job.failure_reason:
+            result["error"] = job.failure_reason
+        if as_json:
+            self.stdout.write(json.dumps(result))
+        else:
+            self.stdout.write(f"job {job.pk}: {job.state}" + (f" — {job.failure_reason}" if job.failure_reason else ""))
+            for artifact in result["artifacts"]:
+                self.stdout.write(f"  {artifact['name']} ({artifact['size_bytes']} bytes): {artifact['path']}")

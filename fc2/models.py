@@ -1,0 +1,304 @@
+"""Bundles, datasets and jobs: what a researcher submits and the job's state machine with its event log."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from pathlib import PurePosixPath
+
+from django.conf import settings
+from django.db import models, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from fc2.bundles import module_name
+
+
+def is_platform_admin(user) -> bool:
+    """Admins (staff) see every user's bundles, datasets and jobs; researchers only their own."""
+    return bool(user.is_authenticated and user.is_staff)
+
+
+class OwnedQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        if is_platform_admin(user):
+            return self
+        return self.filter(owner=user)
+
+
+class DatasetQuerySet(OwnedQuerySet):
+    def usable_by(self, user):
+        """What `user` may train on: their own datasets and the built-ins."""
+        return self.filter(models.Q(owner=user) | models.Q(owner__isnull=True))
+
+    def visible_to(self, user):
+        return self if is_platform_admin(user) else self.usable_by(user)
+
+
+def bundle_upload_to(instance: CodeBundle, filename: str) -> str:
+    return f"bundles/{instance.owner_id}/{secrets.token_hex(8)}/{PurePosixPath(filename).name}"
+
+
+class CodeBundle(models.Model):
+    """A researcher's training code: one validated wheel and the main script to run on every node."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bundles")
+    wheel = models.FileField(upload_to=bundle_upload_to, max_length=300)
+    filename = models.CharField(max_length=255)
+    distribution = models.CharField(max_length=200, help_text="Name from the wheel's METADATA")
+    version = models.CharField(max_length=100)
+    main_script = models.CharField(max_length=300, help_text="Path of the main script inside the wheel")
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version} ({self.filename})"
+
+    @property
+    def main_module(self) -> str:
+        """The dotted module the nodes run with `python -m` (relative imports keep working)."""
+        return module_name(self.main_script)
+
+
+def dataset_upload_to(instance: Dataset, filename: str) -> str:
+    return f"datasets/{instance.owner_id}/{secrets.token_hex(8)}/{PurePosixPath(filename).name}"
+
+
+class Dataset(models.Model):
+    """Training data as FC² Fig. 4 describes it: a built-in set, an external URL, or an upload."""
+
+    class Kind(models.TextChoices):
+        BUILTIN = "builtin", "Built-in"
+        URL = "url", "External URL"
+        UPLOAD = "upload", "Upload"
+
+    # No owner: a built-in set every user may pick.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="datasets"
+    )
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    builtin_name = models.CharField(max_length=50, blank=True)
+    url = models.URLField(max_length=1000, blank=True)
+    file = models.FileField(upload_to=dataset_upload_to, max_length=300, blank=True)
+    path = models.CharField(max_length=1000, help_text="Where the nodes fetch the data from (file path or URL)")
+    size_mb = models.FloatField(null=True, blank=True)
+    features = models.PositiveIntegerField(null=True, blank=True)
+    rows = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = DatasetQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["builtin_name"], condition=models.Q(kind="builtin"), name="unique_builtin_dataset"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    """One training run: its inputs, the cluster it asked for, and where it is in the pipeline."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        PROFILING = "profiling"
+        PROVISIONING = "provisioning"
+        BOOTSTRAPPING = "bootstrapping"
+        RUNNING = "running"
+        COLLECTING = "collecting"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    TERMINAL = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    class Strategy(models.TextChoices):
+        PS = "ps", "Parameter server"
+        MIRRORED = "mirrored", "All-Reduce (mirrored)"
+
+    class Driver(models.TextChoices):
+        CELERY = "celery", "Celery worker"
+        INLINE = "inline", "In-process (CLI --inline)"
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
+    bundle = models.ForeignKey(CodeBundle, on_delete=models.PROTECT, related_name="jobs")
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="jobs")
+    parameters = models.JSONField(default=dict, blank=True)
+
+    provider = models.CharField(max_length=20, default="local")
+    region = models.CharField(max_length=30, blank=True)
+    algorithm = models.CharField(max_length=20, default="manual")
+    strategy = models.CharField(max_length=10, choices=Strategy.choices, default=Strategy.PS)
+    ps_type = models.CharField(max_length=40, blank=True)
+    worker_type = models.CharField(max_length=40, blank=True)
+    workers = models.PositiveIntegerField(default=2)
+    hourly_budget = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    driver = models.CharField(max_length=10, choices=Driver.choices, default=Driver.CELERY)
+
+    state = models.CharField(max_length=15, choices=State.choices, default=State.QUEUED, db_index=True)
+    failure_reason = models.TextField(blank=True)
+    # sha256 of the job-scoped secret the nodes report with; the secret itself is only handed to the cluster.
+    token_hash = models.CharField(max_length=64, blank=True)
+    cluster = models.JSONField(null=True, blank=True, help_text="provisioner.ClusterInfo of the running cluster")
+
+    epoch = models.PositiveIntegerField(null=True, blank=True)
+    epochs = models.PositiveIntegerField(null=True, blank=True)
+    step = models.PositiveIntegerField(null=True, blank=True)
+    steps = models.PositiveIntegerField(null=True, blank=True)
+    loss = models.FloatField(null=True, blank=True)
+    metrics = models.JSONField(default=dict, blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.state})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("job-detail", args=[self.pk])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL
+
+    @property
+    def duration_s(self) -> float | None:
+        if not self.started_at:
+            return None
+        return ((self.finished_at or timezone.now()) - self.started_at).total_seconds()
+
+    @property
+    def progress_percent(self) -> int | None:
+        if self.state == self.State.SUCCEEDED:
+            return 100
+        if self.steps and self.step is not None:
+            return min(100, round(100 * self.step / self.steps))
+        if self.epochs and self.epoch is not None:
+            return min(100, round(100 * self.epoch / self.epochs))
+        return None
+
+    def issue_token(self) -> str:
+        """A fresh job-scoped secret for the cluster's agents; only its hash is kept."""
+        token = secrets.token_urlsafe(32)
+        self.token_hash = hashlib.sha256(token.encode()).hexdigest()
+        return token
+
+    def token_matches(self, token: str) -> bool:
+        if not self.token_hash or not token:
+            return False
+        return hmac.compare_digest(self.token_hash, hashlib.sha256(token.encode()).hexdigest())
+
+    def transition(self, source: str | tuple[str, ...], target: str, message: str = "", **fields) -> bool:
+        """Move from `source` to `target` if the job is still there; record the event. False if another actor won.
+
+        The conditional UPDATE is the claim: a redelivered task, or a cancel racing a step, changes no row and
+        so does nothing.
+        """
+        sources = (source,) if isinstance(source, str) else source
+        now = timezone.now()
+        if target == self.State.RUNNING:
+            fields.setdefault("started_at", now)
+        if target in self.TERMINAL:
+            fields.setdefault("finished_at", now)
+        with transaction.atomic():
+            claimed = Job.objects.filter(pk=self.pk, state__in=sources).update(state=target, **fields)
+            if claimed:
+                JobEvent.objects.create(job_id=self.pk, at=now, state=target, message=message)
+        if claimed:
+            self.state = target
+            for name, value in fields.items():
+                setattr(self, name, value)
+        return bool(claimed)
+
+    def log(self, message: str) -> None:
+        JobEvent.objects.create(job=self, state=self.state, message=message)
+
+
+class JobEvent(models.Model):
+    """A timestamped line in a job's timeline: every state transition and notable step."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    state = models.CharField(max_length=15)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%H:%M:%S} {self.state} {self.message}"
+
+
+class Node(models.Model):
+    """One node of a job's cluster as the platform sees it, updated from its agent's reports."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        STARTED = "started"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        STOPPED = "stopped"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=50)
+    role = models.CharField(max_length=10)
+    index = models.PositiveIntegerField()
+    instance_type = models.CharField(max_length=40, blank=True)
+    address = models.CharField(max_length=100, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    exit_code = models.IntegerField(null=True, blank=True)
+    epoch = models.PositiveIntegerField(null=True, blank=True)
+    step = models.PositiveIntegerField(null=True, blank=True)
+    loss = models.FloatField(null=True, blank=True)
+    log_tail = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "pk"]
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name="unique_node_name_per_job")]
+
+    def __str__(self) -> str:
+        return f"{self.name} of job {self.job_id}"
+
+
+def artifact_upload_to(instance: Artifact, filename: str) -> str:
+    return f"artifacts/job-{instance.job_id}/{secrets.token_hex(4)}/{PurePosixPath(filename).name}"
+
+
+class Artifact(models.Model):
+    """A result to download: the trained model, metrics, a node's log."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
+    node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="artifacts")
+    name = models.CharField(max_length=255)
+    file = models.FileField(upload_to=artifact_upload_to, max_length=300)
+    size_bytes = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name="unique_artifact_name_per_job")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,31 @@
+"""Storing code bundles: validate first, then write the file and the row together — or neither."""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+from django.core.files import File
+
+from fc2.bundles import validate_wheel
+from fc2.models import CodeBundle
+from fc2.services.files import atomic_with_files, track
+
+
+def store_bundle(owner, fileobj: BinaryIO, filename: str, main_script: str = "main.py") -> CodeBundle:
+    """Validate the wheel (BundleError if refused) and store it; within `atomic_with_files`, a later failure of the
+    caller's transaction removes the file again."""
+    info = validate_wheel(fileobj, filename, main_script)
+    bundle = CodeBundle(
+        owner=owner,
+        filename=filename,
+        distribution=info.distribution,
+        version=info.version,
+        main_script=info.main_script,
+        size_bytes=info.size_bytes,
+        sha256=info.sha256,
+    )
+    with atomic_with_files():
+        bundle.wheel.save(filename, File(fileobj, name=filename), save=False)
+        track(bundle.wheel)
+        bundle.save()
+    return bundle

@@ -1,0 +1,150 @@
+"""Datasets: the built-in sets (materialised once as .npz files) and registering URLs.
+
+Every built-in is stored as an .npz with `x_train`, `y_train`, `x_test`, `y_test`: images as float32 in [0, 1]
+shaped (n, height, width, channels) and integer labels — the format the example bundles read from FC2_DATA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+
+from fc2.models import Dataset
+
+
+class DatasetError(ValueError):
+    """A dataset cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str  # what users pick, e.g. "digits"
+    title: str  # shown in the wizard
+    features: int  # values per example
+    rows: int  # examples, train + test
+    load: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # real loading code
+
+
+def _load_digits():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.images / 16.0).astype("float32")[..., None]
+    return train_test_split(x, digits.target.astype("int64"), test_size=0.2, random_state=0, stratify=digits.target)
+
+
+def _keras_images(loader_name: str):
+    def load():
+        import keras
+
+        (x_train, y_train), (x_test, y_test) = getattr(keras.datasets, loader_name).load_data()
+
+        def images(x):
+            x = x.astype("float32") / 255.0
+            return x[..., None] if x.ndim == 3 else x
+
+        return images(x_train), images(x_test), y_train.reshape(-1).astype("int64"), y_test.reshape(-1).astype("int64")
+
+    return load
+
+
+BUILTINS = {
+    b.name: b
+    for b in (
+        Builtin("digits", "Digits (scikit-learn, 8×8 grey, 10 classes)", 64, 1797, _load_digits),
+        Builtin("mnist", "MNIST (28×28 grey, 10 classes; downloaded by Keras)", 784, 70000, _keras_images("mnist")),
+        Builtin(
+            "cifar10", "CIFAR-10 (32×32 colour, 10 classes; downloaded by Keras)", 3072, 60000, _keras_images("cifar10")
+        ),
+    )
+}
+
+
+def builtin_path(name: str) -> Path:
+    return settings.MEDIA_ROOT / "datasets" / "builtin" / f"{name}.npz"
+
+
+def materialise_builtin(name: str) -> Path:
+    """The .npz of built-in `name`, written on first use with the set's real loading code."""
+    builtin = BUILTINS.get(name)
+    if builtin is None:
+        raise DatasetError(f"unknown built-in dataset {name!r} (available: {', '.join(BUILTINS)})")
+    path = builtin_path(name)
+    if path.exists():
+        return path
+    try:
+        x_train, x_test, y_train, y_test = builtin.load()
+    except Exception as exc:  # keras.datasets raises whatever urllib/requests raise offline
+        raise DatasetError(
+            f"the built-in dataset {name!r} could not be loaded ({type(exc).__name__}: {exc}); it is downloaded on "
+            "first use, so this machine needs internet access to it — or upload the data, or give a URL"
+        ) from exc
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial.npz")
+    np.savez_compressed(partial, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    partial.replace(path)
+    return path
+
+
+def ensure_builtin_rows() -> list[Dataset]:
+    """One Dataset row per built-in (no owner: everyone may pick them); path filled once materialised."""
+    rows = []
+    for builtin in BUILTINS.values():
+        path = builtin_path(builtin.name)
+        dataset, _ = Dataset.objects.update_or_create(
+            kind=Dataset.Kind.BUILTIN,
+            builtin_name=builtin.name,
+            defaults={
+                "owner": None,
+                "name": builtin.name,
+                "features": builtin.features,
+                "rows": builtin.rows,
+                "path": str(path) if path.exists() else "",
+                "size_mb": round(path.stat().st_size / 2**20, 3) if path.exists() else None,
+            },
+        )
+        rows.append(dataset)
+    return rows
+
+
+def ready(dataset: Dataset) -> Dataset:
+    """The dataset with a path the nodes can fetch; built-ins are materialised here (and may fail, clearly)."""
+    if dataset.kind == Dataset.Kind.BUILTIN:
+        path = materialise_builtin(dataset.builtin_name)
+        if dataset.path != str(path):
+            dataset.path = str(path)
+            dataset.size_mb = round(path.stat().st_size / 2**20, 3)
+            dataset.save(update_fields=["path", "size_mb"])
+    elif dataset.kind == Dataset.Kind.UPLOAD and not Path(dataset.path).is_file():
+        raise DatasetError(f"the uploaded file of dataset {dataset.name!r} is missing")
+    return dataset
+
+
+def resolve(user, name_or_url: str) -> Dataset:
+    """The dataset a CLI or form argument names: a built-in, one of the user's datasets, or a URL dataset.
+
+    A new URL dataset is returned unsaved: it is stored with the job that uses it, or not at all.
+    """
+    value = name_or_url.strip()
+    if value.startswith(("http://", "https://")):
+        try:
+            URLValidator(schemes=["http", "https"])(value)
+        except ValidationError as exc:
+            raise DatasetError(f"not a valid URL: {value}") from exc
+        existing = Dataset.objects.filter(owner=user, kind=Dataset.Kind.URL, url=value).first()
+        name = value.rstrip("/").rsplit("/", 1)[-1] or value
+        return existing or Dataset(owner=user, kind=Dataset.Kind.URL, url=value, name=name, path=value)
+    if value in BUILTINS:
+        ensure_builtin_rows()
+        return Dataset.objects.get(kind=Dataset.Kind.BUILTIN, builtin_name=value)
+    match = Dataset.objects.usable_by(user).filter(name=value).order_by("-created_at").first()
+    if match is None:
+        raise DatasetError(f"no dataset named {value!r} (built-ins: {', '.join(BUILTINS)}; or give an http(s) URL)")
+    return match

@@ -1,0 +1,117 @@
+"""Node reports: what an agent says about its node, validated, and what it changes on the job."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Literal
+
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
+
+from fc2.models import Job, Node
+from fc2.services import pipeline
+from monitor.ingest import record_sample
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+class Progress(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    epoch: NonNegativeInt | None = None
+    epochs: NonNegativeInt | None = None
+    step: NonNegativeInt | None = None
+    steps: NonNegativeInt | None = None
+    loss: float | None = None  # NaN/inf (a diverging run) is kept as unknown, not rejected
+
+    _finite_loss = field_validator("loss")(_finite)
+
+
+class Sample(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    cpu_percent: float | None = Field(None, ge=0)
+    memory_mb: float | None = Field(None, ge=0)
+    gpu_percent: float | None = Field(None, ge=0, le=100)
+    bytes_sent: NonNegativeInt | None = None
+    bytes_recv: NonNegativeInt | None = None
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    node: str = Field(min_length=1, max_length=50)
+    status: Literal["started", "running", "succeeded", "failed", "stopped"]
+    exit_code: int | None = None
+    progress: Progress | None = None
+    sample: Sample | None = None
+    log_tail: str | None = Field(None, max_length=100_000)
+
+
+class ReportRejected(ValueError):
+    """The report cannot be applied; `status` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+NODE_STATUS = {
+    "started": Node.Status.STARTED,
+    "running": Node.Status.RUNNING,
+    "succeeded": Node.Status.SUCCEEDED,
+    "failed": Node.Status.FAILED,
+    "stopped": Node.Status.STOPPED,
+}
+
+
+def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
+    """Update the node, the job's progress and the time series; store artifacts; end the job on its last report."""
+    node = job.nodes.filter(name=report.node).first()
+    if node is None:
+        raise ReportRejected(f"job {job.pk} has no node {report.node!r}")
+    now = timezone.now()
+    progress = report.progress.model_dump(exclude_none=True) if report.progress else {}
+    chief = node.name in pipeline.chief_names(job)
+    with transaction.atomic():
+        node.status = NODE_STATUS[report.status]
+        node.last_report_at = now
+        if report.status == "started":
+            node.started_at = now
+        if report.exit_code is not None:
+            node.exit_code = report.exit_code
+        if report.log_tail is not None:
+            node.log_tail = report.log_tail
+        for key in ("epoch", "step", "loss"):
+            if key in progress:
+                setattr(node, key, progress[key])
+        node.save()
+        if report.sample:
+            record_sample(node, report.sample.model_dump(), progress)
+        if chief and progress:
+            Job.objects.filter(pk=job.pk).update(**progress)
+        for upload in files:
+            name = upload.name if chief else f"{node.name}/{upload.name}"
+            pipeline.store_artifact(job, name, upload.read(), node=node)
+            if chief and upload.name == "metrics.json":
+                Job.objects.filter(pk=job.pk).update(metrics=_metrics(upload))
+
+    if report.status == "failed":
+        reason = f"{node.name} failed with exit code {report.exit_code}"
+        tail = (report.log_tail or "").strip()
+        pipeline.fail(job, f"{reason}; its log ends:\n{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason)
+    elif report.status == "succeeded" and chief:
+        pipeline.complete(job)
+    job.refresh_from_db()
+    return job
+
+
+def _metrics(upload: UploadedFile) -> dict:
+    upload.seek(0)
+    try:
+        data = json.loads(upload.read())
+    except ValueError:
+        return {"error": "metrics.json is not valid JSON"}
+    return data if isinstance(data, dict) else {"value": data}

@@ -1,0 +1,179 @@
+"""Settings for the FC² platform, read from the environment.
+
+Defaults are the embedded ones `make run` uses: SQLite in var/, a filesystem broker (no server), the local provider.
+Set DATABASE_URL and REDIS_URL for PostgreSQL and Redis. With DEBUG off, SECRET_KEY must be given and the
+production security settings apply.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def envbool(name: str, default: str) -> bool:
+    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
+
+
+def envint(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from exc
+
+
+def envsecret(name: str, default: str | None = None) -> str | None:
+    """A secret from NAME, or from the file named by NAME_FILE (which must exist)."""
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path} cannot be read: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+DEBUG = envbool("DEBUG", "true")
+SECRET_KEY = envsecret("SECRET_KEY", "dev-only-insecure-key" if DEBUG else None)
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+# Runtime state (database file, uploads, artifacts, broker queue, local clusters) lives under one directory.
+VAR_DIR = Path(os.environ.get("FC2_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+MEDIA_ROOT = VAR_DIR / "media"
+MEDIA_URL = "/media/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+# Where cluster nodes send their reports: the platform's address as the nodes see it.
+FC2_PUBLIC_URL = os.environ.get("FC2_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+FC2_DEFAULT_PROVIDER = os.environ.get("FC2_DEFAULT_PROVIDER", "local")
+FC2_LOCAL_CLUSTER_DIR = Path(os.environ.get("FC2_LOCAL_CLUSTER_DIR", VAR_DIR / "clusters")).resolve()
+FC2_MAX_BUNDLE_MB = envint("FC2_MAX_BUNDLE_MB", 50)
+FC2_MAX_DATASET_MB = envint("FC2_MAX_DATASET_MB", 500)
+FC2_MAX_ARTIFACT_MB = envint("FC2_MAX_ARTIFACT_MB", 200)
+# A job that has not finished after this long is failed and its cluster torn down.
+FC2_JOB_TIMEOUT_S = envint("FC2_JOB_TIMEOUT_S", 6 * 3600)
+FC2_WATCH_INTERVAL_S = envint("FC2_WATCH_INTERVAL_S", 2)
+
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "fc2",
+    "recommender",
+    "provisioner",
+    "monitor",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "fc2.urls"
+WSGI_APPLICATION = "fc2.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=envint("DB_CONN_MAX_AGE", 0)
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory, so that the report server thread and worker processes see the test database too.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "job-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+# Celery: Redis when REDIS_URL is set, otherwise kombu's filesystem transport (no server needed).
+REDIS_URL = os.environ.get("REDIS_URL", "")
+CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+if not REDIS_URL:
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("FC2_QUEUE", "fc2")
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", "true")
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", "false")
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0)
+    X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,19 @@
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from fc2 import api, views
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="job-list", permanent=False)),
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("jobs/", views.job_list, name="job-list"),
+    path("jobs/new/", views.job_new, name="job-new"),
+    path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
+    path("jobs/<int:job_id>/live/", views.job_live, name="job-live"),
+    path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/artifacts/<int:artifact_id>/", views.artifact_download, name="artifact-download"),
+    path("api/jobs/<int:job_id>/report", api.report, name="api-job-report"),
+    path("admin/", admin.site.urls),
+]

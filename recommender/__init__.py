@@ -1,0 +1,1 @@
+"""Cluster recommendation: instance catalogues, performance records and the FC²/Anwar algorithms."""
