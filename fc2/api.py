@@ -37,7 +37,7 @@ def report(request: HttpRequest, job_id: int) -> JsonResponse:
     raw = request.POST.get("report", "") if request.content_type == "multipart/form-data" else request.body
     try:
         data = Report.model_validate(json.loads(raw or b"null"))
-    except ValueError as exc:  # json.JSONDecodeError and pydantic's ValidationError
+    except (ValueError, RecursionError) as exc:  # bad JSON (or nested too deep to parse), ValidationError
         detail = exc.errors(include_url=False, include_context=False) if isinstance(exc, ValidationError) else str(exc)
         return JsonResponse({"error": "invalid report", "detail": detail}, status=400)
     try:

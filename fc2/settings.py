@@ -49,7 +49,7 @@ CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS"
 # Runtime state (database file, uploads, artifacts, broker queue, local clusters) lives under one directory.
 VAR_DIR = Path(os.environ.get("FC2_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
-MEDIA_ROOT = VAR_DIR / "media"
+MEDIA_ROOT = Path(os.environ.get("FC2_MEDIA_ROOT", VAR_DIR / "media")).resolve()  # uploads and artifacts
 MEDIA_URL = "/media/"
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_URL = "/static/"
@@ -150,6 +150,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 if not REDIS_URL:
     _broker_dir = VAR_DIR / "broker"
+    for _folder in ("queue", "processed"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

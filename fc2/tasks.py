@@ -28,3 +28,8 @@ def watch(job_id: int) -> None:
 @shared_task(name="fc2.tasks.collect")
 def collect(job_id: int) -> None:
     pipeline.advance("collect", job_id)
+
+
+@shared_task(name="fc2.tasks.release")
+def release(job_id: int) -> None:
+    pipeline.advance("release", job_id)

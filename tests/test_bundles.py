@@ -18,28 +18,9 @@ from django.core.management import call_command
 
 from fc2 import bundles
 from fc2.bundles import MB, BundleError, WheelInfo, ZipLimits, check_members, validate_wheel
+from tests.wheels import DIST_INFO, FILENAME, GOOD, make_wheel
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-FILENAME = "demo-1.0-py3-none-any.whl"
-DIST_INFO = "demo-1.0.dist-info"
-METADATA = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nSummary: A demo.\n\nA description.\n"
-GOOD = {
-    "demo/__init__.py": b"",
-    "demo/main.py": b"print('training')\n",
-    f"{DIST_INFO}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    f"{DIST_INFO}/METADATA": METADATA,
-    f"{DIST_INFO}/RECORD": b"",
-}
-
-
-def make_wheel(directory: Path, members: dict[str, bytes | None], filename: str = FILENAME) -> Path:
-    """Write a wheel holding `members`; a member mapped to None is left out."""
-    path = directory / filename
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members.items():
-            if data is not None:
-                zf.writestr(name, data)
-    return path
 
 
 def check(path: Path, main_script: str = "main.py", max_bytes: int | None = None) -> WheelInfo:

@@ -139,36 +139,47 @@ def collect(job_id: int, **_) -> bool:
     job = _job(job_id)
     if job.state != State.COLLECTING:
         return False
-    _store_logs_and_teardown(job)
-    return job.transition(State.COLLECTING, State.SUCCEEDED, "results stored, cluster torn down")
+    release(job_id)
+    return job.transition(State.COLLECTING, State.SUCCEEDED, "results stored")
 
 
-def fail(job: Job, reason: str) -> bool:
+def fail(job: Job, reason: str, *, release_now: bool = True) -> bool:
+    """Fail the job and release its cluster — now, or (when the report of a node of that very cluster is what
+    failed it) in a step of its own, so the request never waits on the node it is tearing down."""
     if not job.transition(ACTIVE, State.FAILED, reason[:2000], failure_reason=reason):
         return False
-    _store_logs_and_teardown(job)
+    if release_now:
+        release(job.pk)
+    else:
+        enqueue(job, "release")
     return True
 
 
 def cancel(job: Job, by: str) -> bool:
-    """Cancel at any state; the cluster, if any, is always torn down."""
+    """Cancel at any state; the cluster, if any, is torn down before this returns."""
     if not job.transition(ACTIVE, State.CANCELLED, f"cancelled by {by}"):
         return False
-    _store_logs_and_teardown(job)
+    release(job.pk)
     return True
 
 
-def _store_logs_and_teardown(job: Job) -> None:
-    job.refresh_from_db()
-    cluster = _cluster(job)
-    if cluster is None:
-        return
-    nodes = {node.name: node for node in job.nodes.all()}
-    for name, log in provisioner.fetch_logs(cluster).items():
-        store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
-    provisioner.teardown(cluster)
+def release(job_id: int, **_) -> bool:
+    """Keep the nodes' logs as artifacts and tear the cluster down — once, whoever asks first."""
+    job = _job(job_id)
+    if job.cluster is None or not Job.objects.filter(pk=job.pk, cluster__isnull=False).update(cluster=None):
+        return False
+    cluster = ClusterInfo.from_dict(job.cluster)
+    try:
+        nodes = {node.name: node for node in job.nodes.all()}
+        for name, log in provisioner.fetch_logs(cluster).items():
+            store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
+        provisioner.teardown(cluster)
+    except Exception:
+        Job.objects.filter(pk=job.pk).update(cluster=job.cluster)  # keep what a retry needs to find the nodes
+        raise
     job.nodes.exclude(status__in=[Node.Status.SUCCEEDED, Node.Status.FAILED]).update(status=Node.Status.STOPPED)
     job.log(f"cluster {cluster.cluster_id} torn down")
+    return True
 
 
 def store_artifact(job: Job, name: str, data: bytes, node: Node | None = None) -> Artifact:
@@ -186,7 +197,14 @@ def chief_names(job: Job) -> set[str]:
     return {n.name for n in job.nodes.all() if is_chief(job.strategy, n.role, n.index)}
 
 
-STEPS = {"profile": profile, "provision": provision, "bootstrap": bootstrap, "watch": watch, "collect": collect}
+STEPS = {
+    "profile": profile,
+    "provision": provision,
+    "bootstrap": bootstrap,
+    "watch": watch,
+    "collect": collect,
+    "release": release,
+}
 NEXT = {"profile": "provision", "provision": "bootstrap", "bootstrap": "watch", "watch": "watch"}
 
 
@@ -208,7 +226,8 @@ def enqueue(job: Job, step: str, countdown: float | None = None) -> None:
         return
     from fc2.celery import app
 
-    transaction.on_commit(lambda: app.send_task(f"fc2.tasks.{step}", args=[job.pk], countdown=countdown))
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    transaction.on_commit(lambda: app.send_task(f"fc2.tasks.{step}", args=[job.pk], countdown=countdown, queue=queue))
 
 
 def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
@@ -229,6 +248,7 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
                 elif job.state == State.RUNNING:
                     watch(job_id)
                 time.sleep(poll_s)
+            release(job_id)  # a job failed by a node's report leaves its cluster for us to release
         except BaseException:
             cancel(_job(job_id), "interrupt")  # Ctrl-C or a crash here must not leave a cluster behind
             raise

@@ -73,7 +73,7 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
     if node is None:
         raise ReportRejected(f"job {job.pk} has no node {report.node!r}")
     now = timezone.now()
-    progress = report.progress.model_dump(exclude_none=True) if report.progress else {}
+    progress = report.progress.model_dump(exclude_unset=True) if report.progress else {}
     chief = node.name in pipeline.chief_names(job)
     with transaction.atomic():
         node.status = NODE_STATUS[report.status]
@@ -101,7 +101,8 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
     if report.status == "failed":
         reason = f"{node.name} failed with exit code {report.exit_code}"
         tail = (report.log_tail or "").strip()
-        pipeline.fail(job, f"{reason}; its log ends:\n{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason)
+        reason = f"{reason}; its log ends:\n{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
+        pipeline.fail(job, reason, release_now=False)
     elif report.status == "succeeded" and chief:
         pipeline.complete(job)
     job.refresh_from_db()

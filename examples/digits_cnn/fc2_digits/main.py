@@ -158,6 +158,30 @@ def build_model(input_shape: tuple[int, ...], num_classes: int, filters: int, se
     )
 
 
+def make_train_step(strategy, model, optimizer, global_batch: int):
+    """A ``tf.function`` that takes one batch from a (per-worker) distributed iterator, runs forward/backward on every
+    replica with ``strategy.run`` and returns the mean loss over the global batch."""
+    import tensorflow as tf
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        # Keras 3 optimizers (when created inside strategy.scope()) sum the gradients across replicas themselves.
+        optimizer.apply(grads, model.trainable_variables)
+        return loss
+
+    @tf.function
+    def train_step(iterator):
+        per_replica_loss = strategy.run(replica_step, args=next(iterator))
+        # SUM of the per-replica losses (each already scaled by 1/global_batch) = mean over the global batch.
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+
+    return train_step
+
+
 def evaluate(model, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Test loss and accuracy, computed in this process (reads distributed variables, runs no collectives)."""
     import tensorflow as tf
@@ -236,6 +260,26 @@ class ProgressTracker:
 
 
 # ---------------------------------------------------------------------------------------------- MultiWorkerMirrored
+def save_mirrored_results(args, env, data, model, tracker, num_workers, replicas, global_batch, duration) -> None:
+    """Chief of a mirrored/local run: evaluate, then write model.keras and metrics.json."""
+    test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
+    metrics = base_metrics(args, env, data) | {
+        "workers": num_workers,
+        "replicas": replicas,
+        "global_batch_size": global_batch,
+        "steps": tracker.total,
+        "steps_per_epoch": tracker.steps_per_epoch,
+        "final_train_loss": tracker.epoch_mean_losses[-1],
+        "epoch_train_losses": tracker.epoch_mean_losses,
+        "test_loss": test_loss,
+        "test_accuracy": test_acc,
+        "duration_s": round(duration, 3),
+        "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
+    }
+    save_outputs(model, args, data, env.output_dir, metrics)
+    log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
+
+
 def run_mirrored(args, env: Fc2Env) -> int:
     import keras
     import tensorflow as tf
@@ -278,21 +322,7 @@ def run_mirrored(args, env: Fc2Env) -> int:
         optimizer = keras.optimizers.Adam(learning_rate=args.learning_rate)
         optimizer.build(model.trainable_variables)
 
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            logits = model(x, training=True)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    @tf.function
-    def train_step(it):
-        per_replica_loss = strategy.run(replica_step, args=next(it))
-        # SUM of per-replica (already 1/global_batch-scaled) losses = mean loss over the global batch.
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
-
+    train_step = make_train_step(strategy, model, optimizer, global_batch)
     tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=env.is_chief)
     started = time.monotonic()
     for _ in range(tracker.total):
@@ -300,23 +330,12 @@ def run_mirrored(args, env: Fc2Env) -> int:
         tracker.add([loss], log_now=(tracker.step + 1) % args.log_every_steps == 0)
     duration = time.monotonic() - started
 
+    failure = None
     if env.is_chief:
-        test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
-        metrics = base_metrics(args, env, data) | {
-            "workers": num_workers,
-            "replicas": replicas,
-            "global_batch_size": global_batch,
-            "steps": tracker.total,
-            "steps_per_epoch": steps_per_epoch,
-            "final_train_loss": tracker.epoch_mean_losses[-1],
-            "epoch_train_losses": tracker.epoch_mean_losses,
-            "test_loss": test_loss,
-            "test_accuracy": test_acc,
-            "duration_s": round(duration, 3),
-            "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
-        }
-        save_outputs(model, args, data, env.output_dir, metrics)
-        log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
+        try:
+            save_mirrored_results(args, env, data, model, tracker, num_workers, replicas, global_batch, duration)
+        except Exception as exc:  # still reach the barrier below, or the other workers would wait there forever
+            failure = exc
 
     if env.strategy == "mirrored":
         # Barrier: no worker leaves (and tears down its collective endpoint) before the chief has saved. Inside a
@@ -326,6 +345,8 @@ def run_mirrored(args, env: Fc2Env) -> int:
             return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
 
         barrier()
+    if failure is not None:
+        raise failure
     log(f"[fc2_digits] worker {env.task_index} finished")
     return 0
 
@@ -389,20 +410,7 @@ def run_ps_chief(args, env: Fc2Env) -> int:
 
     per_worker_iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            logits = model(x, training=True)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    @tf.function
-    def worker_step(it):
-        per_replica_loss = strategy.run(replica_step, args=next(it))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
-
+    worker_step = make_train_step(strategy, model, optimizer, global_batch)
     tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=True)
     started = time.monotonic()
     while tracker.step < tracker.total:

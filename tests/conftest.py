@@ -1,0 +1,85 @@
+"""Shared fixtures: isolated storage, the example wheel built for real, users alice/bob and their first rows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fc2.models import Job
+from fc2.services import datasets, jobs
+from fc2.services.bundles import store_bundle
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def runtime_dir(tmp_path) -> Path:
+    """Uploads, artifacts and local clusters of one test (never the developer's var/)."""
+    return tmp_path / "fc2var"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_storage(settings, runtime_dir):
+    settings.MEDIA_ROOT = runtime_dir / "media"
+    settings.FC2_LOCAL_CLUSTER_DIR = runtime_dir / "clusters"
+
+
+@pytest.fixture(scope="session")
+def example_wheel(tmp_path_factory) -> Path:
+    """examples/digits_cnn built into a wheel, as `make examples` does."""
+    out = tmp_path_factory.mktemp("wheels")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out),
+         str(PROJECT_DIR / "examples" / "digits_cnn")],
+        check=True,
+    )  # fmt: skip
+    return next(out.glob("*.whl"))
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create_user("alice", "alice@example.com", "alice-password-1")
+
+
+@pytest.fixture
+def bob(django_user_model):
+    return django_user_model.objects.create_user("bob", "bob@example.com", "bob-password-1")
+
+
+@pytest.fixture
+def bundle(alice, example_wheel):
+    with example_wheel.open("rb") as wheel:
+        return store_bundle(alice, wheel, example_wheel.name)
+
+
+@pytest.fixture
+def digits(db):
+    return datasets.ready(datasets.resolve(None, "digits"))
+
+
+def make_job(owner, bundle, dataset, **fields) -> Job:
+    request = jobs.JobRequest(bundle=bundle, dataset=dataset, parameters={"epochs": "1"})
+    for name, value in fields.items():
+        setattr(request, name, value)
+    return jobs.submit(owner, request, driver=Job.Driver.INLINE)
+
+
+@pytest.fixture
+def job(alice, bundle, digits) -> Job:
+    return make_job(alice, bundle, digits)
+
+
+def cluster_processes() -> list[psutil.Process]:
+    """Every process of any FC² cluster still alive on this machine."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if "FC2_CLUSTER_ID" in process.environ() and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found

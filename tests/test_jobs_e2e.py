@@ -1,0 +1,185 @@
+"""Real jobs end to end: TensorFlow training across processes on the local provider, through the CLI and Celery.
+
+These start real clusters (a few TensorFlow processes each, ~15 s per job); keep them few and small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zipfile
+from io import StringIO
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from fc2.models import CodeBundle, Job, Node
+from fc2.services import pipeline
+from tests.conftest import PROJECT_DIR, cluster_processes, make_job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ALL_STATES = ["queued", "profiling", "provisioning", "bootstrapping", "running", "collecting", "succeeded"]
+
+
+def submit(*args: str) -> dict:
+    out = StringIO()
+    try:
+        call_command("submit_job", *args, "--json", stdout=out)
+    except SystemExit as exc:  # --wait exits 1 unless succeeded; the JSON is printed first
+        assert exc.code == 1
+    return json.loads(out.getvalue())
+
+
+def assert_cluster_gone(job: Job, runtime_dir: Path) -> None:
+    assert cluster_processes() == []
+    assert not (runtime_dir / "clusters" / f"fc2-job-{job.pk}").exists()
+
+
+@pytest.mark.parametrize("strategy", ["ps", "mirrored"])
+def test_inline_job_trains_and_returns_results(strategy, alice, example_wheel, runtime_dir):
+    result = submit(
+        "--bundle", str(example_wheel), "--dataset", "digits", "--workers", "2", "--strategy", strategy,
+        "--param", "epochs=1", "--param", "steps_per_epoch=5", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
+
+    assert result["status"] == "succeeded", result.get("error")
+    job = Job.objects.get(pk=result["id"])
+    assert result["workers"] == 2 and result["duration_s"] > 0
+    names = {a["name"] for a in result["artifacts"]}
+    assert {"model.keras", "metrics.json"} <= names
+    assert {f"logs/{n.name}.log" for n in job.nodes.all()} <= names
+    assert result["metrics"]["strategy"] == strategy
+    assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
+    with zipfile.ZipFile(job.artifacts.get(name="model.keras").file.path) as model:
+        assert "config.json" in model.namelist()  # a real Keras 3 model file
+    roles = sorted(job.nodes.values_list("name", flat=True))
+    assert roles == (["chief-0", "ps-0", "worker-0", "worker-1"] if strategy == "ps" else ["worker-0", "worker-1"])
+    assert all(n.started_at for n in job.nodes.all()), "every node's agent reported"
+    assert list(dict.fromkeys(job.events.values_list("state", flat=True))) == ALL_STATES  # in order, none skipped
+    assert job.steps and job.step == job.steps and job.progress_percent == 100
+    assert_cluster_gone(job, runtime_dir)
+
+
+def test_failing_training_code_fails_the_job_with_its_log(alice, tmp_path, runtime_dir):
+    wheel = tmp_path / "crash-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("crash/__init__.py", "")
+        zf.writestr("crash/main.py", "import sys\nprint('loading data')\nsys.exit('boom: the model diverged')\n")
+        zf.writestr("crash-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: crash\nVersion: 0.1\n")
+        zf.writestr("crash-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("crash-0.1.dist-info/RECORD", "")
+
+    result = submit("--bundle", str(wheel), "--dataset", "digits", "--strategy", "mirrored", "--workers", "1",
+                    "--user", "alice", "--inline", "--wait")  # fmt: skip
+
+    assert result["status"] == "failed"
+    assert "exit code 1" in result["error"] and "boom: the model diverged" in result["error"]
+    job = Job.objects.get(pk=result["id"])
+    assert job.nodes.get().status == Node.Status.FAILED
+    assert "logs/worker-0.log" in {a["name"] for a in result["artifacts"]}
+    assert_cluster_gone(job, runtime_dir)
+
+
+def test_cancel_while_running_leaves_no_process(alice, bundle, digits, runtime_dir):
+    job = make_job(alice, bundle, digits, parameters={"epochs": "500"}, strategy="ps")
+    runner = threading.Thread(target=pipeline.run_inline, args=(job.pk,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not Node.objects.filter(job=job, name="chief-0", step__gt=0).exists():
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.5)
+        assert len(cluster_processes()) >= 4
+
+        assert pipeline.cancel(Job.objects.get(pk=job.pk), by="alice")
+    finally:
+        pipeline.cancel(Job.objects.get(pk=job.pk), by="test teardown")  # no-op unless an assert failed above
+        runner.join(timeout=30)
+
+    job.refresh_from_db()
+    assert job.state == Job.State.CANCELLED and not runner.is_alive()
+    assert job.events.filter(state="cancelled", message="cancelled by alice").exists()
+    assert_cluster_gone(job, runtime_dir)
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = quote(db["USER"] or "", safe="") + (f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture
+def celery_worker(live_server, runtime_dir, settings, tmp_path):
+    """A real `celery worker` process on the configured broker (Redis in CI), on a queue of its own."""
+    queue = f"fc2-test-{uuid.uuid4().hex[:8]}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "FC2_MEDIA_ROOT": str(runtime_dir / "media"),
+        "FC2_LOCAL_CLUSTER_DIR": str(runtime_dir / "clusters"),
+        "FC2_PUBLIC_URL": live_server.url,
+        "FC2_QUEUE": queue,
+        "FC2_WATCH_INTERVAL_S": "1",
+    }
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "fc2", "worker", "-Q", queue, "--concurrency", "1",
+             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"],
+            cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    yield log
+    worker.terminate()
+    worker.wait(timeout=30)
+
+
+def test_job_runs_through_a_real_celery_worker(alice, example_wheel, celery_worker, runtime_dir):
+    result = submit(
+        "--bundle", str(example_wheel), "--dataset", "digits", "--workers", "2", "--strategy", "mirrored",
+        "--param", "epochs=1", "--param", "steps_per_epoch=3", "--user", "alice", "--wait",
+    )  # fmt: skip
+
+    assert result["status"] == "succeeded", (result.get("error"), celery_worker.read_text()[-3000:])
+    job = Job.objects.get(pk=result["id"])
+    assert job.driver == Job.Driver.CELERY
+    assert "model.keras" in {a["name"] for a in result["artifacts"]}
+    worker_log = celery_worker.read_text()
+    for step in ("profile", "provision", "bootstrap", "watch", "collect"):
+        assert f"fc2.tasks.{step}" in worker_log
+    assert_cluster_gone(job, runtime_dir)
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--dataset", "no-such-set"], "no dataset named 'no-such-set'"),
+        (["--dataset", "mnist"], "could not be loaded"),
+        (["--dataset", "digits", "--provider", "mars"], "unknown provider 'mars'"),
+        (["--dataset", "digits", "--workers", "0"], "at least 1 worker"),
+        (["--dataset", "digits", "--main", "train.py"], "train.py"),
+        (["--dataset", "digits", "--param", "epochs"], "not KEY=VALUE"),
+        (["--dataset", "digits", "--user", "nobody"], "no user 'nobody'"),
+    ],
+)
+def test_bad_submissions_are_refused_and_store_nothing(args, reason, alice, example_wheel, runtime_dir, monkeypatch):
+    monkeypatch.setattr("keras.datasets.mnist.load_data", _offline)
+    with pytest.raises(CommandError, match=reason):
+        call_command("submit_job", "--bundle", str(example_wheel), "--user", "alice", *args)
+    assert not Job.objects.exists() and not CodeBundle.objects.exists()
+    assert not list((runtime_dir / "media" / "bundles").rglob("*.whl"))
+
+
+def _offline():
+    raise OSError("[Errno -3] Temporary failure in name resolution")
