@@ -26,6 +26,7 @@ def runtime_dir(tmp_path) -> Path:
 def _isolated_storage(settings, runtime_dir):
     settings.MEDIA_ROOT = runtime_dir / "media"
     settings.FC2_LOCAL_CLUSTER_DIR = runtime_dir / "clusters"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # users in a blink
 
 
 @pytest.fixture(scope="session")

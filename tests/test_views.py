@@ -20,11 +20,6 @@ from tests.conftest import make_job
 from tests.wheels import FILENAME, GOOD, make_wheel
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def bob_job(bob, digits, example_wheel) -> Job:
     with example_wheel.open("rb") as wheel:

@@ -186,7 +186,9 @@ def store_artifact(job: Job, name: str, data: bytes, node: Node | None = None) -
     from django.core.files.base import ContentFile
 
     with transaction.atomic():
-        Artifact.objects.filter(job=job, name=name).delete()
+        for old in Artifact.objects.filter(job=job, name=name):
+            old.file.delete(save=False)
+            old.delete()
         artifact = Artifact(job=job, node=node, name=name, size_bytes=len(data))
         artifact.file.save(name.rsplit("/", 1)[-1], ContentFile(data), save=False)
         artifact.save()

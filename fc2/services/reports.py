@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fc2.models import Job, Node
 from fc2.services import pipeline
 from monitor.ingest import record_sample
+
+# Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
+Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
+ByteCount = Annotated[int, Field(ge=0, le=2**63 - 1)]
 
 
 def _finite(value: float | None) -> float | None:
@@ -22,10 +26,10 @@ def _finite(value: float | None) -> float | None:
 
 class Progress(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    epoch: NonNegativeInt | None = None
-    epochs: NonNegativeInt | None = None
-    step: NonNegativeInt | None = None
-    steps: NonNegativeInt | None = None
+    epoch: Count | None = None
+    epochs: Count | None = None
+    step: Count | None = None
+    steps: Count | None = None
     loss: float | None = None  # NaN/inf (a diverging run) is kept as unknown, not rejected
 
     _finite_loss = field_validator("loss")(_finite)
@@ -36,15 +40,15 @@ class Sample(BaseModel):
     cpu_percent: float | None = Field(None, ge=0)
     memory_mb: float | None = Field(None, ge=0)
     gpu_percent: float | None = Field(None, ge=0, le=100)
-    bytes_sent: NonNegativeInt | None = None
-    bytes_recv: NonNegativeInt | None = None
+    bytes_sent: ByteCount | None = None
+    bytes_recv: ByteCount | None = None
 
 
 class Report(BaseModel):
     model_config = ConfigDict(extra="ignore")
     node: str = Field(min_length=1, max_length=50)
     status: Literal["started", "running", "succeeded", "failed", "stopped"]
-    exit_code: int | None = None
+    exit_code: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
     progress: Progress | None = None
     sample: Sample | None = None
     log_tail: str | None = Field(None, max_length=100_000)
@@ -99,7 +103,7 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
                 Job.objects.filter(pk=job.pk).update(metrics=_metrics(upload))
 
     if report.status == "failed":
-        reason = f"{node.name} failed with exit code {report.exit_code}"
+        reason = f"{node.name} failed" + (f" with exit code {report.exit_code}" if report.exit_code is not None else "")
         tail = (report.log_tail or "").strip()
         reason = f"{reason}; its log ends:\n{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
         pipeline.fail(job, reason, release_now=False)
