@@ -19,6 +19,9 @@ class JobForm(forms.Form):
     )
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, empty_label="(use the URL)")
     dataset_url = forms.URLField(required=False, label="…or dataset URL", assume_scheme="https")
+    dataset_file = forms.FileField(
+        required=False, label="…or upload a dataset", help_text="e.g. an .npz with x_train, y_train, x_test, y_test"
+    )
     provider = forms.ChoiceField(choices=[("local", "Local (this machine)")])
     strategy = forms.ChoiceField(choices=Job.Strategy.choices)
     workers = forms.IntegerField(min_value=1, max_value=jobs.MAX_LOCAL_WORKERS, initial=2)
@@ -46,14 +49,15 @@ class JobForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
-        dataset, url = cleaned.get("dataset"), cleaned.get("dataset_url")
-        if not dataset and not url:
-            self.add_error("dataset", "Pick a dataset or give its URL.")
-        elif dataset and url:
-            self.add_error("dataset_url", "Give either a dataset or a URL, not both.")
-        else:
+        given = [f for f in ("dataset", "dataset_url", "dataset_file") if cleaned.get(f)]
+        if not given and not any(f in self.errors for f in ("dataset_url", "dataset_file")):
+            self.add_error("dataset", "Pick a dataset, give its URL or upload it.")
+        elif len(given) > 1:
+            self.add_error(given[1], "Give one dataset: a choice, a URL or a file.")
+        elif given == ["dataset"] or given == ["dataset_url"]:
             try:
-                cleaned["dataset"] = datasets.ready(dataset or datasets.resolve(self.user, url))
+                choice = cleaned.get("dataset") or datasets.resolve(self.user, cleaned["dataset_url"])
+                cleaned["dataset"] = datasets.ready(choice)
             except datasets.DatasetError as exc:
-                self.add_error("dataset_url" if url else "dataset", str(exc))
+                self.add_error(given[0], str(exc))
         return cleaned

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from fc2.bundles import BundleError
 from fc2.forms import JobForm
 from fc2.models import Artifact, Job, is_platform_admin
-from fc2.services import jobs, pipeline
+from fc2.services import datasets, jobs, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
 
@@ -51,6 +51,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
             with atomic_with_files():
                 upload = data["wheel"]
                 bundle = store_bundle(request.user, upload, upload.name, data["main_script"])
+                if data.get("dataset_file"):
+                    data["dataset"] = datasets.store_upload(request.user, data["dataset_file"])
                 job = jobs.submit(
                     request.user,
                     jobs.JobRequest(
@@ -62,8 +64,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
                         workers=data["workers"],
                     ),
                 )
-        except (BundleError, jobs.SubmitError) as exc:
-            form.add_error(getattr(exc, "field", None) or "wheel", str(exc))
+        except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
+            field = "dataset_file" if isinstance(exc, datasets.DatasetError) else getattr(exc, "field", None) or "wheel"
+            form.add_error(field, str(exc))
         else:
             messages.success(request, f"Job {job.pk} submitted.")
             return redirect(job)

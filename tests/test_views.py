@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import random
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
@@ -13,7 +15,7 @@ from django.utils.html import escape
 
 from fc2.bundles import MB
 from fc2.celery import app as celery_app
-from fc2.models import CodeBundle, Job
+from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import jobs, pipeline
 from fc2.services.bundles import store_bundle
 from tests.conftest import make_job
@@ -318,11 +320,11 @@ def test_submit_error_is_shown_at_its_field(client, alice, digits, example_wheel
 @pytest.mark.parametrize(
     ("fields", "field", "reason"),
     [
-        pytest.param({"dataset": ""}, "dataset", "Pick a dataset or give its URL.", id="no-dataset"),
+        pytest.param({"dataset": ""}, "dataset", "Pick a dataset, give its URL or upload it.", id="no-dataset"),
         pytest.param(
             {"dataset_url": "https://example.com/d.npz"},
             "dataset_url",
-            "Give either a dataset or a URL, not both.",
+            "Give one dataset: a choice, a URL or a file.",
             id="both",
         ),
         pytest.param({"parameters": "epochs"}, "parameters", "parameter 'epochs' is not KEY=VALUE", id="bad-param"),
@@ -340,6 +342,50 @@ def test_other_bad_input_is_refused(client, alice, digits, settings, tmp_path, f
     assert response.context["form"].errors[field] == [reason]
     assert not CodeBundle.objects.exists()
     assert bundle_files(settings) == before
+
+
+def npz_bytes(rows: int = 30) -> bytes:
+    buffer = io.BytesIO()
+    x, y = np.zeros((rows, 8, 8, 1), "float32"), np.arange(rows) % 10
+    np.savez(buffer, x_train=x[:20], y_train=y[:20], x_test=x[20:], y_test=y[20:])
+    return buffer.getvalue()
+
+
+def test_dataset_upload_is_stored_and_described(client, alice, digits, example_wheel, settings):
+    client.force_login(alice)
+    wheel = SimpleUploadedFile(example_wheel.name, example_wheel.read_bytes())
+    data = SimpleUploadedFile("mine.npz", npz_bytes())
+
+    response = client.post(reverse("job-new"), form_data(wheel, digits, dataset="", dataset_file=data))
+
+    assert response.status_code == 302
+    dataset = Job.objects.get().dataset
+    assert (dataset.owner, dataset.kind, dataset.name, dataset.rows, dataset.features) == (
+        alice,
+        "upload",
+        "mine.npz",
+        30,
+        64,
+    )
+    assert Path(dataset.path).read_bytes() == npz_bytes()
+
+
+@pytest.mark.parametrize(
+    ("content", "max_mb", "reason"),
+    [(b"", 500, "empty"), (b"x" * (2 * 2**20), 1, "larger than 1 MB")],
+)
+def test_bad_dataset_upload_leaves_nothing(client, alice, digits, example_wheel, settings, content, max_mb, reason):
+    settings.FC2_MAX_DATASET_MB = max_mb
+    client.force_login(alice)
+    wheel = SimpleUploadedFile(example_wheel.name, example_wheel.read_bytes())
+    data = SimpleUploadedFile("big.csv", content)
+
+    response = client.post(reverse("job-new"), form_data(wheel, digits, dataset="", dataset_file=data))
+
+    assert response.status_code == 400
+    assert any(reason in e for e in response.context["form"].errors["dataset_file"])
+    assert not CodeBundle.objects.exists() and not Dataset.objects.filter(kind="upload").exists()
+    assert not [p for p in Path(settings.MEDIA_ROOT).rglob("*") if p.is_file() and "builtin" not in p.parts]
 
 
 # --- cancel, health, results ---

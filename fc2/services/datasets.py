@@ -6,9 +6,10 @@ shaped (n, height, width, channels) and integer labels — the format the exampl
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 from django.conf import settings
@@ -16,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from fc2.models import Dataset
+from fc2.services.files import atomic_with_files, track
 
 
 class DatasetError(ValueError):
@@ -148,3 +150,41 @@ def resolve(user, name_or_url: str) -> Dataset:
     if match is None:
         raise DatasetError(f"no dataset named {value!r} (built-ins: {', '.join(BUILTINS)}; or give an http(s) URL)")
     return match
+
+
+def describe_npz(fileobj) -> tuple[int | None, int | None]:
+    """(rows, features) of an .npz in the built-ins' format, or (None, None) if it is not one."""
+    try:
+        with np.load(fileobj, allow_pickle=False) as data:
+            shapes = [data[key].shape for key in ("x_train", "x_test") if key in data.files]
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        return None, None
+    finally:
+        fileobj.seek(0)
+    if not shapes:
+        return None, None
+    return sum(shape[0] for shape in shapes), int(np.prod(shapes[0][1:], dtype=np.int64))
+
+
+def store_upload(owner, upload, name: str = "") -> Dataset:
+    """A dataset from an uploaded file (size-limited); .npz files in the built-ins' format get rows and features."""
+    limit = settings.FC2_MAX_DATASET_MB * 2**20
+    if upload.size == 0:
+        raise DatasetError("the dataset file is empty")
+    if upload.size > limit:
+        raise DatasetError(f"the dataset file is larger than {settings.FC2_MAX_DATASET_MB} MB")
+    rows, features = describe_npz(upload) if upload.name.endswith(".npz") else (None, None)
+    dataset = Dataset(
+        owner=owner,
+        kind=Dataset.Kind.UPLOAD,
+        name=name or PurePosixPath(upload.name).name,
+        size_mb=round(upload.size / 2**20, 3),
+        rows=rows,
+        features=features,
+    )
+    with atomic_with_files():
+        dataset.file.save(PurePosixPath(upload.name).name, upload, save=False)
+        track(dataset.file)
+        dataset.path = dataset.file.path
+        dataset.save()
+    return dataset
