@@ -27,9 +27,10 @@ setup: $(BIN)/.installed examples
 # The platform on 127.0.0.1:8000 with a Celery worker beside it (SQLite, embedded broker, local provider by default).
 run: setup
 	@echo "FC² platform on http://$(HOST):$(PORT)/ (Ctrl-C stops the web server and the worker)"
-	@$(BIN)/celery -A fc2 worker -Q fc2 --loglevel INFO --concurrency 2 & worker=$$!; \
+	@export FC2_PUBLIC_URL=$${FC2_PUBLIC_URL:-http://$(HOST):$(PORT)}; \
+	$(BIN)/celery -A fc2 worker -Q fc2 --loglevel INFO --concurrency 2 & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
-	FC2_PUBLIC_URL=$${FC2_PUBLIC_URL:-http://$(HOST):$(PORT)} $(BIN)/python manage.py runserver $(HOST):$(PORT)
+	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 test: $(BIN)/.installed examples
 	$(BIN)/ruff check .

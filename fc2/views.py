@@ -14,8 +14,6 @@ from fc2.bundles import BundleError
 from fc2.forms import JobForm
 from fc2.models import Artifact, Job, is_platform_admin
 from fc2.services import datasets, jobs, pipeline
-from fc2.services.bundles import store_bundle
-from fc2.services.files import atomic_with_files
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -48,22 +46,18 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            with atomic_with_files():
-                upload = data["wheel"]
-                bundle = store_bundle(request.user, upload, upload.name, data["main_script"])
-                if data.get("dataset_file"):
-                    data["dataset"] = datasets.store_upload(request.user, data["dataset_file"])
-                job = jobs.submit(
-                    request.user,
-                    jobs.JobRequest(
-                        bundle=bundle,
-                        dataset=data["dataset"],
-                        parameters=data["parameters"],
-                        provider=data["provider"],
-                        strategy=data["strategy"],
-                        workers=data["workers"],
-                    ),
-                )
+            job = jobs.submit_upload(
+                request.user,
+                data["wheel"],
+                data["wheel"].name,
+                data["main_script"],
+                dataset=data.get("dataset"),
+                dataset_file=data.get("dataset_file"),
+                parameters=data["parameters"],
+                provider=data["provider"],
+                strategy=data["strategy"],
+                workers=data["workers"],
+            )
         except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
             field = "dataset_file" if isinstance(exc, datasets.DatasetError) else getattr(exc, "field", None) or "wheel"
             form.add_error(field, str(exc))

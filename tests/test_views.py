@@ -289,7 +289,7 @@ def test_failure_after_storing_rolls_back_row_and_file(client, alice, digits, ex
 
     upload = SimpleUploadedFile(example_wheel.name, example_wheel.read_bytes())
     with (
-        mock.patch("fc2.views.store_bundle", side_effect=store_then_remember),
+        mock.patch("fc2.services.jobs.store_bundle", side_effect=store_then_remember),
         mock.patch.object(jobs, "submit", side_effect=jobs.SubmitError("no capacity left on the local provider")),
     ):
         response = client.post(reverse("job-new"), form_data(upload, digits))

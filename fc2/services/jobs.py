@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import BinaryIO
 
 from django.db import transaction
 
 import provisioner
 from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import datasets, pipeline
+from fc2.services.bundles import store_bundle
+from fc2.services.files import atomic_with_files
 
 MAX_LOCAL_WORKERS = 8  # each local node is a TensorFlow process of ~600 MB
 
@@ -84,6 +87,28 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY) -> Job:
         job.events.create(state=job.state, message=f"submitted by {owner}")
         pipeline.enqueue(job, "profile")
     return job
+
+
+def submit_upload(
+    owner,
+    wheel: BinaryIO,
+    filename: str,
+    main_script: str = "main.py",
+    *,
+    dataset: Dataset | None = None,
+    dataset_file=None,
+    driver: str = Job.Driver.CELERY,
+    **options,
+) -> Job:
+    """Store the uploaded wheel (and dataset file, if any) and submit the job: all of it, or nothing at all.
+
+    Raises BundleError, DatasetError or SubmitError; `options` are the other JobRequest fields.
+    """
+    with atomic_with_files():
+        bundle = store_bundle(owner, wheel, filename, main_script)
+        if dataset_file is not None:
+            dataset = datasets.store_upload(owner, dataset_file)
+        return submit(owner, JobRequest(bundle=bundle, dataset=dataset, **options), driver=driver)
 
 
 def parse_parameters(pairs: list[str]) -> dict[str, str]:

@@ -227,6 +227,28 @@ def base_metrics(args, env: Fc2Env, data: Dataset) -> dict:
     }
 
 
+def finish(model, args, env: Fc2Env, data: Dataset, tracker, global_batch: int, duration: float, **layout) -> None:
+    """Evaluate on the test split, then save the model and metrics.json (the chief only calls this)."""
+    test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
+    metrics = (
+        base_metrics(args, env, data)
+        | layout
+        | {
+            "global_batch_size": global_batch,
+            "steps": tracker.total,
+            "steps_per_epoch": tracker.steps_per_epoch,
+            "final_train_loss": tracker.epoch_mean_losses[-1],
+            "epoch_train_losses": tracker.epoch_mean_losses,
+            "test_loss": test_loss,
+            "test_accuracy": test_acc,
+            "duration_s": round(duration, 3),
+            "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
+        }
+    )
+    save_outputs(model, args, data, env.output_dir, metrics)
+    log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
+
+
 class ProgressTracker:
     """Turns per-step losses into FC2_PROGRESS lines. ``epoch`` is the 1-based epoch the latest step belongs to
     (so on an epoch-end line it equals the number of completed epochs); ``step``/``steps`` count the whole run."""
@@ -260,26 +282,6 @@ class ProgressTracker:
 
 
 # ---------------------------------------------------------------------------------------------- MultiWorkerMirrored
-def save_mirrored_results(args, env, data, model, tracker, num_workers, replicas, global_batch, duration) -> None:
-    """Chief of a mirrored/local run: evaluate, then write model.keras and metrics.json."""
-    test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
-    metrics = base_metrics(args, env, data) | {
-        "workers": num_workers,
-        "replicas": replicas,
-        "global_batch_size": global_batch,
-        "steps": tracker.total,
-        "steps_per_epoch": tracker.steps_per_epoch,
-        "final_train_loss": tracker.epoch_mean_losses[-1],
-        "epoch_train_losses": tracker.epoch_mean_losses,
-        "test_loss": test_loss,
-        "test_accuracy": test_acc,
-        "duration_s": round(duration, 3),
-        "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
-    }
-    save_outputs(model, args, data, env.output_dir, metrics)
-    log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
-
-
 def run_mirrored(args, env: Fc2Env) -> int:
     import keras
     import tensorflow as tf
@@ -333,7 +335,7 @@ def run_mirrored(args, env: Fc2Env) -> int:
     failure = None
     if env.is_chief:
         try:
-            save_mirrored_results(args, env, data, model, tracker, num_workers, replicas, global_batch, duration)
+            finish(model, args, env, data, tracker, global_batch, duration, workers=num_workers, replicas=replicas)
         except Exception as exc:  # still reach the barrier below, or the other workers would wait there forever
             failure = exc
 
@@ -422,23 +424,18 @@ def run_ps_chief(args, env: Fc2Env) -> int:
         tracker.add([float(r.fetch()) for r in remote], log_now=True)
     duration = time.monotonic() - started
 
-    test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
-    metrics = base_metrics(args, env, data) | {
-        "workers": num_workers,
-        "parameter_servers": num_ps,
-        "replicas": num_workers,
-        "global_batch_size": global_batch,
-        "steps": tracker.total,
-        "steps_per_epoch": steps_per_epoch,
-        "final_train_loss": tracker.epoch_mean_losses[-1],
-        "epoch_train_losses": tracker.epoch_mean_losses,
-        "test_loss": test_loss,
-        "test_accuracy": test_acc,
-        "duration_s": round(duration, 3),
-        "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
-    }
-    save_outputs(model, args, data, env.output_dir, metrics)
-    log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
+    finish(
+        model,
+        args,
+        env,
+        data,
+        tracker,
+        global_batch,
+        duration,
+        workers=num_workers,
+        parameter_servers=num_ps,
+        replicas=num_workers,
+    )
     return 0
 
 

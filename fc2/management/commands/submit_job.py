@@ -13,8 +13,6 @@ from django.core.management.base import BaseCommand, CommandError
 from fc2.bundles import BundleError
 from fc2.models import Job
 from fc2.services import datasets, jobs, pipeline
-from fc2.services.bundles import store_bundle
-from fc2.services.files import atomic_with_files
 
 
 class Command(BaseCommand):
@@ -47,11 +45,14 @@ class Command(BaseCommand):
             # Built-ins are materialised (maybe downloaded) here, before any transaction holds the database.
             dataset = datasets.ready(datasets.resolve(owner, options["dataset"]))
             parameters = jobs.parse_parameters(options["param"])
-            with atomic_with_files(), path.open("rb") as wheel:
-                bundle = store_bundle(owner, wheel, path.name, options["main"])
-                request = jobs.JobRequest(
-                    bundle=bundle,
+            with path.open("rb") as wheel:
+                job = jobs.submit_upload(
+                    owner,
+                    wheel,
+                    path.name,
+                    options["main"],
                     dataset=dataset,
+                    driver=Job.Driver.INLINE if options["inline"] else Job.Driver.CELERY,
                     parameters=parameters,
                     provider=options["provider"],
                     strategy=options["strategy"],
@@ -60,8 +61,6 @@ class Command(BaseCommand):
                     ps_type=options["ps_type"],
                     worker_type=options["worker_type"],
                 )
-                driver = Job.Driver.INLINE if options["inline"] else Job.Driver.CELERY
-                job = jobs.submit(owner, request, driver=driver)
         except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
             raise CommandError(str(exc)) from exc
 
