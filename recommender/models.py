@@ -38,3 +38,46 @@ class InstanceType(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.catalog.name})"
+
+
+class PerformanceRecord(models.Model):
+    """One measured (or failed) training configuration: what the algorithms and the model learn from.
+
+    A record with no epoch time is a failed run (Anwar's single machine at batch 64000): kept and counted, never used
+    as a time.
+    """
+
+    class Source(models.TextChoices):
+        IMPORTED = "imported", "Imported"
+        PROFILED = "profiled", "Bandwidth profiling run"
+        MEASURED = "measured", "Measured by a job"
+
+    workload = models.CharField(max_length=100, db_index=True)
+    instance_type = models.CharField(max_length=40, blank=True, help_text="Worker type")
+    ps_type = models.CharField(max_length=40, blank=True)
+    workers = models.PositiveIntegerField(null=True, blank=True)
+    batch_size = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    strategy = models.CharField(max_length=10, blank=True)
+    step_time_s = models.FloatField(null=True, blank=True)
+    epoch_time_s = models.FloatField(null=True, blank=True)
+    loss = models.FloatField(null=True, blank=True)
+    bandwidth_mbps = models.FloatField(null=True, blank=True, help_text="One worker's network use")
+    cpu_util = models.FloatField(null=True, blank=True, help_text="0-100")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.IMPORTED)
+    origin = models.CharField(max_length=300, blank=True, help_text="Imported file (name and sha256) or job")
+    job = models.ForeignKey("fc2.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="perf_records")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workload", "instance_type", "workers", "batch_size", "latency_ms"]
+        indexes = [models.Index(fields=["workload", "batch_size", "latency_ms"])]
+
+    def __str__(self) -> str:
+        what = f"{self.workers or '?'} × {self.instance_type or '?'}"
+        return f"{self.workload}: {what}, batch {self.batch_size}, {self.latency_ms} ms → {self.epoch_time_s} s"
+
+    @property
+    def failed(self) -> bool:
+        return self.epoch_time_s is None and self.bandwidth_mbps is None

@@ -1,0 +1,45 @@
+"""`manage.py import_perf_data PATH --format anwar2021|csv [--workload NAME] [--json]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from recommender.perfdata import FORMATS, PerfDataError, import_file
+
+
+class Command(BaseCommand):
+    help = "Import performance records (all rows or none); re-importing a file replaces its earlier records."
+    requires_system_checks = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("path")
+        parser.add_argument("--format", required=True, choices=FORMATS)
+        parser.add_argument("--workload", help="workload name (anwar2021: default 'anwar2021'; csv: overrides)")
+        parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+    def handle(self, *args, **options):
+        try:
+            result = import_file(Path(options["path"]), options["format"], options["workload"])
+        except PerfDataError as exc:
+            self.stderr.write(f"error: {exc}")
+            if options["json"]:
+                self.stdout.write(json.dumps({"ok": False, "error": str(exc)}))
+            sys.exit(1)
+        summary = {
+            "ok": True,
+            "workloads": list(result.workloads),
+            "imported": result.imported,
+            "failed_runs": result.failed_runs,
+            "replaced": result.replaced,
+        }
+        if options["json"]:
+            self.stdout.write(json.dumps(summary))
+        else:
+            self.stdout.write(
+                f"imported {result.imported} records for {', '.join(result.workloads)} "
+                f"({result.failed_runs} failed runs kept; {result.replaced} from an earlier import replaced)"
+            )

@@ -1,0 +1,108 @@
+"""Values the recommender's algorithms work on: frozen dataclasses, no ORM (the service layer builds them).
+
+Notation follows FC² §5 and Anwar et al. §4 (see ../shared/DESIGN.md): C = budget $/h, c_ps / c_t = PS / worker
+prices, B_ps = PS network capacity (Mbps), b_t = measured bandwidth of one worker of type t (Mbps), p = saturation
+margin, L^w / L^p = worker / PS types considered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model")
+
+
+class RecommendationError(ValueError):
+    """The request cannot be answered (infeasible budget, unknown type, no data); the message says why."""
+
+
+@dataclass(frozen=True)
+class MissingProfile:
+    """A bandwidth profile Scala-Opt needs and no record has: run 1 PS + 1 worker of this type to measure it."""
+
+    workload: str  # the workload the profile is for
+    worker_type: str  # the worker instance type to profile
+    ps_type: str  # the PS type it would run against
+    batch_size: int | None  # batch size the bandwidth depends on (None: any)
+
+    def __str__(self) -> str:
+        batch = f", batch size {self.batch_size}" if self.batch_size else ""
+        return f"{self.workload}: {self.worker_type} worker against a {self.ps_type} PS{batch}"
+
+
+class MissingProfilesError(RecommendationError):
+    """Scala-Opt cannot decide until these bandwidth profiles are measured."""
+
+    def __init__(self, missing: list[MissingProfile]):
+        self.missing = tuple(missing)
+        super().__init__("missing bandwidth profiles (run a profiling job for each): " + "; ".join(map(str, missing)))
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    name: str  # e.g. "c4.xlarge"
+    hourly_price: float  # on-demand $/h
+    role: str = "any"  # "ps", "worker" or "any": which list the catalogue offers it in
+    vcpu: int | None = None  # virtual CPUs
+    ecu: float | None = None  # EC2 compute units (None: variable, e.g. t2)
+    memory_gib: float | None = None
+    gpus: int = 0  # number of GPUs
+    gpu_model: str = ""  # e.g. "NVIDIA T4"
+    network_mbps: float | None = None  # network capacity (B_ps when used as a PS)
+
+
+@dataclass(frozen=True)
+class PerfRecord:
+    workload: str  # what was trained, e.g. "cifar10-cnn" or "anwar2021-mnist"
+    instance_type: str = ""  # worker type ("" when the source does not say)
+    ps_type: str = ""  # PS type ("" for all-reduce runs or unknown)
+    workers: int | None = None  # number of workers
+    batch_size: int | None = None
+    latency_ms: float | None = None  # network latency between nodes
+    epoch_time_s: float | None = None  # None: the run failed (kept, never used as a time)
+    bandwidth_mbps: float | None = None  # b_t: one worker's bandwidth use
+    cpu_util: float | None = None  # 0..100
+    strategy: str = ""  # "ps", "mirrored" or ""
+    source: str = "imported"  # "imported", "profiled" or "measured"
+
+
+@dataclass(frozen=True)
+class RecommendRequest:
+    algorithm: str  # one of ALGORITHMS
+    workload: str = ""  # whose performance records to use
+    budget: float | None = None  # C, $/h; exactly one of budget and max_workers
+    max_workers: int | None = None  # a limit on the worker count instead of a budget
+    ps_type: str | None = None  # the user's PS type; None: chosen by PS selection
+    ps_types: tuple[str, ...] = ()  # L^p; empty: every PS type of the catalogue
+    worker_types: tuple[str, ...] = ()  # L^w; empty: every worker type of the catalogue
+    worker_type: str | None = None  # Scala-Opt-M: the user's worker type
+    batch_size: int | None = None
+    latency_ms: float | None = None
+    saturation: float = 0.95  # p
+    alpha: float = 1.0  # weight of time (Anwar eq. 6)
+    beta: float = 0.0  # weight of cost
+
+
+@dataclass(frozen=True)
+class Candidate:
+    worker_type: str
+    workers: int
+    epoch_time_s: float | None  # measured or predicted; None when the algorithm does not know it
+    hourly_cost: float  # c_ps + n·c_t (all-reduce lookups: n·c_t)
+    source: str  # "measured", "predicted" or "rule"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    algorithm: str
+    ps_type: str | None  # None for PS-less (all-reduce) answers
+    worker_type: str
+    workers: int
+    hourly_cost: float
+    predicted_epoch_time_s: float | None
+    source: str  # "measured", "predicted" or "rule"
+    explanation: str  # why, in a sentence or two a researcher can check
+    candidates: tuple[Candidate, ...] = ()  # every configuration considered
+    pareto: tuple[Candidate, ...] = ()  # model only: the time/cost frontier
+    model_error: float | None = None  # model only: cross-validated MAPE of epoch time (0.12 = 12 %)
+    extra: dict = field(default_factory=dict)  # algorithm-specific details for the API (JSON-serialisable)
