@@ -7,6 +7,7 @@ from django import forms
 from fc2.bundles import BundleError, validate_wheel
 from fc2.models import Dataset, Job
 from fc2.services import datasets, jobs
+from provisioner import local
 
 
 class JobForm(forms.Form):
@@ -24,7 +25,7 @@ class JobForm(forms.Form):
     )
     provider = forms.ChoiceField(choices=[("local", "Local (this machine)")])
     strategy = forms.ChoiceField(choices=Job.Strategy.choices)
-    workers = forms.IntegerField(min_value=1, max_value=jobs.MAX_LOCAL_WORKERS, initial=2)
+    workers = forms.IntegerField(min_value=1, max_value=local.MAX_WORKERS, initial=2)
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)

@@ -145,6 +145,9 @@ class Job(models.Model):
     worker_type = models.CharField(max_length=40, blank=True)
     workers = models.PositiveIntegerField(default=2)
     hourly_budget = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    catalog = models.CharField(max_length=50, default="fc2-2018", help_text="Instance catalogue for the algorithm")
+    worker_types = models.JSONField(default=list, blank=True, help_text="L^w: worker types the algorithm considers")
+    recommendation = models.JSONField(null=True, blank=True, help_text="The recommender's answer, when one was asked")
     driver = models.CharField(max_length=10, choices=Driver.choices, default=Driver.CELERY)
 
     state = models.CharField(max_length=15, choices=State.choices, default=State.QUEUED, db_index=True)
@@ -175,6 +178,11 @@ class Job(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("job-detail", args=[self.pk])
+
+    @property
+    def workload(self) -> str:
+        """Name under which this job's performance is recorded: the code and the data it trains on."""
+        return f"{self.bundle.distribution}:{self.dataset.name}"
 
     @property
     def is_terminal(self) -> bool:

@@ -1,8 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView
 
 from fc2 import api, views
+from recommender import api as recommender_api
+from recommender import views as recommender_views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="job-list", permanent=False)),
@@ -15,5 +18,10 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/artifacts/<int:artifact_id>/", views.artifact_download, name="artifact-download"),
     path("api/jobs/<int:job_id>/report", api.report, name="api-job-report"),
+    path("api/recommend", recommender_api.RecommendView.as_view(), name="api-recommend"),
+    path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
+    path("recommender/", recommender_views.anwar, name="recommender-anwar"),
+    path("recommender/catalogs/", recommender_views.catalogs, name="recommender-catalogs"),
+    path("recommender/records/", recommender_views.records, name="recommender-records"),
     path("admin/", admin.site.urls),
 ]

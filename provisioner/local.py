@@ -32,6 +32,7 @@ from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, RunSpec, is_ch
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
+MAX_WORKERS = 8  # each node is a TensorFlow process of ~600 MB
 # Ports are drawn below Linux's ephemeral range (32768+) so an outgoing connection can't take one meanwhile.
 PORT_RANGE = (20000, 32000)
 AGENT = Path(__file__).resolve().parent.parent / "monitor" / "agent.py"

@@ -24,7 +24,7 @@ class InstanceType(models.Model):
     catalog = models.ForeignKey(Catalog, on_delete=models.CASCADE, related_name="types")
     name = models.CharField(max_length=40)
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.ANY)
-    hourly_price = models.DecimalField(max_digits=10, decimal_places=4, help_text="On-demand $/h")
+    hourly_price = models.DecimalField(max_digits=12, decimal_places=6, help_text="On-demand $/h")
     vcpu = models.PositiveIntegerField(null=True, blank=True)
     ecu = models.FloatField(null=True, blank=True, help_text="EC2 compute units (empty: variable)")
     memory_gib = models.FloatField(null=True, blank=True)

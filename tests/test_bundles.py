@@ -1,6 +1,5 @@
 """fc2.bundles and `manage.py check_bundle`: good wheels pass, each bad one is refused with its reason."""
 
-import doctest
 import hashlib
 import io
 import json
@@ -16,7 +15,6 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 
-from fc2 import bundles
 from fc2.bundles import MB, BundleError, WheelInfo, ZipLimits, check_members, validate_wheel
 from tests.wheels import DIST_INFO, FILENAME, GOOD, make_wheel
 
@@ -340,10 +338,6 @@ def test_check_members(infos, reason):
         with pytest.raises(BundleError) as refused:
             check_members(infos, SMALL_LIMITS)
         assert str(refused.value) == reason
-
-
-def test_doctests():
-    assert doctest.testmod(bundles).failed == 0
 
 
 # --- manage.py check_bundle ---

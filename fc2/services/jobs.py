@@ -13,8 +13,8 @@ from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import datasets, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
-
-MAX_LOCAL_WORKERS = 8  # each local node is a TensorFlow process of ~600 MB
+from provisioner import local
+from recommender.types import ALGORITHMS
 
 
 class SubmitError(ValueError):
@@ -38,6 +38,8 @@ class JobRequest:
     worker_type: str = ""
     region: str = ""
     hourly_budget: Decimal | None = None
+    catalog: str = "fc2-2018"
+    worker_types: list[str] = field(default_factory=list)
 
 
 def validate(request: JobRequest) -> None:
@@ -48,12 +50,14 @@ def validate(request: JobRequest) -> None:
         )
     if request.strategy not in Job.Strategy.values:
         raise SubmitError(f"unknown strategy {request.strategy!r} (expected 'ps' or 'mirrored')", "strategy")
-    if request.algorithm != "manual":
-        raise SubmitError(f"algorithm {request.algorithm!r} is not available; choose the cluster manually", "algorithm")
+    if request.algorithm != "manual" and request.algorithm not in ALGORITHMS:
+        raise SubmitError(
+            f"unknown algorithm {request.algorithm!r} (expected manual or {', '.join(ALGORITHMS)})", "algorithm"
+        )
     if request.workers < 1:
         raise SubmitError("a cluster needs at least 1 worker", "workers")
-    if request.provider == "local" and request.workers > MAX_LOCAL_WORKERS:
-        raise SubmitError(f"the local provider runs at most {MAX_LOCAL_WORKERS} workers", "workers")
+    if request.provider == "local" and request.workers > local.MAX_WORKERS:
+        raise SubmitError(f"the local provider runs at most {local.MAX_WORKERS} workers", "workers")
     for key in request.parameters:
         if not key or not key.replace("_", "a").replace("-", "a").isalnum():
             raise SubmitError(f"parameter name {key!r} must be letters, digits, '_' or '-'", "parameters")
@@ -82,6 +86,8 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY) -> Job:
             worker_type=request.worker_type,
             region=request.region,
             hourly_budget=request.hourly_budget,
+            catalog=request.catalog,
+            worker_types=request.worker_types,
             driver=driver,
         )
         job.events.create(state=job.state, message=f"submitted by {owner}")

@@ -21,7 +21,7 @@ from django.utils import timezone
 import provisioner
 from fc2.models import Artifact, Job, Node
 from fc2.services import datasets
-from provisioner import ClusterInfo, ClusterSpec, RunSpec
+from provisioner import ClusterInfo, ClusterSpec, RunSpec, local
 from provisioner.types import is_chief
 
 logger = logging.getLogger(__name__)
@@ -43,9 +43,40 @@ def profile(job_id: int, **_) -> bool:
     if not job.transition(State.QUEUED, State.PROFILING, "choosing the cluster"):
         return False
     datasets.ready(job.dataset)
-    types = f" ({job.ps_type or 'local'} PS, {job.worker_type or 'local'} workers)" if job.provider != "local" else ""
+    if job.algorithm != "manual":
+        _recommend(job)
+    types = (
+        f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
+    )
     job.log(f"{job.algorithm} cluster: {job.workers} workers{types}, strategy {job.get_strategy_display()}")
     return True
+
+
+def _recommend(job: Job) -> None:
+    """Ask the recommender for the cluster; the job's workers is the limit when it has no budget."""
+    from recommender import service
+    from recommender.types import RecommendRequest
+
+    request = RecommendRequest(
+        algorithm=job.algorithm,
+        workload=job.workload,
+        budget=float(job.hourly_budget) if job.hourly_budget is not None else None,
+        max_workers=None if job.hourly_budget is not None else job.workers,
+        ps_type=job.ps_type or None,
+        worker_types=tuple(job.worker_types),
+        worker_type=job.worker_type or None,
+    )
+    answer = service.recommend(request, job.catalog)
+    if job.provider == "local" and answer.workers > local.MAX_WORKERS:
+        raise ValueError(f"the recommended {answer.workers} workers exceed the local provider's {local.MAX_WORKERS}")
+    Job.objects.filter(pk=job.pk).update(
+        ps_type=answer.ps_type or "",
+        worker_type=answer.worker_type,
+        workers=answer.workers,
+        recommendation=service.as_dict(answer),
+    )
+    job.refresh_from_db()
+    job.log(f"recommendation: {answer.explanation}")
 
 
 def provision(job_id: int, **_) -> bool:

@@ -1,0 +1,570 @@
+"""The recommendation algorithms: pure functions from a request, an instance catalogue and performance records to a
+Recommendation.
+
+Owns PS selection, the worker count from a budget or a limit, Cost-Opt, Time-Opt, Scala-Opt and Scala-Opt-M (FC² §5.2),
+Anwar's lookup (Anwar et al. §7.1) and `recommend`, which dispatches on the request's algorithm. The semantics are
+fixed in ../shared/DESIGN.md ("Recommendation algorithms"). The performance model lives in recommender.perfmodel and
+reaches this module only as the `predict` callable; loading catalogues and records from the database is the service
+layer's job. No ORM, no Django.
+
+Money and bandwidth are divided as decimals: in floats (1.511 − 0.125) / 0.231 is 5.999…, and a budget that buys
+exactly six workers must give six.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from decimal import Decimal
+
+from recommender.types import (
+    ALGORITHMS,
+    Candidate,
+    InstanceSpec,
+    MissingProfile,
+    MissingProfilesError,
+    PerfRecord,
+    Recommendation,
+    RecommendationError,
+    RecommendRequest,
+)
+
+Predictor = Callable[[RecommendRequest], Recommendation]
+"""The performance model's answer to a request (recommender.perfmodel provides one)."""
+
+RULE, MEASURED, PREDICTED = "rule", "measured", "predicted"
+
+
+# --- numbers ---------------------------------------------------------------------------------------------------------
+
+
+def _dec(x: float) -> Decimal:
+    """The decimal a person wrote: Decimal(str(0.231)) is 0.231, where Decimal(0.231) is 0.23100000000000000533…"""
+    return Decimal(str(x))
+
+
+def _fmt(x: float | Decimal) -> str:
+    """A price, bandwidth or time as people write it: at most 4 decimals, no trailing zeros.
+
+    >>> _fmt(0.2310), _fmt(2.0), _fmt(Decimal("427.50")), _fmt(0.23359999)
+    ('0.231', '2', '427.5', '0.2336')
+    """
+    return f"{_dec(x):.4f}".rstrip("0").rstrip(".")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _hourly_cost(workers: int, worker_price: float, ps: InstanceSpec | None = None) -> float:
+    """c_ps + n·c_t in $/h, to 4 decimals (n·c_t for PS-less clusters)."""
+    total = workers * _dec(worker_price) + (_dec(ps.hourly_price) if ps else 0)
+    return float(round(total, 4))
+
+
+def _price_order(spec: InstanceSpec) -> tuple[Decimal, str]:
+    return _dec(spec.hourly_price), spec.name
+
+
+# --- catalogue and request checks ------------------------------------------------------------------------------------
+
+
+def _index(catalog: Collection[InstanceSpec]) -> dict[str, InstanceSpec]:
+    return {spec.name: spec for spec in catalog}
+
+
+def _offered(index: dict[str, InstanceSpec], role: str) -> list[InstanceSpec]:
+    """The types the catalogue lists for `role` ("ps" or "worker"); "any" types are on both lists."""
+    return [spec for spec in index.values() if spec.role in (role, "any")]
+
+
+def _known(names: Collection[str], index: dict[str, InstanceSpec], role: str) -> list[InstanceSpec]:
+    """The catalogue entries of `names` (duplicates dropped), or an error naming the unknown ones and what exists."""
+    label = "PS" if role == "ps" else role
+    unknown = [name for name in names if name not in index]
+    if unknown:
+        offered = ", ".join(spec.name for spec in _offered(index, role)) or "none"
+        raise RecommendationError(
+            f"unknown {label} type{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+            f"the catalogue's {label} types are {offered}"
+        )
+    return [index[name] for name in dict.fromkeys(names)]
+
+
+def _considered(names: Collection[str], index: dict[str, InstanceSpec], role: str) -> list[InstanceSpec]:
+    """L^w or L^p: the request's list, else every type the catalogue offers for the role."""
+    types = _known(names, index, role) if names else _offered(index, role)
+    if not types:
+        raise RecommendationError(f"the catalogue offers no {'PS' if role == 'ps' else role} types")
+    return types
+
+
+def _check_limit(request: RecommendRequest, *, required: bool) -> None:
+    """Exactly one of budget and max_workers (or none, when not `required`), and a positive one."""
+    budget, max_workers = request.budget, request.max_workers
+    if budget is not None and max_workers is not None:
+        raise RecommendationError(
+            f"give a budget or a maximum number of workers, not both (budget ${_fmt(budget)}/h, {max_workers} workers)"
+        )
+    if required and budget is None and max_workers is None:
+        raise RecommendationError(f"{request.algorithm} needs a budget in $/h or a maximum number of workers")
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise RecommendationError(f"the budget must be a positive number of $/h, not {budget}")
+    if max_workers is not None and not (isinstance(max_workers, int) and max_workers >= 1):
+        raise RecommendationError(
+            f"the maximum number of workers must be a whole number of at least 1, not {max_workers}"
+        )
+
+
+# --- PS selection and the worker count from the limit ----------------------------------------------------------------
+
+
+def _count(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec) -> int:
+    """n from the limit, ⌊(C − c_ps) / c_t⌋ or max_workers; below 1 when the budget cannot buy one such worker."""
+    if request.budget is None:
+        return request.max_workers
+    if worker.hourly_price <= 0:
+        raise RecommendationError(f"{worker.name} has no price in the catalogue, so a budget cannot count its workers")
+    return math.floor((_dec(request.budget) - _dec(ps.hourly_price)) / _dec(worker.hourly_price))
+
+
+def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> InstanceSpec:
+    """The PS: the user's type, else the type of L^p with the largest network capacity that still leaves budget for one
+    worker of the cheapest type in L^w (without a budget, simply the largest capacity); ties go to the cheaper type.
+
+    >>> small = InstanceSpec("small", 0.1, "ps", network_mbps=500)
+    >>> big = InstanceSpec("big", 1.0, "ps", network_mbps=5000)
+    >>> catalog = [small, big, InstanceSpec("w", 0.2, "worker")]
+    >>> select_ps(RecommendRequest("cost-opt", max_workers=4), catalog).name
+    'big'
+    >>> select_ps(RecommendRequest("cost-opt", budget=1.1), catalog).name  # big + one w = $1.2/h
+    'small'
+    """
+    _check_limit(request, required=False)
+    index = _index(catalog)
+    if request.ps_type:
+        return _known([request.ps_type], index, "ps")[0]
+    options = _considered(request.ps_types, index, "ps")
+    if request.budget is not None:
+        cheapest = min(_considered(request.worker_types, index, "worker"), key=_price_order)
+        affordable = [ps for ps in options if _count(request, ps, cheapest) >= 1]
+        if not affordable:
+            ps = min(options, key=_price_order)
+            together = _dec(ps.hourly_price) + _dec(cheapest.hourly_price)
+            raise RecommendationError(
+                f"the budget of ${_fmt(request.budget)}/h cannot buy a PS plus one worker: the cheapest PS, {ps.name}, "
+                f"costs ${_fmt(ps.hourly_price)}/h and the cheapest worker, {cheapest.name}, "
+                f"${_fmt(cheapest.hourly_price)}/h (${_fmt(together)}/h together)"
+            )
+        options = affordable
+    return min(options, key=lambda ps: (-(ps.network_mbps or 0), *_price_order(ps)))
+
+
+def workers_from_limit(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec) -> int:
+    """n from the limit: ⌊(C − c_ps) / c_t⌋ with a budget C, else the maximum number of workers; never below 1.
+
+    Prices are divided as the decimals they were written as, so a budget that buys exactly n workers gives n:
+
+    >>> m4_large, c4_xlarge = InstanceSpec("m4.large", 0.125), InstanceSpec("c4.xlarge", 0.231)
+    >>> (1.511 - 0.125) / 0.231
+    5.999999999999999
+    >>> workers_from_limit(RecommendRequest("cost-opt", budget=1.511), m4_large, c4_xlarge)
+    6
+    >>> workers_from_limit(RecommendRequest("cost-opt", max_workers=6), m4_large, c4_xlarge)
+    6
+    >>> workers_from_limit(RecommendRequest("cost-opt", budget=0.2), m4_large, c4_xlarge)
+    Traceback (most recent call last):
+    ...
+    recommender.types.RecommendationError: the budget of $0.2/h cannot buy the m4.large PS ($0.125/h) and one \
+c4.xlarge worker ($0.231/h)
+    """
+    _check_limit(request, required=True)
+    n = _count(request, ps, worker)
+    if n < 1:
+        raise _cannot_buy(request, ps, worker)
+    return n
+
+
+def _cannot_buy(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec) -> RecommendationError:
+    return RecommendationError(
+        f"the budget of ${_fmt(request.budget)}/h cannot buy the {ps.name} PS (${_fmt(ps.hourly_price)}/h) "
+        f"and one {worker.name} worker (${_fmt(worker.hourly_price)}/h)"
+    )
+
+
+def _limit_name(request: RecommendRequest) -> str:
+    if request.budget is None:
+        return f"the limit of {request.max_workers} workers"
+    return f"the budget of ${_fmt(request.budget)}/h"
+
+
+def _limit_text(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec, n: int) -> str:
+    """Where n came from, with the arithmetic for a budget."""
+    if request.budget is None:
+        return _limit_name(request)
+    prices = f"(${_fmt(request.budget)} − ${_fmt(ps.hourly_price)}) / ${_fmt(worker.hourly_price)}"
+    return f"{_limit_name(request)}: ⌊{prices}⌋ = {n}"
+
+
+def _ps_text(request: RecommendRequest, ps: InstanceSpec) -> str:
+    mbps = f"{_fmt(ps.network_mbps)} Mbps" if ps.network_mbps else "capacity unknown"
+    why = "your choice" if request.ps_type else "the largest network capacity"
+    if not request.ps_type and request.budget is not None:
+        why += " the budget allows"
+    return f"PS {ps.name} ({mbps}, ${_fmt(ps.hourly_price)}/h, {why})"
+
+
+# --- performance records ---------------------------------------------------------------------------------------------
+
+
+def _same(wanted: object, got: object) -> bool:
+    """A field the request leaves empty (None) matches every record."""
+    return wanted is None or wanted == got
+
+
+def _measured(
+    records: Collection[PerfRecord],
+    field: str,
+    request: RecommendRequest,
+    worker_type: str,
+    ps_type: str,
+    *,
+    workers: int | None = None,
+    latency_ms: float | None = None,
+) -> float | None:
+    """The mean `field` ("bandwidth_mbps" or "epoch_time_s") of the records of the request's workload and batch size
+    for this worker type (and worker count and latency when given) that have one, preferring runs against `ps_type`;
+    None when no record has it."""
+    rows = [
+        record
+        for record in records
+        if record.workload == request.workload
+        and record.instance_type == worker_type
+        and getattr(record, field) is not None
+        and _same(request.batch_size, record.batch_size)
+        and _same(workers, record.workers)
+        and _same(latency_ms, record.latency_ms)
+    ]
+    rows = [record for record in rows if record.ps_type == ps_type] or rows
+    if not rows:
+        return None
+    return float(sum(_dec(getattr(record, field)) for record in rows) / len(rows))
+
+
+def _epoch_time(
+    records: Collection[PerfRecord], request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec, n: int
+) -> float | None:
+    """The measured epoch time of n workers of this type at the request's batch size and latency, if any."""
+    return _measured(records, "epoch_time_s", request, worker.name, ps.name, workers=n, latency_ms=request.latency_ms)
+
+
+def _rule_answer(
+    algorithm: str,
+    request: RecommendRequest,
+    records: Collection[PerfRecord],
+    ps: InstanceSpec,
+    counts: list[tuple[InstanceSpec, int]],
+    chosen: InstanceSpec,
+    n: int,
+    why: str,
+    extra: dict | None = None,
+) -> Recommendation:
+    """The Recommendation of an FC² rule: `counts` are the (type, n) it considered, `why` its reasoning."""
+    epoch = _epoch_time(records, request, ps, chosen, n)
+    cost = _hourly_cost(n, chosen.hourly_price, ps)
+    tail = f"; measured epoch time {_fmt(epoch)} s" if epoch is not None else ""
+    candidates = tuple(
+        Candidate(
+            t.name, count, _epoch_time(records, request, ps, t, count), _hourly_cost(count, t.hourly_price, ps), RULE
+        )
+        for t, count in counts
+    )
+    return Recommendation(
+        algorithm=algorithm,
+        ps_type=ps.name,
+        worker_type=chosen.name,
+        workers=n,
+        hourly_cost=cost,
+        predicted_epoch_time_s=epoch,
+        source=RULE,
+        explanation=f"{why}; {_ps_text(request, ps)}; ${_fmt(cost)}/h in all{tail}.",
+        candidates=candidates,
+        extra=extra or {},
+    )
+
+
+# --- FC² §5.2: Cost-Opt, Time-Opt, Scala-Opt, Scala-Opt-M ------------------------------------------------------------
+
+
+def _by_price(
+    algorithm: str, request: RecommendRequest, catalog: Collection[InstanceSpec], records: Collection[PerfRecord]
+) -> Recommendation:
+    """Cost-Opt (the cheapest type of L^w) or Time-Opt (the most expensive), n from the limit."""
+    _check_limit(request, required=True)
+    ps = select_ps(request, catalog)
+    types = _considered(request.worker_types, _index(catalog), "worker")
+    ordered = sorted(types, key=_price_order)
+    chosen = ordered[0] if algorithm == "cost-opt" else ordered[-1]
+    n = workers_from_limit(request, ps, chosen)
+    counts = [(t, _count(request, ps, t)) for t in types]
+    label, rank = ("Cost-Opt", "cheapest") if algorithm == "cost-opt" else ("Time-Opt", "most expensive")
+    why = (
+        f"{label}: {chosen.name} is the {rank} of {', '.join(t.name for t in types)} "
+        f"(${_fmt(chosen.hourly_price)}/h); {n} workers from {_limit_text(request, ps, chosen, n)}"
+    )
+    return _rule_answer(algorithm, request, records, ps, [(t, c) for t, c in counts if c >= 1], chosen, n, why)
+
+
+def cost_opt(
+    request: RecommendRequest, catalog: Collection[InstanceSpec], records: Collection[PerfRecord] = ()
+) -> Recommendation:
+    """Cost-Opt (FC² §5.2.2): the cheapest type in L^w, as many workers as the limit allows."""
+    return _by_price("cost-opt", request, catalog, records)
+
+
+def time_opt(
+    request: RecommendRequest, catalog: Collection[InstanceSpec], records: Collection[PerfRecord] = ()
+) -> Recommendation:
+    """Time-Opt (FC² §5.2.3): the most expensive type in L^w, as many workers as the limit allows."""
+    return _by_price("time-opt", request, catalog, records)
+
+
+def _scala(
+    algorithm: str,
+    request: RecommendRequest,
+    catalog: Collection[InstanceSpec],
+    records: Collection[PerfRecord],
+    p: float | None,
+) -> Recommendation:
+    """Scala-Opt over the request's L^w (Scala-Opt-M passes L^w = its one worker type)."""
+    label = "Scala-Opt" if algorithm == "scala-opt" else "Scala-Opt-M"
+    _check_limit(request, required=True)
+    p = request.saturation if p is None else p
+    if not 0 < p <= 1:
+        raise RecommendationError(f"the saturation margin p must be above 0 and at most 1, not {p}")
+    if not request.workload:
+        raise RecommendationError(f"{label} needs a workload: its measured bandwidth decides the worker count")
+    ps = select_ps(request, catalog)
+    if not ps.network_mbps:
+        raise RecommendationError(f"{label} needs the PS's network capacity; the catalogue gives none for {ps.name}")
+    capacity = _dec(ps.network_mbps) * _dec(p)
+
+    # From the most to the least expensive (FC² §5.2.4); a type the budget cannot buy one of is no candidate.
+    types = sorted(_considered(request.worker_types, _index(catalog), "worker"), key=_price_order, reverse=True)
+    limits = [(t, _count(request, ps, t)) for t in types]
+    affordable = [(t, limit) for t, limit in limits if limit >= 1]
+    if not affordable:
+        raise _cannot_buy(request, ps, types[-1])
+    too_dear = [t.name for t, limit in limits if limit < 1]
+
+    bandwidth = {t.name: _measured(records, "bandwidth_mbps", request, t.name, ps.name) for t, _ in affordable}
+    missing = [
+        MissingProfile(request.workload, name, ps.name, request.batch_size)
+        for name, b in bandwidth.items()
+        if b is None
+    ]
+    if missing:
+        raise MissingProfilesError(missing)
+
+    counts, steps = [], []
+    chosen, n = None, 0
+    for t, limit in affordable:
+        b_t = _dec(bandwidth[t.name])
+        by_bandwidth = math.floor(capacity / b_t) if b_t > 0 else limit
+        n_t = max(1, min(by_bandwidth, limit))
+        counts.append((t, n_t))
+        steps.append(f"{t.name} {_fmt(b_t)} Mbps → min({by_bandwidth}, {limit}) = {n_t}")
+        if chosen is None or n_t <= n:  # going down in price, so a tie goes to the cheaper type (FC² §8.4)
+            chosen, n = t, n_t
+
+    limit_text = "the limit" if request.budget is None else f"⌊(${_fmt(request.budget)} − c_ps) / c_t⌋"
+    why = (
+        f"{label}: the PS carries {_fmt(capacity)} Mbps ({_fmt(ps.network_mbps)} Mbps × p {_fmt(p)}); "
+        f"n_t = min(⌊{_fmt(capacity)} / b_t⌋, {limit_text}) from the most expensive type: {', '.join(steps)}"
+    )
+    if too_dear:
+        why += f" (the budget buys no {', '.join(too_dear)})"
+    why += f"; {chosen.name} needs the fewest workers ({n})" if len(counts) > 1 else f"; {n} {chosen.name} workers"
+    extra = {
+        "ps_capacity_mbps": float(ps.network_mbps),
+        "saturation": p,
+        "bandwidth_mbps": dict(bandwidth),
+    }
+    return _rule_answer(algorithm, request, records, ps, counts, chosen, n, why, extra)
+
+
+def scala_opt(
+    request: RecommendRequest,
+    catalog: Collection[InstanceSpec],
+    records: Collection[PerfRecord],
+    p: float | None = None,
+) -> Recommendation:
+    """Scala-Opt (FC² §5.2.4): for each type t of L^w, n_t = min(⌊B_ps·p / b_t⌋, n from the limit), at least 1; the
+    type with the smallest n_t wins, the cheaper on a tie. p defaults to request.saturation. b_t is the mean measured
+    bandwidth of one worker of type t for the workload (and batch size), against this PS type when such runs exist;
+    when some are missing, MissingProfilesError lists every profiling run needed."""
+    return _scala("scala-opt", request, catalog, records, p)
+
+
+def scala_opt_m(
+    request: RecommendRequest,
+    catalog: Collection[InstanceSpec],
+    records: Collection[PerfRecord],
+    p: float | None = None,
+) -> Recommendation:
+    """Scala-Opt-M (FC² §5.2.4): the user's worker type, n_t as in Scala-Opt."""
+    if not request.worker_type:
+        raise RecommendationError("Scala-Opt-M needs your worker type (worker_type)")
+    _known([request.worker_type], _index(catalog), "worker")
+    return _scala("scala-opt-m", replace(request, worker_types=(request.worker_type,)), catalog, records, p)
+
+
+# --- Anwar et al. §7.1: lookup ---------------------------------------------------------------------------------------
+
+
+def _point_text(request: RecommendRequest) -> str:
+    batch = f"batch size {request.batch_size}" if request.batch_size is not None else "any batch size"
+    latency = f"{_fmt(request.latency_ms)} ms latency" if request.latency_ms is not None else "any latency"
+    return f"{batch} and {latency}"
+
+
+def _within_limit(request: RecommendRequest, candidate: Candidate, priced: bool) -> bool:
+    if request.max_workers is not None:
+        return candidate.workers <= request.max_workers
+    if request.budget is not None and priced:
+        return _dec(candidate.hourly_cost) <= _dec(request.budget)
+    return True
+
+
+def lookup(
+    request: RecommendRequest,
+    records: Collection[PerfRecord],
+    catalog: Collection[InstanceSpec],
+    predict: Predictor | None = None,
+) -> Recommendation:
+    """Anwar's lookup: among the workload's measured runs at the request's batch size and latency (either left empty
+    matches all), the worker count with the smallest epoch time (repeats averaged; ties: fewer workers), within
+    max_workers or the budget (an all-reduce cluster costs n·c_t, $0 when the records' type has no catalogue price).
+    Failed runs (no epoch time) are skipped. With no measured match, the answer is predict(request) marked
+    "predicted" (extra["lookup_miss"] says why nothing matched); without `predict`, or when the workload has no
+    records at all, RecommendationError."""
+    _check_limit(request, required=False)
+    index = _index(catalog)
+    runs = [record for record in records if record.workload == request.workload]
+    if not runs:
+        workloads = sorted({record.workload for record in records})
+        raise RecommendationError(
+            f"no performance records for workload {request.workload!r}; "
+            f"records exist for {', '.join(map(repr, workloads)) or 'no workload'}"
+        )
+    at_point = [
+        record
+        for record in runs
+        if _same(request.batch_size, record.batch_size)
+        and _same(request.latency_ms, record.latency_ms)
+        and record.workers is not None
+    ]
+    failed = sum(record.epoch_time_s is None for record in at_point)
+    times: dict[tuple[str, int], list[float]] = {}
+    for record in at_point:
+        if record.epoch_time_s is not None:
+            times.setdefault((record.instance_type, record.workers), []).append(record.epoch_time_s)
+
+    measured = [
+        Candidate(
+            worker_type,
+            n,
+            float(sum(map(_dec, seconds)) / len(seconds)),
+            _hourly_cost(n, index[worker_type].hourly_price) if worker_type in index else 0.0,
+            MEASURED,
+        )
+        for (worker_type, n), seconds in sorted(times.items())
+    ]
+    allowed = [c for c in measured if _within_limit(request, c, c.worker_type in index)]
+    if not allowed:
+        reason = f"no measured epoch time for {request.workload} at {_point_text(request)}"
+        if measured:
+            counts = ", ".join(str(c.workers) for c in measured)
+            reason += f" within {_limit_name(request)}"
+            reason += f" (measured worker counts there: {counts})"
+        if failed:
+            reason += f" ({_plural(failed, 'failed run')} there, skipped)"
+        return _predicted(request, runs, predict, reason)
+
+    best = min(allowed, key=lambda c: (c.epoch_time_s, c.workers, c.hourly_cost, c.worker_type))
+    others = "".join(f"; {c.workers} workers {_fmt(c.epoch_time_s)} s" for c in allowed if c is not best)
+    of_type = f" of {best.worker_type}" if best.worker_type else ""
+    why = (
+        f"Lookup: of the measured runs of {request.workload} at {_point_text(request)}, "
+        f"{best.workers} workers{of_type} train an epoch fastest ({_fmt(best.epoch_time_s)} s{others})"
+    )
+    if len(allowed) < len(measured):
+        why += (
+            f"; {_plural(len(measured) - len(allowed), 'measured configuration')} over {_limit_name(request)} left out"
+        )
+    if failed:
+        why += f"; {_plural(failed, 'failed run')} skipped"
+    if best.worker_type in index:
+        why += f"; ${_fmt(best.hourly_cost)}/h ({best.workers} × ${_fmt(index[best.worker_type].hourly_price)})"
+    else:
+        named = best.worker_type or "the records' instance type (they name none)"
+        why += f"; the price of {named} is unknown to the catalogue, so the cost is shown as $0/h"
+    return Recommendation(
+        algorithm="lookup",
+        ps_type=None,
+        worker_type=best.worker_type,
+        workers=best.workers,
+        hourly_cost=best.hourly_cost,
+        predicted_epoch_time_s=best.epoch_time_s,
+        source=MEASURED,
+        explanation=why + ".",
+        candidates=tuple(allowed),
+        extra={"failed_runs_skipped": failed},
+    )
+
+
+def _predicted(
+    request: RecommendRequest, runs: list[PerfRecord], predict: Predictor | None, reason: str
+) -> Recommendation:
+    """The performance model's answer where the lookup has no measurement (marked "predicted", with why there was
+    none in extra["lookup_miss"]), or an error saying what data exists."""
+    if predict is None:
+        timed = [record for record in runs if record.epoch_time_s is not None]
+        batches = sorted({record.batch_size for record in timed if record.batch_size is not None})
+        latencies = sorted({record.latency_ms for record in timed if record.latency_ms is not None})
+        raise RecommendationError(
+            f"{reason}, and no performance model to predict it; {request.workload} has measured batch sizes "
+            f"{', '.join(map(str, batches)) or 'none'} and latencies {', '.join(map(_fmt, latencies)) or 'none'} ms"
+        )
+    answer = predict(request)
+    # The model explains its own answer (the fallback says there was no match); the lookup's details go beside it.
+    return replace(answer, algorithm="lookup", source=PREDICTED, extra={**answer.extra, "lookup_miss": reason})
+
+
+# --- dispatch --------------------------------------------------------------------------------------------------------
+
+_RULES = {"cost-opt": cost_opt, "time-opt": time_opt, "scala-opt": scala_opt, "scala-opt-m": scala_opt_m}
+
+
+def recommend(
+    request: RecommendRequest,
+    catalog: Collection[InstanceSpec],
+    records: Collection[PerfRecord] = (),
+    predict: Predictor | None = None,
+) -> Recommendation:
+    """Answer `request` with the algorithm it names: the FC² rules, Anwar's lookup (falling back on `predict`), or the
+    performance model itself ("model": predict(request))."""
+    if request.algorithm not in ALGORITHMS:
+        raise RecommendationError(f"unknown algorithm {request.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    index = _index(catalog)
+    _known(request.worker_types, index, "worker")
+    _known(request.ps_types, index, "ps")
+    if request.algorithm == "lookup":
+        return lookup(request, records, catalog, predict)
+    if request.algorithm == "model":
+        if predict is None:
+            raise RecommendationError("the model algorithm needs a fitted performance model (recommender.perfmodel)")
+        _check_limit(request, required=False)
+        return predict(request)
+    return _RULES[request.algorithm](request, catalog, records)

@@ -1,0 +1,78 @@
+"""The recommender's service layer: loads catalogues and performance records from the database into the
+algorithms' dataclasses, runs the algorithm, and shapes the answer for the CLI, the REST API and the pages."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from recommender import algorithms, perfmodel
+from recommender.models import Catalog, InstanceType, PerformanceRecord
+from recommender.types import InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
+
+DEFAULT_CATALOG = "fc2-2018"
+
+
+def catalog_specs(name: str = DEFAULT_CATALOG) -> list[InstanceSpec]:
+    catalog = Catalog.objects.filter(name=name).first()
+    if catalog is None:
+        available = ", ".join(Catalog.objects.order_by("name").values_list("name", flat=True)) or "none loaded"
+        raise RecommendationError(f"unknown catalogue {name!r} (available: {available})")
+    return [to_spec(t) for t in catalog.types.all()]
+
+
+def to_spec(row: InstanceType) -> InstanceSpec:
+    return InstanceSpec(
+        name=row.name,
+        hourly_price=float(row.hourly_price),
+        role=row.role,
+        vcpu=row.vcpu,
+        ecu=row.ecu,
+        memory_gib=row.memory_gib,
+        gpus=row.gpus,
+        gpu_model=row.gpu_model,
+        network_mbps=row.network_mbps,
+    )
+
+
+def workload_records(workload: str) -> list[PerfRecord]:
+    fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
+    return [PerfRecord(**row) for row in PerformanceRecord.objects.filter(workload=workload).values(*fields)]
+
+
+def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Recommendation:
+    """Answer `request` from the catalogue and the workload's records (RecommendationError when it cannot)."""
+    specs = catalog_specs(catalog)
+    records = workload_records(request.workload) if request.workload else []
+
+    def predict(req: RecommendRequest) -> Recommendation:
+        if req.algorithm == "lookup":
+            return perfmodel.predict_fallback(req, specs, records)
+        return perfmodel.recommend_model(req, specs, records)
+
+    return algorithms.recommend(request, specs, records, predict=predict)
+
+
+def as_dict(recommendation: Recommendation) -> dict:
+    """The JSON shape of DESIGN.md's `recommend --json` contract (plus the model's frontier and error)."""
+    data = {
+        "algorithm": recommendation.algorithm,
+        "ps_type": recommendation.ps_type,
+        "worker_type": recommendation.worker_type,
+        "workers": recommendation.workers,
+        "hourly_cost": recommendation.hourly_cost,
+        "predicted_epoch_time_s": recommendation.predicted_epoch_time_s,
+        "source": recommendation.source,
+        "candidates": [asdict(c) for c in recommendation.candidates],
+        "explanation": recommendation.explanation,
+    }
+    if recommendation.pareto:
+        data["pareto"] = [asdict(c) for c in recommendation.pareto]
+    if recommendation.model_error is not None:
+        data["model_error"] = recommendation.model_error
+    if recommendation.extra:
+        data["extra"] = recommendation.extra
+    return data
+
+
+def workloads() -> list[str]:
+    return list(PerformanceRecord.objects.order_by("workload").values_list("workload", flat=True).distinct())

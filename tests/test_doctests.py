@@ -1,0 +1,22 @@
+"""The examples in docstrings are tests too."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "fc2.bundles",
+    "monitor.agent",
+    "provisioner.types",
+    "recommender.perfdata",
+    "recommender.algorithms",
+    "recommender.perfmodel",
+    "recommender.pricing",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.failed == 0

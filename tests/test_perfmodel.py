@@ -1,0 +1,311 @@
+"""The performance model: recovery of a known formula, Anwar's Table 4 picks, the `model` algorithm, calibration."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recommender.perfmodel import calibration_report, fit, predict_fallback, recommend_model
+from recommender.types import InstanceSpec, PerfRecord, RecommendationError, RecommendRequest
+
+CATALOG = [
+    InstanceSpec(**row)
+    for row in json.loads((Path(__file__).resolve().parent.parent / "recommender/catalogs/fc2-2018.json").read_text())[
+        "types"
+    ]
+]
+PRICES = {spec.name: spec.hourly_price for spec in CATALOG}
+
+# Ground truth of the anwar-eq5 "pass" form (an epoch is one pass over the data; ring all-reduce), B_ref = 256:
+#   t = 10 + κ_t/n + (256/B)·(0.5 + 0.02·l·2(n−1) + 3·2(n−1)/n)
+KAPPA = {"c4.xlarge": 400.0, "m4.xlarge": 480.0, "g3.4xlarge": 90.0}
+LATENCY_S_PER_MS = 0.02
+
+
+def truth(worker_type: str, n: int, batch: int, latency_ms: float) -> float:
+    steps = 256 / batch
+    return (
+        10 + KAPPA[worker_type] / n + steps * (0.5 + LATENCY_S_PER_MS * latency_ms * 2 * (n - 1) + 3 * 2 * (n - 1) / n)
+    )
+
+
+def grid(
+    sigma: float = 0.05,
+    seed: int = 1,
+    types=tuple(KAPPA),
+    workers=range(1, 7),
+    batches=(256, 1024, 4096),
+    latencies=(0.0, 25.0, 50.0, 100.0),
+) -> list[PerfRecord]:
+    rng = np.random.default_rng(seed)
+    return [
+        PerfRecord(
+            workload="truth",
+            instance_type=t,
+            workers=n,
+            batch_size=b,
+            latency_ms=lat,
+            epoch_time_s=truth(t, n, b, lat) * math.exp(rng.normal(0, sigma)),
+            strategy="mirrored",
+        )
+        for t in types
+        for n in workers
+        for b in batches
+        for lat in latencies
+    ]
+
+
+def without(records, **held_out):
+    return [r for r in records if not all(getattr(r, k) == v for k, v in held_out.items())]
+
+
+# --- fitting a known formula --------------------------------------------------------------------------------------
+
+
+def test_fit_recovers_the_ground_truth_shape():
+    model = fit(grid(), CATALOG)
+    assert model.family == "anwar-eq5:pass"
+    assert model.speed == "per-type"  # g3.4xlarge's GPU is far faster than its 47 ECU say
+    assert model.cv_mape < 0.06
+    assert model.coefficients["latency_s_per_ms"] == pytest.approx(LATENCY_S_PER_MS, rel=0.15)
+    assert model.coefficients["compute_s[g3.4xlarge]"] == pytest.approx(KAPPA["g3.4xlarge"], rel=0.15)
+
+
+@pytest.mark.parametrize(
+    ("held_out", "predict_at"),
+    [
+        ({"latency_ms": 50.0}, "an unmeasured latency"),
+        ({"latency_ms": 100.0}, "a latency beyond the measured ones"),
+        ({"workers": 4}, "an unmeasured worker count"),
+        ({"workers": 6}, "a worker count beyond the measured ones"),
+        ({"batch_size": 1024}, "an unmeasured batch size"),
+        ({"batch_size": 4096}, "a batch size beyond the measured ones"),
+    ],
+)
+def test_predicts_configurations_never_measured(held_out, predict_at):
+    records = grid()
+    model = fit(without(records, **held_out), CATALOG)
+    for r in records:
+        if all(getattr(r, k) == v for k, v in held_out.items()):
+            expected = truth(r.instance_type, r.workers, r.batch_size, r.latency_ms)
+            predicted = model.predict(r.instance_type, r.workers, r.batch_size, r.latency_ms)
+            assert predicted == pytest.approx(expected, rel=0.12), predict_at
+
+
+def test_predictions_positive_and_monotone_in_latency():
+    model = fit(grid(), CATALOG)
+    for worker_type in ("c4.xlarge", "g3.4xlarge", "p2.xlarge"):  # p2: no records, priced from its catalogue speed
+        for n in (1, 2, 8, 64):
+            for batch in (32, 256, 100_000):
+                times = [model.predict(worker_type, n, batch, lat) for lat in (0, 1, 10, 100, 1000)]
+                assert all(t > 0 for t in times)
+                assert times == sorted(times)
+        assert model.predict(worker_type, 4, 256, 200) > model.predict(worker_type, 4, 256, 0)
+
+
+def test_failed_runs_are_never_fitted_as_times():
+    records = grid(sigma=0)
+    failed = [PerfRecord("truth", "c4.xlarge", workers=1, batch_size=256, latency_ms=0.0, epoch_time_s=None)] * 20
+    assert fit(records + failed, CATALOG).coefficients == fit(records, CATALOG).coefficients
+
+
+def test_unpriceable_type_is_an_error():
+    model = fit(grid(), catalog=())  # no catalogue: only measured types have a speed
+    with pytest.raises(RecommendationError, match="p2.xlarge"):
+        model.predict("p2.xlarge", 2, 256, 0)
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_too_few_records(count):
+    records = grid()[:count] + [PerfRecord("truth", "c4.xlarge", workers=2, epoch_time_s=None)]
+    with pytest.raises(RecommendationError, match=rf"{count} with an epoch time \(1 failed run.*at least 4 needed"):
+        fit(records)
+
+
+def test_leave_one_latency_out_beats_a_lookup_table():
+    """A table that only memorises its rows cannot answer an unmeasured latency; the model must, within 10 %."""
+    report = calibration_report(grid(), CATALOG, group_by="latency")
+    assert report["mape"] < 0.10
+    model = fit(grid(), CATALOG, cv="latency")
+    assert model.cv.startswith("leave-one-latency-out over 4 groups")
+    assert model.cv_mape < 0.10
+
+
+# --- Anwar et al. 2021, Table 4 -----------------------------------------------------------------------------------
+
+# Table 4's nine rows: (workers, batch size, latency ms) -> time per epoch (s).
+TABLE4 = {
+    (4, 64000, 0): 419,
+    (4, 32000, 0): 220,
+    (4, 6400, 0): 57,
+    (3, 64000, 0): 503,
+    (3, 32000, 0): 265,
+    (2, 6400, 20): 90,
+    (2, 2560, 20): 41,
+    (1, 6400, 0): 96,
+    (1, 2560, 0): 39,
+}
+# Synthesised, not from the paper: the rest of Figs. 9 and 11 (1–4 machines, 0 and 20 ms). §6.2.2.1's percentages
+# fix five cells: at 64,000@20 ms three machines are 4.2 % faster than four and 31 % faster than two (t3 = 640 s is
+# our choice; the paper gives no absolute time); at 6,400@20 ms four machines are 14 % and 38 % faster than three and
+# two (from Table 4's 90 s for two). One machine fails at 64,000 (§6.2.2.1: "resulted in an error"). Every other cell
+# comes from a smooth formula fitted by hand to Table 4:
+#   t = 5 + 3(n−1) + B·(0.01575/n + 0.00168·2(n−1)/n + 3.5e-5·l·2(n−1)).
+# The paper's narrative is not consistent with any one smooth formula (e.g. 6,400@20 ms favours four machines while
+# 64,000@20 ms favours three), so the model cannot match every cell; the two answers §7.1 reports are the test.
+NARRATIVE = {
+    (3, 64000, 20): 640.0,
+    (4, 64000, 20): 640.0 / 0.958,
+    (2, 64000, 20): 640.0 / 0.69,
+    (4, 6400, 20): 90 * 0.62,
+    (3, 6400, 20): 90 * 0.62 / 0.86,
+}
+
+
+def anwar_records() -> list[PerfRecord]:
+    def smooth(n, b, lat):
+        return round(5 + 3 * (n - 1) + b * (0.01575 / n + 0.00168 * 2 * (n - 1) / n + 3.5e-5 * lat * 2 * (n - 1)))
+
+    return [
+        PerfRecord(
+            workload="anwar2021-mnist",
+            workers=n,
+            batch_size=b,
+            latency_ms=float(lat),
+            epoch_time_s=None if (n, b) == (1, 64000) else TABLE4.get((n, b, lat)) or NARRATIVE.get((n, b, lat)),
+        )
+        if (n, b, lat) in TABLE4 or (n, b, lat) in NARRATIVE or (n, b) == (1, 64000)
+        else PerfRecord(
+            workload="anwar2021-mnist", workers=n, batch_size=b, latency_ms=float(lat), epoch_time_s=smooth(n, b, lat)
+        )
+        for lat in (0, 20)
+        for b in (64000, 32000, 6400, 2560, 1280, 192)
+        for n in (1, 2, 3, 4)
+    ]
+
+
+@pytest.mark.parametrize(("batch", "latency", "workers"), [(64000, 0, 4), (64000, 20, 3)])
+def test_anwar_table4_picks(batch, latency, workers):
+    model = fit(anwar_records())
+    times = {n: model.predict("", n, batch, latency) for n in (1, 2, 3, 4)}
+    assert min(times, key=times.get) == workers
+    assert model.family.endswith(":samples")  # Table 4: epoch time grows with the batch size at every n
+
+
+@pytest.mark.parametrize(("batch", "latency", "workers"), [(64000, 0, 4), (64000, 20, 3)])
+def test_fallback_on_anwar_rows_with_those_cells_removed(batch, latency, workers):
+    """The lookup's fallback: the measured rows of the asked cell are gone, the model still answers from the rest."""
+    records = without(anwar_records(), batch_size=batch, latency_ms=float(latency))
+    request = RecommendRequest(algorithm="lookup", workload="anwar2021-mnist", batch_size=batch, latency_ms=latency)
+    answer = predict_fallback(request, (), records)
+    assert answer.workers == workers
+    assert answer.source == "predicted"
+    assert "No measured record matches batch size 64000" in answer.explanation
+    assert f"{answer.model_error:.1%}" in answer.explanation
+    assert all(c.workers != 1 for c in answer.candidates)  # one machine only ever failed at 64,000
+    assert {c.workers for c in answer.candidates} == {2, 3, 4}  # up to the largest measured n: no limit was given
+
+
+# --- the `model` algorithm ----------------------------------------------------------------------------------------
+
+
+def model_request(**kwargs) -> RecommendRequest:
+    return RecommendRequest(**{"algorithm": "model", "workload": "truth", "batch_size": 256, "latency_ms": 25} | kwargs)
+
+
+def test_recommend_model_respects_the_budget():
+    answer = recommend_model(model_request(budget=3.0), CATALOG, grid())
+    assert answer.source == "predicted"
+    assert answer.ps_type is None  # all-reduce records: no PS, cost = n·c_t
+    assert answer.candidates and all(c.hourly_cost <= 3.0 for c in answer.candidates)
+    assert {c.worker_type for c in answer.candidates} == {s.name for s in CATALOG if s.role == "worker"}
+    for c in answer.candidates:
+        assert c.hourly_cost == pytest.approx(c.workers * PRICES[c.worker_type])
+    assert max(c.workers for c in answer.candidates if c.worker_type == "c4.xlarge") == math.floor(3.0 / 0.231)
+    assert 0 < answer.model_error < 0.1
+    assert answer.extra["family"] in answer.explanation
+    assert f"{answer.model_error:.1%}" in answer.explanation
+
+
+@pytest.mark.parametrize(
+    ("alpha", "beta", "objective"),
+    [(1.0, 0.0, "fastest"), (0.0, 1.0, "cheapest")],
+)
+def test_alpha_beta_extremes(alpha, beta, objective):
+    answer = recommend_model(model_request(budget=4.0, alpha=alpha, beta=beta), CATALOG, grid())
+    times = [c.epoch_time_s for c in answer.candidates]
+    costs = [c.hourly_cost for c in answer.candidates]
+    if objective == "fastest":
+        assert answer.predicted_epoch_time_s == min(times)
+    else:
+        assert answer.hourly_cost == min(costs)
+        assert (answer.worker_type, answer.workers) == ("c4.xlarge", 1)
+
+
+def test_pareto_is_non_dominated_and_sorted_by_cost():
+    answer = recommend_model(model_request(budget=4.0, alpha=1.0, beta=1.0), CATALOG, grid())
+    front = answer.pareto
+    assert len(front) >= 2
+    assert [c.hourly_cost for c in front] == sorted(c.hourly_cost for c in front)
+    for p in front:
+        assert not any(
+            c.hourly_cost <= p.hourly_cost
+            and c.epoch_time_s <= p.epoch_time_s
+            and (c.hourly_cost, c.epoch_time_s) != (p.hourly_cost, p.epoch_time_s)
+            for c in answer.candidates
+        )
+    chosen = (answer.worker_type, answer.workers)
+    assert chosen in {(c.worker_type, c.workers) for c in front}  # a weighted optimum is never dominated
+
+
+def test_ps_records_choose_a_ps_as_design_says():
+    records = [PerfRecord(**{**r.__dict__, "strategy": "ps", "ps_type": "m4.2xlarge"}) for r in grid()]
+    answer = recommend_model(model_request(budget=1.0), CATALOG, records)
+    # m4.10xlarge ($2.5) leaves no budget for a worker; m4.2xlarge (1 Gbps) beats m4.large (450 Mbps)
+    assert answer.ps_type == "m4.2xlarge"
+    assert all(c.hourly_cost <= 1.0 for c in answer.candidates)
+    assert all(c.hourly_cost == pytest.approx(0.5 + c.workers * PRICES[c.worker_type]) for c in answer.candidates)
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "message"),
+    [
+        ({"budget": 0.2}, "cannot buy"),
+        ({}, "needs a budget"),
+        ({"budget": 2.0, "workload": "nobody"}, "no performance records"),
+        ({"max_workers": 4, "alpha": -1.0}, "non-negative"),
+    ],
+)
+def test_recommend_model_errors(request_kwargs, message):
+    with pytest.raises(RecommendationError, match=message):
+        recommend_model(model_request(**request_kwargs), CATALOG, grid())
+
+
+def test_recommend_model_with_too_few_records():
+    with pytest.raises(RecommendationError, match="too few performance records"):
+        recommend_model(model_request(budget=2.0), CATALOG, grid()[:3])
+
+
+# --- calibration --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group_by", ["latency", "workers", "batch_size", "type"])
+def test_calibration_report_figures(group_by):
+    report = calibration_report(grid(), CATALOG, group_by=group_by)
+    json.dumps(report, allow_nan=False)
+    for figure in ("mape", "median_ape", "mean_regret", "max_regret", "best_found"):
+        assert math.isfinite(report[figure]), figure
+    assert report["predicted"] == report["records"] == len(grid())
+    assert report["cells"] > 0
+    assert {"measured_s", "predicted_s", "workers", "latency_ms"} <= set(report["pairs"][0])
+
+
+def test_regret_is_zero_when_the_model_is_perfect():
+    report = calibration_report(grid(sigma=0.0), CATALOG, group_by="latency")
+    assert report["mape"] < 1e-6
+    assert report["mean_regret"] == 0.0
+    assert report["best_found"] == 1.0

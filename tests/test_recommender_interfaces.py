@@ -1,0 +1,222 @@
+"""The recommender's interfaces: `manage.py recommend`, the REST endpoint and its schema, the pages, and a job
+whose cluster comes from an algorithm."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from fc2.services import pipeline
+from recommender.catalog import load_catalog
+from recommender.models import PerformanceRecord
+from tests.conftest import make_job
+
+pytestmark = pytest.mark.django_db
+TABLE4 = Path(__file__).resolve().parent.parent / "recommender" / "data" / "anwar2021-table4.csv"
+CONTRACT_KEYS = {
+    "algorithm", "ps_type", "worker_type", "workers", "hourly_cost", "predicted_epoch_time_s", "source", "candidates",
+    "explanation",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def fc2_catalog(db):
+    return load_catalog("fc2-2018")
+
+
+@pytest.fixture
+def table4(db):
+    call_command("import_perf_data", str(TABLE4), "--format", "anwar2021", "--workload", "mnist", stdout=StringIO())
+
+
+def recommend(*args: str) -> tuple[int, dict, str]:
+    out, err = StringIO(), StringIO()
+    try:
+        call_command("recommend", *args, "--json", stdout=out, stderr=err)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, json.loads(out.getvalue()), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "worker_type", "workers"),
+    [("time-opt", "m4.xlarge", 6), ("cost-opt", "c4.xlarge", 6)],
+)
+def test_cli_fc2_section_8_1(algorithm, worker_type, workers):
+    code, answer, _ = recommend(
+        "--algorithm", algorithm, "--ps-type", "m4.large", "--worker-types", "m4.xlarge,t2.xlarge,c4.xlarge",
+        "--max-workers", "6",
+    )  # fmt: skip
+
+    assert code == 0
+    assert set(answer) >= CONTRACT_KEYS
+    assert (answer["ps_type"], answer["worker_type"], answer["workers"]) == ("m4.large", worker_type, workers)
+    assert answer["source"] == "rule"
+    assert all(
+        {"worker_type", "workers", "epoch_time_s", "hourly_cost", "source"} <= set(c) for c in answer["candidates"]
+    )
+
+
+def test_cli_lookup_anwar_table4(table4):
+    code, answer, _ = recommend(
+        "--algorithm", "lookup", "--workload", "mnist", "--batch-size", "64000", "--latency-ms", "0"
+    )
+
+    assert code == 0
+    assert answer["workers"] == 4 and answer["source"] == "measured" and answer["predicted_epoch_time_s"] == 419
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (
+            ["--algorithm", "cost-opt", "--budget", "0.2", "--ps-type", "m4.large", "--worker-types", "c4.xlarge"],
+            "budget",
+        ),
+        (["--algorithm", "cost-opt", "--max-workers", "2", "--worker-types", "z9.huge"], "z9.huge"),
+        (["--algorithm", "cost-opt", "--max-workers", "2", "--catalog", "nope"], "unknown catalogue 'nope'"),
+        (["--algorithm", "lookup", "--workload", "nothing", "--batch-size", "64", "--latency-ms", "0"], "nothing"),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_1(args, reason):
+    code, answer, err = recommend(*args)
+
+    assert code == 1
+    assert reason in answer["error"] and err.startswith("error: ")
+
+
+def test_cli_scala_opt_names_every_missing_profile():
+    code, answer, err = recommend(
+        "--algorithm", "scala-opt", "--workload", "cifar10", "--ps-type", "m4.large",
+        "--worker-types", "m4.xlarge,c4.xlarge", "--max-workers", "6", "--batch-size", "128",
+    )  # fmt: skip
+
+    assert code == 1
+    assert {p["worker_type"] for p in answer["missing_profiles"]} == {"m4.xlarge", "c4.xlarge"}
+    assert err.count("missing profile:") == 2
+
+
+def test_cli_scala_opt_with_profiles():
+    for worker_type, mbps in [("m4.xlarge", 150), ("c4.xlarge", 100)]:
+        PerformanceRecord.objects.create(
+            workload="cifar10", instance_type=worker_type, ps_type="m4.large", batch_size=128, bandwidth_mbps=mbps,
+            source="profiled",
+        )  # fmt: skip
+    code, answer, _ = recommend(
+        "--algorithm", "scala-opt", "--workload", "cifar10", "--ps-type", "m4.large",
+        "--worker-types", "m4.xlarge,c4.xlarge", "--max-workers", "6", "--batch-size", "128",
+    )  # fmt: skip
+
+    assert code == 0
+    # n_t = min(floor(450 * 0.95 / b_t), 6): m4.xlarge 2, c4.xlarge 4 -> the smallest, m4.xlarge x 2
+    assert (answer["worker_type"], answer["workers"]) == ("m4.xlarge", 2)
+
+
+def test_rest_endpoint_matches_the_cli(client, alice, table4):
+    client.force_login(alice)
+    body = {"algorithm": "lookup", "workload": "mnist", "batch_size": 64000, "latency_ms": 0}
+
+    posted = client.post(reverse("api-recommend"), body, content_type="application/json")
+    got = client.get(reverse("api-recommend"), body)
+
+    assert posted.status_code == 200 and got.status_code == 200
+    assert (
+        posted.json()
+        == got.json()
+        == recommend("--algorithm", "lookup", "--workload", "mnist", "--batch-size", "64000", "--latency-ms", "0")[1]
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"algorithm": "best"}, "algorithm"),
+        ({"algorithm": "cost-opt", "budget": 1, "max_workers": 2}, "not both"),
+        ({"algorithm": "cost-opt", "max_workers": 0}, "max_workers"),
+        ({"algorithm": "cost-opt", "budget": 0.01, "worker_types": ["c4.xlarge"]}, "budget"),
+    ],
+)
+def test_rest_endpoint_refuses_bad_input_with_400(client, alice, body, fragment):
+    client.force_login(alice)
+
+    response = client.post(reverse("api-recommend"), body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert fragment in json.dumps(response.json())
+
+
+def test_rest_endpoint_needs_login(client):
+    assert client.post(reverse("api-recommend"), {"algorithm": "cost-opt"}).status_code in (401, 403)
+
+
+def test_openapi_schema_documents_recommend(client, alice):
+    client.force_login(alice)
+
+    response = client.get(reverse("api-schema"), {"format": "json"})
+
+    assert response.status_code == 200
+    schema = json.loads(response.content)
+    assert "/api/recommend" in schema["paths"]
+    assert {"post", "get"} <= set(schema["paths"]["/api/recommend"])
+    assert "RecommendationOutput" in schema["components"]["schemas"]
+
+
+def test_anwar_page_answers_batch_size_and_latency(client, alice, table4):
+    client.force_login(alice)
+
+    response = client.get(reverse("recommender-anwar"), {"workload": "mnist", "batch_size": 64000, "latency_ms": 20})
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Recommended machines: <strong>" in page
+    assert response.context["answer"]["source"] == "predicted"  # no measured row at 64000 @ 20 ms in Table 4
+
+
+def test_catalogue_and_records_pages(client, alice, table4):
+    client.force_login(alice)
+
+    catalogue = client.get(reverse("recommender-catalogs"), {"catalog": "fc2-2018"})
+    records = client.get(reverse("recommender-records"), {"workload": "mnist"})
+
+    assert catalogue.status_code == 200 and "c4.8xlarge" in catalogue.content.decode()
+    assert records.status_code == 200 and "failed" in records.content.decode()
+
+
+def test_model_report_prints_calibration(table4):
+    out = StringIO()
+    call_command("model_report", "--workload", "mnist", "--json", stdout=out)
+
+    report = json.loads(out.getvalue())
+    assert report["group_by"] == "latency" and report["records"] == 9 and report["failed_runs"] == 1
+    assert report["mape"] >= 0  # Table 4's cells have one measured worker count each at 20 ms: no regret to take
+    text = StringIO()
+    call_command("model_report", "--workload", "mnist", "--group-by", "workers", stdout=text)
+    assert "leave-one-workers-out on 9 records: MAPE" in text.getvalue()
+
+
+def test_job_cluster_comes_from_the_algorithm(alice, bundle, digits):
+    job = make_job(alice, bundle, digits, algorithm="cost-opt", worker_types=["m4.xlarge", "c4.xlarge"], workers=3)
+
+    assert pipeline.profile(job.pk)
+
+    job.refresh_from_db()
+    # No budget: the job's 3 workers are the limit; the PS is the largest-capacity one (DESIGN.md's PS selection).
+    assert (job.ps_type, job.worker_type, job.workers) == ("m4.10xlarge", "c4.xlarge", 3)
+    assert job.recommendation["algorithm"] == "cost-opt"
+    assert job.events.filter(message__startswith="recommendation: ").exists()
+
+
+def test_job_with_missing_profiles_fails_saying_which(alice, bundle, digits):
+    job = make_job(alice, bundle, digits, algorithm="scala-opt", worker_types=["c4.xlarge"], workers=2)
+
+    pipeline.advance("profile", job.pk)
+
+    job.refresh_from_db()
+    assert job.state == "failed" and "missing bandwidth profiles" in job.failure_reason
+    assert "c4.xlarge" in job.failure_reason
