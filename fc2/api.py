@@ -1,4 +1,5 @@
-"""The reporting API the node agents call: POST /api/jobs/<id>/report with the job-scoped bearer token."""
+"""The platform's own API: the node agents' reports (POST /api/jobs/<id>/report, job-scoped bearer token) and
+GET /api/me for signed-in users."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from drf_spectacular.utils import extend_schema, inline_serializer
 from pydantic import ValidationError
+from rest_framework.fields import BooleanField, CharField
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from fc2.models import Job
+from fc2.models import Job, is_platform_admin
 from fc2.services.reports import Report, ReportRejected, apply_report
 
 
@@ -45,3 +51,11 @@ def report(request: HttpRequest, job_id: int) -> JsonResponse:
     except ReportRejected as exc:
         return _error(exc.status, str(exc))
     return JsonResponse({"ok": True, "state": job.state})
+
+
+class MeView(APIView):
+    """Who the API sees: the authenticated user and their role."""
+
+    @extend_schema(responses={200: inline_serializer("Me", {"username": CharField(), "is_admin": BooleanField()})})
+    def get(self, request: Request) -> Response:
+        return Response({"username": request.user.get_username(), "is_admin": is_platform_admin(request.user)})

@@ -18,6 +18,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/artifacts/<int:artifact_id>/", views.artifact_download, name="artifact-download"),
     path("api/jobs/<int:job_id>/report", api.report, name="api-job-report"),
+    path("api/me", api.MeView.as_view(), name="api-me"),
     path("api/recommend", recommender_api.RecommendView.as_view(), name="api-recommend"),
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("recommender/", recommender_views.anwar, name="recommender-anwar"),

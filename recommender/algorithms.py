@@ -13,6 +13,7 @@ exactly six workers must give six.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Collection
 from dataclasses import replace
@@ -39,6 +40,7 @@ RULE, MEASURED, PREDICTED = "rule", "measured", "predicted"
 # --- numbers ---------------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)  # the same few prices are converted thousands of times per request
 def _dec(x: float) -> Decimal:
     """The decimal a person wrote: Decimal(str(0.231)) is 0.231, where Decimal(0.231) is 0.23100000000000000533…"""
     return Decimal(str(x))

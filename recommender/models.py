@@ -1,6 +1,9 @@
 """Instance catalogues: versioned lists of instance types with price and capacity, editable in the admin."""
 
 from django.db import models
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+from django.utils import timezone
 
 
 class Catalog(models.Model):
@@ -81,3 +84,10 @@ class PerformanceRecord(models.Model):
     @property
     def failed(self) -> bool:
         return self.epoch_time_s is None and self.bandwidth_mbps is None
+
+
+@receiver([post_save, post_delete], sender=InstanceType)
+def _touch_catalog(sender, instance: InstanceType, **kwargs) -> None:
+    """Any change to a type (admin edit, refresh, removal) moves its catalogue's updated_at, which keys the
+    recommender's in-process cache of catalogues."""
+    Catalog.objects.filter(pk=instance.catalog_id).update(updated_at=timezone.now())

@@ -43,7 +43,7 @@ ties go to the faster, then the cheaper configuration.
 
 from __future__ import annotations
 
-import math
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import nnls
 
+from recommender import algorithms
 from recommender.types import Candidate, InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
 
 MIN_RECORDS = 4  # fewer successful runs cannot cross-validate even the smallest form
@@ -286,8 +287,15 @@ def _folds(records: list[PerfRecord], cv: str) -> tuple[list[np.ndarray], str]:
 def fit(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec] = (), *, cv: str = "loo") -> PerfModel:
     """Fit every candidate form, keep the one with the best cross-validated MAPE (module docstring).
 
-    cv: "loo", or "latency" / "workers" / "batch_size" / "type" for leave-one-group-out.
+    cv: "loo", or "latency" / "workers" / "batch_size" / "type" for leave-one-group-out. The same records and catalogue
+    (they are frozen, so hashable) give the same model: fits are memoised, since a request recommends from a workload
+    whose records rarely change between requests.
     """
+    return _fit(tuple(records), tuple(catalog), cv)
+
+
+@functools.lru_cache(maxsize=64)
+def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv: str) -> PerfModel:
     if cv != "loo" and cv not in GROUPINGS:
         raise ValueError(f"unknown cross-validation {cv!r}: use 'loo' or one of {', '.join(GROUPINGS)}")
     usable = _usable(records)
@@ -380,14 +388,18 @@ def _forms(measured: tuple[str, ...], speeds: dict[str, float]) -> list[_Form]:
 
 # --- recommending -------------------------------------------------------------------------------------------------
 
+_NO_PS = InstanceSpec("no parameter server", 0.0)  # all-reduce records: a cluster costs n·c_t
 
-def _workload_records(request: RecommendRequest, records: Sequence[PerfRecord]) -> list[PerfRecord]:
-    if not request.workload:
-        return list(records)
-    mine = [r for r in records if r.workload == request.workload]
-    if not mine:
-        raise RecommendationError(f"no performance records for workload {request.workload!r}")
-    return mine
+
+def _prepare(request: RecommendRequest, catalog: Sequence[InstanceSpec], records: Sequence[PerfRecord]):
+    """The workload's records, its fitted model and the catalogue's prices."""
+    if request.budget is not None and request.max_workers is not None:
+        raise RecommendationError("give a budget or a maximum number of workers, not both")
+    if request.workload:
+        records = [r for r in records if r.workload == request.workload]
+        if not records:
+            raise RecommendationError(f"no performance records for workload {request.workload!r}")
+    return list(records), fit(records, catalog), {s.name: s.hourly_price for s in catalog}
 
 
 def _failed_only(records: Sequence[PerfRecord], batch_size: int | None) -> set[tuple[str, int]]:
@@ -399,16 +411,38 @@ def _failed_only(records: Sequence[PerfRecord], batch_size: int | None) -> set[t
     return {key for key, ok in runs.items() if not any(ok)}
 
 
-def _evaluate(model, types_and_limits, prices, ps_price, batch_size, latency_ms, skip) -> list[Candidate]:
-    pairs = [(t, n) for t, limit in types_and_limits for n in range(1, limit + 1) if (t, n) not in skip]
+def _limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, measured_max: int) -> int:
+    """n from the limit as the FC² rules count it (algorithms.workers_from_limit); 0 when the budget cannot buy one
+    worker; without a limit (or a budget but no price for the type), the largest measured worker count."""
+    if request.max_workers is None and (request.budget is None or worker.hourly_price <= 0):
+        return measured_max
+    try:
+        return min(algorithms.workers_from_limit(request, ps or _NO_PS, worker), MAX_WORKERS_EVALUATED)
+    except RecommendationError:
+        return 0
+
+
+def _evaluate(model: PerfModel, request: RecommendRequest, types, prices, ps: InstanceSpec | None, records):
+    """Predict every (type, n) within the limit. Returns the candidates, the types the limit cannot buy one of, and
+    the (type, n) left out because they only ever failed."""
+    usable = _usable(records)
+    skip = _failed_only(records, request.batch_size)
+    pairs, unaffordable = [], []
+    for t in types:
+        measured_max = max((r.workers for r in usable if r.instance_type == t), default=model.coverage["workers"][1])
+        limit = _limit(request, ps, InstanceSpec(t, prices.get(t, 0.0)), measured_max)
+        unaffordable += [t] if limit < 1 else []
+        pairs += [(t, n) for n in range(1, limit + 1) if (t, n) not in skip]
     if not pairs:
-        return []
-    types, workers = zip(*pairs, strict=True)
-    times = model._predict(types, workers, [batch_size] * len(pairs), [latency_ms] * len(pairs))
-    return [
-        Candidate(t, n, float(time), round(ps_price + n * prices.get(t, 0.0), 6), "predicted")
+        return [], unaffordable, skip
+    names, workers = zip(*pairs, strict=True)
+    times = model._predict(names, workers, [request.batch_size] * len(pairs), [request.latency_ms] * len(pairs))
+    ps_price = ps.hourly_price if ps else 0.0
+    candidates = [
+        Candidate(t, n, float(time), round(ps_price + n * prices.get(t, 0.0), 4), "predicted")
         for (t, n), time in zip(pairs, times, strict=True)
     ]
+    return candidates, unaffordable, skip
 
 
 def _choose(candidates: Sequence[Candidate], alpha: float, beta: float) -> Candidate:
@@ -424,7 +458,13 @@ def _choose(candidates: Sequence[Candidate], alpha: float, beta: float) -> Candi
 
 
 def pareto_front(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
-    """Configurations no other is both faster and cheaper than (ties: one kept), sorted by hourly cost."""
+    """The configurations no other is both faster and cheaper than (of equal ones, one), sorted by hourly cost.
+
+    >>> front = pareto_front([Candidate("a", 1, 90.0, 0.5, "predicted"), Candidate("a", 2, 50.0, 1.0, "predicted"),
+    ...                       Candidate("b", 1, 95.0, 0.6, "predicted"), Candidate("a", 3, 40.0, 1.5, "predicted")])
+    >>> [(c.worker_type, c.workers) for c in front]
+    [('a', 1), ('a', 2), ('a', 3)]
+    """
     front: list[Candidate] = []
     for c in sorted(candidates, key=lambda c: (c.hourly_cost, c.epoch_time_s, c.workers)):
         if not front or c.epoch_time_s < front[-1].epoch_time_s:
@@ -432,53 +472,15 @@ def pareto_front(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
     return tuple(front)
 
 
-def _choose_ps(request: RecommendRequest, catalog: Sequence[InstanceSpec], cheapest_worker: float | None, uses_ps):
-    """DESIGN.md's PS selection: the user's type, else the largest network capacity in L^p that leaves budget for
-    one cheapest worker (ties: the cheaper); None when the workload runs all-reduce without a PS."""
-    by_name = {s.name: s for s in catalog}
-    if request.ps_type:
-        if request.ps_type not in by_name:
-            raise RecommendationError(f"PS type {request.ps_type!r} is not in the catalogue")
-        return by_name[request.ps_type]
-    if not uses_ps:
-        return None
-    names = request.ps_types or tuple(s.name for s in catalog if s.role in ("ps", "any"))
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise RecommendationError(f"PS types not in the catalogue: {', '.join(unknown)}")
-    options = [by_name[n] for n in names]
-    if request.budget is not None and cheapest_worker is not None:
-        options = [s for s in options if s.hourly_price + cheapest_worker <= request.budget + 1e-9]
-    if not options:
-        raise RecommendationError(
-            f"a budget of ${request.budget}/h cannot pay for a parameter server and one worker"
-            if names
-            else "the records use a parameter server but the catalogue lists no PS type"
-        )
-    return min(options, key=lambda s: (-(s.network_mbps or 0.0), s.hourly_price))
-
-
-def _limit(request: RecommendRequest, price: float | None, ps_price: float, default: int) -> int:
-    """n from the limit: the max-workers limit, else ⌊(C − c_ps)/c_t⌋, else (no limit, or no price) `default`."""
-    if request.max_workers is not None:
-        return min(request.max_workers, MAX_WORKERS_EVALUATED)
-    if request.budget is not None and price:
-        return min(math.floor((request.budget - ps_price) / price + 1e-9), MAX_WORKERS_EVALUATED)
-    return default
-
-
 def recommend_model(
     request: RecommendRequest, catalog: Sequence[InstanceSpec], records: Sequence[PerfRecord]
 ) -> Recommendation:
-    """The `model` algorithm: fit the workload's model, predict every (type, n) within the limit, minimise
-    α·time + β·cost (normalised as in the module docstring) subject to cost ≤ C."""
-    if request.budget is None and request.max_workers is None:
-        raise RecommendationError("the model algorithm needs a budget ($/h) or a maximum number of workers")
+    """The `model` algorithm: fit the workload's model, predict every (type, n) within the limit (without one, up to
+    the largest measured worker count) and minimise α·time + β·cost, normalised as the module docstring says, subject
+    to cost ≤ C. The PS: the user's, else DESIGN.md's selection when the records use one, else none (all-reduce)."""
     if request.alpha < 0 or request.beta < 0:
         raise RecommendationError(f"alpha and beta must be non-negative (got {request.alpha}, {request.beta})")
-    records = _workload_records(request, records)
-    model = fit(records, catalog)
-    prices = {s.name: s.hourly_price for s in catalog}
+    records, model, prices = _prepare(request, catalog, records)
     if request.worker_type:
         wanted = (request.worker_type,)
     elif request.worker_types:
@@ -486,52 +488,42 @@ def recommend_model(
     else:
         wanted = tuple(s.name for s in catalog if s.role in ("worker", "any")) or tuple(model.coverage["worker_types"])
     types = [t for t in wanted if t in prices and model.can_price(t)]
-    unpriced = [t for t in wanted if t not in types]
     if not types:
         raise RecommendationError(
             f"the model cannot price any of {', '.join(wanted) or 'the worker types'}: "
             "each needs records or a catalogue speed, and a catalogue price"
         )
-    cheapest_worker = min(prices[t] for t in wanted if t in prices)  # DESIGN: one worker of the cheapest in L^w
-    ps = _choose_ps(request, catalog, cheapest_worker, _pattern(_usable(records)) == "ps")
-    ps_price = ps.hourly_price if ps else 0.0
-    limits = [(t, _limit(request, prices[t], ps_price, 0)) for t in types]
-    if all(n < 1 for _, n in limits):
-        raise RecommendationError(
-            f"a budget of ${request.budget}/h cannot buy {'a PS and ' if ps else ''}one worker of any considered type"
-        )
-    skip = _failed_only(records, request.batch_size)
-    candidates = _evaluate(model, limits, prices, ps_price, request.batch_size, request.latency_ms, skip)
+    uses_ps = request.ps_type or _pattern(_usable(records)) == "ps"
+    ps = algorithms.select_ps(request, catalog) if uses_ps else None
+    candidates, unaffordable, skip = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
+        if len(unaffordable) == len(types):
+            raise RecommendationError(
+                f"a budget of ${request.budget:g}/h cannot buy {f'the {ps.name} PS and ' if ps else ''}"
+                f"one worker of {', '.join(types)}"
+            )
         raise RecommendationError("every configuration within the limit has only failed runs on record")
     pick = _choose(candidates, request.alpha, request.beta)
     batch_text, latency_text = _conditions(model, request)
+    if request.budget is not None:
+        within = f" costing at most ${request.budget:g}/h"
+    elif request.max_workers is not None:
+        within = f" of at most {request.max_workers} workers"
+    else:
+        within = " up to the largest measured worker count (no budget or limit given)"
     explanation = (
         f"Performance model {model.family} ({model.speed} speed; cross-validated error {model.cv_mape:.1%}, "
         f"{model.cv}) predicts {pick.epoch_time_s:.1f} s per epoch for {pick.workers} × {pick.worker_type} "
         f"at {batch_text} and {latency_text}; it minimises α·time/best time + β·cost/best cost "
-        f"(α = {request.alpha:g}, β = {request.beta:g}) over {len(candidates)} configurations"
-        f"{f' costing at most ${request.budget:g}/h' if request.budget is not None else ''}."
+        f"(α = {request.alpha:g}, β = {request.beta:g}) over {len(candidates)} configurations{within}."
         + _extrapolation(model, pick, request)
     )
-    return Recommendation(
-        algorithm=request.algorithm,
-        ps_type=ps.name if ps else None,
-        worker_type=pick.worker_type,
-        workers=pick.workers,
-        hourly_cost=pick.hourly_cost,
-        predicted_epoch_time_s=pick.epoch_time_s,
-        source="predicted",
-        explanation=explanation,
-        candidates=tuple(candidates),
-        pareto=pareto_front(candidates),
-        model_error=model.cv_mape,
-        extra=_extra(model, request, pick, unpriced, skip)
-        | {
-            "objective": "alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
-            "unaffordable_types": [t for t, n in limits if n < 1],
-        },
-    )
+    extra = {
+        "objective": "alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
+        "unpriced_types": [t for t in wanted if t not in types],
+        "unaffordable_types": unaffordable,
+    }
+    return _answer(request, model, ps.name if ps else None, pick, candidates, explanation, extra, skip)
 
 
 def predict_fallback(
@@ -539,10 +531,7 @@ def predict_fallback(
 ) -> Recommendation:
     """What the lookup answers when no measured record matches: the worker count with the smallest predicted epoch
     time at the request's batch size and latency (n up to the request's limit, else the largest measured n)."""
-    records = _workload_records(request, records)
-    usable = _usable(records)
-    model = fit(records, catalog)
-    prices = {s.name: s.hourly_price for s in catalog}
+    records, model, prices = _prepare(request, catalog, records)
     wanted = (request.worker_type,) if request.worker_type else request.worker_types
     types = [t for t in wanted if model.can_price(t)] if wanted else list(model.coverage["worker_types"])
     if not types and model.coverage["worker_types"] == [""]:
@@ -551,14 +540,9 @@ def predict_fallback(
         raise RecommendationError(
             f"the model cannot price worker type {', '.join(wanted)}: it needs records or a catalogue speed"
         )
-    ps_name = request.ps_type or _most_common_str(r.ps_type for r in usable)
-    ps_price = prices.get(ps_name, 0.0) if ps_name else 0.0
-    limits = []
-    for t in types:
-        measured_max = max((r.workers for r in usable if r.instance_type == t), default=1)
-        limits.append((t, _limit(request, prices.get(t), ps_price, measured_max)))
-    skip = _failed_only(records, request.batch_size)
-    candidates = _evaluate(model, limits, prices, ps_price, request.batch_size, request.latency_ms, skip)
+    ps_name = request.ps_type or _most_common_str(r.ps_type for r in _usable(records))
+    ps = next((s for s in catalog if s.name == ps_name), None)
+    candidates, _, skip = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
         raise RecommendationError("no configuration within the limit can be predicted (all failed or none affordable)")
     pick = _choose(candidates, 1.0, 0.0)  # the lookup minimises time (Anwar: α = 1, β = 0)
@@ -575,9 +559,14 @@ def predict_fallback(
         f"{pick.epoch_time_s:.1f} s per epoch with {pick.workers} worker{'s' * (pick.workers != 1)}, the fastest of "
         f"{len(candidates)} configurations." + _extrapolation(model, pick, request) + no_price
     )
+    extra = {"unpriced_types": [t for t in wanted if t not in types]}
+    return _answer(request, model, ps_name or None, pick, candidates, explanation, extra, skip, pareto=False)
+
+
+def _answer(request, model: PerfModel, ps_type, pick: Candidate, candidates, explanation, extra, skip, pareto=True):
     return Recommendation(
         algorithm=request.algorithm,
-        ps_type=ps_name or None,
+        ps_type=ps_type,
         worker_type=pick.worker_type,
         workers=pick.workers,
         hourly_cost=pick.hourly_cost,
@@ -585,8 +574,21 @@ def predict_fallback(
         source="predicted",
         explanation=explanation,
         candidates=tuple(candidates),
+        pareto=pareto_front(candidates) if pareto else (),
         model_error=model.cv_mape,
-        extra=_extra(model, request, pick, [t for t in wanted if t not in types], skip),
+        extra={
+            "family": model.family,
+            "speed": model.speed,
+            "loss": model.loss,
+            "cv": model.cv,
+            "coefficients": model.coefficients,
+            "batch_size": request.batch_size or model.batch_ref,
+            "latency_ms": model.latency_ref if request.latency_ms is None else request.latency_ms,
+            "epoch_cost": round(pick.hourly_cost * pick.epoch_time_s / 3600.0, 6),  # $ per epoch of the pick
+            "coverage": model.coverage,
+            "failed_only": sorted([t, n] for t, n in skip),
+        }
+        | extra,
     )
 
 
@@ -625,22 +627,6 @@ def _extrapolation(model: PerfModel, pick: Candidate, request: RecommendRequest)
         elif not measured[0] <= value <= measured[-1]:
             notes.append(f"{name} {value:g}{unit} lies outside the measured {measured[0]:g}–{measured[-1]:g}{unit}")
     return f" Extrapolated: {'; '.join(notes)}." if notes else ""
-
-
-def _extra(model: PerfModel, request: RecommendRequest, pick: Candidate, unpriced, skip) -> dict:
-    return {
-        "family": model.family,
-        "speed": model.speed,
-        "loss": model.loss,
-        "cv": model.cv,
-        "coefficients": model.coefficients,
-        "batch_size": request.batch_size or model.batch_ref,
-        "latency_ms": model.latency_ref if request.latency_ms is None else request.latency_ms,
-        "epoch_cost": round(pick.hourly_cost * pick.epoch_time_s / 3600.0, 6),  # $ per epoch of the pick
-        "coverage": model.coverage,
-        "unpriced_types": list(unpriced),
-        "failed_only": sorted([t, n] for t, n in skip),
-    }
 
 
 # --- calibration --------------------------------------------------------------------------------------------------

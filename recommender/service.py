@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from django.db.models import Count, Max
+
 from recommender import algorithms, perfmodel
 from recommender.models import Catalog, InstanceType, PerformanceRecord
 from recommender.types import InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
@@ -12,12 +14,20 @@ from recommender.types import InstanceSpec, PerfRecord, Recommendation, Recommen
 DEFAULT_CATALOG = "fc2-2018"
 
 
-def catalog_specs(name: str = DEFAULT_CATALOG) -> list[InstanceSpec]:
-    catalog = Catalog.objects.filter(name=name).first()
-    if catalog is None:
+# name -> (updated_at, specs): a catalogue is read once per change, not once per request.
+_catalog_cache: dict[str, tuple[object, tuple[InstanceSpec, ...]]] = {}
+
+
+def catalog_specs(name: str = DEFAULT_CATALOG) -> tuple[InstanceSpec, ...]:
+    stamp = Catalog.objects.filter(name=name).values_list("pk", "updated_at").first()
+    if stamp is None:
         available = ", ".join(Catalog.objects.order_by("name").values_list("name", flat=True)) or "none loaded"
         raise RecommendationError(f"unknown catalogue {name!r} (available: {available})")
-    return [to_spec(t) for t in catalog.types.all()]
+    cached = _catalog_cache.get(name)
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, tuple(to_spec(t) for t in InstanceType.objects.filter(catalog_id=stamp[0])))
+        _catalog_cache[name] = cached
+    return cached[1]
 
 
 def to_spec(row: InstanceType) -> InstanceSpec:
@@ -34,9 +44,19 @@ def to_spec(row: InstanceType) -> InstanceSpec:
     )
 
 
-def workload_records(workload: str) -> list[PerfRecord]:
-    fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
-    return [PerfRecord(**row) for row in PerformanceRecord.objects.filter(workload=workload).values(*fields)]
+# workload -> (stamp, records), the stamp being the records' count and latest change.
+_records_cache: dict[str, tuple[object, tuple[PerfRecord, ...]]] = {}
+
+
+def workload_records(workload: str) -> tuple[PerfRecord, ...]:
+    rows = PerformanceRecord.objects.filter(workload=workload)
+    stamp = rows.aggregate(count=Count("pk"), latest=Max("updated_at"))
+    cached = _records_cache.get(workload)
+    if cached is None or cached[0] != stamp:
+        fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
+        cached = (stamp, tuple(PerfRecord(**row) for row in rows.order_by("pk").values(*fields)))
+        _records_cache[workload] = cached
+    return cached[1]
 
 
 def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Recommendation:

@@ -275,7 +275,7 @@ def test_ps_records_choose_a_ps_as_design_says():
     ("request_kwargs", "message"),
     [
         ({"budget": 0.2}, "cannot buy"),
-        ({}, "needs a budget"),
+        ({"budget": 2.0, "max_workers": 4}, "not both"),
         ({"budget": 2.0, "workload": "nobody"}, "no performance records"),
         ({"max_workers": 4, "alpha": -1.0}, "non-negative"),
     ],
@@ -283,6 +283,18 @@ def test_ps_records_choose_a_ps_as_design_says():
 def test_recommend_model_errors(request_kwargs, message):
     with pytest.raises(RecommendationError, match=message):
         recommend_model(model_request(**request_kwargs), CATALOG, grid())
+
+
+def test_recommend_model_without_a_limit_stays_within_the_measured_worker_counts():
+    answer = recommend_model(model_request(), CATALOG, grid())
+    assert max(c.workers for c in answer.candidates) == 6
+    assert "no budget or limit given" in answer.explanation
+
+
+def test_recommend_model_says_where_it_extrapolates():
+    answer = recommend_model(model_request(max_workers=8, latency_ms=300), CATALOG, grid())
+    assert "Extrapolated:" in answer.explanation
+    assert "latency 300 ms lies outside the measured 0–100 ms" in answer.explanation
 
 
 def test_recommend_model_with_too_few_records():
