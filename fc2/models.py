@@ -148,6 +148,9 @@ class Job(models.Model):
     catalog = models.CharField(max_length=50, default="fc2-2018", help_text="Instance catalogue for the algorithm")
     worker_types = models.JSONField(default=list, blank=True, help_text="L^w: worker types the algorithm considers")
     recommendation = models.JSONField(null=True, blank=True, help_text="The recommender's answer, when one was asked")
+    hourly_cost = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, help_text="$/h of the cluster (PS + workers)"
+    )
     driver = models.CharField(max_length=10, choices=Driver.choices, default=Driver.CELERY)
 
     state = models.CharField(max_length=15, choices=State.choices, default=State.QUEUED, db_index=True)
@@ -193,6 +196,13 @@ class Job(models.Model):
         if not self.started_at:
             return None
         return ((self.finished_at or timezone.now()) - self.started_at).total_seconds()
+
+    @property
+    def cost_so_far(self) -> float | None:
+        """$ spent: the cluster's hourly cost over the time it has run."""
+        if self.hourly_cost is None or self.duration_s is None:
+            return None
+        return float(self.hourly_cost) * self.duration_s / 3600
 
     @property
     def progress_percent(self) -> int | None:

@@ -4,6 +4,7 @@ whose cluster comes from an algorithm."""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from io import StringIO
 from pathlib import Path
 
@@ -209,6 +210,7 @@ def test_job_cluster_comes_from_the_algorithm(alice, bundle, digits):
     # No budget: the job's 3 workers are the limit; the PS is the largest-capacity one (DESIGN.md's PS selection).
     assert (job.ps_type, job.worker_type, job.workers) == ("m4.10xlarge", "c4.xlarge", 3)
     assert job.recommendation["algorithm"] == "cost-opt"
+    assert job.hourly_cost == Decimal("2.5") + 3 * Decimal("0.231") == Decimal(str(job.recommendation["hourly_cost"]))
     assert job.events.filter(message__startswith="recommendation: ").exists()
 
 

@@ -13,6 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -45,11 +46,26 @@ def profile(job_id: int, **_) -> bool:
     datasets.ready(job.dataset)
     if job.algorithm != "manual":
         _recommend(job)
+    Job.objects.filter(pk=job.pk).update(hourly_cost=_hourly_cost(job))
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
     )
     job.log(f"{job.algorithm} cluster: {job.workers} workers{types}, strategy {job.get_strategy_display()}")
     return True
+
+
+def _hourly_cost(job: Job) -> Decimal:
+    """$/h of the job's cluster from its catalogue: the PS plus its workers (0 for a local cluster of no types)."""
+    from recommender.models import InstanceType
+
+    prices = dict(
+        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[job.ps_type, job.worker_type]).values_list(
+            "name", "hourly_price"
+        )
+    )
+    worker_price = prices.get(job.worker_type, Decimal(0))
+    ps_price = prices.get(job.ps_type, Decimal(0)) if job.strategy == Job.Strategy.PS else Decimal(0)
+    return ps_price + job.workers * worker_price
 
 
 def _recommend(job: Job) -> None:
