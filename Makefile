@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
 
-.PHONY: run setup test lint format examples benchmark clean
+.PHONY: run setup test lint format examples benchmark browser clean
 
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(BIN)/.installed: pyproject.toml
@@ -32,7 +32,13 @@ run: setup
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
-test: $(BIN)/.installed examples
+# The browser tests drive Debian's chromium through Playwright (Playwright's own browser download is not used).
+browser:
+	@command -v chromium >/dev/null || { \
+		echo "installing Debian's chromium for the browser tests"; \
+		apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }; }
+
+test: $(BIN)/.installed examples browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py makemigrations --check --dry-run

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import psutil
 import pytest
+from django.db import connection
 
 from fc2.models import Job
 from fc2.services import datasets, jobs
@@ -84,3 +88,37 @@ def cluster_processes() -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = quote(db["USER"] or "", safe="") + (f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture
+def celery_worker(live_server, runtime_dir, settings, tmp_path):
+    """A real `celery worker` process on the configured broker (Redis in CI), on a queue of its own."""
+    queue = f"fc2-test-{uuid.uuid4().hex[:8]}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "FC2_MEDIA_ROOT": str(runtime_dir / "media"),
+        "FC2_LOCAL_CLUSTER_DIR": str(runtime_dir / "clusters"),
+        "FC2_PUBLIC_URL": live_server.url,
+        "FC2_QUEUE": queue,
+        "FC2_WATCH_INTERVAL_S": "1",
+    }
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "fc2", "worker", "-Q", queue, "--concurrency", "1",
+             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"],
+            cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    yield log
+    worker.terminate()
+    worker.wait(timeout=30)

@@ -1,0 +1,91 @@
+"""Real headless Chromium (Debian's package) driven by Playwright against the live test server.
+
+Screenshots of every page a test visits go to test-artifacts/screenshots/ (kept after the run, for people to look at).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from tests.conftest import PROJECT_DIR
+
+# Playwright's sync API runs an event loop in this thread; Django then refuses ORM calls from it unless told that the
+# test's own (synchronous) database access is fine.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+SCREENSHOTS = PROJECT_DIR / "test-artifacts" / "screenshots"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    executable = shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, live_server) -> Page:
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(f"script error: {error}"))
+    page.on(
+        "console",
+        lambda message: (
+            message.type == "error"
+            and not message.text.startswith("Failed to load resource")  # reported below, with its URL
+            and errors.append(f"console: {message.text}")
+        ),
+    )
+    page.on(
+        "response",
+        lambda response: (
+            response.status >= 400
+            and response.request.resource_type != "document"  # a test may open a 404 page on purpose
+            and errors.append(f"{response.status} for {response.url}")
+        ),
+    )
+    yield page
+    context.close()
+    assert not errors, f"the pages logged errors: {errors}"  # a broken script or a missing file is a bug
+
+
+@pytest.fixture
+def shot(page: Page, request):
+    """shot("name") saves a full-page screenshot named after the test and the step."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)
+
+    def save(name: str) -> Path:
+        path = SCREENSHOTS / f"{prefix}--{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save
+
+
+def log_in(page: Page, username: str, password: str) -> None:
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(re.compile(r"^(?!.*/accounts/login/).*$"))
