@@ -488,6 +488,9 @@ def recommend_model(
     else:
         wanted = tuple(s.name for s in catalog if s.role in ("worker", "any")) or tuple(model.coverage["worker_types"])
     types = [t for t in wanted if t in prices and model.can_price(t)]
+    untyped = not types and not (request.worker_type or request.worker_types)
+    if untyped and model.coverage["worker_types"] == [""]:
+        types = [""]  # the records name no worker type (Anwar's table): their times stand for any type, unpriced
     if not types:
         raise RecommendationError(
             f"the model cannot price any of {', '.join(wanted) or 'the worker types'}: "
@@ -513,10 +516,12 @@ def recommend_model(
         within = " up to the largest measured worker count (no budget or limit given)"
     explanation = (
         f"Performance model {model.family} ({model.speed} speed; cross-validated error {model.cv_mape:.1%}, "
-        f"{model.cv}) predicts {pick.epoch_time_s:.1f} s per epoch for {pick.workers} × {pick.worker_type} "
+        f"{model.cv}) predicts {pick.epoch_time_s:.1f} s per epoch for "
+        f"{f'{pick.workers} × {pick.worker_type}' if pick.worker_type else f'{pick.workers} workers'} "
         f"at {batch_text} and {latency_text}; it minimises α·time/best time + β·cost/best cost "
         f"(α = {request.alpha:g}, β = {request.beta:g}) over {len(candidates)} configurations{within}."
         + _extrapolation(model, pick, request)
+        + (" Hourly cost leaves out the workers: the records name no worker type." if types == [""] else "")
     )
     extra = {
         "objective": "alpha*time/best_time + beta*hourly_cost/best_hourly_cost",

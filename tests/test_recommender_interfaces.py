@@ -222,3 +222,15 @@ def test_job_with_missing_profiles_fails_saying_which(alice, bundle, digits):
     job.refresh_from_db()
     assert job.state == "failed" and "missing bandwidth profiles" in job.failure_reason
     assert "c4.xlarge" in job.failure_reason
+
+
+def test_cli_model_on_records_that_name_no_type(table4):
+    code, answer, _ = recommend(
+        "--algorithm", "model", "--workload", "mnist", "--max-workers", "4", "--batch-size", "32000",
+        "--latency-ms", "40",
+    )  # fmt: skip
+
+    assert code == 0, answer
+    assert answer["source"] == "predicted" and 1 <= answer["workers"] <= 4 and answer["worker_type"] == ""
+    assert "records name no worker type" in answer["explanation"] and answer["model_error"] is not None
+    assert answer["pareto"] and len(answer["candidates"]) == 4
