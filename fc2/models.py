@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from datetime import datetime
 from pathlib import PurePosixPath
 
 from django.conf import settings
@@ -25,6 +26,20 @@ class OwnedQuerySet(models.QuerySet):
         if is_platform_admin(user):
             return self
         return self.filter(owner=user)
+
+
+class JobQuerySet(OwnedQuerySet):
+    def ran_between(self, start: datetime, end: datetime):
+        """Jobs whose cluster ran at some time in [start, end)."""
+        return self.filter(started_at__lt=end).filter(
+            models.Q(finished_at__isnull=True) | models.Q(finished_at__gt=start)
+        )
+
+    def spend_between(self, start: datetime, end: datetime, now: datetime | None = None) -> float:
+        """$ these jobs' clusters cost inside [start, end): each job's $/h over the part of its run in the window."""
+        jobs = self.ran_between(start, end).filter(hourly_cost__isnull=False)
+        rows = jobs.only("hourly_cost", "started_at", "finished_at")
+        return sum((job.cost_between(start, end, now) for job in rows), 0.0)
 
 
 class DatasetQuerySet(OwnedQuerySet):
@@ -108,6 +123,11 @@ class Dataset(models.Model):
         return self.name
 
 
+def workload_name(bundle: CodeBundle, dataset: Dataset) -> str:
+    """Name under which a job's performance is recorded: the code and the data it trains on."""
+    return f"{bundle.distribution}:{dataset.name}"
+
+
 class Job(models.Model):
     """One training run: its inputs, the cluster it asked for, and where it is in the pipeline."""
 
@@ -170,11 +190,18 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
-    objects = OwnedQuerySet.as_manager()
+    objects = JobQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["owner", "-created_at"])]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"]),
+            # The admin dashboard: its state and provider filters with the default newest-first order, and the
+            # latest failures.
+            models.Index(fields=["state", "-created_at"], name="job_state_created_idx"),
+            models.Index(fields=["provider", "-created_at"], name="job_provider_created_idx"),
+            models.Index(fields=["state", "-finished_at"], name="job_state_finished_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.state})"
@@ -184,8 +211,7 @@ class Job(models.Model):
 
     @property
     def workload(self) -> str:
-        """Name under which this job's performance is recorded: the code and the data it trains on."""
-        return f"{self.bundle.distribution}:{self.dataset.name}"
+        return workload_name(self.bundle, self.dataset)
 
     @property
     def is_terminal(self) -> bool:
@@ -200,9 +226,28 @@ class Job(models.Model):
     @property
     def cost_so_far(self) -> float | None:
         """$ spent: the cluster's hourly cost over the time it has run."""
-        if self.hourly_cost is None or self.duration_s is None:
+        if self.hourly_cost is None or self.started_at is None:
             return None
-        return float(self.hourly_cost) * self.duration_s / 3600
+        return self.cost_between()
+
+    @property
+    def budget_so_far(self) -> float | None:
+        """$ the hourly budget allows over the same time, to hold the cost against."""
+        if self.hourly_budget is None or self.duration_s is None:
+            return None
+        return float(self.hourly_budget) * self.duration_s / 3600
+
+    def cost_between(
+        self, start: datetime | None = None, end: datetime | None = None, now: datetime | None = None
+    ) -> float:
+        """$ of the part of the run (started → finished, or `now` while it runs) inside [start, end)."""
+        if self.hourly_cost is None or self.started_at is None:
+            return 0.0
+        run_start = max(self.started_at, start) if start else self.started_at
+        run_end = self.finished_at or now or timezone.now()
+        run_end = min(run_end, end) if end else run_end
+        seconds = max(0.0, (run_end - run_start).total_seconds())
+        return float(self.hourly_cost) * seconds / 3600
 
     @property
     def progress_percent(self) -> int | None:

@@ -1,25 +1,53 @@
-"""Pages: job list, submission form, job page with its live part, cancel, artifact download, health check."""
+"""Pages: job list, job page with its live part and chart series, cancel, artifact download, health check."""
 
 from __future__ import annotations
+
+from datetime import UTC
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import connection
+from django.db.models import Prefetch
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
-from fc2.bundles import BundleError
-from fc2.forms import JobForm
 from fc2.models import Artifact, Job, is_platform_admin
-from fc2.services import datasets, jobs, pipeline
+from fc2.services import pipeline
+from monitor import series
+from monitor.models import NodeSample
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"ok": True})
+
+
+# The job page's charts: `metric` is the key of a point in the series JSON (`loss` is the chief's loss curve).
+JOB_CHARTS = [
+    {"id": "cpu", "metric": "cpu_percent", "unit": "%", "title": "CPU (%, 100 = one core)",
+     "description": "CPU use of each node's training processes over time; 100 % is one full core.",
+     "empty": "No CPU samples yet."},
+    {"id": "memory", "metric": "memory_mb", "unit": "MB", "title": "Memory (MB)",
+     "description": "Resident memory of each node's training processes over time.",
+     "empty": "No memory samples yet."},
+    {"id": "gpu", "metric": "gpu_percent", "unit": "%", "title": "GPU (%)",
+     "description": "GPU utilisation of each node over time, for nodes that have a GPU.",
+     "empty": "No GPU reported by these nodes."},
+    {"id": "recv", "metric": "recv_mbps", "unit": "Mbps", "title": "Network in (Mbps)",
+     "description": "Megabits per second each node received, between consecutive reports.",
+     "empty": "Needs two reports from a node."},
+    {"id": "sent", "metric": "sent_mbps", "unit": "Mbps", "title": "Network out (Mbps)",
+     "description": "Megabits per second each node sent, between consecutive reports.",
+     "empty": "Needs two reports from a node."},
+    {"id": "loss", "metric": "loss", "unit": "", "title": "Training loss",
+     "description": "The chief's training loss by training step.",
+     "empty": "No loss reported yet."},
+]  # fmt: skip
 
 
 def _visible_job(request: HttpRequest, job_id: int) -> Job:
@@ -41,33 +69,6 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def job_new(request: HttpRequest) -> HttpResponse:
-    form = JobForm(request.POST or None, request.FILES or None, user=request.user)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            job = jobs.submit_upload(
-                request.user,
-                data["wheel"],
-                data["wheel"].name,
-                data["main_script"],
-                dataset=data.get("dataset"),
-                dataset_file=data.get("dataset_file"),
-                parameters=data["parameters"],
-                provider=data["provider"],
-                strategy=data["strategy"],
-                workers=data["workers"],
-            )
-        except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
-            field = "dataset_file" if isinstance(exc, datasets.DatasetError) else getattr(exc, "field", None) or "wheel"
-            form.add_error(field, str(exc))
-        else:
-            messages.success(request, f"Job {job.pk} submitted.")
-            return redirect(job)
-    return render(request, "fc2/job_new.html", {"form": form}, status=400 if form.errors else 200)
-
-
-@login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
     return render(request, "fc2/job_detail.html", _job_context(job))
@@ -75,18 +76,51 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 
 @login_required
 def job_live(request: HttpRequest, job_id: int) -> HttpResponse:
-    """The live part of the job page, polled by htmx while the job is active."""
+    """The live part of the job page, polled by htmx while the job is active (results and timeline out of band)."""
     job = _visible_job(request, job_id)
-    return render(request, "fc2/_job_live.html", _job_context(job))
+    return render(request, "fc2/_job_live.html", {**_job_context(job), "oob": True})
 
 
 def _job_context(job: Job) -> dict:
+    # A fixed number of queries however many nodes and samples: each node's latest two samples come in one query.
+    latest = Prefetch("samples", queryset=NodeSample.objects.order_by("-at", "-pk")[:2], to_attr="latest_samples")
+    nodes = list(job.nodes.prefetch_related(latest))
+    for node in nodes:
+        node.latest, node.sent_mbps, node.recv_mbps = series.latest_reading(node.latest_samples)
     return {
         "job": job,
         "events": job.events.all(),
-        "nodes": job.nodes.all(),
+        "nodes": nodes,
+        "logs": [node for node in nodes if node.log_tail],
         "artifacts": job.artifacts.all(),
+        "charts": JOB_CHARTS,
     }
+
+
+@login_required
+def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
+    """The charts' data: per-node resource points and the loss curve, newer than `?since=` (the last `until`)."""
+    job = _visible_job(request, job_id)
+    since = None
+    if request.GET.get("since"):
+        since = parse_datetime(request.GET["since"].replace(" ", "+"))  # a bare + in a query string means a space
+        if since is None:
+            return JsonResponse({"error": "since must be an ISO 8601 date and time"}, status=400)
+        if timezone.is_naive(since):
+            since = timezone.make_aware(since, UTC)
+    data = series.job_series(job, since)
+    return JsonResponse(
+        {
+            "job": job.pk,
+            "state": job.state,
+            "active": not job.is_terminal,
+            **data,
+            "progress": {
+                "percent": job.progress_percent,
+                **{key: getattr(job, key) for key in ("epoch", "epochs", "step", "steps", "loss")},
+            },
+        }
+    )
 
 
 @login_required

@@ -7,7 +7,9 @@ import pytest
 
 MODULES = [
     "fc2.bundles",
+    "fc2.templatetags.fc2_ui",
     "monitor.agent",
+    "monitor.series",
     "provisioner.types",
     "recommender.perfdata",
     "recommender.algorithms",

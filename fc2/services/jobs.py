@@ -1,19 +1,21 @@
-"""Submitting jobs: the one path the web form, the REST API and `manage.py submit_job` all take."""
+"""Submitting jobs: the one path the wizard, the REST API and `manage.py submit_job` all take; and the plan — the
+cluster a request gets, priced — that the wizard shows before the job exists."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import BinaryIO
 
 from django.db import transaction
 
 import provisioner
-from fc2.models import CodeBundle, Dataset, Job
+from fc2.models import CodeBundle, Dataset, Job, workload_name
 from fc2.services import datasets, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
 from provisioner import local
+from recommender import service
 from recommender.types import ALGORITHMS
 
 
@@ -41,6 +43,16 @@ class JobRequest:
     catalog: str = "fc2-2018"
     worker_types: list[str] = field(default_factory=list)
 
+    @property
+    def workload(self) -> str:
+        return workload_name(self.bundle, self.dataset)
+
+    @property
+    def epochs(self) -> int | None:
+        """The `epochs` parameter when it is a whole number of at least 1 (what the cost estimate multiplies by)."""
+        value = self.parameters.get("epochs", "")
+        return int(value) if value.isdigit() and int(value) > 0 else None
+
 
 def validate(request: JobRequest) -> None:
     if request.provider not in provisioner.PROVIDERS:
@@ -54,17 +66,87 @@ def validate(request: JobRequest) -> None:
         raise SubmitError(
             f"unknown algorithm {request.algorithm!r} (expected manual or {', '.join(ALGORITHMS)})", "algorithm"
         )
-    if request.workers < 1:
-        raise SubmitError("a cluster needs at least 1 worker", "workers")
-    if request.provider == "local" and request.workers > local.MAX_WORKERS:
-        raise SubmitError(f"the local provider runs at most {local.MAX_WORKERS} workers", "workers")
-    for key in request.parameters:
-        if not key or not key.replace("_", "a").replace("-", "a").isalnum():
-            raise SubmitError(f"parameter name {key!r} must be letters, digits, '_' or '-'", "parameters")
+    check_workers(request.provider, request.workers)
+    check_parameters(request.parameters)
     try:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
         raise SubmitError(str(exc), "dataset") from exc
+
+
+def check_workers(provider: str, workers: int) -> None:
+    """A worker count (or limit) the provider can run."""
+    if workers < 1:
+        raise SubmitError("a cluster needs at least 1 worker", "workers")
+    if provider == "local" and workers > local.MAX_WORKERS:
+        raise SubmitError(f"the local provider runs at most {local.MAX_WORKERS} workers", "workers")
+
+
+def check_parameters(parameters: dict[str, str]) -> None:
+    """Parameter names the nodes can pass on as `--NAME=VALUE`."""
+    for key in parameters:
+        if not key or not key.replace("_", "a").replace("-", "a").isalnum():
+            raise SubmitError(f"parameter name {key!r} must be letters, digits, '_' or '-'", "parameters")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cluster a job request gets, known before the job exists: the recommender's answer, or for Manual the
+    user's own choice, priced as the job will be."""
+
+    ps_type: str  # "" when none is chosen (a local cluster of no types)
+    worker_type: str  # "" when none is chosen
+    workers: int  # number of workers
+    hourly_cost: Decimal  # $/h from the catalogue: the PS (parameter-server strategy) plus the workers
+    predicted_epoch_time_s: float | None  # measured or predicted; None when nothing is known yet
+    source: str  # "manual", or the recommender's "measured", "predicted" or "rule"
+    explanation: str  # why this cluster, in the recommender's words
+    recommendation: dict | None  # recommender.service.as_dict of the answer; None for Manual
+
+    def total_cost(self, epochs: int | None) -> Decimal | None:
+        """$ of the whole training: $/h × epoch time × epochs / 3600; None when the epoch time or epochs is unknown."""
+        if self.predicted_epoch_time_s is None or not epochs:
+            return None
+        return self.hourly_cost * Decimal(str(self.predicted_epoch_time_s)) * epochs / 3600
+
+
+def plan(request: JobRequest) -> Plan:
+    """The cluster `request` would run on (RecommendationError when the algorithm cannot answer; SubmitError when the
+    provider cannot run the answer)."""
+    if request.algorithm == "manual":
+        where = f"{request.worker_type} " if request.worker_type else ""
+        ps = f" and a {request.ps_type} PS" if request.ps_type and request.strategy == Job.Strategy.PS else ""
+        return Plan(
+            ps_type=request.ps_type,
+            worker_type=request.worker_type,
+            workers=request.workers,
+            hourly_cost=_trimmed(pipeline.hourly_cost(request)),
+            predicted_epoch_time_s=None,
+            source="manual",
+            explanation=f"Manual: the {request.workers} {where}workers{ps} you chose.",
+            recommendation=None,
+        )
+    answer = service.recommend(pipeline.recommend_request(request), request.catalog)
+    try:
+        check_workers(request.provider, answer.workers)
+    except SubmitError as exc:
+        raise SubmitError(f"the recommended {answer.workers} workers are too many: {exc}", exc.field) from exc
+    chosen = replace(request, ps_type=answer.ps_type or "", worker_type=answer.worker_type, workers=answer.workers)
+    return Plan(
+        ps_type=chosen.ps_type,
+        worker_type=chosen.worker_type,
+        workers=chosen.workers,
+        hourly_cost=_trimmed(pipeline.hourly_cost(chosen)),
+        predicted_epoch_time_s=answer.predicted_epoch_time_s,
+        source=answer.source,
+        explanation=answer.explanation,
+        recommendation=service.as_dict(answer),
+    )
+
+
+def _trimmed(amount: Decimal) -> Decimal:
+    """The same amount as people write it: 0.231000 -> 0.231, 2.000000 -> 2 (never 2E+0)."""
+    return Decimal(format(amount.normalize(), "f"))
 
 
 def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY) -> Job:

@@ -14,6 +14,7 @@ import time
 from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -24,6 +25,10 @@ from fc2.models import Artifact, Job, Node
 from fc2.services import datasets
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local
 from provisioner.types import is_chief
+from recommender.types import RecommendRequest
+
+if TYPE_CHECKING:
+    from fc2.services.jobs import JobRequest
 
 logger = logging.getLogger(__name__)
 State = Job.State
@@ -46,7 +51,7 @@ def profile(job_id: int, **_) -> bool:
     datasets.ready(job.dataset)
     if job.algorithm != "manual":
         _recommend(job)
-    Job.objects.filter(pk=job.pk).update(hourly_cost=_hourly_cost(job))
+    Job.objects.filter(pk=job.pk).update(hourly_cost=hourly_cost(job))
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
     )
@@ -54,8 +59,9 @@ def profile(job_id: int, **_) -> bool:
     return True
 
 
-def _hourly_cost(job: Job) -> Decimal:
-    """$/h of the job's cluster from its catalogue: the PS plus its workers (0 for a local cluster of no types)."""
+def hourly_cost(job: Job | JobRequest) -> Decimal:
+    """$/h of the job's (or job request's) cluster from its catalogue: the PS plus its workers (0 for a local cluster
+    of no types)."""
     from recommender.models import InstanceType
 
     prices = dict(
@@ -68,12 +74,9 @@ def _hourly_cost(job: Job) -> Decimal:
     return ps_price + job.workers * worker_price
 
 
-def _recommend(job: Job) -> None:
-    """Ask the recommender for the cluster; the job's workers is the limit when it has no budget."""
-    from recommender import service
-    from recommender.types import RecommendRequest
-
-    request = RecommendRequest(
+def recommend_request(job: Job | JobRequest) -> RecommendRequest:
+    """What the recommender is asked for a job (or a job request): its workers is the limit when it has no budget."""
+    return RecommendRequest(
         algorithm=job.algorithm,
         workload=job.workload,
         budget=float(job.hourly_budget) if job.hourly_budget is not None else None,
@@ -82,7 +85,13 @@ def _recommend(job: Job) -> None:
         worker_types=tuple(job.worker_types),
         worker_type=job.worker_type or None,
     )
-    answer = service.recommend(request, job.catalog)
+
+
+def _recommend(job: Job) -> None:
+    """Ask the recommender for the cluster and take its answer."""
+    from recommender import service
+
+    answer = service.recommend(recommend_request(job), job.catalog)
     if job.provider == "local" and answer.workers > local.MAX_WORKERS:
         raise ValueError(f"the recommended {answer.workers} workers exceed the local provider's {local.MAX_WORKERS}")
     Job.objects.filter(pk=job.pk).update(

@@ -1,0 +1,190 @@
+"""Chart series from a job's node samples: network rates from cumulative byte counters, per-node grouping, the
+chief's loss curve, and downsampling so a long run still sends at most a few hundred points per node.
+
+The shaping functions are pure (they take `Sample`s, not rows); `load_samples` is the one place that queries.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db.models import OuterRef, Q, Subquery
+
+from fc2.models import Job, Node
+from monitor.models import NodeSample
+from provisioner.types import is_chief
+
+MAX_POINTS = 500  # per node and per curve: more than a chart a few hundred pixels wide can show
+KEPT_FROM_LAST = {"at", "step"}  # what a downsampled point takes from its bucket's last point; the rest is averaged
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One agent sample, as the series need it."""
+
+    node_id: int
+    at: datetime
+    cpu_percent: float | None = None
+    memory_mb: float | None = None
+    gpu_percent: float | None = None
+    bytes_sent: int | None = None  # cumulative, as the node's counters say
+    bytes_recv: int | None = None
+    step: int | None = None
+    loss: float | None = None
+
+
+def rate_mbps(prev_bytes: int | None, prev_at: datetime, now_bytes: int | None, now_at: datetime) -> float | None:
+    """Megabits per second between two readings of a cumulative byte counter; None when it cannot be known.
+
+    A counter that went down was reset (agent restarted, interface re-created): the bytes in between are unknown.
+
+    >>> from datetime import timedelta
+    >>> t = datetime(2026, 11, 1, tzinfo=UTC)
+    >>> rate_mbps(0, t, 2_500_000, t + timedelta(seconds=2))
+    10.0
+    >>> rate_mbps(9_000, t, 100, t + timedelta(seconds=2)) is None
+    True
+    """
+    if prev_bytes is None or now_bytes is None or now_bytes < prev_bytes:
+        return None
+    seconds = (now_at - prev_at).total_seconds()
+    if seconds <= 0:
+        return None
+    return round((now_bytes - prev_bytes) * 8 / seconds / 1e6, 3)
+
+
+def resource_points(samples: Sequence[Sample]) -> list[dict]:
+    """One node's samples (oldest first) as chart points; each point's rates cover the time since the sample before."""
+    points = []
+    for prev, sample in zip([None, *samples[:-1]], samples, strict=True):
+        point = {
+            "at": sample.at,
+            "cpu_percent": sample.cpu_percent,
+            "memory_mb": sample.memory_mb,
+            "gpu_percent": sample.gpu_percent,
+            "sent_mbps": None,
+            "recv_mbps": None,
+        }
+        if prev is not None:
+            point["sent_mbps"] = rate_mbps(prev.bytes_sent, prev.at, sample.bytes_sent, sample.at)
+            point["recv_mbps"] = rate_mbps(prev.bytes_recv, prev.at, sample.bytes_recv, sample.at)
+        points.append(point)
+    return points
+
+
+def latest_reading(newest_first: Sequence) -> tuple[object | None, float | None, float | None]:
+    """The node table's figures from a node's latest two samples (newest first): that sample, and the Mbps sent and
+    received between the two."""
+    if not newest_first:
+        return None, None, None
+    latest = newest_first[0]
+    if len(newest_first) < 2:
+        return latest, None, None
+    prev = newest_first[1]
+    return (
+        latest,
+        rate_mbps(prev.bytes_sent, prev.at, latest.bytes_sent, latest.at),
+        rate_mbps(prev.bytes_recv, prev.at, latest.bytes_recv, latest.at),
+    )
+
+
+def loss_points(samples: Iterable[Sample]) -> list[dict]:
+    """The loss curve: one point per training step that came with a loss (agents repeat the latest progress)."""
+    points: list[dict] = []
+    for sample in samples:
+        if sample.step is None or sample.loss is None:
+            continue
+        if points and points[-1]["step"] == sample.step:
+            continue
+        points.append({"at": sample.at, "step": sample.step, "loss": sample.loss})
+    return points
+
+
+def downsample(points: Sequence[dict], limit: int = MAX_POINTS) -> list[dict]:
+    """At most `limit` points: consecutive buckets of near-equal size, each averaged into one point.
+
+    A bucket's point takes the time (and step) of its last member, so the newest point stays exact; a value is the
+    mean of the bucket's known values (None only when none is known), so a gap survives but one missing reading
+    does not blank a whole bucket.
+
+    >>> pts = [{"at": i, "cpu_percent": float(i)} for i in range(10)]
+    >>> [(p["at"], p["cpu_percent"]) for p in downsample(pts, 4)]
+    [(1, 0.5), (4, 3.0), (6, 5.5), (9, 8.0)]
+    """
+    if len(points) <= limit:
+        return list(points)
+    if limit < 1:
+        return []
+    out = []
+    for i in range(limit):
+        bucket = points[i * len(points) // limit : (i + 1) * len(points) // limit]
+        merged = dict(bucket[-1])
+        for key in merged.keys() - KEPT_FROM_LAST:
+            known = [p[key] for p in bucket if p[key] is not None]
+            merged[key] = round(sum(known) / len(known), 3) if known else None
+        out.append(merged)
+    return out
+
+
+def shape(
+    samples: Sequence[Sample], chief_ids: set[int], since: datetime | None = None, limit: int = MAX_POINTS
+) -> tuple[dict[int, list[dict]], list[dict]]:
+    """Per-node resource points and the chief's loss curve, only points newer than `since`, each downsampled.
+
+    `samples` are ordered by node then time and may include, per node, the last sample at or before `since`: it is
+    the base the first new rate is measured from, and is itself not sent again.
+    """
+    per_node: dict[int, list[dict]] = {}
+    loss: list[dict] = []
+    for node_id, group in itertools.groupby(samples, key=lambda s: s.node_id):
+        group = list(group)
+        new = [p for p in resource_points(group) if since is None or p["at"] > since]
+        per_node[node_id] = downsample(new, limit)
+        if node_id in chief_ids:
+            loss.extend(p for p in loss_points(group) if since is None or p["at"] > since)
+    return per_node, downsample(loss, limit)
+
+
+def load_samples(job_id: int, since: datetime | None = None) -> list[Sample]:
+    """A job's samples newer than `since`, plus each node's latest one at or before it; one query, node then time."""
+    queryset = NodeSample.objects.filter(node__job_id=job_id)
+    if since is not None:
+        base = NodeSample.objects.filter(node=OuterRef("pk"), at__lte=since).order_by("-at").values("pk")[:1]
+        bases = Node.objects.filter(job_id=job_id).annotate(base=Subquery(base)).values("base")
+        queryset = queryset.filter(Q(at__gt=since) | Q(pk__in=bases))
+    rows = queryset.order_by("node_id", "at", "pk").values_list(
+        "node_id", "at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv", "step", "loss"
+    )
+    return [Sample(*row) for row in rows]
+
+
+def job_series(job: Job, since: datetime | None = None, limit: int = MAX_POINTS) -> dict:
+    """What the job page's charts need (newer than `since`): every node with its points, the loss curve, and the
+    cursor to ask from next time. Two queries: the nodes and the samples."""
+    nodes = list(job.nodes.all())
+    samples = load_samples(job.pk, since)
+    chief_ids = {n.pk for n in nodes if is_chief(job.strategy, n.role, n.index)}
+    per_node, loss = shape(samples, chief_ids, since, limit)
+    # The cursor never goes back: a node's base sample is at or before `since`.
+    latest = max([s.at for s in samples] + ([since] if since else []), default=None)
+    return {
+        "until": iso(latest, "microseconds") if latest else None,
+        "nodes": [
+            {
+                "name": n.name,
+                "role": n.role,
+                "instance_type": n.instance_type,
+                "points": [{**p, "at": iso(p["at"])} for p in per_node.get(n.pk, [])],
+            }
+            for n in nodes
+        ],
+        "loss": [{**p, "at": iso(p["at"])} for p in loss],
+    }
+
+
+def iso(moment: datetime, timespec: str = "milliseconds") -> str:
+    """UTC ISO 8601 with a Z, as browsers parse it (`microseconds` for a cursor sent back as `since`)."""
+    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")

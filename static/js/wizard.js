@@ -1,0 +1,113 @@
+// The job wizard's small behaviours: show the parts of a step its choices use, parameter rows, upload progress, and
+// keeping htmx's refused submissions (HTTP 400: errors beside the fields) on the page. Without it every step still
+// works as a plain form.
+(function () {
+  "use strict";
+
+  // <div data-show-when="algorithm=manual|scala-opt-m"> is shown only while that field has one of those values.
+  function showWhen(form) {
+    form.querySelectorAll("[data-show-when]").forEach(function (element) {
+      var rule = element.dataset.showWhen.split("=");
+      var field = form.elements[rule[0]];
+      if (!field) return;
+      element.hidden = rule[1].split("|").indexOf(field.value) === -1;
+    });
+  }
+
+  function numberRows(params) {
+    params.querySelectorAll("[data-param-row]").forEach(function (row, index) {
+      row.querySelectorAll("[data-n]").forEach(function (n) { n.textContent = index + 1; });
+      var remove = row.querySelector("[data-remove-row]");
+      remove.hidden = false;
+      remove.setAttribute("aria-label", "Remove parameter " + (index + 1));
+    });
+  }
+
+  function init(root) {
+    root.querySelectorAll("[data-js-only]").forEach(function (element) { element.hidden = false; });
+    root.querySelectorAll("form").forEach(showWhen);
+    root.querySelectorAll("[data-params]").forEach(numberRows);
+    var summary = root.querySelector("[data-error-summary]");
+    if (summary && root !== document) summary.focus();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { init(document); });
+  document.addEventListener("htmx:load", function (event) { init(event.detail.elt); });
+  ["change", "input"].forEach(function (type) {
+    document.addEventListener(type, function (event) {
+      if (event.target.form) showWhen(event.target.form);
+    });
+  });
+
+  document.addEventListener("click", function (event) {
+    var add = event.target.closest("[data-add-row]");
+    var remove = event.target.closest("[data-remove-row]");
+    if (!add && !remove) return;
+    var params = (add || remove).closest("[data-params]");
+    var rows = params.querySelector("[data-param-rows]");
+    if (add) {
+      var row = params.querySelector("[data-param-template]").content.firstElementChild.cloneNode(true);
+      rows.appendChild(row);
+      numberRows(params);
+      row.querySelector("input").focus();
+      return;
+    }
+    var current = remove.closest("[data-param-row]");
+    var all = Array.prototype.slice.call(rows.querySelectorAll("[data-param-row]"));
+    if (all.length === 1) {
+      current.querySelectorAll("input").forEach(function (input) { input.value = ""; });
+      current.querySelector("input").focus();
+      return;
+    }
+    var next = all[all.indexOf(current) + 1] || all[all.indexOf(current) - 1];
+    current.remove();
+    numberRows(params);
+    next.querySelector("input").focus();
+  });
+
+  // Upload progress: htmx reports the request body's progress on the form that sends it.
+  function progressBox(event) {
+    var form = event.target.closest && event.target.closest("[data-upload-form]");
+    return form && form.querySelector("[data-upload-progress]");
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var box = progressBox(event);
+    if (!box) return;
+    var hasFile = Array.prototype.some.call(event.target.querySelectorAll("input[type=file]"), function (input) {
+      return input.files.length > 0 && !input.closest("[hidden]");
+    });
+    box.hidden = !hasFile;
+  });
+  document.addEventListener("htmx:xhr:progress", function (event) {
+    var box = progressBox(event);
+    if (!box || box.hidden || !event.detail.lengthComputable) return;
+    var percent = Math.round((100 * event.detail.loaded) / event.detail.total);
+    box.querySelector("progress").value = percent;
+    box.querySelector("[data-upload-percent]").textContent = percent + " %";
+  });
+
+  // A refused step comes back as 400 with the errors beside its fields: show it like any other answer.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.xhr.status === 400) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
+  document.addEventListener("submit", function (event) {
+    var question = event.target.dataset.confirm;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+
+  // One job per click on "Run job".
+  document.addEventListener("submit", function (event) {
+    if (!event.target.matches("[data-run-form]")) return;
+    var button = event.target.querySelector("button[type=submit]");
+    if (button.dataset.sent) {
+      event.preventDefault();
+      return;
+    }
+    button.dataset.sent = "1";
+    button.textContent = "Starting…";
+  });
+})();
