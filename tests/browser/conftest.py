@@ -19,6 +19,7 @@ from tests.conftest import PROJECT_DIR
 # test's own (synchronous) database access is fine.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
+STATIC_RESOURCES = ("script", "stylesheet", "image", "font", "media")
 SCREENSHOTS = PROJECT_DIR / "test-artifacts" / "screenshots"
 CHROMIUM_ARGS = [
     "--headless",
@@ -59,8 +60,9 @@ def page(browser, live_server) -> Page:
     page.on(
         "response",
         lambda response: (
-            response.status >= 400
-            and response.request.resource_type != "document"  # a test may open a 404 page on purpose
+            # 5xx anywhere; 4xx only for a missing script, stylesheet or image — 4xx pages and form answers (an htmx
+            # 400 with the form's errors, a 404 opened on purpose) are the app's own
+            (response.status >= 500 or (response.status >= 400 and response.request.resource_type in STATIC_RESOURCES))
             and errors.append(f"{response.status} for {response.url}")
         ),
     )

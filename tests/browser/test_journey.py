@@ -1,0 +1,109 @@
+"""The researcher's journey in real Chromium, against a live server and a real Celery worker: log in, upload the
+example wheel, choose digits, take the recommendation, run on the local provider, watch the progress bar reach the
+end, download the model. Plus: a bad upload shows its reason; an admin sees everyone's jobs on the dashboard."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+
+import pytest
+from playwright.sync_api import expect
+
+from fc2.models import Job
+from recommender.catalog import load_catalog
+from tests.browser.conftest import log_in
+from tests.conftest import cluster_processes, make_job
+from tests.wheels import FILENAME, GOOD, make_wheel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_researcher_trains_on_digits_and_downloads_the_model(page, shot, alice, example_wheel, celery_worker, tmp_path):
+    load_catalog("fc2-2018")
+    log_in(page, "alice", "alice-password-1")
+    shot("home")
+
+    page.goto("/jobs/new/")
+    page.get_by_label("Wheel bundle (.whl)").set_input_files(str(example_wheel))
+    page.get_by_role("textbox", name="Name of parameter 1").fill("epochs")
+    page.get_by_role("textbox", name="Value of parameter 1").fill("1")
+    shot("wizard-code")
+    page.get_by_role("button", name=re.compile("^Next")).click()
+
+    page.wait_for_url(re.compile(r"/jobs/new/data/"))
+    shot("wizard-data-empty")
+    page.locator("label.wz-card", has_text="Digits").click()
+    shot("wizard-data")
+    page.get_by_role("button", name=re.compile("^Next")).click()
+
+    page.wait_for_url(re.compile(r"/jobs/new/resource/"))
+    page.get_by_label("Resource configuration").select_option("cost-opt")
+    page.get_by_label("All-Reduce").check()
+    page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
+    recommendation = page.locator("[aria-live]").first
+    expect(recommendation).to_contain_text("c4.xlarge")  # Cost-Opt's cheapest worker type, live
+    shot("wizard-resource")
+    page.get_by_role("button", name=re.compile("^Next")).click()
+
+    page.wait_for_url(re.compile(r"/jobs/new/review/"))
+    expect(page.get_by_text("c4.xlarge").first).to_be_visible()
+    shot("wizard-review")
+    page.get_by_role("button", name="Run job").click()
+
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    progress = page.get_by_role("progressbar", name="Training progress")
+    expect(progress).to_have_attribute("aria-valuenow", "100", timeout=180_000)
+    expect(page.locator("#job-state, .badge.succeeded").first).to_contain_text("succeeded", timeout=60_000)
+    shot("job-succeeded")
+    job = Job.objects.get()
+    assert (job.algorithm, job.strategy, job.worker_type, job.workers) == ("cost-opt", "mirrored", "c4.xlarge", 2)
+
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Download model.keras").click()
+    model = tmp_path / "model.keras"
+    download_info.value.save_as(model)
+    with zipfile.ZipFile(model) as archive:
+        assert "config.json" in archive.namelist()  # a real Keras model file
+    assert cluster_processes() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "members", "reason"),
+    [
+        ("not-a-zip", None, "not a zip"),
+        ("zip-slip", {**GOOD, "../evil.py": b"x"}, ".."),
+        ("no-main", {**GOOD, "demo/main.py": None}, "main.py"),
+    ],
+)
+def test_bad_upload_shows_its_reason_on_the_form(page, shot, alice, tmp_path, name, members, reason):
+    if members is None:
+        wheel = tmp_path / FILENAME
+        wheel.write_bytes(b"this is not a wheel at all")
+    else:
+        wheel = make_wheel(tmp_path, members)
+    log_in(page, "alice", "alice-password-1")
+
+    page.goto("/jobs/new/")
+    page.get_by_label("Wheel bundle (.whl)").set_input_files(str(wheel))
+    page.get_by_role("button", name=re.compile("^Next")).click()
+
+    error = page.locator(".errorlist").first
+    expect(error).to_contain_text(reason)
+    assert "/jobs/new/code/" in page.url
+    shot(f"bad-upload-{name}")
+
+
+def test_admin_sees_every_researchers_jobs_on_the_dashboard(page, shot, admin_user, alice, bob, bundle, digits):
+    alices = make_job(alice, bundle, digits)
+    bobs = make_job(bob, bundle, digits)
+    log_in(page, "admin", "password")
+
+    page.goto("/dashboard/")
+
+    jobs = page.get_by_role("region", name="Jobs of every user")
+    expect(jobs).to_contain_text("alice")
+    expect(jobs).to_contain_text("bob")
+    expect(jobs.get_by_role("link", name=re.compile(rf"^#?{alices.pk}$"))).to_be_visible()
+    expect(jobs.get_by_role("link", name=re.compile(rf"^#?{bobs.pk}$"))).to_be_visible()
+    shot("admin-dashboard")
