@@ -122,16 +122,17 @@ def _check_limit(request: RecommendRequest, *, required: bool) -> None:
 # --- PS selection and the worker count from the limit ----------------------------------------------------------------
 
 
-def _count(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec) -> int:
+def _count(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec) -> int:
     """n from the limit, ⌊(C − c_ps) / c_t⌋ or max_workers; below 1 when the budget cannot buy one such worker."""
     if request.budget is None:
         return request.max_workers
     if worker.hourly_price <= 0:
         raise RecommendationError(f"{worker.name} has no price in the catalogue, so a budget cannot count its workers")
-    return math.floor((_dec(request.budget) - _dec(ps.hourly_price)) / _dec(worker.hourly_price))
+    ps_price = _dec(ps.hourly_price) if ps else 0
+    return math.floor((_dec(request.budget) - ps_price) / _dec(worker.hourly_price))
 
 
-def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> InstanceSpec:
+def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> InstanceSpec | None:
     """The PS: the user's type, else the type of L^p with the largest network capacity that still leaves budget for one
     worker of the cheapest type in L^w (without a budget, simply the largest capacity); ties go to the cheaper type.
 
@@ -144,6 +145,8 @@ def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> I
     'small'
     """
     _check_limit(request, required=False)
+    if not request.parameter_server:
+        return None  # an all-reduce cluster: workers only
     index = _index(catalog)
     if request.ps_type:
         return _known([request.ps_type], index, "ps")[0]
@@ -163,7 +166,7 @@ def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> I
     return min(options, key=lambda ps: (-(ps.network_mbps or 0), *_price_order(ps)))
 
 
-def workers_from_limit(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec) -> int:
+def workers_from_limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec) -> int:
     """n from the limit: ⌊(C − c_ps) / c_t⌋ with a budget C, else the maximum number of workers; never below 1.
 
     Prices are divided as the decimals they were written as, so a budget that buys exactly n workers gives n:
@@ -188,10 +191,11 @@ c4.xlarge worker ($0.231/h)
     return n
 
 
-def _cannot_buy(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec) -> RecommendationError:
+def _cannot_buy(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec) -> RecommendationError:
+    ps_text = f"the {ps.name} PS (${_fmt(ps.hourly_price)}/h) and " if ps else ""
     return RecommendationError(
-        f"the budget of ${_fmt(request.budget)}/h cannot buy the {ps.name} PS (${_fmt(ps.hourly_price)}/h) "
-        f"and one {worker.name} worker (${_fmt(worker.hourly_price)}/h)"
+        f"the budget of ${_fmt(request.budget)}/h cannot buy {ps_text}one {worker.name} worker "
+        f"(${_fmt(worker.hourly_price)}/h)"
     )
 
 
@@ -201,15 +205,18 @@ def _limit_name(request: RecommendRequest) -> str:
     return f"the budget of ${_fmt(request.budget)}/h"
 
 
-def _limit_text(request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec, n: int) -> str:
+def _limit_text(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, n: int) -> str:
     """Where n came from, with the arithmetic for a budget."""
     if request.budget is None:
         return _limit_name(request)
-    prices = f"(${_fmt(request.budget)} − ${_fmt(ps.hourly_price)}) / ${_fmt(worker.hourly_price)}"
+    budget = f"(${_fmt(request.budget)} − ${_fmt(ps.hourly_price)})" if ps else f"${_fmt(request.budget)}"
+    prices = f"{budget} / ${_fmt(worker.hourly_price)}"
     return f"{_limit_name(request)}: ⌊{prices}⌋ = {n}"
 
 
-def _ps_text(request: RecommendRequest, ps: InstanceSpec) -> str:
+def _ps_text(request: RecommendRequest, ps: InstanceSpec | None) -> str:
+    if ps is None:
+        return "no PS (All-Reduce: the workers average their gradients among themselves)"
     mbps = f"{_fmt(ps.network_mbps)} Mbps" if ps.network_mbps else "capacity unknown"
     why = "your choice" if request.ps_type else "the largest network capacity"
     if not request.ps_type and request.budget is not None:
@@ -255,17 +262,18 @@ def _measured(
 
 
 def _epoch_time(
-    records: Collection[PerfRecord], request: RecommendRequest, ps: InstanceSpec, worker: InstanceSpec, n: int
+    records: Collection[PerfRecord], request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, n: int
 ) -> float | None:
     """The measured epoch time of n workers of this type at the request's batch size and latency, if any."""
-    return _measured(records, "epoch_time_s", request, worker.name, ps.name, workers=n, latency_ms=request.latency_ms)
+    ps_type = ps.name if ps else ""
+    return _measured(records, "epoch_time_s", request, worker.name, ps_type, workers=n, latency_ms=request.latency_ms)
 
 
 def _rule_answer(
     algorithm: str,
     request: RecommendRequest,
     records: Collection[PerfRecord],
-    ps: InstanceSpec,
+    ps: InstanceSpec | None,
     counts: list[tuple[InstanceSpec, int]],
     chosen: InstanceSpec,
     n: int,
@@ -284,7 +292,7 @@ def _rule_answer(
     )
     return Recommendation(
         algorithm=algorithm,
-        ps_type=ps.name,
+        ps_type=ps.name if ps else None,
         worker_type=chosen.name,
         workers=n,
         hourly_cost=cost,
@@ -348,6 +356,11 @@ def _scala(
     if not request.workload:
         raise RecommendationError(f"{label} needs a workload: its measured bandwidth decides the worker count")
     ps = select_ps(request, catalog)
+    if ps is None:
+        raise RecommendationError(
+            f"{label} sizes the cluster by its parameter server's network capacity; an All-Reduce cluster has no PS "
+            "(choose the parameter-server strategy, or Cost-Opt, Time-Opt or the model)"
+        )
     if not ps.network_mbps:
         raise RecommendationError(f"{label} needs the PS's network capacity; the catalogue gives none for {ps.name}")
     capacity = _dec(ps.network_mbps) * _dec(p)

@@ -36,6 +36,9 @@ class RecommendInput(serializers.Serializer):
     batch_size = serializers.IntegerField(required=False, min_value=1)
     latency_ms = serializers.FloatField(required=False, min_value=0.0)
     saturation = serializers.FloatField(default=0.95, min_value=0.01, max_value=1.0, help_text="p")
+    strategy = serializers.ChoiceField(
+        choices=["ps", "mirrored"], default="ps", help_text="mirrored: an All-Reduce cluster, no parameter server"
+    )
     alpha = serializers.FloatField(default=1.0, min_value=0.0)
     beta = serializers.FloatField(default=0.0, min_value=0.0)
 
@@ -47,6 +50,7 @@ class RecommendInput(serializers.Serializer):
     def to_request(self) -> RecommendRequest:
         data = dict(self.validated_data)
         data.pop("catalog")
+        data["parameter_server"] = data.pop("strategy") == "ps"
         data["ps_types"] = tuple(data["ps_types"])
         data["worker_types"] = tuple(data["worker_types"])
         return RecommendRequest(**data)

@@ -496,7 +496,7 @@ def recommend_model(
             f"the model cannot price any of {', '.join(wanted) or 'the worker types'}: "
             "each needs records or a catalogue speed, and a catalogue price"
         )
-    uses_ps = request.ps_type or _pattern(_usable(records)) == "ps"
+    uses_ps = request.parameter_server and (request.ps_type or _pattern(_usable(records)) == "ps")
     ps = algorithms.select_ps(request, catalog) if uses_ps else None
     candidates, unaffordable, skip = _evaluate(model, request, types, prices, ps, records)
     if not candidates:

@@ -79,6 +79,7 @@ class RecommendRequest:
     batch_size: int | None = None
     latency_ms: float | None = None
     saturation: float = 0.95  # p
+    parameter_server: bool = True  # False: an all-reduce cluster, no PS (c_ps = 0; Scala-Opt does not apply)
     alpha: float = 1.0  # weight of time (Anwar eq. 6)
     beta: float = 0.0  # weight of cost
 

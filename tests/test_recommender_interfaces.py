@@ -234,3 +234,30 @@ def test_cli_model_on_records_that_name_no_type(table4):
     assert answer["source"] == "predicted" and 1 <= answer["workers"] <= 4 and answer["worker_type"] == ""
     assert "records name no worker type" in answer["explanation"] and answer["model_error"] is not None
     assert answer["pareto"] and len(answer["candidates"]) == 4
+
+
+def test_all_reduce_clusters_have_no_ps():
+    code, answer, _ = recommend(
+        "--algorithm", "cost-opt", "--budget", "1", "--worker-types", "m4.xlarge,c4.xlarge", "--strategy", "mirrored"
+    )  # fmt: skip
+
+    assert code == 0
+    # No PS to pay for: n = floor(1 / 0.231) = 4 c4.xlarge at $0.924/h.
+    assert (answer["ps_type"], answer["worker_type"], answer["workers"], answer["hourly_cost"]) == (
+        None, "c4.xlarge", 4, 0.924,
+    )  # fmt: skip
+    assert "no PS" in answer["explanation"]
+    code, answer, _ = recommend(
+        "--algorithm", "scala-opt", "--workload", "w", "--max-workers", "4", "--strategy", "mirrored"
+    )  # fmt: skip
+    assert code == 1 and "All-Reduce cluster has no PS" in answer["error"]
+
+
+def test_mirrored_job_recommendation_matches_its_cost(alice, bundle, digits):
+    job = make_job(alice, bundle, digits, algorithm="cost-opt", strategy="mirrored", workers=2)
+
+    assert pipeline.profile(job.pk)
+
+    job.refresh_from_db()
+    assert (job.ps_type, job.worker_type, job.workers) == ("", "c4.xlarge", 2)
+    assert job.hourly_cost == Decimal("0.462") == Decimal(str(job.recommendation["hourly_cost"]))

@@ -84,6 +84,7 @@ def recommend_request(job: Job | JobRequest) -> RecommendRequest:
         ps_type=job.ps_type or None,
         worker_types=tuple(job.worker_types),
         worker_type=job.worker_type or None,
+        parameter_server=job.strategy == Job.Strategy.PS,
     )
 
 

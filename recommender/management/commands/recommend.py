@@ -33,6 +33,9 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int)
         parser.add_argument("--latency-ms", type=float)
         parser.add_argument("--saturation", type=float, default=0.95, help="p, the PS saturation margin")
+        parser.add_argument(
+            "--strategy", choices=["ps", "mirrored"], default="ps", help="mirrored: All-Reduce, no parameter server"
+        )
         parser.add_argument("--alpha", type=float, default=1.0)
         parser.add_argument("--beta", type=float, default=0.0)
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
@@ -50,6 +53,7 @@ class Command(BaseCommand):
             batch_size=options["batch_size"],
             latency_ms=options["latency_ms"],
             saturation=options["saturation"],
+            parameter_server=options["strategy"] == "ps",
             alpha=options["alpha"],
             beta=options["beta"],
         )
