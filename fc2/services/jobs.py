@@ -1,5 +1,5 @@
-"""Submitting jobs: the one path the wizard, the REST API and `manage.py submit_job` all take; and the plan — the
-cluster a request gets, priced — that the wizard shows before the job exists."""
+"""Submitting jobs: the one path the wizard and `manage.py submit_job` both take; and the plan — the cluster a
+request gets, priced — that the wizard shows before the job exists."""
 
 from __future__ import annotations
 
