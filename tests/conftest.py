@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import uuid
+from io import StringIO
 from pathlib import Path
 from urllib.parse import quote
 
 import psutil
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from fc2.models import Job
@@ -122,3 +125,14 @@ def celery_worker(live_server, runtime_dir, settings, tmp_path):
     yield log
     worker.terminate()
     worker.wait(timeout=30)
+
+
+def call_json(command: str, *args: str) -> tuple[int, dict, str]:
+    """Run a command of the CLI contract with --json: (exit code, the one JSON object it printed, its stderr)."""
+    out, err = StringIO(), StringIO()
+    try:
+        call_command(command, *args, "--json", stdout=out, stderr=err)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, json.loads(out.getvalue()), err.getvalue()

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import json
-from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 
 from recommender.models import PerformanceRecord
+from tests.conftest import call_json
 
 pytestmark = pytest.mark.django_db
 TABLE4 = Path(__file__).resolve().parent.parent / "recommender" / "data" / "anwar2021-table4.csv"
 
 
 def run(*args: str) -> tuple[int, dict, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("import_perf_data", *args, "--json", stdout=out, stderr=err)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, json.loads(out.getvalue()), err.getvalue()
+    return call_json("import_perf_data", *args)
 
 
 def test_anwar_table4_imports_with_its_failed_run():

@@ -15,7 +15,7 @@ from django.urls import reverse
 from fc2.services import pipeline
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
-from tests.conftest import make_job
+from tests.conftest import call_json, make_job
 
 pytestmark = pytest.mark.django_db
 TABLE4 = Path(__file__).resolve().parent.parent / "recommender" / "data" / "anwar2021-table4.csv"
@@ -36,13 +36,7 @@ def table4(db):
 
 
 def recommend(*args: str) -> tuple[int, dict, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("recommend", *args, "--json", stdout=out, stderr=err)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, json.loads(out.getvalue()), err.getvalue()
+    return call_json("recommend", *args)
 
 
 @pytest.mark.parametrize(

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import NoReturn
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from fc2.bundles import BundleError, WheelInfo, validate_wheel
+from fc2.management.base import ContractCommand
 
 
-class Command(BaseCommand):
+class Command(ContractCommand):
     help = "Check a wheel bundle as the upload form would: print `ok`, or `error: <reason>` on stderr and exit 1."
     # Judging a file needs neither the database nor the rest of the site.
     requires_system_checks = []
@@ -35,13 +34,6 @@ class Command(BaseCommand):
         except BundleError as exc:
             self.fail(str(exc), as_json)
         self.stdout.write(json.dumps({"ok": True, **asdict(info)}) if as_json else "ok")
-
-    def fail(self, reason: str, as_json: bool) -> NoReturn:
-        if as_json:
-            self.stdout.write(json.dumps({"ok": False, "error": reason}))
-        self.stderr.write(f"error: {reason}")
-        # Not CommandError: Django would print it as "CommandError: ...", and the contract is "error: ...".
-        sys.exit(1)
 
 
 def check_path(path: Path, main_script: str) -> WheelInfo:

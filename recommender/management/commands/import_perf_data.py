@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
-
+from fc2.management.base import ContractCommand
 from recommender.perfdata import FORMATS, PerfDataError, import_file
 
 
-class Command(BaseCommand):
+class Command(ContractCommand):
     help = "Import performance records (all rows or none); re-importing a file replaces its earlier records."
     requires_system_checks = []
 
@@ -25,10 +23,7 @@ class Command(BaseCommand):
         try:
             result = import_file(Path(options["path"]), options["format"], options["workload"])
         except PerfDataError as exc:
-            self.stderr.write(f"error: {exc}")
-            if options["json"]:
-                self.stdout.write(json.dumps({"ok": False, "error": str(exc)}))
-            sys.exit(1)
+            self.fail(str(exc), options["json"])
         summary = {
             "ok": True,
             "workloads": list(result.workloads),

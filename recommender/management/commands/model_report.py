@@ -4,15 +4,13 @@ own records — MAPE of epoch time and mean regret of the recommended worker cou
 from __future__ import annotations
 
 import json
-import sys
 
-from django.core.management.base import BaseCommand
-
+from fc2.management.base import ContractCommand
 from recommender import perfmodel, service
 from recommender.types import RecommendationError
 
 
-class Command(BaseCommand):
+class Command(ContractCommand):
     help = "Calibrate the performance model on a workload's records (leave one latency out by default)."
     requires_system_checks = []
 
@@ -31,10 +29,7 @@ class Command(BaseCommand):
                 records, service.catalog_specs(options["catalog"]), group_by=options["group_by"]
             )
         except RecommendationError as exc:
-            self.stderr.write(f"error: {exc}")
-            if options["json"]:
-                self.stdout.write(json.dumps({"error": str(exc)}))
-            sys.exit(1)
+            self.fail(str(exc), options["json"])
         if options["json"]:
             self.stdout.write(json.dumps(report))
             return

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
 
-from django.core.management.base import BaseCommand
-
+from fc2.management.base import ContractCommand
 from recommender import service
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
 
@@ -15,7 +13,7 @@ def _types(value: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in value.split(",") if t.strip())
 
 
-class Command(BaseCommand):
+class Command(ContractCommand):
     help = "Recommend a cluster: PS type, worker type and count, $/h, predicted epoch time, and why."
     requires_system_checks = []
 
@@ -59,17 +57,15 @@ class Command(BaseCommand):
         )
         try:
             answer = service.as_dict(service.recommend(request, options["catalog"]))
+        except MissingProfilesError as exc:
+            self.fail(
+                str(exc),
+                options["json"],
+                details=tuple(f"missing profile: {p}" for p in exc.missing),
+                missing_profiles=[vars(p) for p in exc.missing],
+            )
         except RecommendationError as exc:
-            self.stderr.write(f"error: {exc}")
-            if isinstance(exc, MissingProfilesError):
-                for profile in exc.missing:
-                    self.stderr.write(f"  missing profile: {profile}")
-            if options["json"]:
-                error = {"error": str(exc)}
-                if isinstance(exc, MissingProfilesError):
-                    error["missing_profiles"] = [vars(p) for p in exc.missing]
-                self.stdout.write(json.dumps(error))
-            sys.exit(1)
+            self.fail(str(exc), options["json"])
         if options["json"]:
             self.stdout.write(json.dumps(answer))
             return

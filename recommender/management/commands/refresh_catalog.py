@@ -5,17 +5,16 @@ the live AWS Pricing API and EC2, save it (types AWS no longer lists are removed
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
-from typing import NoReturn
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from fc2.management.base import ContractCommand
 from recommender import pricing
 from recommender.catalog import save_catalog, write_catalog_file
 
 
-class Command(BaseCommand):
+class Command(ContractCommand):
     help = (
         "Rebuild an instance catalogue from the AWS Pricing API (on-demand Linux prices) and EC2 instance types; "
         "on failure print `error: <reason>` on stderr and exit 1."
@@ -60,10 +59,3 @@ class Command(BaseCommand):
             self.stdout.write("removed (no longer listed): " + ", ".join(removed))
         if path:
             self.stdout.write(f"wrote {path}")
-
-    def fail(self, reason: str, as_json: bool) -> NoReturn:
-        if as_json:
-            self.stdout.write(json.dumps({"ok": False, "error": reason}))
-        self.stderr.write(f"error: {reason}")
-        # Not CommandError: Django would print "CommandError: ...", and the contract is "error: ...".
-        sys.exit(1)
