@@ -5,6 +5,7 @@ Set DATABASE_URL and REDIS_URL for PostgreSQL and Redis. With DEBUG off, SECRET_
 production security settings apply.
 """
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -62,6 +63,15 @@ FC2_LOCAL_CLUSTER_DIR = Path(os.environ.get("FC2_LOCAL_CLUSTER_DIR", VAR_DIR / "
 FC2_MAX_BUNDLE_MB = envint("FC2_MAX_BUNDLE_MB", 50)
 FC2_MAX_DATASET_MB = envint("FC2_MAX_DATASET_MB", 500)
 FC2_MAX_ARTIFACT_MB = envint("FC2_MAX_ARTIFACT_MB", 200)
+# URL datasets come from public addresses only (monitor/safe_fetch.py); an operator may allow private networks on
+# purpose, e.g. a lab's data mirror: comma-separated CIDRs. Checked at submit time and again by the downloading node.
+_networks = os.environ.get("FC2_DATASET_ALLOWED_NETWORKS", "")
+FC2_DATASET_ALLOWED_NETWORKS = [network.strip() for network in _networks.split(",") if network.strip()]
+for _network in FC2_DATASET_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"FC2_DATASET_ALLOWED_NETWORKS: {_network!r} is not a CIDR network: {exc}") from exc
 # A job that has not finished after this long is failed and its cluster torn down.
 FC2_JOB_TIMEOUT_S = envint("FC2_JOB_TIMEOUT_S", 6 * 3600)
 FC2_WATCH_INTERVAL_S = envint("FC2_WATCH_INTERVAL_S", 2)

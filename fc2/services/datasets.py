@@ -18,6 +18,7 @@ from django.core.validators import URLValidator
 
 from fc2.models import Dataset
 from fc2.services.files import atomic_with_files, track
+from monitor import safe_fetch
 
 
 class DatasetError(ValueError):
@@ -132,10 +133,12 @@ def ready(dataset: Dataset) -> Dataset:
 def resolve(user, name_or_url: str) -> Dataset:
     """The dataset a CLI or form argument names: a built-in, one of the user's datasets, or a URL dataset.
 
-    A new URL dataset is returned unsaved: it is stored with the job that uses it, or not at all.
+    A new URL dataset is returned unsaved: it is stored with the job that uses it, or not at all. Only http(s) URLs to
+    public addresses are taken (see `check_url`).
     """
     value = name_or_url.strip()
-    if value.startswith(("http://", "https://")):
+    if value.lower().startswith(("http://", "https://")):
+        check_url(value)
         try:
             URLValidator(schemes=["http", "https"])(value)
         except ValidationError as exc:
@@ -148,8 +151,23 @@ def resolve(user, name_or_url: str) -> Dataset:
         return Dataset.objects.get(kind=Dataset.Kind.BUILTIN, builtin_name=value)
     match = Dataset.objects.usable_by(user).filter(name=value).order_by("-created_at").first()
     if match is None:
+        if "/" in value or ":" in value:  # most likely meant as a URL (example.com/x.npz, file:///…): say what is wrong
+            try:
+                safe_fetch.check_url(value)
+            except safe_fetch.FetchError as exc:
+                raise DatasetError(f"no dataset named {value!r}, and as a URL: {exc}") from exc
         raise DatasetError(f"no dataset named {value!r} (built-ins: {', '.join(BUILTINS)}; or give an http(s) URL)")
     return match
+
+
+def check_url(url: str) -> None:
+    """DatasetError, with the reason, unless nodes may download `url`: http(s) to a public address, or to one in the
+    operator's FC2_DATASET_ALLOWED_NETWORKS. Checked here so that a bad URL is refused at submit time; the node that
+    downloads it checks again at every redirect and connection (monitor/safe_fetch.py), as DNS answers can change."""
+    try:
+        safe_fetch.check_url(url, settings.FC2_DATASET_ALLOWED_NETWORKS)
+    except safe_fetch.FetchError as exc:
+        raise DatasetError(f"dataset URL refused: {exc}") from exc
 
 
 def describe_npz(fileobj) -> tuple[int | None, int | None]:
