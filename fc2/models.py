@@ -178,6 +178,12 @@ class Job(models.Model):
     # sha256 of the job-scoped secret the nodes report with; the secret itself is only handed to the cluster.
     token_hash = models.CharField(max_length=64, blank=True)
     cluster = models.JSONField(null=True, blank=True, help_text="provisioner.ClusterInfo of the running cluster")
+    # The provider's name for this job's cluster: unique per installation and machine (a random part), so that two
+    # installations whose job ids collide never touch each other's clusters. Set once, when provisioning starts.
+    cluster_name = models.CharField(max_length=40, blank=True)
+    # Who is driving the job's current step and until when: the step's runner renews `lease_until` while it works, so
+    # the sweep (fc2.services.sweep) knows a step whose worker died from one that is merely slow.
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     epoch = models.PositiveIntegerField(null=True, blank=True)
     epochs = models.PositiveIntegerField(null=True, blank=True)

@@ -6,12 +6,17 @@ no Django. It:
 
 - starts the node's command, writes its stdout/stderr to the node log, and parses `FC2_PROGRESS {json}` lines;
 - reports `started`, then `running` with progress and a resource sample every interval, to
-  `POST <url>/api/jobs/<job>/report` with the job-scoped token (env FC2_AGENT_TOKEN, never on the command line);
-- when the command exits, reports `succeeded` or `failed` with the exit code, the log tail and the files of the
-  output directory as artifacts (the completion report is what moves the job on, as in FC² §6);
+  `POST <url>/api/jobs/<job>/report` with the job-scoped token (read from a file only the agent can read: never on
+  the command line, never in the environment of the node's command);
+- when the command exits, keeps its final report — `succeeded` or `failed` with the exit code, the log tail — and the
+  files of the output directory in its result directory, then delivers them, retrying with backoff for as long as the
+  job may live (until --deadline): a platform that is down for a while loses nothing, and if the agent itself is gone
+  the platform can still fetch the kept result (the completion report is what moves the job on, as in FC² §6);
 - on SIGTERM (teardown) stops the command and exits.
 
-A report that cannot be delivered is retried and then dropped: the agent never blocks the training it watches.
+The node's command may be hostile (on the local provider it runs sandboxed, as another uid, and the agent does not):
+the agent reads what the command left in the output directory without following links, only regular files, within
+the size limit. Progress reports never block the training: one that cannot be delivered is dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -54,8 +60,13 @@ class Reporter:
         self.token = token
         self.timeout = timeout
         self.closed = False  # the platform said the job is over: stop reporting
+        self.stopping = threading.Event()  # set on SIGTERM: give up waiting between tries
 
-    def send(self, report: dict, files: dict[str, bytes] | None = None, attempts: int = 3) -> bool:
+    def send(
+        self, report: dict, files: dict[str, bytes] | None = None, attempts: int = 3, until: float | None = None
+    ) -> bool:
+        """Deliver one report: `attempts` tries, or with `until` (a time.time()) as many as fit before then, with
+        exponential backoff capped at 30 s. False when it was not delivered or the platform refused it."""
         if self.closed:
             return False
         report = {"node": self.node, **report}
@@ -64,7 +75,8 @@ class Reporter:
         else:
             body, content_type = json.dumps(report).encode(), "application/json"
         delay = 0.5
-        for attempt in range(attempts):
+        attempt = 0
+        while True:
             request = urllib.request.Request(
                 self.url,
                 data=body,
@@ -85,10 +97,13 @@ class Reporter:
                     return False
             except (urllib.error.URLError, OSError) as exc:
                 detail = str(exc)
-            if attempt + 1 < attempts:
-                time.sleep(delay)
-                delay = min(delay * 2, 10)
-        print(f"fc2-agent: report not delivered: {detail}", file=sys.stderr, flush=True)
+            attempt += 1
+            more = time.time() + delay < until if until is not None else attempt < attempts
+            if not more or self.stopping.is_set():
+                break
+            self.stopping.wait(delay)
+            delay = min(delay * 2, 30)
+        print(f"fc2-agent: report not delivered ({attempt} tries): {detail}", file=sys.stderr, flush=True)
         return False
 
 
@@ -165,34 +180,88 @@ class Sampler:
             return None
 
 
+class OutputsTooLarge(Exception):
+    pass
+
+
 def collect_outputs(output_dir: Path, max_bytes: int) -> dict[str, bytes]:
-    """Files the node left in its output directory; sub-directories (e.g. a SavedModel) are zipped."""
+    """Files the node left in its output directory; sub-directories (e.g. a SavedModel) are zipped.
+
+    Only regular files count, opened without following a symbolic link at any level: the command that wrote the
+    directory may have planted links to files it cannot read itself, hoping the agent would upload them.
+    """
     files: dict[str, bytes] = {}
     total = 0
-    for path in sorted(output_dir.iterdir()) if output_dir.is_dir() else []:
-        if path.is_dir():
-            buffer = io.BytesIO()
-            with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-                for member in sorted(path.rglob("*")):
-                    if member.is_file():
-                        archive.write(member, member.relative_to(output_dir))
-            name, data = f"{path.name}.zip", buffer.getvalue()
-        elif path.is_file():
-            name, data = path.name, path.read_bytes()
-        else:
-            continue
-        total += len(data)
-        if total > max_bytes:
-            print(f"fc2-agent: outputs exceed {max_bytes} bytes; {name} and later files not uploaded", file=sys.stderr)
+    try:
+        entries = sorted(os.scandir(output_dir), key=lambda e: e.name)
+    except OSError:
+        return files
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                buffer = io.BytesIO()
+                with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+                    for member, data in _tree_files(Path(entry.path), max_bytes - total):
+                        archive.writestr(str(Path(entry.name) / member), data)
+                name, data = f"{entry.name}.zip", buffer.getvalue()
+            else:
+                name, data = entry.name, _read_regular(entry.path, max_bytes - total)
+            if data is None:
+                continue
+            if total + len(data) > max_bytes:
+                raise OutputsTooLarge
+        except OutputsTooLarge:
+            print(f"fc2-agent: outputs exceed {max_bytes} bytes; {entry.name} and later not uploaded", file=sys.stderr)
             break
+        total += len(data)
         files[name] = data
     return files
+
+
+def _read_regular(path: str, max_bytes: int) -> bytes | None:
+    """A regular file's bytes; None for anything that is not one (a link, a FIFO, a device); OutputsTooLarge past
+    `max_bytes`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise OutputsTooLarge
+    return data
+
+
+def _tree_files(root: Path, max_bytes: int):
+    """(path relative to root, bytes) of the regular files under root, links not followed."""
+    total = 0
+    for directory, subdirs, names in os.walk(root, followlinks=False):
+        subdirs.sort()
+        for name in sorted(names):
+            data = _read_regular(os.path.join(directory, name), max_bytes - total)
+            if data is not None:
+                total += len(data)
+                yield Path(directory, name).relative_to(root), data
+
+
+def keep_result(result_dir: Path, report: dict, files: dict[str, bytes]) -> None:
+    """Write the final report and its files where the platform can fetch them if the report never arrives: the
+    files first, the report last (renamed into place), so a report on disk always has all its files."""
+    files_dir = result_dir / "files"
+    files_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (files_dir / name).write_bytes(data)
+    partial = result_dir / "report.json.partial"
+    partial.write_text(json.dumps(report))
+    partial.replace(result_dir / "report.json")
 
 
 class NodeRun:
     """The node's command, its log and its latest progress."""
 
-    def __init__(self, command: list[str], log_path: Path, env: dict[str, str], cwd: str | None):
+    def __init__(self, command: list[str], log_path: Path, env: dict[str, str], cwd: Path | None):
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed by the reader thread when the command ends
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.progress: dict = {}
@@ -216,37 +285,70 @@ class NodeRun:
         return "\n".join(self.tail)
 
 
+def fetch_dataset(args: argparse.Namespace) -> str | None:
+    """Download the job's dataset URL (public addresses only, see safe_fetch.py); an error message on failure."""
+    if not args.fetch or args.fetch_to.exists():
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import safe_fetch  # beside the agent on every node
+
+    args.fetch_to.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        safe_fetch.fetch(args.fetch, args.fetch_to, args.fetch_max_mb * 2**20, allowed_networks=tuple(args.fetch_allow))
+    except safe_fetch.FetchError as exc:
+        return f"cannot download the dataset {args.fetch}: {exc}"
+    args.fetch_to.chmod(0o644)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="platform base URL")
     parser.add_argument("--job", type=int, required=True)
     parser.add_argument("--node", required=True, help="node name, e.g. chief-0")
+    parser.add_argument("--token-file", required=True, type=Path, help="file holding the job's report token")
+    parser.add_argument("--deadline", type=float, help="unix time the job may live until (default: 6 h from now)")
     parser.add_argument("--log", required=True, type=Path, help="where the command's output goes")
     parser.add_argument("--output", required=True, type=Path, help="directory whose files become artifacts")
+    parser.add_argument("--result", required=True, type=Path, help="where the final report is kept until delivered")
+    parser.add_argument("--cwd", type=Path, help="working directory of the command")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
     parser.add_argument("--max-artifact-mb", type=int, default=200)
+    parser.add_argument("--fetch", help="dataset URL to download before starting the command")
+    parser.add_argument("--fetch-to", type=Path, help="where the downloaded dataset goes")
+    parser.add_argument("--fetch-max-mb", type=int, default=500)
+    parser.add_argument("--fetch-allow", action="append", default=[], help="private network (CIDR) to allow")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command to run")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given after --")
+    if args.fetch and not args.fetch_to:
+        parser.error("--fetch needs --fetch-to")
+    deadline = args.deadline or time.time() + 6 * 3600
 
-    env = dict(os.environ)
-    token = env.pop("FC2_AGENT_TOKEN", "")
-    reporter = Reporter(args.url, args.job, args.node, token)
+    reporter = Reporter(args.url, args.job, args.node, args.token_file.read_text().strip())
     reporter.send({"status": "started", "pid": os.getpid(), "host": socket.gethostname()})
 
-    args.output.mkdir(parents=True, exist_ok=True)
-    run = NodeRun(command, args.log, env, cwd=None)
-    stopping = threading.Event()
-
     def stop(signum, _frame):
-        stopping.set()
-        run.process.terminate()
+        reporter.stopping.set()
+        if run is not None:
+            run.process.terminate()
 
+    run: NodeRun | None = None
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
+    failure = fetch_dataset(args)
+    if failure:
+        with open(args.log, "ab") as log:
+            log.write(f"fc2-agent: {failure}\n".encode())
+        return finish(reporter, args, {"status": "failed", "exit_code": None, "log_tail": failure}, {}, deadline)
+    if reporter.stopping.is_set():
+        return 0
+
+    # The command's environment is the agent's own, which the provider made for the node (TF_CONFIG, FC2_*).
+    run = NodeRun(command, args.log, dict(os.environ), cwd=args.cwd)
     sampler = Sampler(run.process.pid)
     sampler.sample()  # psutil's cpu_percent needs a first call to measure against
     last_report = time.monotonic()
@@ -255,19 +357,20 @@ def main(argv: list[str] | None = None) -> int:
         # Progress lines may come many times a second; report at most once per MIN_REPORT_GAP_S.
         time.sleep(max(0.0, MIN_REPORT_GAP_S - (time.monotonic() - last_report)))
         run.progress_changed.clear()
-        if stopping.is_set() or run.process.poll() is not None:
+        if reporter.stopping.is_set() or run.process.poll() is not None:
             break
         reporter.send({"status": "running", "progress": dict(run.progress), "sample": sampler.sample()}, attempts=2)
         last_report = time.monotonic()
 
     try:
-        code = run.process.wait(timeout=10 if stopping.is_set() else None)
+        code = run.process.wait(timeout=10 if reporter.stopping.is_set() else None)
     except subprocess.TimeoutExpired:
         run.process.kill()
         code = run.process.wait()
     run.reader.join(timeout=10)
-    if stopping.is_set():
+    if reporter.stopping.is_set():
         reporter.timeout = 2
+        reporter.stopping.clear()
         reporter.send({"status": "stopped", "exit_code": code}, attempts=1)
         return 0
 
@@ -278,9 +381,16 @@ def main(argv: list[str] | None = None) -> int:
         "log_tail": run.log_tail(),
     }
     files = collect_outputs(args.output, args.max_artifact_mb * 2**20) if code == 0 else {}
+    return finish(reporter, args, final, files, deadline)
+
+
+def finish(reporter: Reporter, args: argparse.Namespace, final: dict, files: dict[str, bytes], deadline: float) -> int:
+    """Keep the final report on the node, then deliver it for as long as the job may live."""
+    keep_result(args.result, final, files)
     reporter.timeout = 60
-    reporter.send(final, files=files, attempts=8)
-    return code
+    reporter.send(final, files=files, until=deadline)
+    code = final.get("exit_code")
+    return code if isinstance(code, int) and 0 <= code < 256 else 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ Every provider module has the same functions:
   TF_CONFIG per role) and start the node agents; returns the cluster with what it started.
 - `alive(cluster: ClusterInfo) -> dict[str, bool]` — node name -> whether its agent is still running.
 - `fetch_logs(cluster: ClusterInfo) -> dict[str, str]` — node name -> its full log, before teardown.
+- `fetch_results(cluster: ClusterInfo) -> dict[str, NodeResult]` — node name -> the final report (and output files)
+  its agent kept on the node, for nodes whose command has ended; the way to a result whose report never arrived.
 - `teardown(cluster: ClusterInfo) -> None` — stop and delete everything; safe to call twice or on a half-made cluster.
 """
 
@@ -14,13 +16,26 @@ from __future__ import annotations
 
 import importlib
 
-from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, RunSpec
+from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, NodeResult, RunSpec
 
 PROVIDERS = {
     "local": "provisioner.local",
 }
 
-__all__ = ["PROVIDERS", "ClusterInfo", "ClusterSpec", "NodeInfo", "RunSpec", "alive", "launch", "start", "teardown"]
+__all__ = [
+    "PROVIDERS",
+    "ClusterInfo",
+    "ClusterSpec",
+    "NodeInfo",
+    "NodeResult",
+    "RunSpec",
+    "alive",
+    "fetch_logs",
+    "fetch_results",
+    "launch",
+    "start",
+    "teardown",
+]
 
 
 class ProvisionError(RuntimeError):
@@ -48,6 +63,10 @@ def alive(cluster: ClusterInfo) -> dict[str, bool]:
 
 def fetch_logs(cluster: ClusterInfo) -> dict[str, str]:
     return _provider(cluster.provider).fetch_logs(cluster)
+
+
+def fetch_results(cluster: ClusterInfo) -> dict[str, NodeResult]:
+    return _provider(cluster.provider).fetch_results(cluster)
 
 
 def teardown(cluster: ClusterInfo) -> None:

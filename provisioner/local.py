@@ -1,10 +1,23 @@
-"""The `local` provider: a cluster of processes on this machine.
+"""The `local` provider: a cluster of processes on this machine, each node's code in a sandbox (provisioner/sandbox.py).
 
-Each node is a node-agent process (monitor/agent.py) supervising `python -m <main module>` with its own TF_CONFIG,
-directory and log, all under FC2_LOCAL_CLUSTER_DIR/<cluster_id>/. The job's wheel goes into one virtualenv per
-cluster, layered on the platform's own site-packages (a .pth file) so TensorFlow is not installed again.
-Teardown kills every process of the cluster (by pid, and by the FC2_CLUSTER_ID each carries in its environment)
-and removes the directory.
+Everything of a cluster lives under FC2_LOCAL_CLUSTER_DIR/<cluster_id>/ (root's, mode 0700):
+
+    cluster.json          the ClusterInfo, rewritten as nodes start (a redelivered step reuses what is there)
+    env/                  one virtualenv for the job's wheel, layered on the platform's site-packages (a .pth file)
+                          so TensorFlow is not installed again; read-only inside the sandboxes
+    etc/                  the sandboxes' passwd, group and hosts
+    fc2_agent.py, safe_fetch.py   the node agent, as it would be copied onto a remote node
+    <node>/               the agent's directory: node.log, agent.log, the report token (0600), result/ (the final
+                          report it keeps until delivered), data/ (a dataset it fetched)
+    <node>/work, <node>/output    the only directories the node's code may write (owned by the sandbox uid)
+
+Each node is a node-agent process (monitor/agent.py), run by the platform outside the sandbox, supervising the node's
+command inside it; the agent alone holds the token. The nodes of a cluster share a network namespace of their own, so
+their TensorFlow ports never collide with another cluster's. Teardown stops the agents it started (pid and start time),
+every process of the cluster's sandbox uid, removes the network namespace and the directory; it touches nothing else.
+
+Without the sandbox (the platform not running as root), local jobs run as the platform's own user, which is only
+acceptable on a single-user machine: the operator must say so with FC2_UNSANDBOXED_LOCAL_JOBS=1.
 """
 
 from __future__ import annotations
@@ -21,27 +34,47 @@ import site
 import socket
 import subprocess
 import sys
-import urllib.request
+import time
 from pathlib import Path
 
 import psutil
 from django.conf import settings
 
-from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, RunSpec, is_chief, node_layout
+from provisioner import sandbox
+from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, NodeResult, RunSpec, is_chief, node_layout
 
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 MAX_WORKERS = 8  # each node is a TensorFlow process of ~600 MB
-# Ports are drawn below Linux's ephemeral range (32768+) so an outgoing connection can't take one meanwhile.
+# In a cluster's own network namespace every port is free: node i listens on FIRST_PORT + i.
+FIRST_PORT = 20000
+# Unsandboxed nodes share the machine's loopback: ports drawn below Linux's ephemeral range (32768+) so an outgoing
+# connection can't take one meanwhile.
 PORT_RANGE = (20000, 32000)
-AGENT = Path(__file__).resolve().parent.parent / "monitor" / "agent.py"
+MONITOR_DIR = Path(__file__).resolve().parent.parent / "monitor"
+# The node agent and the module it downloads datasets with, under the names the agent runs by on a node.
+AGENT_FILES = {"agent.py": "fc2_agent.py", "safe_fetch.py": "safe_fetch.py"}
 # Environment the platform passes through to user code; everything else (database URLs, secrets) stays out.
-PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
 class LocalProvisionError(RuntimeError):
     pass
+
+
+def sandboxed() -> bool:
+    """Whether this machine's local clusters run sandboxed; refuses (LocalProvisionError) when they cannot be and the
+    operator has not allowed unsandboxed jobs."""
+    reason = sandbox.unavailable()
+    if reason is None:
+        return True
+    if settings.FC2_UNSANDBOXED_LOCAL_JOBS:
+        return False
+    raise LocalProvisionError(
+        f"local jobs need the sandbox, which this machine cannot give: {reason}. On a single-user machine the "
+        "operator may run them unsandboxed with FC2_UNSANDBOXED_LOCAL_JOBS=1"
+    )
 
 
 def _cluster_dir(cluster_id: str) -> Path:
@@ -53,8 +86,7 @@ def _cluster_dir(cluster_id: str) -> Path:
 def _free_ports(count: int) -> list[int]:
     """Ports nothing listens on now, chosen at random so concurrent clusters rarely collide."""
     ports: list[int] = []
-    candidates = random.sample(range(*PORT_RANGE), k=min(500, PORT_RANGE[1] - PORT_RANGE[0]))
-    for port in candidates:
+    for port in random.sample(range(*PORT_RANGE), k=min(500, PORT_RANGE[1] - PORT_RANGE[0])):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind((HOST, port))
@@ -72,22 +104,39 @@ def launch(spec: ClusterSpec) -> ClusterInfo:
     if state.exists():  # launched before (a redelivered step): reuse what is there
         return ClusterInfo.from_dict(json.loads(state.read_text()))
     layout = node_layout(spec.strategy, spec.workers)
-    ports = _free_ports(len(layout))
-    nodes = []
-    for (role, index), port in zip(layout, ports, strict=True):
-        name = f"{role}-{index}"
-        node_dir = workdir / name
-        (node_dir / "output").mkdir(parents=True, exist_ok=True)
-        nodes.append(
-            NodeInfo(
-                name=name, role=role, index=index, host=HOST, port=port, instance_type="local", workdir=str(node_dir)
-            )
+    uid = sandbox.free_uid() if sandboxed() else None
+    ports = [FIRST_PORT + i for i in range(len(layout))] if uid else _free_ports(len(layout))
+    workdir.mkdir(parents=True, exist_ok=True)
+    workdir.chmod(0o700)
+    nodes = tuple(
+        NodeInfo(
+            name=f"{role}-{index}",
+            role=role,
+            index=index,
+            host=HOST,
+            port=port,
+            instance_type="local",
+            workdir=str(workdir / f"{role}-{index}"),
         )
-    cluster = ClusterInfo(
-        cluster_id=spec.cluster_id, provider="local", strategy=spec.strategy, nodes=tuple(nodes), workdir=str(workdir)
+        for (role, index), port in zip(layout, ports, strict=True)
     )
-    state.write_text(json.dumps(cluster.to_dict()))
+    cluster = ClusterInfo(
+        cluster_id=spec.cluster_id,
+        provider="local",
+        strategy=spec.strategy,
+        nodes=nodes,
+        workdir=str(workdir),
+        sandbox_uid=uid,
+    )
+    _save(cluster)
     return cluster
+
+
+def _save(cluster: ClusterInfo) -> None:
+    state = Path(cluster.workdir) / "cluster.json"
+    partial = state.with_suffix(".partial")
+    partial.write_text(json.dumps(cluster.to_dict()))
+    partial.replace(state)
 
 
 def _make_env(workdir: Path) -> Path:
@@ -102,6 +151,8 @@ def _make_env(workdir: Path) -> Path:
 
 
 def _install_wheel(python: Path, wheel: str, log: Path) -> None:
+    # Only wheels: pip runs no code to install one, whereas building a source distribution (a dependency's) would
+    # run its setup.py here, as the platform.
     command = [
         sys.executable,
         "-m",
@@ -110,6 +161,7 @@ def _install_wheel(python: Path, wheel: str, log: Path) -> None:
         str(python),
         "install",
         "--no-input",
+        "--only-binary=:all:",
         "--disable-pip-version-check",
         "--no-warn-script-location",
         "--quiet",
@@ -122,34 +174,18 @@ def _install_wheel(python: Path, wheel: str, log: Path) -> None:
         raise LocalProvisionError("installing the bundle failed: " + " | ".join(tail))
 
 
-def _fetch_dataset(source: str, data_dir: Path) -> Path:
-    data_dir.mkdir(exist_ok=True)
+def _dataset(source: str, node_dir: Path) -> tuple[Path, str]:
+    """(host path of the node's dataset file, URL its agent fetches it from or "")."""
     if source.startswith(("http://", "https://")):
-        target = data_dir / (Path(source.split("?")[0]).name or "dataset")
-        limit = settings.FC2_MAX_DATASET_MB * 2**20
-        try:
-            with urllib.request.urlopen(source, timeout=60) as response, open(target, "wb") as out:
-                copied = 0
-                while chunk := response.read(1 << 20):
-                    copied += len(chunk)
-                    if copied > limit:
-                        raise LocalProvisionError(
-                            f"dataset at {source} is larger than {settings.FC2_MAX_DATASET_MB} MB"
-                        )
-                    out.write(chunk)
-        except OSError as exc:
-            raise LocalProvisionError(f"cannot download dataset {source}: {exc}") from exc
-        return target
+        name = Path(source.split("?")[0].split("#")[0]).name or "dataset"
+        return node_dir / "data" / name, source
     path = Path(source)
     if not path.is_file():
         raise LocalProvisionError(f"dataset file {source} does not exist")
-    target = data_dir / path.name
-    if not target.exists():
-        target.symlink_to(path)
-    return target
+    return path, ""
 
 
-def _node_env(cluster: ClusterInfo, node: NodeInfo, run: RunSpec, dataset: Path) -> dict[str, str]:
+def _node_env(cluster: ClusterInfo, node: NodeInfo, data: str, output: str) -> dict[str, str]:
     env = {key: os.environ[key] for key in PASSTHROUGH_ENV if key in os.environ}
     tf_config = {"cluster": cluster.tf_cluster(), "task": {"type": node.role, "index": node.index}}
     env.update(
@@ -158,57 +194,81 @@ def _node_env(cluster: ClusterInfo, node: NodeInfo, run: RunSpec, dataset: Path)
         FC2_ROLE=node.role,
         FC2_TASK_INDEX=str(node.index),
         FC2_IS_CHIEF="1" if is_chief(cluster.strategy, node.role, node.index) else "0",
-        FC2_DATA=str(dataset),
-        FC2_OUTPUT_DIR=str(Path(node.workdir) / "output"),
-        FC2_JOB_ID=str(run.job_id),
+        FC2_DATA=data,
+        FC2_OUTPUT_DIR=output,
         FC2_CLUSTER_ID=cluster.cluster_id,
-        FC2_AGENT_TOKEN=run.token,
         PYTHONUNBUFFERED="1",
         TF_CPP_MIN_LOG_LEVEL="2",
     )
     return env
 
 
+def _read_only_mounts(env_dir: Path) -> tuple[Path, ...]:
+    """What the sandbox needs of the machine to run Python with the platform's packages: the interpreter's prefix,
+    the platform's virtualenv (site-packages) and the cluster's, each once (none inside another)."""
+    wanted = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), env_dir}
+    wanted |= {Path(p).resolve() for p in site.getsitepackages()}
+    return tuple(sorted(p for p in wanted if not any(other in p.parents for other in wanted)))
+
+
 def start(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
     workdir = Path(cluster.workdir)
+    if not (workdir / "cluster.json").exists():  # torn down meanwhile (a cancel): never make it again
+        raise LocalProvisionError(f"cluster {cluster.cluster_id} no longer exists")
     python = _make_env(workdir)
     _install_wheel(python, run.wheel_path, workdir / "install.log")
-    agent = workdir / "fc2_agent.py"
-    shutil.copyfile(AGENT, agent)
-    dataset = _fetch_dataset(run.dataset, workdir / "data")
+    for source, name in AGENT_FILES.items():
+        shutil.copyfile(MONITOR_DIR / source, workdir / name)
+    uid = cluster.sandbox_uid
+    if uid is not None:
+        sandbox.create_netns(sandbox.netns_name(workdir))
+        sandbox.write_etc(workdir / "etc", uid)
+    deadline = time.time() + settings.FC2_JOB_TIMEOUT_S
     started = []
     for node in cluster.nodes:
         if node.pid and _process(node):  # started before (a redelivered step)
             started.append(node)
             continue
         node_dir = Path(node.workdir)
-        (node_dir / "tf_config.json").write_text(json.dumps({"cluster": cluster.tf_cluster()}))
-        command = [
-            str(python),
-            str(agent),
-            "--url",
-            run.report_url,
-            "--job",
-            str(run.job_id),
-            "--node",
-            node.name,
-            "--log",
-            str(node_dir / "node.log"),
-            "--output",
-            str(node_dir / "output"),
-            "--max-artifact-mb",
-            str(settings.FC2_MAX_ARTIFACT_MB),
-            "--",
-            str(python),
-            "-m",
-            run.main_module,
-            *run.args,
+        node_dir.mkdir(mode=0o700, exist_ok=True)
+        token_file = node_dir / "token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(run.token)
+        dataset, url = _dataset(run.dataset, node_dir)
+        argv = [str(python), "-m", run.main_module, *run.args]
+        if uid is not None:
+            sandbox.prepare_dirs(uid, node_dir / "work", node_dir / "output")
+            mounts = sandbox.Mounts(
+                work=node_dir / "work",
+                output=node_dir / "output",
+                etc=workdir / "etc",
+                read_only=_read_only_mounts(workdir / "env"),
+                dataset=dataset,
+            )
+            command = sandbox.command(sandbox.netns_name(workdir), uid, node.name, mounts, argv)
+            env = _node_env(cluster, node, sandbox.dataset_path(dataset), sandbox.OUTPUT)
+        else:
+            for sub in ("work", "output"):
+                (node_dir / sub).mkdir(exist_ok=True)
+            command = argv
+            env = _node_env(cluster, node, str(dataset), str(node_dir / "output"))
+        agent = [
+            sys.executable,
+            str(workdir / "fc2_agent.py"),
+            *("--url", run.report_url, "--job", str(run.job_id), "--node", node.name),
+            *("--token-file", str(token_file), "--deadline", str(int(deadline))),
+            *("--log", str(node_dir / "node.log"), "--output", str(node_dir / "output")),
+            *("--result", str(node_dir / "result"), "--cwd", str(node_dir / "work")),
+            *("--max-artifact-mb", str(settings.FC2_MAX_ARTIFACT_MB)),
         ]
+        if url:
+            agent += ["--fetch", url, "--fetch-to", str(dataset), "--fetch-max-mb", str(settings.FC2_MAX_DATASET_MB)]
+            agent += [arg for net in settings.FC2_DATASET_ALLOWED_NETWORKS for arg in ("--fetch-allow", net)]
         with open(node_dir / "agent.log", "ab") as agent_log:
             process = subprocess.Popen(
-                command,
+                [*agent, "--", *command],
                 cwd=node_dir,
-                env=_node_env(cluster, node, run, dataset),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=agent_log,
                 stderr=subprocess.STDOUT,
@@ -219,7 +279,7 @@ def start(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
             dataclasses.replace(node, pid=process.pid, pid_started=psutil.Process(process.pid).create_time())
         )
     cluster = dataclasses.replace(cluster, nodes=tuple(started))
-    (workdir / "cluster.json").write_text(json.dumps(cluster.to_dict()))
+    _save(cluster)
     return cluster
 
 
@@ -258,36 +318,62 @@ def fetch_logs(cluster: ClusterInfo) -> dict[str, str]:
     return logs
 
 
-def _cluster_processes(cluster_id: str) -> list[psutil.Process]:
-    """Every live process carrying this cluster's id in its environment (nodes and anything they spawned)."""
-    found = []
-    for process in psutil.process_iter():
+def fetch_results(cluster: ClusterInfo) -> dict[str, NodeResult]:
+    results = {}
+    for node in cluster.nodes:
+        result_dir = Path(node.workdir) / "result"
         try:
-            if process.environ().get("FC2_CLUSTER_ID") == cluster_id and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
+            report = json.loads((result_dir / "report.json").read_text())
+        except (OSError, ValueError):
+            continue  # no final report kept: the command has not ended, or the agent died before it could keep one
+        kept = sorted((result_dir / "files").glob("*"))
+        results[node.name] = NodeResult(report=report, files={p.name: p.read_bytes() for p in kept if p.is_file()})
+    return results
+
+
+def cluster_processes(cluster: ClusterInfo) -> list[psutil.Process]:
+    """The live processes this provider started for `cluster`: its agents (by pid and start time) with everything
+    they spawned, and every process of the cluster's sandbox uid (however it detached)."""
+    found: dict[int, psutil.Process] = {}
+    for node in cluster.nodes:
+        if (agent := _process(node)) is not None:
+            found[agent.pid] = agent
+            with contextlib.suppress(psutil.Error):
+                found.update((child.pid, child) for child in agent.children(recursive=True))
+    if cluster.sandbox_uid is not None:
+        found.update((p.pid, p) for p in sandbox.processes(cluster.sandbox_uid))
+    return [p for p in found.values() if _running(p)]
+
+
+def _running(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process.status() != psutil.STATUS_ZOMBIE
+    return False
 
 
 def teardown(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
-    processes = {p.pid: p for p in _cluster_processes(cluster.cluster_id)}
-    for node in cluster.nodes:
-        if (process := _process(node)) is not None:
-            processes[process.pid] = process
-    for process in processes.values():
-        with contextlib.suppress(OSError, psutil.Error):
-            if os.getpgid(process.pid) == process.pid:  # an agent: its whole session goes, user code included
-                os.killpg(process.pid, signal.SIGTERM)
-            else:
-                process.terminate()
-    _gone, left = psutil.wait_procs(list(processes.values()), timeout=grace_s)
-    for process in left:
+    # The agents first: each stops its command and says so; then whatever is left is killed.
+    agents = [p for node in cluster.nodes if (p := _process(node)) is not None]
+    processes = cluster_processes(cluster)
+    for agent in agents:
         with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(left, timeout=grace_s)
+            agent.send_signal(signal.SIGTERM)
+    _gone, left = psutil.wait_procs(agents, timeout=grace_s)
+    for _ in range(3):  # code that forks while being killed: go round until nothing of the cluster is left
+        left = [p for p in {*left, *processes, *cluster_processes(cluster)} if _running(p)]
+        if not left:
+            break
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(left, timeout=grace_s)
+        processes = []
     _reap()
-    leftover = _cluster_processes(cluster.cluster_id)
+    leftover = cluster_processes(cluster)
     if leftover:
         raise LocalProvisionError(f"processes {[p.pid for p in leftover]} of {cluster.cluster_id} survived teardown")
-    shutil.rmtree(cluster.workdir or _cluster_dir(cluster.cluster_id), ignore_errors=True)
+    workdir = Path(cluster.workdir or _cluster_dir(cluster.cluster_id))
+    if cluster.sandbox_uid is not None:
+        sandbox.delete_netns(sandbox.netns_name(workdir))
+    # rmtree does not follow symlinks, so what the job's code left in its directories cannot lead it elsewhere.
+    shutil.rmtree(workdir, ignore_errors=True)

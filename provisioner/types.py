@@ -46,6 +46,7 @@ class ClusterInfo:
     nodes: tuple[NodeInfo, ...]  # every node, PS first, then chief, then workers
     workdir: str = ""  # provider-side directory of the cluster (local: the whole cluster lives there)
     region: str = ""  # as in the spec
+    sandbox_uid: int | None = None  # the unprivileged uid the job's code runs as (provisioner/sandbox.py), if any
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -72,6 +73,14 @@ class RunSpec:
     dataset: str = ""  # dataset file path on the platform, or an http(s) URL the nodes fetch
     report_url: str = ""  # base URL of the platform as the nodes see it
     token: str = field(default="", repr=False)  # the job-scoped secret the agents report with
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """What a node's agent kept on the node when its command ended, in case its final report never arrived."""
+
+    report: dict  # the final report as the agent sends it: status, exit_code, progress, log_tail
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)  # the output files it would upload
 
 
 def node_layout(strategy: str, workers: int) -> list[tuple[str, int]]:

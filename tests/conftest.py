@@ -82,11 +82,13 @@ def job(alice, bundle, digits) -> Job:
 
 
 def cluster_processes() -> list[psutil.Process]:
-    """Every process of any FC² cluster still alive on this machine."""
+    """Every live process of the clusters this test's jobs made — found by their cluster names, which are unique to
+    this database — and of no other installation that may be running clusters on this machine meanwhile."""
+    names = set(Job.objects.exclude(cluster_name="").values_list("cluster_name", flat=True))
     found = []
     for process in psutil.process_iter():
         try:
-            if "FC2_CLUSTER_ID" in process.environ() and process.status() != psutil.STATUS_ZOMBIE:
+            if process.environ().get("FC2_CLUSTER_ID") in names and process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
         except psutil.Error:
             continue

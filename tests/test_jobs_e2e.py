@@ -35,7 +35,7 @@ def submit(*args: str) -> dict:
 
 def assert_cluster_gone(job: Job, runtime_dir: Path) -> None:
     assert cluster_processes() == []
-    assert not (runtime_dir / "clusters" / f"fc2-job-{job.pk}").exists()
+    assert job.cluster_name and not (runtime_dir / "clusters" / job.cluster_name).exists()
 
 
 @pytest.mark.parametrize("strategy", ["ps", "mirrored"])

@@ -66,6 +66,11 @@ def validate(request: JobRequest) -> None:
         raise SubmitError(
             f"unknown algorithm {request.algorithm!r} (expected manual or {', '.join(ALGORITHMS)})", "algorithm"
         )
+    if request.provider == "local":
+        try:
+            local.sandboxed()
+        except local.LocalProvisionError as exc:
+            raise SubmitError(str(exc), "provider") from exc
     check_workers(request.provider, request.workers)
     check_parameters(request.parameters)
     try:

@@ -9,6 +9,7 @@ worker, or in this process by `run_inline` (the CLI's --inline, which also serve
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from contextlib import contextmanager
@@ -105,12 +106,21 @@ def _recommend(job: Job) -> None:
     job.log(f"recommendation: {answer.explanation}")
 
 
+def cluster_name(job: Job) -> str:
+    """The job's cluster name, made once: the job id for people, a random part so that another installation on the
+    same machine (another checkout, `make test` beside `make run`) never has a cluster of the same name."""
+    if not job.cluster_name:
+        Job.objects.filter(pk=job.pk, cluster_name="").update(cluster_name=f"fc2-{job.pk}-{secrets.token_hex(4)}")
+        job.cluster_name = Job.objects.values_list("cluster_name", flat=True).get(pk=job.pk)
+    return job.cluster_name
+
+
 def provision(job_id: int, **_) -> bool:
     job = _job(job_id)
     if not job.transition(State.PROFILING, State.PROVISIONING, f"launching the cluster on {job.provider}"):
         return False
     spec = ClusterSpec(
-        cluster_id=f"fc2-job-{job.pk}",
+        cluster_id=cluster_name(job),
         provider=job.provider,
         strategy=job.strategy,
         workers=job.workers,
