@@ -425,7 +425,10 @@ class Wizard:
         """The chosen dataset (a URL one unsaved until the job is); None when none is chosen or it is gone."""
         data = self.state.get("data", {})
         if data.get("source") == "url":
-            return datasets.resolve(self.user, data["url"])
+            try:
+                return datasets.resolve(self.user, data["url"])
+            except datasets.DatasetError:  # refused since it was chosen (its name now resolves inside): choose again
+                return None
         pk = data.get("dataset")
         return Dataset.objects.visible_to(self.user).filter(pk=pk).first() if pk else None
 

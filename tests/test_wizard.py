@@ -8,6 +8,7 @@ import io
 import json
 import random
 import re
+import socket
 from pathlib import Path
 from unittest import mock
 
@@ -561,7 +562,9 @@ def test_bad_dataset_upload_leaves_nothing(client, alice, bundle, settings, cont
     assert uploaded_files(settings) == before
 
 
-def test_url_dataset_is_stored_with_the_job(client, alice, bundle):
+def test_url_dataset_is_stored_with_the_job(client, alice, bundle, monkeypatch):
+    public = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443))]  # no DNS here: a public answer
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *args, **kwargs: public)
     client.force_login(alice)
     through_data(client, bundle)
     url = "https://data.example.com/sets/mine.npz"
