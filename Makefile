@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
 
-.PHONY: run setup test lint format examples benchmark browser clean
+.PHONY: run setup test lint format examples benchmark browser sandbox clean
 
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(BIN)/.installed: pyproject.toml
@@ -20,7 +20,7 @@ $(EXAMPLE_WHEELS): $(BIN)/.installed $(shell find examples/digits_cnn -name '*.p
 
 examples: $(EXAMPLE_WHEELS)
 
-setup: $(BIN)/.installed examples
+setup: $(BIN)/.installed examples sandbox
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py setup_platform
 
@@ -32,13 +32,22 @@ run: setup
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
+# Local jobs run sandboxed (provisioner/sandbox.py): bubblewrap, setpriv and nsenter (util-linux), ip (iproute2).
+# Installed when the platform runs as root and they are missing; otherwise the platform says at start why local jobs
+# are refused.
+sandbox:
+	@command -v bwrap >/dev/null && command -v ip >/dev/null || [ "$$(id -u)" != 0 ] || { \
+		echo "installing bubblewrap and iproute2 for the job sandbox"; \
+		apt-get install -y -q bubblewrap iproute2 util-linux >/dev/null 2>&1 || { apt-get update -q && \
+		apt-get install -y -q bubblewrap iproute2 util-linux; }; }
+
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser download is not used).
 browser:
 	@command -v chromium >/dev/null || { \
 		echo "installing Debian's chromium for the browser tests"; \
 		apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }; }
 
-test: $(BIN)/.installed examples browser
+test: $(BIN)/.installed examples browser sandbox
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py makemigrations --check --dry-run
