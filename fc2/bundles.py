@@ -1,7 +1,8 @@
 """Wheel validation for code bundles, shared by the upload form and `manage.py check_bundle`.
 
 It owns the rules a researcher's wheel must pass before the platform stores it or installs it on a cluster: a
-non-empty zip within the size limit, a wheel file name pip accepts, no member path that could land outside the install
+non-empty zip within the size limit, a wheel file name pip accepts (naming the distribution and version METADATA
+names), no member path that could land outside the install
 directory, no zip bomb, exactly one complete `.dist-info` directory naming the same distribution as the file, and a
 main script that the nodes can run with `python -m`.
 
@@ -28,12 +29,25 @@ from pathlib import PurePosixPath
 from typing import BinaryIO
 
 from django.conf import settings
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 MB = 1024 * 1024
 REQUIRED_DIST_INFO_FILES = ("WHEEL", "METADATA", "RECORD")
 
-# Errors zipfile and its decompressors raise on a corrupt, encrypted or exotic member.
-_READ_ERRORS = (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, OSError, zlib.error, lzma.LZMAError)
+# Errors zipfile and its decompressors raise on a corrupt, encrypted or exotic archive or member: ValueError covers
+# a member name flagged UTF-8 that is not (UnicodeDecodeError) and a central directory whose offset points before the
+# start of the file ("negative seek value"); NotImplementedError an unknown zip version or compression method.
+ZIP_READ_ERRORS = (
+    zipfile.BadZipFile,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+    EOFError,
+    OSError,
+    zlib.error,
+    lzma.LZMAError,
+)
 _DRIVE_LETTER = re.compile(r"^[A-Za-z]:")
 
 
@@ -91,7 +105,7 @@ def validate_wheel(
     """
     if max_bytes is None:
         max_bytes = settings.FC2_MAX_BUNDLE_MB * MB
-    file_distribution = wheel_filename_distribution(filename)
+    file_distribution, file_version = parse_wheel_name(filename)
     check_main_script_arg(main_script)
     stream = _seekable(fileobj, max_bytes)
     try:
@@ -105,35 +119,44 @@ def validate_wheel(
             metadata = _read_member(zf, f"{dist_info}/METADATA", DEFAULT_LIMITS.max_metadata_bytes)
         distribution, version = parse_metadata(metadata)
         _check_same_distribution(distribution, file_distribution, "its METADATA")
+        _check_same_version(version, file_version)
         resolved = resolve_main_script(names, main_script)
     finally:
         stream.seek(0)
-    return WheelInfo(distribution, version, resolved, size_bytes, sha256)
+    info = WheelInfo(distribution, version, resolved, size_bytes, sha256)
+    _check_fits_columns(info)
+    return info
 
 
-def wheel_filename_distribution(filename: str) -> str:
-    """The distribution a wheel file name names; pip refuses to install a wheel whose name does not parse.
+def parse_wheel_name(filename: str) -> tuple[str, Version]:
+    """The distribution and version a wheel file name names, parsed as pip parses it (pip refuses what does not parse).
 
-    >>> wheel_filename_distribution("fc2_digits_cnn-0.1.0-py3-none-any.whl")
-    'fc2_digits_cnn'
-    >>> wheel_filename_distribution("demo-1.0-1-cp311-cp311-manylinux_2_17_x86_64.whl")
-    'demo'
-    >>> wheel_filename_distribution("demo.zip")
+    >>> parse_wheel_name("fc2_digits_cnn-0.1.0-py3-none-any.whl")
+    ('fc2_digits_cnn', <Version('0.1.0')>)
+    >>> parse_wheel_name("demo-1.0-1-cp311-cp311-manylinux_2_17_x86_64.whl")
+    ('demo', <Version('1.0')>)
+    >>> parse_wheel_name("demo.zip")
     Traceback (most recent call last):
     ...
     fc2.bundles.BundleError: demo.zip is not a wheel: the file name must end in .whl
+    >>> parse_wheel_name("demo-1.0-py3-none-any.WHL")
+    Traceback (most recent call last):
+    ...
+    fc2.bundles.BundleError: demo-1.0-py3-none-any.WHL is not a wheel: the file name must end in .whl, in lower case
     """
     name = PurePosixPath(filename).name
-    if not name.lower().endswith(".whl"):
-        raise BundleError(f"{name} is not a wheel: the file name must end in .whl")
-    # {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl
-    parts = name[: -len(".whl")].split("-")
-    if len(parts) not in (5, 6) or not all(parts):
+    if not name.endswith(".whl"):
+        case = ", in lower case" if name.lower().endswith(".whl") else ""
+        raise BundleError(f"{name} is not a wheel: the file name must end in .whl{case}")
+    try:
+        _, version, _, _ = parse_wheel_filename(name)
+    except InvalidWheelFilename:
         raise BundleError(
             f"{name} is not a valid wheel file name: expected distribution-version-python-abi-platform.whl, "
             "e.g. mypkg-0.1.0-py3-none-any.whl as built by `python -m build --wheel`"
-        )
-    return parts[0]
+        ) from None
+    # packaging gives the distribution canonicalised; the researcher is shown it as spelled.
+    return name.split("-")[0], version
 
 
 def check_main_script_arg(main_script: str) -> None:
@@ -290,14 +313,16 @@ def canonical_name(name: str) -> str:
 def format_bytes(size: int) -> str:
     """A size for a human, in binary units.
 
-    >>> [format_bytes(n) for n in (100, 1536, 50 * MB, 200 * MB + 1)]
-    ['100 bytes', '1.5 KB', '50 MB', '200 MB']
+    >>> [format_bytes(n) for n in (100, 1536, 50 * MB, 200 * MB + 1, 1536 * MB, 4 * 2**40)]
+    ['100 bytes', '1.5 KB', '50 MB', '200 MB', '1.5 GB', '4 TB']
     """
     if size < 1024:
         return f"{size} bytes"
-    if size < MB:
-        return f"{round(size / 1024, 1):g} KB"
-    return f"{round(size / MB, 1):g} MB"
+    for unit in ("KB", "MB", "GB"):
+        size /= 1024
+        if size < 1024:
+            return f"{round(size, 1):g} {unit}"
+    return f"{round(size / 1024, 1):g} TB"
 
 
 def _check_member(info: zipfile.ZipInfo, limits: ZipLimits) -> None:
@@ -326,6 +351,26 @@ def _check_same_distribution(name: str, file_distribution: str, what: str) -> No
     """pip refuses a wheel whose .dist-info directory or METADATA names another distribution than its file name."""
     if canonical_name(name) != canonical_name(file_distribution):
         raise BundleError(f"the file name says distribution {file_distribution!r} but {what} says {name!r}")
+
+
+def _check_same_version(version: str, file_version: Version) -> None:
+    """pip refuses a wheel whose METADATA gives another version than its file name (compared as PEP 440 versions)."""
+    try:
+        same = Version(version) == file_version
+    except InvalidVersion:
+        raise BundleError(f"the wheel's METADATA gives version {version!r}, which is not a valid version") from None
+    if not same:
+        raise BundleError(f"the file name says version {file_version} but its METADATA says {version!r}")
+
+
+def _check_fits_columns(info: WheelInfo) -> None:
+    """Refuse a name, version or main script path too long for the column it is stored in."""
+    from fc2.models import CodeBundle  # fc2.models imports this module
+
+    for field, what in (("distribution", "name"), ("version", "version"), ("main_script", "main script path")):
+        limit = CodeBundle._meta.get_field(field).max_length
+        if len(getattr(info, field)) > limit:
+            raise BundleError(f"the wheel's {what} is longer than {limit} characters")
 
 
 def _in_metadata_dir(name: str) -> bool:
@@ -362,6 +407,8 @@ def _open_zip(stream: BinaryIO) -> zipfile.ZipFile:
         return zipfile.ZipFile(stream)
     except zipfile.BadZipFile:
         raise BundleError("not a wheel: the file is not a zip archive") from None
+    except ZIP_READ_ERRORS as exc:
+        raise BundleError(f"not a wheel: its zip directory cannot be read ({exc})") from None
 
 
 def _read_member(zf: zipfile.ZipFile, name: str, max_bytes: int) -> bytes:
@@ -372,7 +419,7 @@ def _read_member(zf: zipfile.ZipFile, name: str, max_bytes: int) -> bytes:
     try:
         with zf.open(info) as member:
             data = member.read(max_bytes + 1)
-    except _READ_ERRORS as exc:
+    except ZIP_READ_ERRORS as exc:
         raise BundleError(f"cannot read {name} from the wheel: {exc}") from None
     if len(data) > max_bytes:
         raise BundleError(f"{name} is larger than the {format_bytes(max_bytes)} limit")

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from django.db.models import OuterRef, Q, Subquery
 
 from fc2.models import Job, Node
+from monitor.ingest import finite_or_none
 from monitor.models import NodeSample
 from provisioner.types import is_chief
 
@@ -158,7 +159,8 @@ def load_samples(job_id: int, since: datetime | None = None) -> list[Sample]:
     rows = queryset.order_by("node_id", "at", "pk").values_list(
         "node_id", "at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv", "step", "loss"
     )
-    return [Sample(*row) for row in rows]
+    # Rows stored before reports turned NaN and ±inf into unknowns may hold them; JSON cannot carry them.
+    return [Sample(*map(finite_or_none, row)) for row in rows]
 
 
 def job_series(job: Job, since: datetime | None = None, limit: int = MAX_POINTS) -> dict:

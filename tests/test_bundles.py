@@ -1,5 +1,6 @@
 """fc2.bundles and `manage.py check_bundle`: good wheels pass, each bad one is refused with its reason."""
 
+import contextlib
 import hashlib
 import io
 import json
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
+from django.urls import reverse
 
 from fc2.bundles import MB, BundleError, WheelInfo, ZipLimits, check_members, validate_wheel
+from fc2.models import CodeBundle
 from tests.wheels import DIST_INFO, FILENAME, GOOD, make_wheel
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -428,3 +431,130 @@ def test_manage_py_check_bundle(tmp_path):
     reason = "main script nope.py is not in the wheel (looked at the top level and in packages)"
     assert (refused.returncode, refused.stderr) == (1, f"error: {reason}\n")
     assert json.loads(refused.stdout) == {"ok": False, "error": reason}
+
+
+# --- hostile wheels: each refused with its reason, through every path, nothing stored ---
+
+
+def good_wheel_bytes(members: dict[str, bytes] = GOOD) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            if data is not None:
+                zf.writestr(name, data)
+    return buffer.getvalue()
+
+
+def bad_utf8_name() -> bytes:
+    """demo/main.py renamed to bytes that are not UTF-8, in a central directory entry flagged UTF-8 (bit 0x800)."""
+    data = bytearray(good_wheel_bytes())
+    entry = data.index(b"PK\x01\x02", data.index(b"demo/main.py") + 1)
+    while data[entry + 46 : entry + 58] != b"demo/main.py":
+        entry = data.index(b"PK\x01\x02", entry + 1)
+    data[entry + 46 : entry + 50] = b"\xff\xfe\xfd\xfc"
+    flags = int.from_bytes(data[entry + 8 : entry + 10], "little")
+    data[entry + 8 : entry + 10] = (flags | 0x800).to_bytes(2, "little")
+    return bytes(data)
+
+
+def bogus_directory_offset() -> bytes:
+    """The end record points the central directory 1 GB into a file of a few hundred bytes."""
+    data = bytearray(good_wheel_bytes())
+    end = data.rindex(b"PK\x05\x06")
+    data[end + 16 : end + 20] = (10**9).to_bytes(4, "little")
+    return bytes(data)
+
+
+HOSTILE_WHEELS = [
+    pytest.param(
+        FILENAME,
+        bad_utf8_name(),
+        "not a wheel: its zip directory cannot be read ('utf-8' codec can't decode",
+        id="utf8",
+    ),
+    pytest.param(
+        FILENAME,
+        bogus_directory_offset(),
+        f"cannot read {DIST_INFO}/METADATA from the wheel: ",  # a negative seek: ValueError in memory, OSError on disk
+        id="directory-offset",
+    ),
+    pytest.param(
+        "demo-1.0-py3-none-any.WHL",
+        good_wheel_bytes(),
+        "demo-1.0-py3-none-any.WHL is not a wheel: the file name must end in .whl, in lower case",
+        id="upper-case-extension",
+    ),
+    pytest.param(
+        "demo-2.0-py3-none-any.whl",
+        good_wheel_bytes(),
+        "the file name says version 2.0 but its METADATA says '1.0'",
+        id="version-differs",
+    ),
+    pytest.param(
+        FILENAME,
+        good_wheel_bytes({**GOOD, f"{DIST_INFO}/METADATA": b"Name: demo\nVersion: one\n"}),
+        "the wheel's METADATA gives version 'one', which is not a valid version",
+        id="version-invalid",
+    ),
+    pytest.param(
+        "demo-1.0-py3-none-any.whl",
+        good_wheel_bytes({**GOOD, "demo/main.py": None, f"demo/{'d' * 300}/main.py": b""}),
+        "the wheel's main script path is longer than 300 characters",
+        id="main-path-too-long",
+    ),
+]
+
+
+@pytest.mark.parametrize(("filename", "content", "reason"), HOSTILE_WHEELS)
+def test_hostile_wheel_is_refused_with_its_reason(filename, content, reason):
+    with pytest.raises(BundleError) as refused:
+        validate_wheel(io.BytesIO(content), filename)
+
+    assert str(refused.value).startswith(reason)
+
+
+def test_same_version_spelled_differently_passes(tmp_path):
+    """pip compares versions as PEP 440 does: 1.0 and 1.0.0 are one version."""
+    path = make_wheel(tmp_path, GOOD, filename="demo-1.0.0-py3-none-any.whl")
+
+    assert check(path).version == "1.0"
+
+
+@pytest.mark.parametrize(("filename", "content", "reason"), HOSTILE_WHEELS)
+def test_hostile_wheel_upload_leaves_nothing(client, alice, settings, filename, content, reason):
+    client.force_login(alice)
+
+    response = client.post(
+        reverse("job-new-step", args=["code"]),
+        {"source": "upload", "wheel": SimpleUploadedFile(filename, content), "main_script": "main.py"},
+    )
+
+    assert response.status_code == 400
+    (error,) = response.context["form"].errors["wheel"]
+    assert error.startswith(reason)
+    assert not CodeBundle.objects.exists()
+    assert not [p for p in Path(settings.MEDIA_ROOT).rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize(("filename", "content", "reason"), HOSTILE_WHEELS)
+def test_check_bundle_json_refuses_hostile_wheel(tmp_path, filename, content, reason):
+    path = tmp_path / filename
+    path.write_bytes(content)
+
+    code, stdout, stderr = run_check_bundle(str(path), "--json")
+
+    assert code == 1
+    assert stderr.startswith(f"error: {reason}") and stderr.count("\n") == 1
+    assert json.loads(stdout) == {"ok": False, "error": stderr.removeprefix("error: ").rstrip("\n")}
+
+
+def test_corrupted_wheels_are_refused_never_crash():
+    """Bytes flipped anywhere in a good wheel: whatever zipfile makes of it, the answer is a BundleError."""
+    content = good_wheel_bytes()
+    rng = random.Random(8)
+    for _ in range(3000):
+        corrupted = bytearray(content)
+        for _ in range(rng.randint(1, 4)):
+            corrupted[rng.randrange(len(corrupted))] = rng.randrange(256)
+        with contextlib.suppress(BundleError):
+            validate_wheel(io.BytesIO(bytes(corrupted)), FILENAME)

@@ -7,8 +7,10 @@ import pytest
 
 MODULES = [
     "fc2.bundles",
+    "fc2.services.reports",
     "fc2.templatetags.fc2_ui",
     "monitor.agent",
+    "monitor.ingest",
     "monitor.series",
     "provisioner.types",
     "recommender.perfdata",

@@ -1,4 +1,5 @@
-"""Datasets: the built-in sets (materialised once as .npz files) and registering URLs.
+"""Datasets: the built-in sets (materialised once as .npz files), registering URLs, and uploads (an .npz described
+from its .npy headers, never loaded).
 
 Every built-in is stored as an .npz with `x_train`, `y_train`, `x_test`, `y_test`: images as float32 in [0, 1]
 shaped (n, height, width, channels) and integer labels — the format the example bundles read from FC2_DATA.
@@ -6,6 +7,7 @@ shaped (n, height, width, channels) and integer labels — the format the exampl
 
 from __future__ import annotations
 
+import math
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +17,9 @@ import numpy as np
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
+from numpy.lib import format as npy_format
 
+from fc2.bundles import ZIP_READ_ERRORS, format_bytes
 from fc2.models import Dataset
 from fc2.services.files import atomic_with_files, track
 from monitor import safe_fetch
@@ -170,18 +174,79 @@ def check_url(url: str) -> None:
         raise DatasetError(f"dataset URL refused: {exc}") from exc
 
 
+# np.save writes version 1.0, or 2.0 for a header above 64 KB (3.0 only for structured types with non-Latin-1 names).
+NPY_HEADER_READERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
+# Arrays that unpack to more than this many times their compressed size are refused above NPZ_RATIO_MIN_BYTES: real
+# data (images, features, labels) stays far below, while 1 GiB of zeros deflates to 1 MB (1000:1).
+NPZ_MAX_RATIO = 100
+NPZ_RATIO_MIN_BYTES = 2**20
+# Rows and features are stored in PositiveIntegerFields.
+NPZ_MAX_COUNT = 2**31 - 1
+
+
 def describe_npz(fileobj) -> tuple[int | None, int | None]:
-    """(rows, features) of an .npz in the built-ins' format, or (None, None) if it is not one."""
+    """(rows, features) of an .npz in the built-ins' format, or (None, None) for an .npz of other arrays.
+
+    Judged from the zip's central directory and each member's .npy header, never by loading an array: a small file
+    can declare arrays of any size. DatasetError if a member is not an .npy array, holds Python objects (which the
+    nodes will not unpickle), declares more or less data than it holds, or unpacks suspiciously well (a zip bomb).
+    The file is left rewound.
+    """
     try:
-        with np.load(fileobj, allow_pickle=False) as data:
-            shapes = [data[key].shape for key in ("x_train", "x_test") if key in data.files]
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
-        return None, None
+        with _open_npz(fileobj) as zf:
+            shapes = {
+                PurePosixPath(info.filename).stem: _npy_shape(zf, info) for info in zf.infolist() if not info.is_dir()
+            }
     finally:
         fileobj.seek(0)
-    if not shapes:
+    examples = [(key, shapes[key]) for key in ("x_train", "x_test") if key in shapes]
+    if not examples:
         return None, None
-    return sum(shape[0] for shape in shapes), int(np.prod(shapes[0][1:], dtype=np.int64))
+    for key, shape in examples:
+        if not shape:
+            raise DatasetError(f"{key} in the .npz is a single value, not one row per example")
+    rows = sum(shape[0] for _, shape in examples)
+    features = math.prod(examples[0][1][1:])
+    if rows > NPZ_MAX_COUNT or features > NPZ_MAX_COUNT:
+        raise DatasetError(f"the .npz declares {rows} rows of {features} features, more than the platform counts")
+    return rows, features
+
+
+def _open_npz(fileobj) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(fileobj)
+    except zipfile.BadZipFile:
+        raise DatasetError("the .npz file is not a zip archive (save it with numpy.savez)") from None
+    except ZIP_READ_ERRORS as exc:
+        raise DatasetError(f"the .npz file's zip directory cannot be read ({exc})") from None
+
+
+def _npy_shape(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[int, ...]:
+    """The shape an .npz member's .npy header declares, refused unless its data is exactly what it holds."""
+    name = info.filename
+    if info.file_size > NPZ_RATIO_MIN_BYTES and info.file_size > NPZ_MAX_RATIO * max(info.compress_size, 1):
+        raise DatasetError(
+            f"{name} in the .npz looks like a zip bomb: it unpacks to {format_bytes(info.file_size)} from "
+            f"{format_bytes(info.compress_size)}, above the {NPZ_MAX_RATIO}:1 limit"
+        )
+    try:
+        with zf.open(info) as member:
+            read_header = NPY_HEADER_READERS.get(npy_format.read_magic(member))
+            if read_header is None:
+                raise ValueError("an .npy format version numpy.save does not write")
+            shape, _, dtype = read_header(member)
+            header_bytes = member.tell()
+    except ZIP_READ_ERRORS as exc:  # read_magic and the header readers raise ValueError for what is not .npy
+        raise DatasetError(f"{name} in the .npz is not a readable .npy array ({exc})") from None
+    if dtype.hasobject:
+        raise DatasetError(f"{name} in the .npz holds Python objects, which the platform does not load")
+    declared = math.prod(shape) * dtype.itemsize
+    if header_bytes + declared != info.file_size:
+        raise DatasetError(
+            f"{name} in the .npz declares {format_bytes(max(declared, 0))} of data but holds "
+            f"{format_bytes(max(info.file_size - header_bytes, 0))}"
+        )
+    return shape
 
 
 def store_upload(owner, upload, name: str = "") -> Dataset:
@@ -191,11 +256,15 @@ def store_upload(owner, upload, name: str = "") -> Dataset:
         raise DatasetError("the dataset file is empty")
     if upload.size > limit:
         raise DatasetError(f"the dataset file is larger than {settings.FC2_MAX_DATASET_MB} MB")
-    rows, features = describe_npz(upload) if upload.name.endswith(".npz") else (None, None)
+    name = name or PurePosixPath(upload.name).name
+    max_name = Dataset._meta.get_field("name").max_length
+    if len(name) > max_name:
+        raise DatasetError(f"the dataset's name is longer than {max_name} characters: rename the file")
+    rows, features = describe_npz(upload) if upload.name.lower().endswith(".npz") else (None, None)
     dataset = Dataset(
         owner=owner,
         kind=Dataset.Kind.UPLOAD,
-        name=name or PurePosixPath(upload.name).name,
+        name=name,
         size_mb=round(upload.size / 2**20, 3),
         rows=rows,
         features=features,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from django.core.files.uploadedfile import UploadedFile
@@ -11,37 +12,42 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fc2.models import Job, Node
+from fc2.models import Artifact, Job, Node
 from fc2.services import pipeline
-from monitor.ingest import record_sample
+from monitor.ingest import finite_or_none, record_sample
 
 # Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
 Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
 ByteCount = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# Longest artifact file name, in UTF-8 bytes: file systems allow 255, and storage may add "_<7 characters>" on a clash.
+ARTIFACT_FILE_NAME_BYTES = 200
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
+# Reports are read with json.loads, which accepts NaN and ±Infinity: such a number (a diverging run, a broken counter)
+# is kept as unknown rather than refused, since the report may carry a node's final status; allow_inf_nan=False then
+# refuses the strings ("inf", "NaN") pydantic would otherwise read as floats. JSON cannot carry either to the charts.
 
 
 class Progress(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     epoch: Count | None = None
     epochs: Count | None = None
     step: Count | None = None
     steps: Count | None = None
-    loss: float | None = None  # NaN/inf (a diverging run) is kept as unknown, not rejected
+    loss: float | None = None
 
-    _finite_loss = field_validator("loss")(_finite)
+    _finite_loss = field_validator("loss", mode="before")(finite_or_none)
 
 
 class Sample(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     cpu_percent: float | None = Field(None, ge=0)
     memory_mb: float | None = Field(None, ge=0)
     gpu_percent: float | None = Field(None, ge=0, le=100)
     bytes_sent: ByteCount | None = None
     bytes_recv: ByteCount | None = None
+
+    _finite_readings = field_validator("cpu_percent", "memory_mb", "gpu_percent", mode="before")(finite_or_none)
 
 
 class Report(BaseModel):
@@ -97,7 +103,7 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
         if chief and progress:
             Job.objects.filter(pk=job.pk).update(**progress)
         for upload in files:
-            name = upload.name if chief else f"{node.name}/{upload.name}"
+            name = artifact_name(upload.name, None if chief else node.name)
             pipeline.store_artifact(job, name, upload.read(), node=node)
             if chief and upload.name == "metrics.json":
                 Job.objects.filter(pk=job.pk).update(metrics=_metrics(upload))
@@ -111,6 +117,30 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
         pipeline.complete(job)
     job.refresh_from_db()
     return job
+
+
+def artifact_name(filename: str, node: str | None = None) -> str:
+    """The name an artifact is stored under: the chief's files by their own name, another node's under `node/`.
+
+    A name too long for its column (PostgreSQL refuses, SQLite would not) or for a file name on disk is shortened,
+    keeping its extension, and marked with a digest of the full name, so that two long names stay two artifacts.
+
+    >>> artifact_name("model.keras"), artifact_name("log.txt", "worker-0")
+    ('model.keras', 'worker-0/log.txt')
+    >>> name = artifact_name("x" * 300 + ".keras", "worker-0")
+    >>> len(name), name[-21:]
+    (209, 'xxx~8d43f7c74e3.keras')
+    """
+    prefix = f"{node}/" if node else ""
+    max_chars = Artifact._meta.get_field("name").max_length - len(prefix)
+    if len(filename) <= max_chars and len(filename.encode()) <= ARTIFACT_FILE_NAME_BYTES:
+        return prefix + filename
+    suffix = PurePosixPath(filename).suffix
+    tail = f"~{hashlib.sha256(filename.encode()).hexdigest()[:11]}{suffix if len(suffix) <= 16 else ''}"
+    stem = filename[: max_chars - len(tail)]
+    while len(f"{stem}{tail}".encode()) > ARTIFACT_FILE_NAME_BYTES:
+        stem = stem[:-1]
+    return f"{prefix}{stem}{tail}"
 
 
 def _metrics(upload: UploadedFile) -> dict:
