@@ -1,6 +1,31 @@
+"""The admin: uploads and requests may be corrected; what the pipeline and the nodes write is shown, never edited.
+
+A job's state moves only through fc2.services.pipeline, whose steps claim a job by a conditional update on its state: a
+form that moved it (or rewrote its token, cluster or lease) would start or orphan work behind the pipeline's back.
+"""
+
 from django.contrib import admin
 
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
+
+
+class ReadOnly:
+    """Rows the platform writes (nodes, artifacts, events): to look at, and to go with their job when it is deleted."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class RecordAdmin(ReadOnly, admin.ModelAdmin):
+    pass
+
+
+class RecordInline(ReadOnly, admin.TabularInline):
+    extra = 0
+    can_delete = False
 
 
 @admin.register(CodeBundle)
@@ -17,17 +42,14 @@ class DatasetAdmin(admin.ModelAdmin):
     search_fields = ("name", "url", "path")
 
 
-class JobEventInline(admin.TabularInline):
+class JobEventInline(RecordInline):
     model = JobEvent
-    extra = 0
-    readonly_fields = ("at", "state", "message")
+    fields = ("at", "state", "message")
 
 
-class NodeInline(admin.TabularInline):
+class NodeInline(RecordInline):
     model = Node
-    extra = 0
     fields = ("name", "role", "address", "status", "exit_code", "step", "loss", "last_report_at")
-    readonly_fields = fields
 
 
 @admin.register(Job)
@@ -35,22 +57,55 @@ class JobAdmin(admin.ModelAdmin):
     list_display = ("id", "owner", "state", "provider", "strategy", "workers", "created_at", "finished_at")
     list_filter = ("state", "provider", "strategy")
     search_fields = ("owner__username", "failure_reason")
-    readonly_fields = ("token_hash", "cluster")
     inlines = [NodeInline, JobEventInline]
+    # What the researcher asked for. Every other field (state, failure reason, token, cluster, lease, progress, times,
+    # and any field added later) is the pipeline's and read-only here: a list of what may change, not of what may not.
+    REQUEST_FIELDS = (
+        "owner",
+        "bundle",
+        "dataset",
+        "parameters",
+        "provider",
+        "region",
+        "algorithm",
+        "strategy",
+        "ps_type",
+        "worker_type",
+        "workers",
+        "hourly_budget",
+        "catalog",
+        "worker_types",
+    )
+    exclude = ("token_hash",)  # even a hash of the agents' secret stays off the page; token_set says if there is one
+
+    def get_readonly_fields(self, request, obj=None) -> list[str]:
+        pipeline_fields = [
+            field.name
+            for field in Job._meta.concrete_fields
+            if field.name not in self.REQUEST_FIELDS and field.name not in ("id", *self.exclude)
+        ]
+        return [*pipeline_fields, "token_set"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # a job starts through jobs.submit (wizard, API, submit_job), which sends it down the pipeline
+
+    @admin.display(boolean=True, description="token set")
+    def token_set(self, job: Job) -> bool:
+        return bool(job.token_hash)
 
 
 @admin.register(JobEvent)
-class JobEventAdmin(admin.ModelAdmin):
+class JobEventAdmin(RecordAdmin):
     list_display = ("job", "at", "state", "message")
     list_filter = ("state",)
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(RecordAdmin):
     list_display = ("job", "name", "role", "address", "status", "last_report_at")
     list_filter = ("status", "role")
 
 
 @admin.register(Artifact)
-class ArtifactAdmin(admin.ModelAdmin):
+class ArtifactAdmin(RecordAdmin):
     list_display = ("job", "name", "size_bytes", "created_at")

@@ -1,17 +1,23 @@
 """The platform's own API: the node agents' reports (POST /api/jobs/<id>/report, job-scoped bearer token) and
-GET /api/me for signed-in users."""
+GET /api/me for signed-in users, both in the OpenAPI schema."""
 
 from __future__ import annotations
 
 import json
 
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
-from drf_spectacular.utils import extend_schema, inline_serializer
-from pydantic import ValidationError
+from django.http import JsonResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import GenerateJsonSchema
+from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.fields import BooleanField, CharField
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,33 +30,145 @@ def _error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
-@csrf_exempt  # machine-to-machine: authenticated by the job's token, not a session cookie
-@require_POST
-def report(request: HttpRequest, job_id: int) -> JsonResponse:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return _error(401, "missing bearer token")
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None or not job.token_matches(token.strip()):
-        return _error(403, "this token does not belong to this job")
-    if job.is_terminal:
-        return _error(409, f"job {job.pk} is {job.state}; no more reports are taken")
+class JobTokenAuthentication(BaseAuthentication):
+    """The report endpoint's job-scoped bearer token, as the schema shows it.
 
-    files = request.FILES.getlist("artifact")
-    limit = settings.FC2_MAX_ARTIFACT_MB * 2**20
-    if sum(f.size for f in files) > limit:
-        return _error(413, f"artifacts exceed {settings.FC2_MAX_ARTIFACT_MB} MB")
-    raw = request.POST.get("report", "") if request.content_type == "multipart/form-data" else request.body
-    try:
-        data = Report.model_validate(json.loads(raw or b"null"))
-    except (ValueError, RecursionError) as exc:  # bad JSON (or nested too deep to parse), ValidationError
-        detail = exc.errors(include_url=False, include_context=False) if isinstance(exc, ValidationError) else str(exc)
-        return JsonResponse({"error": "invalid report", "detail": detail}, status=400)
-    try:
-        job = apply_report(job, data, files)
-    except ReportRejected as exc:
-        return _error(exc.status, str(exc))
-    return JsonResponse({"ok": True, "state": job.state})
+    It authenticates no user: the token names a job, and ReportView checks it itself so that a refusal answers in the
+    agents' `{"error": ...}` form with the status the agent acts on (401 no token, 403 wrong token).
+    """
+
+    def authenticate(self, request):
+        return None
+
+
+class JobTokenScheme(OpenApiAuthenticationExtension):
+    target_class = JobTokenAuthentication
+    name = "jobToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The job-scoped token the platform hands a job's cluster (FC2_AGENT_TOKEN on the nodes).",
+        }
+
+
+class _OpenApi30JsonSchema(GenerateJsonSchema):
+    """Pydantic writes JSON Schema 2020-12, where "or null" is `{"type": "null"}`; OpenAPI 3.0 says `nullable`."""
+
+    def nullable_schema(self, schema):
+        inner = self.generate_inner(schema["schema"])
+        return {"allOf": [inner], "nullable": True} if "$ref" in inner else {**inner, "nullable": True}
+
+
+class PydanticSchema(OpenApiSerializerExtension):
+    """Pydantic models (the report body) in the schema, from the same model that validates them."""
+
+    target_class = BaseModel
+    match_subclasses = True
+    priority = 1  # over drf-spectacular's own pydantic extension, whose output OpenAPI 3.0 does not accept
+
+    def get_name(self, auto_schema, direction):
+        return self.target.__name__
+
+    def map_serializer(self, auto_schema, direction):
+        schema = self.target.model_json_schema(
+            ref_template="#/components/schemas/{model}", schema_generator=_OpenApi30JsonSchema, mode="validation"
+        )
+        for name, sub_schema in schema.pop("$defs", {}).items():
+            component = ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA, object=name, schema=sub_schema)
+            auto_schema.registry.register_on_missing(component)
+        return schema
+
+
+class _JsonWhateverAccepted(BaseContentNegotiation):
+    """Agents get JSON whatever their Accept header says: no 406 before the token is even looked at."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+@extend_schema_field(OpenApiTypes.BINARY)
+class UploadedFile(serializers.FileField):
+    """A file in a multipart body (drf-spectacular shows a plain FileField as the URL of a download)."""
+
+
+class ReportError(serializers.Serializer):
+    error = serializers.CharField()
+    detail = serializers.JSONField(required=False, help_text="What is wrong with the report (400 only)")
+
+
+class ReportView(APIView):
+    """A node agent reports its node: status, progress, a resource sample; with its last report, the result files.
+
+    The body is the report as JSON, or multipart/form-data with the report as JSON in the `report` field and result
+    files as `artifact` fields. Machine-to-machine, authenticated by the job's token, so no session and no CSRF.
+    """
+
+    authentication_classes = [JobTokenAuthentication]
+    permission_classes = []  # the token is checked in post()
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = _JsonWhateverAccepted
+    metadata_class = None  # OPTIONS is 405, as for any method but POST
+
+    @extend_schema(
+        operation_id="job_report",
+        request={
+            "application/json": Report,
+            "multipart/form-data": inline_serializer(
+                "ReportUpload",
+                {
+                    "report": serializers.CharField(help_text="The report as JSON (the application/json body)"),
+                    "artifact": serializers.ListField(
+                        child=UploadedFile(), required=False, help_text="Result files; one field per file"
+                    ),
+                },
+            ),
+        },
+        responses={
+            200: inline_serializer(
+                "ReportAccepted", {"ok": BooleanField(), "state": serializers.ChoiceField(choices=Job.State.choices)}
+            ),
+            400: OpenApiResponse(ReportError, description="Not a valid report, or it names no node of this job"),
+            401: OpenApiResponse(ReportError, description="No bearer token"),
+            403: OpenApiResponse(ReportError, description="The token does not belong to this job"),
+            409: OpenApiResponse(ReportError, description="The job has ended; no more reports are taken"),
+            413: OpenApiResponse(ReportError, description="The artifacts exceed FC2_MAX_ARTIFACT_MB"),
+        },
+    )
+    def post(self, drf_request: Request, job_id: int) -> JsonResponse:
+        # The plain HttpRequest: the body is read as Django reads it (its upload handlers for multipart, raw bytes for
+        # JSON), not through DRF's parsers, whose errors would not answer in the agents' form.
+        request = drf_request._request
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return _error(401, "missing bearer token")
+        job = Job.objects.filter(pk=job_id).first()
+        if job is None or not job.token_matches(token.strip()):
+            return _error(403, "this token does not belong to this job")
+        if job.is_terminal:
+            return _error(409, f"job {job.pk} is {job.state}; no more reports are taken")
+
+        files = request.FILES.getlist("artifact")
+        limit = settings.FC2_MAX_ARTIFACT_MB * 2**20
+        if sum(f.size for f in files) > limit:
+            return _error(413, f"artifacts exceed {settings.FC2_MAX_ARTIFACT_MB} MB")
+        raw = request.POST.get("report", "") if request.content_type == "multipart/form-data" else request.body
+        try:
+            data = Report.model_validate(json.loads(raw or b"null"))
+        except (ValueError, RecursionError) as exc:  # bad JSON (or nested too deep to parse), ValidationError
+            detail = (
+                exc.errors(include_url=False, include_context=False) if isinstance(exc, ValidationError) else str(exc)
+            )
+            return JsonResponse({"error": "invalid report", "detail": detail}, status=400)
+        try:
+            job = apply_report(job, data, files)
+        except ReportRejected as exc:
+            return _error(exc.status, str(exc))
+        return JsonResponse({"ok": True, "state": job.state})
 
 
 class MeView(APIView):

@@ -1,8 +1,8 @@
 """Settings for the FC² platform, read from the environment.
 
 Defaults are the embedded ones `make run` uses: SQLite in var/, a filesystem broker (no server), the local provider.
-Set DATABASE_URL and REDIS_URL for PostgreSQL and Redis. With DEBUG off, SECRET_KEY must be given and the
-production security settings apply.
+Set DATABASE_URL and REDIS_URL for PostgreSQL and Redis. DEBUG is off unless set (`make run` sets DEBUG=1); with it
+off, SECRET_KEY must be given and the production security settings apply. Tests run under fc2.settings_test.
 """
 
 import ipaddress
@@ -40,10 +40,14 @@ def envsecret(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
 
 
-DEBUG = envbool("DEBUG", "true")
+# Off unless asked for: a forgotten variable must not serve tracebacks under a published key (`make run` sets DEBUG=1).
+DEBUG = envbool("DEBUG", "false")
 SECRET_KEY = envsecret("SECRET_KEY", "dev-only-insecure-key" if DEBUG else None)
-if not SECRET_KEY:
+if SECRET_KEY is None:
     raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
+if not SECRET_KEY.strip():
+    # A blank key would still sign sessions and reset links, with a value anyone can guess.
+    raise ImproperlyConfigured("SECRET_KEY (or the file SECRET_KEY_FILE names) is empty or only whitespace")
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
@@ -144,6 +148,26 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Mail, which password reset needs: SMTP when EMAIL_HOST is set, else the console in development. With neither, no
+# reset link could reach anyone, so the reset pages say to ask an administrator instead (FC2_EMAIL_ENABLED).
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "").strip()
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = envint("EMAIL_PORT", 587)
+    EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "true")  # STARTTLS on 587: the password never crosses in clear
+    EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", "false")  # implicit TLS, port 465
+    if EMAIL_USE_TLS and EMAIL_USE_SSL:
+        raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive; set EMAIL_USE_TLS=false for SSL")
+    EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10)  # a dead mail server must not hold a web worker
+elif DEBUG:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+# Without either, Django's default (SMTP on localhost:25) stays: anything that still tries to mail fails loudly.
+FC2_EMAIL_ENABLED = bool(EMAIL_HOST) or DEBUG
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "webmaster@localhost")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

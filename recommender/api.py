@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -23,12 +24,23 @@ class TypeList(serializers.ListField):
         return super().to_internal_value(data)
 
 
+# Said once for the body's schema, the query's and the 400 answer (recommender.algorithms._check_limit enforces it).
+LIMIT_RULE = (
+    "Give at most one of budget and max_workers: both together are a 400. Cost-Opt, Time-Opt, Scala-Opt and "
+    "Scala-Opt-M need one of them; lookup and model take either or neither."
+)
+
+
 class RecommendInput(serializers.Serializer):
     algorithm = serializers.ChoiceField(choices=ALGORITHMS)
     catalog = serializers.CharField(default=service.DEFAULT_CATALOG, max_length=50)
     workload = serializers.CharField(default="", allow_blank=True, max_length=100)
-    budget = serializers.FloatField(required=False, min_value=0.0, help_text="Indicative budget C in $/h")
-    max_workers = serializers.IntegerField(required=False, min_value=1, max_value=10_000)
+    budget = serializers.FloatField(
+        required=False, min_value=0.0, help_text="Indicative budget C in $/h; not together with max_workers"
+    )
+    max_workers = serializers.IntegerField(
+        required=False, min_value=1, max_value=10_000, help_text="A limit on the worker count; not together with budget"
+    )
     ps_type = serializers.CharField(required=False, max_length=40)
     ps_types = TypeList(required=False, default=list, help_text="L^p")
     worker_types = TypeList(required=False, default=list, help_text="L^w")
@@ -56,6 +68,18 @@ class RecommendInput(serializers.Serializer):
         return RecommendRequest(**data)
 
 
+class RecommendInputSchema(OpenApiSerializerExtension):
+    """RecommendInput as drf-spectacular maps it, plus what validate() refuses: budget and max_workers together."""
+
+    target_class = RecommendInput
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        schema["not"] = {"required": ["budget", "max_workers"]}
+        schema["description"] = LIMIT_RULE
+        return schema
+
+
 class CandidateOutput(serializers.Serializer):
     worker_type = serializers.CharField()
     workers = serializers.IntegerField()
@@ -81,23 +105,21 @@ class RecommendationOutput(serializers.Serializer):
 
 class ErrorOutput(serializers.Serializer):
     error = serializers.CharField()
+    fields = serializers.DictField(required=False, help_text="What is wrong with each field of an invalid request")
     missing_profiles = serializers.ListField(child=serializers.DictField(), required=False)
+
+
+BAD_REQUEST = OpenApiResponse(ErrorOutput, description=f"Invalid or infeasible. {LIMIT_RULE}")
 
 
 class RecommendView(APIView):
     """Recommend a cluster (FC² Cost-Opt / Time-Opt / Scala-Opt / Scala-Opt-M, Anwar's lookup, or the model)."""
 
-    @extend_schema(
-        request=RecommendInput,
-        responses={200: RecommendationOutput, 400: OpenApiResponse(ErrorOutput, description="invalid or infeasible")},
-    )
+    @extend_schema(request=RecommendInput, responses={200: RecommendationOutput, 400: BAD_REQUEST})
     def post(self, request: Request) -> Response:
         return self._answer(request.data)
 
-    @extend_schema(
-        parameters=[RecommendInput],
-        responses={200: RecommendationOutput, 400: OpenApiResponse(ErrorOutput, description="invalid or infeasible")},
-    )
+    @extend_schema(parameters=[RecommendInput], responses={200: RecommendationOutput, 400: BAD_REQUEST})
     def get(self, request: Request) -> Response:
         return self._answer(request.query_params.dict())
 
