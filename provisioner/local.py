@@ -108,6 +108,8 @@ def launch(spec: ClusterSpec) -> ClusterInfo:
     ports = [FIRST_PORT + i for i in range(len(layout))] if uid else _free_ports(len(layout))
     workdir.mkdir(parents=True, exist_ok=True)
     workdir.chmod(0o700)
+    for role, index in layout:
+        (workdir / f"{role}-{index}").mkdir(mode=0o700, exist_ok=True)
     nodes = tuple(
         NodeInfo(
             name=f"{role}-{index}",
@@ -230,7 +232,6 @@ def start(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
             started.append(node)
             continue
         node_dir = Path(node.workdir)
-        node_dir.mkdir(mode=0o700, exist_ok=True)
         token_file = node_dir / "token"
         token_file.touch(mode=0o600)
         token_file.write_text(run.token)
@@ -251,7 +252,7 @@ def start(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
             for sub in ("work", "output"):
                 (node_dir / sub).mkdir(exist_ok=True)
             command = argv
-            env = _node_env(cluster, node, str(dataset), str(node_dir / "output"))
+            env = {**_node_env(cluster, node, str(dataset), str(node_dir / "output")), "HOME": str(node_dir / "work")}
         agent = [
             sys.executable,
             str(workdir / "fc2_agent.py"),

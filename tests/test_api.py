@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -428,28 +429,23 @@ PRINT_AND_WRITE = textwrap.dedent(
 
 def run_agent(live_server, job: Job, token: str, node: str, code: str, tmp_path) -> subprocess.CompletedProcess:
     out = tmp_path / "output"
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
     command = [
         sys.executable,
         str(AGENT),
-        "--url",
-        live_server.url,
-        "--job",
-        str(job.pk),
-        "--node",
-        node,
-        "--log",
-        str(tmp_path / "node.log"),
-        "--output",
-        str(out),
-        "--interval",
-        "0.2",
+        *("--url", live_server.url, "--job", str(job.pk), "--node", node),
+        *("--token-file", str(token_file), "--deadline", str(time.time() + 30)),
+        *("--log", str(tmp_path / "node.log"), "--output", str(out), "--result", str(tmp_path / "result")),
+        *("--interval", "0.2"),
         "--",
         sys.executable,
         "-c",
         code,
     ]
-    env = {**os.environ, "FC2_AGENT_TOKEN": token, "OUT": str(out)}
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out)}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -471,9 +467,13 @@ def test_agent_reports_success_to_the_server(live_server, job, tmp_path):
     chief = Node.objects.get(job=job, name="chief-0")
     assert (chief.status, chief.exit_code, chief.step) == ("succeeded", 0, 3)
     assert chief.started_at is not None
-    # The agent takes the token out of the environment before it starts the user's code.
+    # The agent reads the token from its file: it is in no environment the user's code can read.
     assert "token visible: False" in chief.log_tail
     assert (tmp_path / "node.log").read_text().startswith("token visible: False\n")
+    # ... and it kept the final report and its files on the node, for the platform to fetch had it not arrived.
+    kept = json.loads((tmp_path / "result" / "report.json").read_text())
+    assert (kept["status"], kept["exit_code"]) == ("succeeded", 0)
+    assert json.loads((tmp_path / "result" / "files" / "metrics.json").read_text()) == {"acc": 1}
 
 
 @pytest.mark.django_db(transaction=True)
