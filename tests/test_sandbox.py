@@ -7,10 +7,12 @@ The hostile bundle trains for real (TensorFlow, two mirrored workers) after tryi
 from __future__ import annotations
 
 import hashlib
+import http.server
 import io
 import json
 import os
 import textwrap
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 from django.conf import settings
 
 from fc2.models import Job
-from fc2.services import jobs, pipeline
+from fc2.services import datasets, jobs, pipeline
 from monitor import agent
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
 from tests.conftest import PROJECT_DIR, cluster_processes, make_job
@@ -268,3 +270,31 @@ def test_agent_uploads_no_link_fifo_or_file_outside_the_output(tmp_path):
     with zipfile.ZipFile(io.BytesIO(files["saved_model.zip"])) as archive:
         assert archive.namelist() == ["saved_model/variables/data"]
     assert all(b"platform secret" not in data for data in files.values())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_url_dataset_is_fetched_by_the_node_not_the_platform(alice, bundle, digits, tmp_path, settings):
+    """The node's agent downloads the URL (checked again there) into the node; the job trains on it."""
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "digits.npz").write_bytes(Path(digits.path).read_bytes())
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(served), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.FC2_DATASET_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the operator allows this one private address
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/digits.npz"
+        job = make_job(alice, bundle, datasets.resolve(alice, url), strategy="mirrored", workers=1)
+        job = pipeline.run_inline(job.pk)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert job.state == "succeeded", job.failure_reason
+    assert job.dataset.kind == "url" and 0.0 <= job.metrics["test_accuracy"] <= 1.0
