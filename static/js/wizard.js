@@ -77,6 +77,8 @@
       return input.files.length > 0 && !input.closest("[hidden]");
     });
     box.hidden = !hasFile;
+    var refused = box.parentNode.querySelector("[data-upload-refused]");
+    if (refused) refused.hidden = true;
   });
   document.addEventListener("htmx:xhr:progress", function (event) {
     var box = progressBox(event);
@@ -86,11 +88,24 @@
     box.querySelector("[data-upload-percent]").textContent = percent + " %";
   });
 
-  // A refused step comes back as 400 with the errors beside its fields: show it like any other answer.
+  // A refused step comes back as 400 with the errors beside its fields: show it like any other answer. An upload
+  // over its limit is cut off by the server with a 413 whose body is the reason: show that above the form's buttons.
   document.addEventListener("htmx:beforeSwap", function (event) {
-    if (event.detail.xhr.status === 400) {
+    var xhr = event.detail.xhr;
+    if (xhr.status === 400) {
       event.detail.shouldSwap = true;
       event.detail.isError = false;
+    } else if (xhr.status === 413) {
+      var form = event.detail.requestConfig && event.detail.requestConfig.elt;
+      var box = form && form.querySelector("[data-upload-progress]");
+      var refused = box && box.parentNode.querySelector("[data-upload-refused]");
+      if (!refused) return;
+      event.detail.shouldSwap = false;
+      event.detail.isError = false; // expected: the reason is shown, not logged as a failure
+      box.hidden = true;
+      refused.textContent = xhr.responseText.trim() || "The upload is larger than this page accepts.";
+      refused.hidden = false;
+      refused.focus();
     }
   });
 

@@ -4,13 +4,14 @@ end, download the model. Plus: a bad upload shows its reason; an admin sees ever
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 
 import pytest
 from playwright.sync_api import expect
 
-from fc2.models import Job
+from fc2.models import CodeBundle, Job
 from recommender.catalog import load_catalog
 from tests.browser.conftest import log_in
 from tests.conftest import cluster_processes, make_job
@@ -92,6 +93,20 @@ def test_bad_upload_shows_its_reason_on_the_form(page, shot, alice, tmp_path, na
     expect(error).to_contain_text(reason)
     assert "/jobs/new/code/" in page.url
     shot(f"bad-upload-{name}")
+
+
+def test_a_wheel_over_the_limit_is_cut_off_and_the_reason_shown(page, shot, alice, tmp_path, settings):
+    settings.FC2_MAX_BUNDLE_MB = 1
+    wheel = make_wheel(tmp_path, {**GOOD, "demo/weights.bin": os.urandom(3 * 2**20)})
+    log_in(page, "alice", "alice-password-1")
+
+    page.goto("/jobs/new/")
+    page.get_by_label("Wheel bundle (.whl)").set_input_files(str(wheel))
+    page.get_by_role("button", name=re.compile("^Next")).click()
+
+    expect(page.get_by_role("alert")).to_contain_text("larger than the 1 MB limit")
+    assert "/jobs/new/code/" in page.url and not CodeBundle.objects.exists()
+    shot("upload-over-limit")
 
 
 def test_admin_sees_every_researchers_jobs_on_the_dashboard(page, shot, admin_user, alice, bob, bundle, digits):
