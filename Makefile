@@ -25,10 +25,14 @@ setup: $(BIN)/.installed examples sandbox
 	$(BIN)/python manage.py setup_platform
 
 # The platform on 127.0.0.1:8000 with a Celery worker beside it (SQLite, embedded broker, local provider by default).
+# The worker also runs Celery beat (-B), whose sweep moves on or fails the jobs of a lost worker
+# (fc2/services/sweep.py); its schedule file is var/celerybeat-schedule. DEBUG=1 (for `setup` too): this is the
+# development server, and settings refuse to run with DEBUG off and no SECRET_KEY.
+run: export DEBUG ?= 1
 run: setup
 	@echo "FC² platform on http://$(HOST):$(PORT)/ (Ctrl-C stops the web server and the worker)"
 	@export FC2_PUBLIC_URL=$${FC2_PUBLIC_URL:-http://$(HOST):$(PORT)}; \
-	$(BIN)/celery -A fc2 worker -Q fc2 --loglevel INFO --concurrency 2 & worker=$$!; \
+	$(BIN)/celery -A fc2 worker -B -Q fc2 --loglevel INFO --concurrency 2 & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 

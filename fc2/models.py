@@ -224,6 +224,17 @@ class Job(models.Model):
         return self.state in self.TERMINAL
 
     @property
+    def tearing_down(self) -> bool:
+        """Ended, but its cluster is still recorded: the teardown runs in the background (or is being retried).
+        False where the cluster column was deferred (the admin dashboard's long lists) rather than a query per row."""
+        return self.is_terminal and "cluster" not in self.get_deferred_fields() and self.cluster is not None
+
+    @property
+    def state_label(self) -> str:
+        """The state as pages show it: a cancelled job is "cancelling" until its cluster is gone."""
+        return "cancelling" if self.state == self.State.CANCELLED and self.tearing_down else self.state
+
+    @property
     def duration_s(self) -> float | None:
         if not self.started_at:
             return None

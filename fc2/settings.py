@@ -78,7 +78,24 @@ for _network in FC2_DATASET_ALLOWED_NETWORKS:
         raise ImproperlyConfigured(f"FC2_DATASET_ALLOWED_NETWORKS: {_network!r} is not a CIDR network: {exc}") from exc
 # A job that has not finished after this long is failed and its cluster torn down.
 FC2_JOB_TIMEOUT_S = envint("FC2_JOB_TIMEOUT_S", 6 * 3600)
-FC2_WATCH_INTERVAL_S = envint("FC2_WATCH_INTERVAL_S", 2)
+# Lost workers (fc2/services/sweep.py): whoever runs a job's step holds a lease on the job, renewed every third of
+# FC2_LEASE_S, so a lease left to expire means its worker is gone. A step sent to the workers and not started within
+# FC2_STEP_PICKUP_S was lost with its message (generous: a busy queue must not look like a lost message). Nodes report
+# every ~2 s; one silent for FC2_NODE_SILENCE_S has its kept result looked for. The sweep runs every
+# FC2_SWEEP_INTERVAL_S (Celery beat), enforces FC2_JOB_TIMEOUT_S in every state, and sends a lost step again at most
+# FC2_STEP_RESENDS times.
+FC2_LEASE_S = envint("FC2_LEASE_S", 30)
+FC2_STEP_PICKUP_S = envint("FC2_STEP_PICKUP_S", 120)
+FC2_NODE_SILENCE_S = envint("FC2_NODE_SILENCE_S", 20)
+FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
+FC2_STEP_RESENDS = envint("FC2_STEP_RESENDS", 2)
+# Tests only: "state=seconds,…" holds the step of that state (e.g. provisioning: launched, not yet recorded) that long,
+# so that a test can kill the worker running it there (tests/test_faults.py).
+FC2_FAULT_PAUSE = {
+    state.strip(): float(seconds)
+    for state, _, seconds in (item.partition("=") for item in os.environ.get("FC2_FAULT_PAUSE", "").split(","))
+    if state.strip()
+}
 
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
@@ -217,6 +234,16 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("FC2_QUEUE", "fc2")
+# The sweep reconciles every unfinished job (fc2/services/sweep.py); a tick that has not started when the next is due
+# is dropped rather than queued behind it.
+CELERY_BEAT_SCHEDULE = {
+    "fc2-sweep": {
+        "task": "fc2.tasks.sweep",
+        "schedule": FC2_SWEEP_INTERVAL_S,
+        "options": {"expires": FC2_SWEEP_INTERVAL_S, "queue": CELERY_TASK_DEFAULT_QUEUE},
+    }
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 if not DEBUG:
     SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", "true")

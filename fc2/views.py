@@ -94,6 +94,7 @@ def _job_context(job: Job) -> dict:
         "logs": [node for node in nodes if node.log_tail],
         "artifacts": job.artifacts.all(),
         "charts": JOB_CHARTS,
+        "can_cancel": job.state in pipeline.CANCELLABLE,
     }
 
 
@@ -126,9 +127,14 @@ def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
 @login_required
 @require_POST
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    # Answers at once: the teardown runs in the background, the job shown as cancelling until its cluster is gone.
     job = _visible_job(request, job_id)
     if pipeline.cancel(job, by=request.user.get_username()):
-        messages.success(request, f"Job {job.pk} cancelled; its cluster is torn down.")
+        messages.success(request, f"Job {job.pk} cancelled; its cluster is being torn down.")
+        return redirect(job)
+    job.refresh_from_db()
+    if job.state == Job.State.COLLECTING:
+        messages.info(request, f"Job {job.pk} has finished training; its results are being collected.")
     else:
         messages.info(request, f"Job {job.pk} had already ended ({job.state}).")
     return redirect(job)

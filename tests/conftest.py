@@ -15,10 +15,12 @@ import psutil
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
-from fc2.models import Job
+from fc2.models import Job, Node
 from fc2.services import datasets, jobs
 from fc2.services.bundles import store_bundle
+from provisioner import ClusterInfo, ClusterSpec, local
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -103,30 +105,55 @@ def _database_url() -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-@pytest.fixture
-def celery_worker(live_server, runtime_dir, settings, tmp_path):
-    """A real `celery worker` process on the configured broker (Redis in CI), on a queue of its own."""
-    queue = f"fc2-test-{uuid.uuid4().hex[:8]}"
-    settings.CELERY_TASK_DEFAULT_QUEUE = queue
-    env = {
+def worker_env(live_server, runtime_dir: Path, queue: str) -> dict[str, str]:
+    """The environment of a test's real `celery worker`: this test's database, storage and queue, and the live server
+    as the address the nodes report to."""
+    return {
         **os.environ,
         "DATABASE_URL": _database_url(),
         "FC2_MEDIA_ROOT": str(runtime_dir / "media"),
         "FC2_LOCAL_CLUSTER_DIR": str(runtime_dir / "clusters"),
         "FC2_PUBLIC_URL": live_server.url,
         "FC2_QUEUE": queue,
-        "FC2_WATCH_INTERVAL_S": "1",
     }
-    log = tmp_path / "worker.log"
+
+
+def start_worker(env: dict[str, str], log: Path, concurrency: int = 1) -> subprocess.Popen:
+    """A real `celery worker` on env's queue, in a session of its own: killing its process group takes its pool (the
+    processes running the tasks) with it."""
     with log.open("wb") as out:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "fc2", "worker", "-Q", queue, "--concurrency", "1",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"],
-            cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "fc2", "worker", "-Q", env["FC2_QUEUE"],
+             "--concurrency", str(concurrency), "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "--loglevel", "INFO"],
+            cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+
+
+@pytest.fixture
+def celery_worker(live_server, runtime_dir, settings, tmp_path):
+    """A real `celery worker` process on the configured broker (Redis in CI), on a queue of its own."""
+    queue = f"fc2-test-{uuid.uuid4().hex[:8]}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    log = tmp_path / "worker.log"
+    worker = start_worker(worker_env(live_server, runtime_dir, queue), log)
     yield log
     worker.terminate()
     worker.wait(timeout=30)
+
+
+def launch_cluster(job: Job, strategy: str = "ps", workers: int = 2) -> ClusterInfo:
+    """A local cluster's directories (no processes), stored on the job with its Node rows as a running job has them."""
+    cluster = local.launch(ClusterSpec(f"fc2-test-{job.pk}", "local", strategy, workers))
+    Job.objects.filter(pk=job.pk).update(cluster=cluster.to_dict())
+    for node in cluster.nodes:
+        Path(node.workdir).mkdir(exist_ok=True)  # as starting the node makes it
+        Node.objects.create(
+            job=job, name=node.name, role=node.role, index=node.index, status=Node.Status.RUNNING,
+            last_report_at=timezone.now(),
+        )  # fmt: skip
+    job.refresh_from_db()
+    return cluster
 
 
 def call_json(command: str, *args: str) -> tuple[int, dict, str]:

@@ -1,11 +1,14 @@
-"""The job state machine: each step claims its transition once, cancel ends any active job, failures are recorded.
+"""The job state machine: each step claims its transition once, under the job's lease; cancel ends any job that has
+not finished training and answers before the teardown; failures are recorded.
 
 No TensorFlow and no node processes: clusters come from `provisioner.local.launch`, which only makes directories.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import dataclasses
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from unittest import mock
 
@@ -15,11 +18,11 @@ from django.utils import timezone
 from fc2.celery import app as celery_app
 from fc2.models import Job, JobEvent, Node
 from fc2.services import pipeline
-from provisioner import ClusterSpec, local
-from tests.conftest import make_job
+from provisioner import local
+from tests.conftest import launch_cluster
 
 State = Job.State
-ACTIVE = [s for s in State.values if s not in Job.TERMINAL]
+CANCELLABLE = [s for s in State.values if s not in Job.TERMINAL and s != State.COLLECTING]
 
 
 @pytest.fixture(autouse=True)
@@ -33,16 +36,6 @@ def set_state(job: Job, state: str, **fields) -> Job:
     Job.objects.filter(pk=job.pk).update(state=state, **fields)
     job.refresh_from_db()
     return job
-
-
-def launch_cluster(job: Job, strategy: str = "ps", workers: int = 2):
-    """A local cluster's directories, stored on the job with its Node rows, as `provision` leaves them."""
-    cluster = local.launch(ClusterSpec(f"fc2-job-{job.pk}", "local", strategy, workers))
-    Job.objects.filter(pk=job.pk).update(cluster=cluster.to_dict())
-    for node in cluster.nodes:
-        Node.objects.create(job=job, name=node.name, role=node.role, index=node.index, status=Node.Status.RUNNING)
-    job.refresh_from_db()
-    return cluster
 
 
 def events(job: Job) -> list[tuple[str, str]]:
@@ -125,7 +118,27 @@ def test_provision_makes_nodes_once(job):
     ]
     assert Path(job.cluster["workdir"]).is_dir()
     assert pipeline.chief_names(job) == {"chief-0"}
-    pipeline.cancel(job, "test")  # leave no cluster directory behind
+    pipeline.cancel(job, "test")
+    pipeline.release(job.pk)  # leave no cluster directory behind
+    assert not Path(job.cluster["workdir"]).exists()
+
+
+def test_provision_cancelled_while_launching_keeps_the_cluster_recorded_for_release(job):
+    """What a step made is recorded before it looks whether the job is still its own, so that release finds it."""
+    set_state(job, State.PROFILING)
+    launch = local.launch
+
+    def launch_while_cancelled(spec):
+        Job.objects.filter(pk=job.pk).update(state=State.CANCELLED)
+        return launch(spec)
+
+    with mock.patch("provisioner.launch", launch_while_cancelled):
+        assert pipeline.provision(job.pk) is False
+
+    job.refresh_from_db()
+    assert job.cluster is not None and job.state_label == "cancelling"
+    assert not job.nodes.exists()
+    assert pipeline.release(job.pk) is True
     assert not Path(job.cluster["workdir"]).exists()
 
 
@@ -145,8 +158,8 @@ def test_step_out_of_order_does_nothing(job, step):
 # --- cancel ---
 
 
-@pytest.mark.parametrize("state", ACTIVE)
-def test_cancel_from_any_active_state(job, state):
+@pytest.mark.parametrize("state", CANCELLABLE)
+def test_cancel_from_any_state_before_collecting(job, state):
     set_state(job, state)
 
     assert pipeline.cancel(job, by="alice") is True
@@ -155,6 +168,19 @@ def test_cancel_from_any_active_state(job, state):
     assert job.state == State.CANCELLED
     assert job.finished_at is not None
     assert events(job)[-1] == (State.CANCELLED, "cancelled by alice")
+
+
+def test_a_collecting_job_is_not_cancelled(job):
+    """Collecting means the chief has succeeded and its results are stored: the job can only succeed now."""
+    set_state(job, State.COLLECTING)
+
+    assert pipeline.cancel(job, by="alice") is False
+
+    job.refresh_from_db()
+    assert job.state == State.COLLECTING
+    assert pipeline.collect(job.pk) is True
+    job.refresh_from_db()
+    assert job.state == State.SUCCEEDED
 
 
 @pytest.mark.parametrize("state", Job.TERMINAL)
@@ -169,7 +195,7 @@ def test_terminal_job_cannot_be_cancelled(job, state):
     assert job.events.count() == count
 
 
-def test_cancel_tears_down_a_launched_cluster(job):
+def test_cancel_answers_before_the_teardown_then_release_tears_down(job):
     set_state(job, State.RUNNING)
     cluster = launch_cluster(job)
     chief = next(n for n in cluster.nodes if n.name == "chief-0")
@@ -180,6 +206,13 @@ def test_cancel_tears_down_a_launched_cluster(job):
     assert pipeline.cancel(job, by="alice") is True
 
     job.refresh_from_db()
+    assert (job.state, job.state_label, job.tearing_down) == (State.CANCELLED, "cancelling", True)
+    assert Path(cluster.workdir).is_dir()
+
+    assert pipeline.release(job.pk) is True
+
+    job.refresh_from_db()
+    assert job.state_label == State.CANCELLED
     assert job.state == State.CANCELLED
     assert not Path(cluster.workdir).exists()
     assert job.cluster is None
@@ -196,6 +229,7 @@ def test_release_runs_once(job):
     set_state(job, State.RUNNING)
     cluster = launch_cluster(job)
     pipeline.cancel(job, by="alice")
+    assert pipeline.release(job.pk) is True
     count = job.events.count()
 
     assert pipeline.release(job.pk) is False
@@ -204,68 +238,7 @@ def test_release_runs_once(job):
     assert not Path(cluster.workdir).exists()
 
 
-# --- watch, fail, collect ---
-
-
-def test_watch_fails_job_whose_node_is_gone(job):
-    """Every node of a launched-but-never-started cluster has pid None: alive() says none is running."""
-    job = make_job(job.owner, job.bundle, job.dataset, strategy=Job.Strategy.MIRRORED, workers=1)
-    set_state(job, State.RUNNING, started_at=timezone.now())
-    cluster = launch_cluster(job, strategy="mirrored", workers=1)
-    (chief,) = cluster.nodes
-    assert chief.pid is None
-    (Path(chief.workdir) / "node.log").write_text("epoch 1\nKilled\n")
-
-    assert pipeline.watch(job.pk) is False
-
-    job.refresh_from_db()
-    assert job.state == State.FAILED
-    assert job.failure_reason == "worker-0 stopped without reporting a result; its log ends:\nepoch 1\nKilled\n"
-    assert not Path(cluster.workdir).exists()
-
-
-def test_watch_blames_only_nodes_without_a_result(job):
-    set_state(job, State.RUNNING, started_at=timezone.now())
-    cluster = launch_cluster(job)
-    Node.objects.filter(job=job, name__in=["ps-0", "chief-0"]).update(status=Node.Status.SUCCEEDED)
-
-    assert pipeline.watch(job.pk) is False
-
-    job.refresh_from_db()
-    assert job.failure_reason == "worker-0 stopped without reporting a result"
-    assert not Path(cluster.workdir).exists()
-
-
-def test_watch_keeps_watching_while_nodes_are_alive(job):
-    set_state(job, State.RUNNING, started_at=timezone.now())
-    cluster = launch_cluster(job)
-
-    with mock.patch("provisioner.alive", return_value={n.name: True for n in cluster.nodes}):
-        assert pipeline.watch(job.pk) is True
-
-    job.refresh_from_db()
-    assert job.state == State.RUNNING
-    pipeline.cancel(job, by="test")
-
-
-def test_watch_times_out_a_long_job(job, settings):
-    settings.FC2_JOB_TIMEOUT_S = 60
-    set_state(job, State.RUNNING, started_at=timezone.now() - timedelta(seconds=61))
-
-    assert pipeline.watch(job.pk) is False
-
-    job.refresh_from_db()
-    assert (job.state, job.failure_reason) == (State.FAILED, "timed out after 60 s")
-
-
-@pytest.mark.parametrize("state", [State.QUEUED, State.COLLECTING, State.SUCCEEDED, State.CANCELLED])
-def test_watch_ignores_a_job_not_running(job, state):
-    set_state(job, state)
-
-    assert pipeline.watch(job.pk) is False
-
-    job.refresh_from_db()
-    assert job.state == state
+# --- fail, collect, release ---
 
 
 def test_fail_keeps_the_first_reason(job):
@@ -276,9 +249,10 @@ def test_fail_keeps_the_first_reason(job):
     assert (job.state, job.failure_reason) == (State.FAILED, "first")
 
 
-def test_complete_then_collect_succeeds_and_tears_down(job):
+def test_complete_then_collect_succeeds_before_the_teardown(job):
     set_state(job, State.RUNNING, started_at=timezone.now())
     cluster = launch_cluster(job)
+    (Path(cluster.nodes[0].workdir) / "node.log").write_text("serving\n")
 
     assert pipeline.complete(job) is True
     assert pipeline.complete(job) is False
@@ -288,8 +262,109 @@ def test_complete_then_collect_succeeds_and_tears_down(job):
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED
     assert job.progress_percent == 100
+    assert list(job.artifacts.values_list("name", flat=True)) == ["logs/ps-0.log"]  # kept before the teardown
+    assert Path(cluster.workdir).is_dir() and job.tearing_down and job.state_label == State.SUCCEEDED
+    assert pipeline.release(job.pk) is True
     assert not Path(cluster.workdir).exists()
-    assert [state for state, _ in events(job)][-3:] == ["collecting", "collecting", "succeeded"]
+    assert [state for state, _ in events(job)][-3:] == ["collecting", "succeeded", "succeeded"]
+
+
+def test_release_keeps_the_cluster_recorded_until_the_teardown_succeeds(job):
+    set_state(job, State.FAILED)
+    cluster = launch_cluster(job)
+
+    with mock.patch("provisioner.teardown", side_effect=OSError("cloud API down")), pytest.raises(OSError):
+        pipeline.release(job.pk)
+
+    job.refresh_from_db()
+    assert job.cluster["cluster_id"] == cluster.cluster_id and job.lease_until is None  # for the next try, by anyone
+    assert pipeline.release(job.pk) is True
+    assert not Path(cluster.workdir).exists()
+
+
+def test_release_leaves_a_job_whose_lease_is_held_to_its_holder(job):
+    """A step still running (it holds the lease) may still be making the cluster: it releases the job when it ends."""
+    set_state(job, State.CANCELLED)
+    cluster = launch_cluster(job)
+    holder = pipeline.Lease.claim(job.pk)
+
+    assert pipeline.release(job.pk) is False
+    assert Path(cluster.workdir).is_dir()
+
+    assert pipeline.release(job.pk, holder) is True
+    assert not Path(cluster.workdir).exists()
+
+
+def test_release_never_tears_down_an_active_job(job):
+    set_state(job, State.RUNNING)
+    cluster = launch_cluster(job)
+
+    assert pipeline.release(job.pk) is False
+
+    assert Path(cluster.workdir).is_dir()
+    pipeline.cancel(job, by="test")
+    pipeline.release(job.pk)
+
+
+def test_bootstrap_cancelled_while_starting_leaves_no_cluster_directory(job, settings):
+    """The nodes being started when the job is cancelled are found and torn down by the step's own runner, after the
+    start: never a teardown that the start then undoes by making the directory again."""
+    set_state(job, State.PROVISIONING)
+    cluster = launch_cluster(job)
+    started = dataclasses.replace(cluster, nodes=tuple(dataclasses.replace(n, pid=None) for n in cluster.nodes))
+
+    def start_while_cancelled(cluster, run):
+        assert pipeline.cancel(Job.objects.get(pk=job.pk), by="alice")
+        assert pipeline.release(job.pk) is False  # the cancel's release task: the bootstrap holds the job
+        Path(cluster.workdir).mkdir(exist_ok=True)
+        return started
+
+    with (
+        mock.patch("provisioner.start", start_while_cancelled),
+        mock.patch.object(celery_app, "send_task"),
+    ):
+        pipeline.advance("bootstrap", celery_job(job).pk)
+
+    job.refresh_from_db()
+    assert job.state == State.CANCELLED and job.cluster is None and job.lease_until is None
+    assert not Path(cluster.workdir).exists()
+
+
+# --- leases ---
+
+
+def test_a_lease_is_claimed_once_and_changes_only_through_its_holder(job, settings):
+    first = pipeline.Lease.claim(job.pk)
+    assert first is not None and pipeline.Lease.claim(job.pk) is None
+    seen = first.until
+
+    assert first.renew() and first.until > seen
+    assert pipeline.Lease.take(job.pk, seen) is None  # an old value (a stale message) takes nothing
+
+    Job.objects.filter(pk=job.pk).update(lease_until=timezone.now() - timedelta(seconds=1))  # it expired
+    second = pipeline.Lease.claim(job.pk)
+    assert second is not None
+    assert not first.renew() and first.lost  # the first holder learns it lost the job
+    first.end()
+    assert Job.objects.get(pk=job.pk).lease_until == second.until
+
+    handed = second.hand_over()
+    assert handed is not None and not second.held
+    assert pipeline.Lease.take(job.pk, handed) is not None  # the message's step takes it
+
+
+@pytest.mark.django_db(transaction=True)  # the heartbeat thread has a connection of its own
+def test_a_lease_is_renewed_while_its_holder_works(job, settings):
+    settings.FC2_LEASE_S = 0.3
+    lease = pipeline.Lease.claim(job.pk)
+    first = lease.until
+
+    with lease.renewing():
+        time.sleep(0.5)
+        assert lease.until > first
+
+    lease.end()
+    assert Job.objects.get(pk=job.pk).lease_until is None
 
 
 # --- advance: the Celery driver ---
@@ -306,6 +381,7 @@ def test_advance_turns_an_exception_into_a_failed_job(job):
     assert job.state == State.FAILED
     assert job.failure_reason == "profile failed: disk full"
     assert events(job)[-1] == (State.FAILED, "profile failed: disk full")
+    assert job.lease_until is None
 
 
 def celery_job(job: Job) -> Job:
@@ -314,19 +390,9 @@ def celery_job(job: Job) -> Job:
     return job
 
 
-@pytest.mark.parametrize(
-    ("step", "next_step", "countdown"),
-    [
-        ("profile", "provision", None),
-        ("provision", "bootstrap", None),
-        ("bootstrap", "watch", 2),
-        ("watch", "watch", 2),
-    ],
-)
-def test_advance_queues_the_next_step_on_commit(
-    job, settings, django_capture_on_commit_callbacks, step, next_step, countdown
-):
-    settings.FC2_WATCH_INTERVAL_S = 2
+@pytest.mark.parametrize(("step", "next_step"), [("profile", "provision"), ("provision", "bootstrap")])
+def test_advance_hands_the_lease_to_the_next_step(job, settings, django_capture_on_commit_callbacks, step, next_step):
+    settings.FC2_STEP_PICKUP_S = 60
     celery_job(job)
 
     with (
@@ -338,7 +404,30 @@ def test_advance_queues_the_next_step_on_commit(
 
     (sent,) = send_task.call_args_list
     assert sent.args == (f"fc2.tasks.{next_step}",)
-    assert (sent.kwargs["args"], sent.kwargs.get("countdown")) == ([job.pk], countdown)
+    assert sent.kwargs["args"] == [job.pk]
+    job.refresh_from_db()
+    handed = datetime.fromisoformat(sent.kwargs["kwargs"]["lease"])
+    assert job.lease_until == handed
+    assert timedelta(seconds=59) < handed - timezone.now() <= timedelta(seconds=60)
+
+
+def test_a_step_whose_message_was_replaced_does_nothing(job, django_capture_on_commit_callbacks):
+    """The sweep sent the step again (a new lease): the first message, turning up late, must not run it too."""
+    celery_job(job)
+    with mock.patch.object(celery_app, "send_task") as send_task, django_capture_on_commit_callbacks(execute=True):
+        pipeline.enqueue(job, "profile")
+        pipeline.enqueue(job, "profile")
+    (first, second) = (call.kwargs["kwargs"]["lease"] for call in send_task.call_args_list)
+    ran = []
+
+    with (
+        mock.patch.dict(pipeline.STEPS, {"profile": lambda job_id, **_: ran.append(job_id)}),
+        mock.patch.object(celery_app, "send_task"),
+    ):
+        pipeline.advance("profile", job.pk, first)
+        assert ran == []
+        pipeline.advance("profile", job.pk, second)
+        assert ran == [job.pk]
 
 
 @pytest.mark.parametrize("step", ["profile", "collect"])
@@ -353,6 +442,7 @@ def test_advance_stops_when_the_step_did_nothing(job, django_capture_on_commit_c
         pipeline.advance(step, job.pk)
 
     send_task.assert_not_called()
+    assert Job.objects.get(pk=job.pk).lease_until is None
 
 
 def test_inline_jobs_send_no_tasks(job, django_capture_on_commit_callbacks):
@@ -361,3 +451,16 @@ def test_inline_jobs_send_no_tasks(job, django_capture_on_commit_callbacks):
 
     assert job.driver == Job.Driver.INLINE
     assert callbacks == []
+
+
+def test_the_cancel_button_answers_for_a_collecting_job_without_cancelling_it(client, alice, job):
+    set_state(job, State.COLLECTING)
+    client.force_login(alice)
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    response = client.post(f"/jobs/{job.pk}/cancel/", follow=True)
+
+    assert "Cancel job" not in page
+    assert f"Job {job.pk} has finished training; its results are being collected." in response.content.decode()
+    job.refresh_from_db()
+    assert job.state == State.COLLECTING

@@ -1,9 +1,17 @@
 """The job pipeline: queued → profiling → provisioning → bootstrapping → running → collecting → succeeded.
 
 Each step is a plain function taking the job id. It claims its step with a conditional update (Job.transition), so a
-redelivered task or a step racing a cancel does nothing; when it loses a race after making something (a cluster, a
-process), it tears that down. Steps are chained by `advance`: through Celery (tasks.py) for jobs driven by the
-worker, or in this process by `run_inline` (the CLI's --inline, which also serves the report API itself).
+redelivered task or a step racing a cancel does nothing. Steps are chained by `advance`: through Celery (tasks.py) for
+jobs driven by the workers, or in this process by `run_inline` (the CLI's --inline, which also serves the report API).
+
+Whoever drives a job holds its lease (`Lease`, on Job.lease_until): a step's runner from its start to its end, renewed
+by a heartbeat thread; a step sent to the workers from the moment it is sent until it is picked up (the lease travels
+with the message, so a message that the sweep has since replaced finds the lease changed and does nothing);
+`run_inline` for the whole run. Only the lease's holder tears down an ended job's cluster (`release`), so a teardown
+never races the step still making that cluster: a job cancelled meanwhile is released by that step's runner when the
+step ends, and whatever a step made is recorded on the job before anything else, so that it can be found and torn down.
+A lease left to expire is how the sweep (sweep.py) knows that the worker behind it is gone; the sweep also watches
+running jobs' nodes, which nobody drives between their reports.
 """
 
 from __future__ import annotations
@@ -12,13 +20,15 @@ import logging
 import secrets
 import threading
 import time
-from contextlib import contextmanager
-from datetime import timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 import provisioner
@@ -34,6 +44,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 State = Job.State
 ACTIVE = tuple(s for s in State.values if s not in Job.TERMINAL)
+# Not `collecting`: the chief has succeeded and its results are stored, so the job can only succeed now.
+CANCELLABLE = tuple(s for s in ACTIVE if s != State.COLLECTING)
 LOG_TAIL_CHARS = 4000
 
 
@@ -41,14 +53,119 @@ def _job(job_id: int) -> Job:
     return Job.objects.get(pk=job_id)
 
 
-def _cluster(job: Job) -> ClusterInfo | None:
+def cluster_info(job: Job) -> ClusterInfo | None:
     return ClusterInfo.from_dict(job.cluster) if job.cluster else None
 
 
-def profile(job_id: int, **_) -> bool:
+class Lease:
+    """This process's hold on a job (Job.lease_until).
+
+    The expiry is also the lease's identity: every change is a conditional update on the value this holder last wrote,
+    so once anyone else has taken the job (the sweep, after the lease expired), this holder's renewals and hand-overs
+    change nothing and `lost` tells it so. Clocks of the platform's machines are assumed to agree within seconds.
+    """
+
+    def __init__(self, job_id: int, until: datetime):
+        self.job_id = job_id
+        self.until: datetime | None = until  # None once given up or handed over
+        self.lost = False
+        self._lock = threading.Lock()  # the heartbeat thread and the holder change `until` in turn
+
+    @classmethod
+    def claim(cls, job_id: int) -> Lease | None:
+        """The job's lease if nobody holds it: none was taken, or it has expired."""
+        now = timezone.now()
+        free = Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+        return cls._take(Job.objects.filter(free, pk=job_id), job_id, now)
+
+    @classmethod
+    def take(cls, job_id: int, seen: datetime | None) -> Lease | None:
+        """The job's lease if it is still the one `seen`: handed over with a message, or found expired by the sweep."""
+        jobs = Job.objects.filter(pk=job_id)
+        jobs = jobs.filter(lease_until__isnull=True) if seen is None else jobs.filter(lease_until=seen)
+        return cls._take(jobs, job_id, timezone.now())
+
+    @classmethod
+    def _take(cls, jobs, job_id: int, now: datetime) -> Lease | None:
+        until = now + timedelta(seconds=settings.FC2_LEASE_S)
+        return cls(job_id, until) if jobs.update(lease_until=until) else None
+
+    @property
+    def held(self) -> bool:
+        return self.until is not None and not self.lost
+
+    def _swap(self, until: datetime | None, *, keep: bool = True) -> bool:
+        with self._lock:
+            if not self.held:
+                return False
+            if Job.objects.filter(pk=self.job_id, lease_until=self.until).update(lease_until=until):
+                self.until = until if keep else None
+                return True
+            self.lost = True
+            logger.info("job %s: its lease was taken over (or handed on); this holder stops driving it", self.job_id)
+            return False
+
+    def renew(self) -> bool:
+        return self._swap(timezone.now() + timedelta(seconds=settings.FC2_LEASE_S))
+
+    def end(self) -> None:
+        """Give the job up: anyone may take it now."""
+        self._swap(None, keep=False)
+
+    def hand_over(self) -> datetime | None:
+        """Give the job to a step about to be sent: its lease is the returned value until it starts."""
+        until = pickup_deadline()
+        return until if self._swap(until, keep=False) else None
+
+    @contextmanager
+    def renewing(self) -> Iterator[Lease]:
+        """Renew the lease every third of its length while the block runs (a heartbeat thread)."""
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            try:
+                while not stop.wait(settings.FC2_LEASE_S / 3):
+                    try:
+                        if not self.renew():
+                            return
+                    except DatabaseError:  # e.g. a locked SQLite file: try again at the next beat
+                        logger.warning("job %s: renewing its lease failed", self.job_id, exc_info=True)
+            finally:
+                connections.close_all()  # this thread's own connection
+
+        thread = threading.Thread(target=heartbeat, name=f"lease-job-{self.job_id}", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+
+
+def pickup_deadline() -> datetime:
+    """Until when a step sent now holds its job's lease: not started by then, its message was lost."""
+    return timezone.now() + timedelta(seconds=settings.FC2_STEP_PICKUP_S)
+
+
+def _begin(job: Job, source: str, target: str, message: str, resume: bool) -> bool:
+    """Claim a step: move the job from `source` to `target` — or, resuming a step whose worker was lost (the resumer
+    holds the job's lease), find the job still at `target`."""
+    return job.state == target if resume else job.transition(source, target, message)
+
+
+def _hold(job: Job, state: str) -> None:
+    """Tests only (FC2_FAULT_PAUSE): hold the step where losing its worker hurts most, so a test can kill it there."""
+    if pause := settings.FC2_FAULT_PAUSE.get(state):
+        logger.warning("job %s: %s held for %s s (FC2_FAULT_PAUSE)", job.pk, state, pause)
+        time.sleep(pause)
+
+
+def profile(job_id: int, *, resume: bool = False, **_) -> bool:
+    """Choose the cluster. It only reads and writes the job's row, so a lost profile is simply done again."""
     job = _job(job_id)
-    if not job.transition(State.QUEUED, State.PROFILING, "choosing the cluster"):
+    if not _begin(job, State.QUEUED, State.PROFILING, "choosing the cluster", resume):
         return False
+    _hold(job, State.PROFILING)
     datasets.ready(job.dataset)
     if job.algorithm != "manual":
         _recommend(job)
@@ -115,9 +232,10 @@ def cluster_name(job: Job) -> str:
     return job.cluster_name
 
 
-def provision(job_id: int, **_) -> bool:
+def provision(job_id: int, *, resume: bool = False, **_) -> bool:
+    """Launch the cluster. Launching is idempotent by the cluster's name, so a lost provision is simply done again."""
     job = _job(job_id)
-    if not job.transition(State.PROFILING, State.PROVISIONING, f"launching the cluster on {job.provider}"):
+    if not _begin(job, State.PROFILING, State.PROVISIONING, f"launching the cluster on {job.provider}", resume):
         return False
     spec = ClusterSpec(
         cluster_id=cluster_name(job),
@@ -129,8 +247,11 @@ def provision(job_id: int, **_) -> bool:
         region=job.region,
     )
     cluster = provisioner.launch(spec)
-    if not Job.objects.filter(pk=job.pk, state=State.PROVISIONING).update(cluster=cluster.to_dict()):
-        provisioner.teardown(cluster)  # cancelled while launching
+    _hold(job, State.PROVISIONING)  # launched, not yet recorded
+    # Recorded whatever happened meanwhile: a job cancelled while its cluster was launched must still have it torn down.
+    Job.objects.filter(pk=job.pk).update(cluster=cluster.to_dict())
+    job.refresh_from_db()
+    if job.state != State.PROVISIONING:
         return False
     Node.objects.bulk_create(
         [
@@ -144,11 +265,15 @@ def provision(job_id: int, **_) -> bool:
 
 
 def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
+    """Install the bundle and start the nodes. Not resumable: nodes a lost bootstrap started hold a report token that
+    nobody knows any more, so the sweep fails such a job rather than run the user's code twice."""
     job = _job(job_id)
-    if not job.transition(State.PROVISIONING, State.BOOTSTRAPPING, "installing the bundle and starting the nodes"):
+    message = "installing the bundle and starting the nodes"
+    if not _begin(job, State.PROVISIONING, State.BOOTSTRAPPING, message, resume=False):
         return False
     token = job.issue_token()
-    Job.objects.filter(pk=job.pk, state=State.BOOTSTRAPPING).update(token_hash=job.token_hash)
+    if not Job.objects.filter(pk=job.pk, state=State.BOOTSTRAPPING).update(token_hash=job.token_hash):
+        return False  # cancelled before anything started
     run = RunSpec(
         job_id=job.pk,
         wheel_path=job.bundle.wheel.path,
@@ -158,38 +283,17 @@ def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
         report_url=report_url or settings.FC2_PUBLIC_URL,
         token=token,
     )
-    cluster = provisioner.start(_cluster(job), run)
-    saved = Job.objects.filter(pk=job.pk, state=State.BOOTSTRAPPING).update(cluster=cluster.to_dict())
-    if saved and job.transition(State.BOOTSTRAPPING, State.RUNNING, f"{len(cluster.nodes)} nodes started"):
-        return True
-    job.refresh_from_db()
-    if job.is_terminal:  # cancelled or failed while starting: stop what was started
-        provisioner.teardown(cluster)
-    return False
+    cluster = provisioner.start(cluster_info(job), run)
+    _hold(job, State.BOOTSTRAPPING)  # nodes started, not yet recorded
+    # Recorded whatever happened meanwhile, with the processes just started: a job cancelled during the start is torn
+    # down by this step's runner (it holds the lease, so no teardown ran meanwhile) and must find them.
+    Job.objects.filter(pk=job.pk).update(cluster=cluster.to_dict())
+    return job.transition(State.BOOTSTRAPPING, State.RUNNING, f"{len(cluster.nodes)} nodes started")
 
 
-def watch(job_id: int, **_) -> bool:
-    """One look at a running job: True while it should be looked at again."""
-    job = _job(job_id)
-    if job.state != State.RUNNING:
-        return False
-    if job.started_at and timezone.now() - job.started_at > timedelta(seconds=settings.FC2_JOB_TIMEOUT_S):
-        fail(job, f"timed out after {settings.FC2_JOB_TIMEOUT_S} s")
-        return False
-    alive = provisioner.alive(_cluster(job))
-    finished = {Node.Status.SUCCEEDED, Node.Status.FAILED}
-    for node in job.nodes.all():
-        if not alive.get(node.name, False) and node.status not in finished:
-            job.refresh_from_db()
-            if job.state != State.RUNNING:  # its completion report arrived meanwhile
-                return False
-            fail(job, f"{node.name} stopped without reporting a result{_tail(job, node.name)}")
-            return False
-    return True
-
-
-def _tail(job: Job, node_name: str) -> str:
-    cluster = _cluster(job)
+def node_tail(job: Job, node_name: str) -> str:
+    """The end of the node's log as a failure reason's "; its log ends: …" (nothing without a log)."""
+    cluster = cluster_info(job)
     log = provisioner.fetch_logs(cluster).get(node_name, "") if cluster else ""
     return f"; its log ends:\n{log[-LOG_TAIL_CHARS:]}" if log.strip() else ""
 
@@ -203,16 +307,21 @@ def complete(job: Job) -> bool:
 
 
 def collect(job_id: int, **_) -> bool:
+    """Keep the nodes' logs beside the chief's stored results: the job has succeeded. The cluster is torn down after
+    (release, by the same runner), so that the job does not wait in `collecting` while its servers stop. Done again
+    as it is when its worker was lost."""
     job = _job(job_id)
     if job.state != State.COLLECTING:
         return False
-    release(job_id)
+    _hold(job, State.COLLECTING)
+    if cluster := cluster_info(job):
+        _keep_logs(job, cluster)
     return job.transition(State.COLLECTING, State.SUCCEEDED, "results stored")
 
 
-def fail(job: Job, reason: str, *, release_now: bool = True) -> bool:
-    """Fail the job and release its cluster — now, or (when the report of a node of that very cluster is what
-    failed it) in a step of its own, so the request never waits on the node it is tearing down."""
+def fail(job: Job, reason: str, *, release_now: bool = False) -> bool:
+    """Fail the job. Its cluster is released by a release task — or, while a runner holds the job's lease, by that
+    runner when its step ends; `release_now` releases here instead, for a caller that holds no lease and may wait."""
     if not job.transition(ACTIVE, State.FAILED, reason[:2000], failure_reason=reason):
         return False
     if release_now:
@@ -223,30 +332,46 @@ def fail(job: Job, reason: str, *, release_now: bool = True) -> bool:
 
 
 def cancel(job: Job, by: str) -> bool:
-    """Cancel at any state; the cluster, if any, is torn down before this returns."""
-    if not job.transition(ACTIVE, State.CANCELLED, f"cancelled by {by}"):
+    """Cancel a job that has not finished training. Answers at once: the cluster is torn down in the background (a
+    release task, or the runner holding the job), the job shown as cancelling until it is gone."""
+    if not job.transition(CANCELLABLE, State.CANCELLED, f"cancelled by {by}"):
         return False
-    release(job.pk)
+    enqueue(job, "release")
     return True
 
 
-def release(job_id: int, **_) -> bool:
-    """Keep the nodes' logs as artifacts and tear the cluster down — once, whoever asks first."""
-    job = _job(job_id)
-    if job.cluster is None or not Job.objects.filter(pk=job.pk, cluster__isnull=False).update(cluster=None):
+def release(job_id: int, lease: Lease | None = None) -> bool:
+    """Tear down an ended job's cluster, keeping its nodes' logs first (collect has kept a successful job's).
+
+    Only the job's lease holder does it: the caller, if it passes its `lease`, or else this call, if nobody holds the
+    lease (a runner that does will release the job itself when its step ends). The cluster stays recorded until the
+    teardown has succeeded, so a release whose worker died, or whose teardown failed, is done again by the sweep.
+    """
+    own = lease or Lease.claim(job_id)
+    if own is None or not own.held:
         return False
-    cluster = ClusterInfo.from_dict(job.cluster)
     try:
-        nodes = {node.name: node for node in job.nodes.all()}
-        for name, log in provisioner.fetch_logs(cluster).items():
-            store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
-        provisioner.teardown(cluster)
-    except Exception:
-        Job.objects.filter(pk=job.pk).update(cluster=job.cluster)  # keep what a retry needs to find the nodes
-        raise
-    job.nodes.exclude(status__in=[Node.Status.SUCCEEDED, Node.Status.FAILED]).update(status=Node.Status.STOPPED)
-    job.log(f"cluster {cluster.cluster_id} torn down")
-    return True
+        with nullcontext() if lease else own.renewing():
+            job = _job(job_id)
+            if not job.is_terminal or job.cluster is None:
+                return False
+            cluster = ClusterInfo.from_dict(job.cluster)
+            if job.state != State.SUCCEEDED:
+                _keep_logs(job, cluster)
+            provisioner.teardown(cluster)
+            Job.objects.filter(pk=job.pk).update(cluster=None)
+            job.nodes.exclude(status__in=[Node.Status.SUCCEEDED, Node.Status.FAILED]).update(status=Node.Status.STOPPED)
+            job.log(f"cluster {cluster.cluster_id} torn down")
+            return True
+    finally:
+        if lease is None:
+            own.end()
+
+
+def _keep_logs(job: Job, cluster: ClusterInfo) -> None:
+    nodes = {node.name: node for node in job.nodes.all()}
+    for name, log in provisioner.fetch_logs(cluster).items():
+        store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
 
 
 def store_artifact(job: Job, name: str, data: bytes, node: Node | None = None) -> Artifact:
@@ -266,62 +391,106 @@ def chief_names(job: Job) -> set[str]:
     return {n.name for n in job.nodes.all() if is_chief(job.strategy, n.role, n.index)}
 
 
+# The steps a message sends to the workers; a running job has none (its nodes' reports move it on, the sweep watches).
 STEPS = {
     "profile": profile,
     "provision": provision,
     "bootstrap": bootstrap,
-    "watch": watch,
     "collect": collect,
-    "release": release,
 }
-NEXT = {"profile": "provision", "provision": "bootstrap", "bootstrap": "watch", "watch": "watch"}
+NEXT = {"profile": "provision", "provision": "bootstrap"}
 
 
-def advance(step: str, job_id: int) -> None:
-    """Run one step for a Celery-driven job and queue the next; a failing step fails the job."""
+def advance(step: str, job_id: int, lease: str | None = None, resume: bool = False) -> None:
+    """Run one step of a Celery-driven job under its lease, then send the next step, or release the job if it ended.
+
+    `lease` is the lease handed over with the message: once it is no longer the job's (the sweep sent the step again
+    meanwhile, or a runner has the job), the message is stale and does nothing.
+    """
+    held = Lease.take(job_id, datetime.fromisoformat(lease)) if lease else Lease.claim(job_id)
+    if held is None:
+        logger.info("job %s: %s not run: the job's lease is no longer this message's", job_id, step)
+        return
+    with held.renewing():
+        ok = _run_step(step, job_id, resume=resume)
+        if ok and step in NEXT:
+            enqueue(_job(job_id), NEXT[step], lease=held)
+        else:
+            release(job_id, held)  # only if the job has ended (cancelled, failed) and has a cluster
+    held.end()
+
+
+def _run_step(step: str, job_id: int, **kwargs) -> bool:
+    """Run a step; one that raises fails its job — unless the database could not be reached, which is not the job's
+    fault: that is left to the task's retry, or to the sweep once the lease has expired."""
     try:
-        ok = STEPS[step](job_id)
+        return STEPS[step](job_id, **kwargs)
+    except OperationalError:
+        raise
     except Exception as exc:
         logger.exception("job %s: step %s failed", job_id, step)
         fail(_job(job_id), f"{step} failed: {exc}")
-        return
-    if ok and step in NEXT:
-        enqueue(_job(job_id), NEXT[step], countdown=settings.FC2_WATCH_INTERVAL_S if NEXT[step] == "watch" else None)
+        return False
 
 
-def enqueue(job: Job, step: str, countdown: float | None = None) -> None:
-    """Send `step` to the Celery worker once the current transaction commits; inline jobs drive themselves."""
+def enqueue(job: Job, step: str, *, lease: Lease | None = None, resume: bool = False) -> None:
+    """Send `step` to the workers once the current transaction commits; inline jobs drive themselves.
+
+    A step goes with the job's lease: handed over from `lease` if the sender holds it (a finishing step, the sweep),
+    else set outright (a new job, a chief's completion). `release` goes without: it claims the lease when it is free.
+    """
     if job.driver != Job.Driver.CELERY:
         return
+    kwargs: dict = {"resume": True} if resume else {}
+    if step != "release":
+        if lease is None:
+            until = pickup_deadline()
+            Job.objects.filter(pk=job.pk).update(lease_until=until)
+        elif (until := lease.hand_over()) is None:
+            return  # the lease was lost: whoever took the job over decides what comes next
+        kwargs["lease"] = until.isoformat()
     from fc2.celery import app
 
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    transaction.on_commit(lambda: app.send_task(f"fc2.tasks.{step}", args=[job.pk], countdown=countdown, queue=queue))
+    transaction.on_commit(lambda: app.send_task(f"fc2.tasks.{step}", args=[job.pk], kwargs=kwargs, queue=queue))
 
 
 def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
-    """Drive a job to its end in this process, serving the report API on a private port meanwhile."""
-    with report_server() as url:
+    """Drive a job to its end in this process, holding its lease throughout and serving the report API on a private
+    port meanwhile. Should this process die, its lease expires and the sweep hands the job to the workers."""
+    from fc2.services import sweep
+
+    lease = Lease.claim(job_id)
+    if lease is None:
+        raise RuntimeError(f"job {job_id} is driven by another process")
+    with report_server() as url, lease.renewing():
         try:
             for step in ("profile", "provision", "bootstrap"):
-                try:
-                    if not STEPS[step](job_id, report_url=url):
-                        break
-                except Exception as exc:
-                    logger.exception("job %s: step %s failed", job_id, step)
-                    fail(_job(job_id), f"{step} failed: {exc}")
+                if not lease.held or not _run_step(step, job_id, report_url=url):
                     break
-            while not (job := _job(job_id)).is_terminal:
+            while lease.held and not (job := _job(job_id)).is_terminal:
                 if job.state == State.COLLECTING:
-                    collect(job_id)
+                    _run_step("collect", job_id)
                 elif job.state == State.RUNNING:
-                    watch(job_id)
+                    sweep.check_running(job)
+                else:
+                    break  # a step did nothing: the job is no longer this process's to drive
                 time.sleep(poll_s)
-            release(job_id)  # a job failed by a node's report leaves its cluster for us to release
         except BaseException:
-            cancel(_job(job_id), "interrupt")  # Ctrl-C or a crash here must not leave a cluster behind
+            _interrupted(job_id)  # Ctrl-C or a crash here must not leave a cluster behind
             raise
+        finally:
+            release(job_id, lease)  # an ended job's cluster: failed by a node's report, cancelled, or done
+            lease.end()
     return _job(job_id)
+
+
+def _interrupted(job_id: int) -> None:
+    job = _job(job_id)
+    if job.state == State.COLLECTING:
+        collect(job_id)  # the chief has succeeded: finishing is quicker than anything else, and right
+    else:
+        cancel(job, "interrupt")
 
 
 @contextmanager

@@ -1,0 +1,237 @@
+"""The sweep: reconciles every job that has not ended, and every ended job whose cluster is still recorded, so that a
+lost worker — at any step — ends with the job moving on or failed with a reason, and nothing left running.
+
+It runs every FC2_SWEEP_INTERVAL_S as a Celery beat task (`make run` starts beat beside the worker). It is needed
+because a step's message dies with its worker: the filesystem broker consumes a message when it is fetched (acks_late
+redelivers nothing) and Redis gives an unacknowledged one back only after an hour; and because nobody else watches a
+running job's nodes between their reports.
+
+How it tells a lost step from a slow one: whoever drives a job holds its lease (pipeline.Lease), renewed every few
+seconds while a step runs; a step sent to the workers holds it until it is picked up. The sweep looks only at jobs
+whose lease has expired or that have none, and takes each with a conditional update on the lease it saw — so two
+sweeps at once (two beat ticks, two workers) handle a job once, and a message that turns up after the sweep has sent
+its step again finds the lease changed and does nothing.
+
+What it does with a job whose lease expired, by state:
+
+- queued — the profile message was lost: profile is sent again.
+- profiling — profile (or the provision message) was lost: profile again; it only reads and writes the job's row.
+- provisioning — provision (or the bootstrap message) was lost: provision again; launch is idempotent by the
+  cluster's name, so it finds what the lost one made.
+- bootstrapping — bootstrap was lost midway: the job fails and its cluster is torn down. Nodes it started hold a
+  report token nobody knows any more, and running the user's code twice is worse than a clear failure.
+- collecting — collect (or its message) was lost: collect again; the chief's results are stored, collect only keeps
+  the logs and marks the success.
+- running — nobody drives it: every sweep looks at its nodes (check_running).
+- ended with its cluster still recorded — its release was lost, or the teardown failed: released again, until the
+  teardown succeeds.
+
+A step sent again FC2_STEP_RESENDS times and lost again fails the job: "the worker running <step> was lost". A job run
+by `submit_job --inline` whose process died (its lease expired) is adopted by the workers first — its steps are then
+sent like any other job's; its nodes, whose reports went to that process, are left to check_running's fetched results.
+
+Running jobs (check_running; run_inline calls it too): a node without a final status that is not alive, or that has
+been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node fetched (provisioner.fetch_results) and
+applied as if reported — the chief's success completes the job with its model. A node that is gone and left no result
+fails the job. A node whose agent is alive but silent is waited for: the platform was unreachable for it, and it keeps
+trying until the job's deadline. A job whose result is unknown is never called failed while the result can be fetched.
+
+Time limit (FC2_JOB_TIMEOUT_S, from the start of the run, or from submission before it), in every state: a running
+job's kept results are applied first; a collecting job, whose chief has succeeded, is left to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db.models import Q
+from django.utils import timezone
+from pydantic import ValidationError
+
+import provisioner
+from fc2.models import Job, Node
+from fc2.services import pipeline, reports
+from fc2.services.pipeline import Lease
+from provisioner import ClusterInfo
+
+logger = logging.getLogger(__name__)
+State = Job.State
+
+# The step that owns each state before `running`, and those that may be done again when their worker was lost.
+STEP_OF = {
+    State.QUEUED: "profile",
+    State.PROFILING: "profile",
+    State.PROVISIONING: "provision",
+    State.BOOTSTRAPPING: "bootstrap",
+    State.COLLECTING: "collect",
+}
+RESUMABLE = {"profile", "provision", "collect"}
+FINISHED = (Node.Status.SUCCEEDED, Node.Status.FAILED)
+
+
+def sweep() -> int:
+    """One pass: every job whose lease is free or expired and that has not ended or still has a cluster. Returns how
+    many jobs it took."""
+    now = timezone.now()
+    _enforce_time_limits(now)
+    free = Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+    pending = Q(state__in=pipeline.ACTIVE) | Q(cluster__isnull=False)
+    # A job with no lease at all before it runs is an inline job its process has not claimed yet: give it the time a
+    # sent step gets to start.
+    unclaimed = Q(lease_until__isnull=True, created_at__gt=now - timedelta(seconds=settings.FC2_STEP_PICKUP_S))
+    unclaimed &= Q(state__in=list(STEP_OF))
+    taken = 0
+    for job_id, seen in (
+        Job.objects.filter(free, pending).exclude(unclaimed).order_by("pk").values_list("pk", "lease_until")
+    ):
+        lease = Lease.take(job_id, seen)
+        if lease is None:
+            continue  # another sweep, or a step that has just started, has it
+        taken += 1
+        try:
+            with lease.renewing():
+                reconcile(Job.objects.get(pk=job_id), lease)
+        except Exception:
+            logger.exception("sweep: job %s", job_id)  # the next sweep tries again; the other jobs go on
+        finally:
+            lease.end()
+    return taken
+
+
+def reconcile(job: Job, lease: Lease) -> None:
+    """Move one job on whose lease the sweep holds (see the module's docstring for what, by state)."""
+    if not job.is_terminal:
+        if job.driver == Job.Driver.INLINE:
+            _adopt(job)
+        if job.state == State.RUNNING:
+            check_running(job)
+        elif _timed_out(job) and job.state != State.COLLECTING:
+            pipeline.fail(job, _time_limit_reason())
+        else:
+            _recover(job, lease)
+        job.refresh_from_db()
+    if job.is_terminal:
+        pipeline.release(job.pk, lease)
+
+
+def _recover(job: Job, lease: Lease) -> None:
+    """Send the lost step of a job again — or fail the job, if the step is not safe to redo or was lost too often."""
+    step = STEP_OF[job.state]
+    if job.state == State.QUEUED:
+        lost = f"no worker started the job within {settings.FC2_STEP_PICKUP_S} s"
+    else:
+        lost = f"the worker running {step} was lost"
+    resent = job.events.filter(message__endswith=f": {step} sent again").count()
+    if step not in RESUMABLE or resent >= settings.FC2_STEP_RESENDS:
+        pipeline.fail(job, lost)
+        return
+    job.log(f"{lost}: {step} sent again")
+    pipeline.enqueue(job, step, lease=lease, resume=job.state != State.QUEUED)
+
+
+def _adopt(job: Job) -> None:
+    """An inline job whose process is gone becomes the workers' (its lease expired: nobody drives it)."""
+    Job.objects.filter(pk=job.pk).update(driver=Job.Driver.CELERY)
+    job.driver = Job.Driver.CELERY
+    job.log("the process running this job (submit_job --inline) is gone: the platform's workers take it over")
+
+
+def check_running(job: Job) -> None:
+    """Look at a running job's nodes: apply the results that never arrived, fail the job if a node is gone without
+    one, and enforce the time limit."""
+    cluster = pipeline.cluster_info(job)
+    if job.state != State.RUNNING or cluster is None:
+        return
+    timed_out = _timed_out(job)
+    try:
+        alive = provisioner.alive(cluster)
+    except Exception:
+        logger.exception("job %s: cannot tell whether its nodes are alive", job.pk)  # e.g. SSH: look again next time
+        return
+    quiet_since = timezone.now() - timedelta(seconds=settings.FC2_NODE_SILENCE_S)
+    suspects = [
+        node
+        for node in job.nodes.exclude(status__in=FINISHED)
+        if timed_out or not alive.get(node.name, False) or _last_heard(job, node) < quiet_since
+    ]
+    if not suspects:
+        return
+    rescued = rescue_results(job, cluster, suspects)
+    job.refresh_from_db()
+    if job.state != State.RUNNING:
+        return  # a fetched result ended it
+    if timed_out:
+        pipeline.fail(job, _time_limit_reason())
+        return
+    for node in suspects:
+        if not alive.get(node.name, False) and node.name not in rescued:
+            pipeline.fail(job, f"{node.name} stopped without reporting a result{pipeline.node_tail(job, node.name)}")
+            return
+
+
+def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str]:
+    """Apply the final reports these nodes' agents kept on the nodes, as if they had arrived — the chief's first, since
+    its success completes the job. Returns the names of the nodes whose result was applied."""
+    try:
+        results = provisioner.fetch_results(cluster)
+    except Exception:
+        logger.exception("job %s: cannot fetch its nodes' kept results", job.pk)
+        return set()
+    chiefs = pipeline.chief_names(job)
+    limit = settings.FC2_MAX_ARTIFACT_MB * 2**20
+    applied: set[str] = set()
+    for node in sorted(nodes, key=lambda n: n.name not in chiefs):
+        if (result := results.get(node.name)) is None:
+            continue
+        try:
+            report = reports.Report.model_validate({**result.report, "node": node.name})
+        except ValidationError as exc:
+            logger.warning("job %s: %s kept a report that is not valid: %s", job.pk, node.name, exc)
+            continue
+        if report.status not in ("succeeded", "failed"):
+            continue
+        files = [SimpleUploadedFile(name, data) for name, data in result.files.items()]
+        if sum(len(data) for data in result.files.values()) > limit:
+            files = []  # as the report API would refuse them
+        job.refresh_from_db()
+        if job.is_terminal:
+            break
+        job.log(f"{node.name} {report.status}; its report never arrived: the result kept on the node was fetched")
+        try:
+            reports.apply_report(job, report, files)
+        except reports.ReportRejected as exc:
+            logger.warning("job %s: %s's kept result refused: %s", job.pk, node.name, exc)
+            continue
+        applied.add(node.name)
+    return applied
+
+
+def _last_heard(job: Job, node: Node) -> datetime:
+    return node.last_report_at or job.started_at or job.created_at
+
+
+def _timed_out(job: Job) -> bool:
+    return (job.started_at or job.created_at) < _time_limit_start(timezone.now())
+
+
+def _time_limit_start(now: datetime) -> datetime:
+    return now - timedelta(seconds=settings.FC2_JOB_TIMEOUT_S)
+
+
+def _time_limit_reason() -> str:
+    return f"timed out after {settings.FC2_JOB_TIMEOUT_S} s"
+
+
+def _enforce_time_limits(now: datetime) -> None:
+    """The limit for jobs whose step is still held by its runner (a hung launch renews its lease forever): failed
+    here, released by that runner when its step ends. Jobs with a free lease are timed by `reconcile`."""
+    limit = _time_limit_start(now)
+    started_long_ago = Q(started_at__lt=limit) | Q(started_at__isnull=True, created_at__lt=limit)
+    held = Job.objects.filter(started_long_ago, lease_until__gte=now, state__in=list(STEP_OF)).exclude(
+        state=State.COLLECTING
+    )
+    for job in held:
+        pipeline.fail(job, _time_limit_reason())

@@ -1,0 +1,214 @@
+"""Faults on real clusters: a Celery worker SIGKILLed inside each step, a platform its nodes cannot reach, cancel.
+
+Each job is the smallest that trains for real (TensorFlow, one mirrored worker, a couple of steps, ~15–30 s); leases
+and pickup times are 3 s and the test process itself runs the sweep every half second. On the broker configured (the
+filesystem broker by default, Redis when REDIS_URL is set): a killed worker's message is gone either way (Redis would
+give it back only after an hour). The figures are printed (`pytest -s`); benchmarks/worker_loss.py collects them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from fc2.models import Job, JobEvent
+from fc2.services import jobs, sweep
+from tests.conftest import cluster_processes, start_worker, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+State = Job.State
+LEASE_S = 3
+DEADLINE_S = 180
+# Where the worker is killed: held there by FC2_FAULT_PAUSE (see pipeline._hold), except `running`, when no step runs.
+KILLED_WHILE = {
+    State.PROFILING: State.SUCCEEDED,  # profiled again
+    State.PROVISIONING: State.SUCCEEDED,  # launched, not recorded: launched again, finding the same cluster
+    State.BOOTSTRAPPING: State.FAILED,  # nodes started, not recorded: failed, and the nodes torn down
+    State.RUNNING: State.SUCCEEDED,  # nothing was running on the worker: the nodes' reports move the job on
+    State.COLLECTING: State.SUCCEEDED,  # collected again
+}
+
+
+class Workers:
+    """Real `celery worker` processes on a queue of this test's own (tests/conftest.py's start_worker)."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path):
+        self.env, self.log_dir = env, log_dir
+        self.started: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, concurrency: int = 1, **env: str) -> tuple[subprocess.Popen, Path]:
+        log = self.log_dir / f"worker-{len(self.started)}.log"
+        process = start_worker({**self.env, **env}, log, concurrency)
+        self.started.append((process, log))
+        return process, log
+
+    def kill(self, process: subprocess.Popen) -> None:
+        os.killpg(process.pid, signal.SIGKILL)  # the worker and its pool: as a machine or a container is lost
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process, _ in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.kill(process)
+
+    def logs(self) -> str:
+        return "\n".join(log.read_text(errors="replace")[-3000:] for _, log in self.started)
+
+
+@pytest.fixture
+def workers(live_server, runtime_dir, settings, tmp_path):
+    queue = f"fc2-faults-{uuid.uuid4().hex[:8]}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    settings.FC2_LEASE_S = LEASE_S
+    settings.FC2_STEP_PICKUP_S = LEASE_S
+    settings.FC2_NODE_SILENCE_S = 5
+    env = {
+        **worker_env(live_server, runtime_dir, queue),
+        "FC2_LEASE_S": str(LEASE_S),
+        "FC2_STEP_PICKUP_S": str(LEASE_S),
+    }
+    pool = Workers(env, tmp_path)
+    yield pool
+    pool.stop_all()
+
+
+def submit(owner, bundle, dataset, strategy: str = "mirrored", **parameters: str) -> Job:
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=dataset, strategy=strategy, workers=1,
+        parameters={"epochs": "1", "steps_per_epoch": "2", **parameters},
+    )  # fmt: skip
+    return jobs.submit(owner, request, driver=Job.Driver.CELERY)
+
+
+def sweeping(job: Job, done: Callable[[Job], bool], what: str, workers: Workers) -> Job:
+    """Run the sweep every half second (as beat would) until `done(job)`; fail after DEADLINE_S."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not done(job := Job.objects.get(pk=job.pk)):
+        assert time.monotonic() < deadline, f"{what}: job {job.pk} still {job.state}\n{workers.logs()}"
+        sweep.sweep()
+        time.sleep(0.5)
+    return job
+
+
+def wait_for(predicate: Callable[[], bool], what: str, workers: Workers) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"never {what}\n{workers.logs()}"
+        time.sleep(0.2)
+
+
+def ended_and_released(job: Job) -> bool:
+    return job.is_terminal and job.cluster is None
+
+
+def assert_nothing_left(job: Job, runtime_dir: Path) -> None:
+    left = cluster_processes()
+    assert left == [], [(p.pid, p.cmdline()[:4]) for p in left]
+    assert job.cluster_name and not (runtime_dir / "clusters" / job.cluster_name).exists()
+
+
+def seconds_since(moment: datetime, job: Job) -> tuple[float, str]:
+    """Seconds from `moment` to the job's first event after it, and that event's message."""
+    event = JobEvent.objects.filter(job=job, at__gt=moment).order_by("at", "pk").first()
+    return (event.at - moment).total_seconds(), event.message
+
+
+# Until provisioner.local.teardown finds the agents that start made from the cluster's saved state: the ClusterInfo
+# recorded on the job predates them when bootstrap's worker dies between starting the nodes and recording them.
+TEARDOWN_BY_NAME = pytest.mark.xfail(strict=True, reason="local.teardown misses agents not in the recorded ClusterInfo")
+
+
+@pytest.mark.parametrize(
+    "state", [pytest.param(s, marks=TEARDOWN_BY_NAME) if s == State.BOOTSTRAPPING else s for s in KILLED_WHILE]
+)
+def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle, digits, workers, runtime_dir):
+    first, first_log = workers.start(**({} if state == State.RUNNING else {"FC2_FAULT_PAUSE": f"{state}=120"}))
+    job = submit(alice, bundle, digits)
+    if state == State.RUNNING:
+        wait_for(lambda: Job.objects.get(pk=job.pk).state == State.RUNNING, "running", workers)
+    else:
+        held = f"job {job.pk}: {state} held"
+        wait_for(lambda: held in first_log.read_text(errors="replace"), f"held while {state}", workers)
+
+    workers.kill(first)
+    killed_at = timezone.now()
+    workers.start()
+    job = sweeping(job, ended_and_released, f"killed while {state}", workers)
+
+    moved_s, how = seconds_since(killed_at, job)
+    ended_s = (job.finished_at - killed_at).total_seconds()
+    print(f"\nFIGURE worker killed while {state}: moved on {moved_s:.1f} s ({how!r}), {job.state} {ended_s:.1f} s")
+    assert job.state == KILLED_WHILE[state], (job.failure_reason, workers.logs())
+    if job.state == State.FAILED:
+        assert job.failure_reason == "the worker running bootstrap was lost"
+    else:
+        assert "model.keras" in set(job.artifacts.values_list("name", flat=True))
+    assert_nothing_left(job, runtime_dir)
+
+
+def test_a_result_that_never_reached_the_platform_is_fetched_from_the_node(alice, bundle, digits, workers, runtime_dir):
+    """The nodes cannot reach the platform at all (its address is wrong for them): the chief's agent keeps its result
+    and keeps trying; the sweep fetches the result from the node and the job succeeds with its model."""
+    workers.start(FC2_PUBLIC_URL="http://127.0.0.1:9")  # the discard port: nothing listens
+    job = submit(alice, bundle, digits)
+
+    job = sweeping(job, ended_and_released, "result never delivered", workers)
+
+    assert job.state == State.SUCCEEDED, (job.failure_reason, workers.logs())
+    assert {"model.keras", "metrics.json"} <= set(job.artifacts.values_list("name", flat=True))
+    assert job.metrics.get("test_accuracy") is not None
+    assert job.events.filter(message__contains="its report never arrived").exists()
+    assert_nothing_left(job, runtime_dir)
+
+
+def test_cancel_answers_before_the_teardown(alice, bundle, digits, workers, runtime_dir, client):
+    workers.start()
+    job = submit(alice, bundle, digits, epochs="500")
+    wait_for(lambda: job.nodes.filter(step__gt=0).exists(), "training", workers)
+    client.force_login(alice)
+
+    started = time.perf_counter()
+    response = client.post(f"/jobs/{job.pk}/cancel/")
+    answered_s = time.perf_counter() - started
+
+    job.refresh_from_db()
+    assert response.status_code == 302
+    assert job.state == State.CANCELLED and job.tearing_down  # answered before the teardown
+    assert "cancelling" in client.get(f"/jobs/{job.pk}/").content.decode()
+    job = sweeping(job, ended_and_released, "torn down after cancel", workers)
+    torn_down_s = (job.events.get(message__endswith="torn down").at - job.finished_at).total_seconds()
+    assert answered_s < 1.0
+    assert_nothing_left(job, runtime_dir)
+    print(f"\nFIGURE cancel: answered in {answered_s:.3f} s; cluster torn down {torn_down_s:.1f} s after")
+
+
+def test_a_ps_job_does_not_wait_in_collecting_for_its_servers(alice, bundle, digits, workers, runtime_dir):
+    """PS and worker tasks serve until killed: the job succeeds once the logs are kept, and the teardown follows."""
+    workers.start(concurrency=2)
+    job = submit(alice, bundle, digits, strategy="ps")
+
+    job = sweeping(job, ended_and_released, "PS job", workers)
+
+    assert job.state == State.SUCCEEDED, (job.failure_reason, workers.logs())
+    collecting = job.events.filter(state=State.COLLECTING).first().at
+    collecting_s = (job.finished_at - collecting).total_seconds()
+    torn_down_s = (job.events.get(message__endswith="torn down").at - job.finished_at).total_seconds()
+    assert collecting_s < 3.0
+    assert_nothing_left(job, runtime_dir)
+    print(
+        f"\nFIGURE PS job: {collecting_s:.1f} s in collecting; cluster torn down {torn_down_s:.1f} s after succeeding"
+    )
