@@ -51,6 +51,8 @@ browser:
 		echo "installing Debian's chromium for the browser tests"; \
 		apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }; }
 
+# The tests load their own settings (fc2/settings_test.py); the migrations check is a manage.py command like any.
+test: export DEBUG ?= 1
 test: $(BIN)/.installed examples browser sandbox
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -65,6 +67,7 @@ format:
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+benchmark: export DEBUG ?= 1
 benchmark: setup
 	$(BIN)/python benchmarks/spine.py
 

@@ -78,6 +78,9 @@ for _network in FC2_DATASET_ALLOWED_NETWORKS:
         raise ImproperlyConfigured(f"FC2_DATASET_ALLOWED_NETWORKS: {_network!r} is not a CIDR network: {exc}") from exc
 # A job that has not finished after this long is failed and its cluster torn down.
 FC2_JOB_TIMEOUT_S = envint("FC2_JOB_TIMEOUT_S", 6 * 3600)
+# Local jobs run sandboxed (provisioner/sandbox.py), which needs root; without it they are refused unless the operator
+# of a single-user machine allows them to run as the platform's own user.
+FC2_UNSANDBOXED_LOCAL_JOBS = envbool("FC2_UNSANDBOXED_LOCAL_JOBS", "false")
 # Lost workers (fc2/services/sweep.py): whoever runs a job's step holds a lease on the job, renewed every third of
 # FC2_LEASE_S, so a lease left to expire means its worker is gone. A step sent to the workers and not started within
 # FC2_STEP_PICKUP_S was lost with its message (generous: a busy queue must not look like a lost message). Nodes report

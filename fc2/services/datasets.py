@@ -131,6 +131,8 @@ def ready(dataset: Dataset) -> Dataset:
             dataset.save(update_fields=["path", "size_mb"])
     elif dataset.kind == Dataset.Kind.UPLOAD and not Path(dataset.path).is_file():
         raise DatasetError(f"the uploaded file of dataset {dataset.name!r} is missing")
+    elif dataset.kind == Dataset.Kind.URL:
+        check_url(dataset.url)  # again: it may have been stored before the rules, or its name resolve elsewhere now
     return dataset
 
 
