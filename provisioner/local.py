@@ -332,15 +332,26 @@ def fetch_results(cluster: ClusterInfo) -> dict[str, NodeResult]:
     return results
 
 
+def _agents(cluster: ClusterInfo) -> list[psutil.Process]:
+    """The cluster's live agents: by pid and start time, and by their working directory inside the cluster's (so an
+    agent started by a step that died before recording it is found too)."""
+    found = {agent.pid: agent for node in cluster.nodes if (agent := _process(node)) is not None}
+    workdir = Path(cluster.workdir or _cluster_dir(cluster.cluster_id))
+    for process in psutil.process_iter(["cwd"]):
+        with contextlib.suppress(psutil.Error, TypeError, ValueError):
+            if Path(process.info["cwd"]).is_relative_to(workdir) and _running(process):
+                found.setdefault(process.pid, process)
+    return list(found.values())
+
+
 def cluster_processes(cluster: ClusterInfo) -> list[psutil.Process]:
-    """The live processes this provider started for `cluster`: its agents (by pid and start time) with everything
-    they spawned, and every process of the cluster's sandbox uid (however it detached)."""
+    """The live processes this provider started for `cluster`: its agents with everything they spawned, and every
+    process of the cluster's sandbox uid (however it detached)."""
     found: dict[int, psutil.Process] = {}
-    for node in cluster.nodes:
-        if (agent := _process(node)) is not None:
-            found[agent.pid] = agent
-            with contextlib.suppress(psutil.Error):
-                found.update((child.pid, child) for child in agent.children(recursive=True))
+    for agent in _agents(cluster):
+        found[agent.pid] = agent
+        with contextlib.suppress(psutil.Error):
+            found.update((child.pid, child) for child in agent.children(recursive=True))
     if cluster.sandbox_uid is not None:
         found.update((p.pid, p) for p in sandbox.processes(cluster.sandbox_uid))
     return [p for p in found.values() if _running(p)]
@@ -352,14 +363,23 @@ def _running(process: psutil.Process) -> bool:
     return False
 
 
+def _wait_gone(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """The processes still running after up to `timeout` s. A zombie counts as gone: one that another process (the
+    worker that started the agents) has not reaped yet would otherwise hold us for the whole timeout."""
+    deadline = time.monotonic() + timeout
+    while (left := [p for p in processes if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def teardown(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
     # The agents first: each stops its command and says so; then whatever is left is killed.
-    agents = [p for node in cluster.nodes if (p := _process(node)) is not None]
     processes = cluster_processes(cluster)
+    agents = _agents(cluster)
     for agent in agents:
         with contextlib.suppress(psutil.Error):
             agent.send_signal(signal.SIGTERM)
-    _gone, left = psutil.wait_procs(agents, timeout=grace_s)
+    left = _wait_gone(agents, grace_s)
     for _ in range(3):  # code that forks while being killed: go round until nothing of the cluster is left
         left = [p for p in {*left, *processes, *cluster_processes(cluster)} if _running(p)]
         if not left:
@@ -367,7 +387,7 @@ def teardown(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
         for process in left:
             with contextlib.suppress(psutil.Error):
                 process.kill()
-        psutil.wait_procs(left, timeout=grace_s)
+        _wait_gone(left, grace_s)
         processes = []
     _reap()
     leftover = cluster_processes(cluster)

@@ -127,14 +127,7 @@ def seconds_since(moment: datetime, job: Job) -> tuple[float, str]:
     return (event.at - moment).total_seconds(), event.message
 
 
-# Until provisioner.local.teardown finds the agents that start made from the cluster's saved state: the ClusterInfo
-# recorded on the job predates them when bootstrap's worker dies between starting the nodes and recording them.
-TEARDOWN_BY_NAME = pytest.mark.xfail(strict=True, reason="local.teardown misses agents not in the recorded ClusterInfo")
-
-
-@pytest.mark.parametrize(
-    "state", [pytest.param(s, marks=TEARDOWN_BY_NAME) if s == State.BOOTSTRAPPING else s for s in KILLED_WHILE]
-)
+@pytest.mark.parametrize("state", KILLED_WHILE)
 def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle, digits, workers, runtime_dir):
     first, first_log = workers.start(**({} if state == State.RUNNING else {"FC2_FAULT_PAUSE": f"{state}=120"}))
     job = submit(alice, bundle, digits)
