@@ -8,9 +8,12 @@ give it back only after an hour). The figures are printed (`pytest -s`); benchma
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -205,3 +208,92 @@ def test_a_ps_job_does_not_wait_in_collecting_for_its_servers(alice, bundle, dig
     print(
         f"\nFIGURE PS job: {collecting_s:.1f} s in collecting; cluster torn down {torn_down_s:.1f} s after succeeding"
     )
+
+
+class Outage:
+    """A TCP proxy in front of the live server that the test can take down (connections refused, open ones cut) and
+    bring back on the same port: the platform's web server, as its nodes see it, down for a while."""
+
+    def __init__(self, upstream: str):
+        host, port = upstream.removeprefix("http://").rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.port = 0
+        self.listener: socket.socket | None = None
+        self.open: list[socket.socket] = []
+        self.up()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self.port, self.listener = listener.getsockname()[1], listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        listener, self.listener = self.listener, None
+        for sock in [listener, *self.open]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # taken down
+            server = socket.create_connection(self.upstream)
+            self.open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                target.sendall(data)
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+
+OUTAGE_S = 60
+
+
+def test_the_web_server_down_at_the_end_of_training_loses_no_result(
+    alice, bundle, digits, workers, runtime_dir, live_server, settings
+):
+    """The platform is unreachable for its nodes from before the chief finishes until 60 s later: the chief's agent
+    keeps its result and retries until the platform is back, the job is never failed meanwhile, and it succeeds with
+    its model. (The sweep is kept from fetching the kept result, so that the agent's own delivery is what is tested.)"""
+    settings.FC2_NODE_SILENCE_S = 10 * OUTAGE_S
+    proxy = Outage(live_server.url)
+    workers.start(FC2_PUBLIC_URL=proxy.url)
+    job = submit(alice, bundle, digits, steps_per_epoch="20")
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == State.RUNNING, "running", workers)
+    proxy.down()
+    down_at = time.monotonic()
+    kept = runtime_dir / "clusters" / Job.objects.get(pk=job.pk).cluster_name / "worker-0" / "result" / "report.json"
+    while time.monotonic() - down_at < OUTAGE_S:
+        sweep.sweep()
+        assert not Job.objects.get(pk=job.pk).is_terminal, Job.objects.get(pk=job.pk).failure_reason
+        time.sleep(0.5)
+    assert kept.exists(), "the chief had not finished training when the platform came back: make the job shorter"
+    proxy.up()
+    up_at = timezone.now()
+
+    job = sweeping(job, ended_and_released, "result delivered after the outage", workers)
+
+    assert job.state == State.SUCCEEDED, (job.failure_reason, workers.logs())
+    assert {"model.keras", "metrics.json"} <= set(job.artifacts.values_list("name", flat=True))
+    assert job.metrics.get("test_accuracy") is not None
+    assert not job.events.filter(message__contains="its report never arrived").exists()  # the agent delivered it
+    delivered_s = (job.events.get(state=State.COLLECTING).at - up_at).total_seconds()
+    print(f"\nFIGURE web down {OUTAGE_S} s at the end of training: delivered {delivered_s:.1f} s after its return")
+    proxy.down()
+    assert_nothing_left(job, runtime_dir)
