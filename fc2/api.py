@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 
-from django.conf import settings
 from django.http import JsonResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
@@ -23,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fc2.models import Job, is_platform_admin
-from fc2.services.reports import Report, ReportRejected, apply_report
+from fc2.services.reports import Report, ReportRejected, receive
 
 
 def _error(status: int, message: str) -> JsonResponse:
@@ -149,25 +148,16 @@ class ReportView(APIView):
         job = Job.objects.filter(pk=job_id).first()
         if job is None or not job.token_matches(token.strip()):
             return _error(403, "this token does not belong to this job")
-        if job.is_terminal:
-            return _error(409, f"job {job.pk} is {job.state}; no more reports are taken")
-
-        files = request.FILES.getlist("artifact")
-        limit = settings.FC2_MAX_ARTIFACT_MB * 2**20
-        if sum(f.size for f in files) > limit:
-            return _error(413, f"artifacts exceed {settings.FC2_MAX_ARTIFACT_MB} MB")
         raw = request.POST.get("report", "") if request.content_type == "multipart/form-data" else request.body
         try:
-            data = Report.model_validate(json.loads(raw or b"null"))
-        except (ValueError, RecursionError) as exc:  # bad JSON (or nested too deep to parse), ValidationError
-            detail = (
-                exc.errors(include_url=False, include_context=False) if isinstance(exc, ValidationError) else str(exc)
-            )
-            return JsonResponse({"error": "invalid report", "detail": detail}, status=400)
+            data = json.loads(raw or b"null")
+        except (ValueError, RecursionError) as exc:  # bad JSON, or nested too deep to parse
+            return JsonResponse({"error": "invalid report", "detail": str(exc)}, status=400)
         try:
-            job = apply_report(job, data, files)
+            job = receive(job, data, request.FILES.getlist("artifact"))
         except ReportRejected as exc:
-            return _error(exc.status, str(exc))
+            body = {"error": str(exc)} if exc.detail is None else {"error": str(exc), "detail": exc.detail}
+            return JsonResponse(body, status=exc.status)
         return JsonResponse({"ok": True, "state": job.state})
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from fc2.celery import app as celery_app
 from fc2.models import Job, JobEvent, Node
 from fc2.services import pipeline
+from monitor import agent
 from provisioner import local
 from tests.conftest import launch_cluster
 
@@ -464,3 +465,22 @@ def test_the_cancel_button_answers_for_a_collecting_job_without_cancelling_it(cl
     assert f"Job {job.pk} has finished training; its results are being collected." in response.content.decode()
     job.refresh_from_db()
     assert job.state == State.COLLECTING
+
+
+def test_release_keeps_the_outputs_of_a_node_whose_report_came_too_late(job):
+    """Mirrored worker 1 finished after the chief had ended the job: its report was refused (409), but the result its
+    agent kept on the node is stored before the teardown."""
+    cluster = launch_cluster(job, strategy="mirrored", workers=2)
+    succeeded = {"status": "succeeded", "exit_code": 0}
+    agent.keep_result(Path(cluster.nodes[1].workdir) / "result", succeeded, {"x.txt": b"1"})
+    # The chief's report arrived (its files are stored from it): what it kept is not stored again.
+    agent.keep_result(Path(cluster.nodes[0].workdir) / "result", succeeded, {"y": b"2"})
+    set_state(job, State.SUCCEEDED)
+    Node.objects.filter(job=job, name="worker-0").update(status=Node.Status.SUCCEEDED)
+
+    assert pipeline.release(job.pk) is True
+
+    assert list(job.artifacts.values_list("name", flat=True)) == ["worker-1/x.txt"]
+    with job.artifacts.get().file.open("rb") as stored:
+        assert stored.read() == b"1"
+    assert not Path(cluster.workdir).exists()

@@ -358,6 +358,7 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             cluster = ClusterInfo.from_dict(job.cluster)
             if job.state != State.SUCCEEDED:
                 _keep_logs(job, cluster)
+            _keep_late_outputs(job, cluster)
             provisioner.teardown(cluster)
             Job.objects.filter(pk=job.pk).update(cluster=None)
             job.nodes.exclude(status__in=[Node.Status.SUCCEEDED, Node.Status.FAILED]).update(status=Node.Status.STOPPED)
@@ -372,6 +373,23 @@ def _keep_logs(job: Job, cluster: ClusterInfo) -> None:
     nodes = {node.name: node for node in job.nodes.all()}
     for name, log in provisioner.fetch_logs(cluster).items():
         store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
+
+
+def _keep_late_outputs(job: Job, cluster: ClusterInfo) -> None:
+    """The output files of nodes that finished but whose report came too late to be taken (after the chief's ended
+    the job), from the results their agents kept on the nodes: nothing a node produced is lost to the teardown."""
+    from fc2.services.reports import artifact_name
+
+    late = {node.name: node for node in job.nodes.exclude(status__in=[Node.Status.SUCCEEDED, Node.Status.FAILED])}
+    if not late:
+        return
+    chiefs = chief_names(job)
+    for name, result in provisioner.fetch_results(cluster).items():
+        if name in late and result.report.get("status") == "succeeded":
+            for filename, data in result.files.items():
+                stored = artifact_name(filename, None if name in chiefs else name)
+                if not job.artifacts.filter(name=stored).exists():
+                    store_artifact(job, stored, data, node=late[name])
 
 
 def store_artifact(job: Job, name: str, data: bytes, node: Node | None = None) -> Artifact:

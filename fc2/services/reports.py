@@ -7,10 +7,11 @@ import json
 from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
+from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fc2.models import Artifact, Job, Node
 from fc2.services import pipeline
@@ -61,11 +62,26 @@ class Report(BaseModel):
 
 
 class ReportRejected(ValueError):
-    """The report cannot be applied; `status` is the HTTP status to answer with."""
+    """The report cannot be applied; `status` is the HTTP status to answer with, `detail` what is wrong with it."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, detail: object = None):
         super().__init__(message)
         self.status = status
+        self.detail = detail
+
+
+def receive(job: Job, data: object, files: list[UploadedFile]) -> Job:
+    """A node's report as it comes — over the report API, or fetched from the node when it never arrived: refused
+    (ReportRejected) when the job has ended, its files are too large or it is not a valid report; applied otherwise."""
+    if job.is_terminal:
+        raise ReportRejected(f"job {job.pk} is {job.state}; no more reports are taken", 409)
+    if sum(f.size for f in files) > settings.FC2_MAX_ARTIFACT_MB * 2**20:
+        raise ReportRejected(f"artifacts exceed {settings.FC2_MAX_ARTIFACT_MB} MB", 413)
+    try:
+        report = Report.model_validate(data)
+    except ValidationError as exc:
+        raise ReportRejected("invalid report", 400, exc.errors(include_url=False, include_context=False)) from exc
+    return apply_report(job, report, files)
 
 
 NODE_STATUS = {

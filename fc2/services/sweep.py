@@ -49,7 +49,6 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db.models import Q
 from django.utils import timezone
-from pydantic import ValidationError
 
 import provisioner
 from fc2.models import Job, Node
@@ -181,29 +180,19 @@ def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str
         logger.exception("job %s: cannot fetch its nodes' kept results", job.pk)
         return set()
     chiefs = pipeline.chief_names(job)
-    limit = settings.FC2_MAX_ARTIFACT_MB * 2**20
     applied: set[str] = set()
     for node in sorted(nodes, key=lambda n: n.name not in chiefs):
-        if (result := results.get(node.name)) is None:
+        if (result := results.get(node.name)) is None or (status := result.report.get("status")) not in FINISHED:
             continue
-        try:
-            report = reports.Report.model_validate({**result.report, "node": node.name})
-        except ValidationError as exc:
-            logger.warning("job %s: %s kept a report that is not valid: %s", job.pk, node.name, exc)
-            continue
-        if report.status not in ("succeeded", "failed"):
-            continue
-        files = [SimpleUploadedFile(name, data) for name, data in result.files.items()]
-        if sum(len(data) for data in result.files.values()) > limit:
-            files = []  # as the report API would refuse them
         job.refresh_from_db()
         if job.is_terminal:
             break
-        job.log(f"{node.name} {report.status}; its report never arrived: the result kept on the node was fetched")
+        job.log(f"{node.name} {status}; its report never arrived: the result kept on the node was fetched")
+        files = [SimpleUploadedFile(name, data) for name, data in result.files.items()]
         try:
-            reports.apply_report(job, report, files)
+            reports.receive(job, {**result.report, "node": node.name}, files)
         except reports.ReportRejected as exc:
-            logger.warning("job %s: %s's kept result refused: %s", job.pk, node.name, exc)
+            logger.warning("job %s: %s's kept result refused: %s %s", job.pk, node.name, exc, exc.detail or "")
             continue
         applied.add(node.name)
     return applied
