@@ -48,6 +48,8 @@ except ImportError:  # a bare node still trains and reports progress, just witho
 PROGRESS_PREFIX = b"FC2_PROGRESS "
 PROGRESS_KEYS = ("epoch", "epochs", "step", "steps", "loss")
 LOG_TAIL_LINES = 60
+LOG_TAIL_LINE_CHARS = 1000  # of each line kept in the log tail
+MAX_LINE_BYTES = 64 * 1024  # a longer line is read in pieces: the agent never holds more of the output at once
 MIN_REPORT_GAP_S = 1.0
 
 
@@ -187,63 +189,95 @@ class OutputsTooLarge(Exception):
 def collect_outputs(output_dir: Path, max_bytes: int) -> dict[str, bytes]:
     """Files the node left in its output directory; sub-directories (e.g. a SavedModel) are zipped.
 
-    Only regular files count, opened without following a symbolic link at any level: the command that wrote the
-    directory may have planted links to files it cannot read itself, hoping the agent would upload them.
+    Only regular files count, never reached through a symbolic link at any level: every entry is opened relative to
+    its directory's descriptor with O_NOFOLLOW and judged by what was opened (fstat), not by a path looked up again.
+    The command that wrote the directory may have planted links to files it cannot read itself, hoping the agent
+    would upload them — and while the agent collects, another node of the cluster may still be running and swap a
+    directory it has already listed for a link. At most MAX_OUTPUT_FILES files, MAX_OUTPUT_DEPTH levels deep.
     """
     files: dict[str, bytes] = {}
-    total = 0
+    budget = _Budget(max_bytes)
     try:
-        entries = sorted(os.scandir(output_dir), key=lambda e: e.name)
+        top = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return files
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                buffer = io.BytesIO()
-                with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-                    for member, data in _tree_files(Path(entry.path), max_bytes - total):
-                        archive.writestr(str(Path(entry.name) / member), data)
-                name, data = f"{entry.name}.zip", buffer.getvalue()
-            else:
-                name, data = entry.name, _read_regular(entry.path, max_bytes - total)
-            if data is None:
+    try:
+        for name in sorted(os.listdir(top)):
+            try:
+                fd = _open_entry(top, name)
+            except OSError:
                 continue
-            if total + len(data) > max_bytes:
-                raise OutputsTooLarge
-        except OutputsTooLarge:
-            print(f"fc2-agent: outputs exceed {max_bytes} bytes; {entry.name} and later not uploaded", file=sys.stderr)
-            break
-        total += len(data)
-        files[name] = data
+            try:
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISDIR(mode):
+                    buffer = io.BytesIO()
+                    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+                        for member, data in _tree_files(fd, name, budget, depth=1):
+                            archive.writestr(member, data)
+                    files[f"{name}.zip"] = buffer.getvalue()
+                elif stat.S_ISREG(mode):
+                    files[name] = budget.read(fd)
+            except OutputsTooLarge:
+                print(
+                    f"fc2-agent: outputs exceed {max_bytes} bytes or {MAX_OUTPUT_FILES} files; {name} and later not "
+                    "uploaded",
+                    file=sys.stderr,
+                )
+                break
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
     return files
 
 
-def _read_regular(path: str, max_bytes: int) -> bytes | None:
-    """A regular file's bytes; None for anything that is not one (a link, a FIFO, a device); OutputsTooLarge past
-    `max_bytes`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = file.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise OutputsTooLarge
-    return data
+MAX_OUTPUT_FILES = 10_000
+MAX_OUTPUT_DEPTH = 32
 
 
-def _tree_files(root: Path, max_bytes: int):
-    """(path relative to root, bytes) of the regular files under root, links not followed."""
-    total = 0
-    for directory, subdirs, names in os.walk(root, followlinks=False):
-        subdirs.sort()
-        for name in sorted(names):
-            data = _read_regular(os.path.join(directory, name), max_bytes - total)
-            if data is not None:
-                total += len(data)
-                yield Path(directory, name).relative_to(root), data
+class _Budget:
+    """Bytes and files the outputs may still take."""
+
+    def __init__(self, max_bytes: int):
+        self.bytes = max_bytes
+        self.files = MAX_OUTPUT_FILES
+
+    def read(self, fd: int) -> bytes:
+        """The bytes of the regular file open at `fd`; OutputsTooLarge past what is left."""
+        self.files -= 1
+        if self.files < 0:
+            raise OutputsTooLarge
+        chunks = []
+        while chunk := os.read(fd, min(2**20, self.bytes + 1)):
+            chunks.append(chunk)
+            self.bytes -= len(chunk)
+            if self.bytes < 0:
+                raise OutputsTooLarge
+        return b"".join(chunks)
+
+
+def _open_entry(dir_fd: int, name: str) -> int:
+    """An entry of the directory open at `dir_fd`, opened without following a link (ELOOP) nor blocking (a FIFO)."""
+    return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _tree_files(dir_fd: int, prefix: str, budget: _Budget, depth: int):
+    """(path under the output directory, bytes) of the regular files under the directory open at `dir_fd`."""
+    for name in sorted(os.listdir(dir_fd)):
+        try:
+            fd = _open_entry(dir_fd, name)
+        except OSError:
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISREG(mode):
+                yield f"{prefix}/{name}", budget.read(fd)
+            elif stat.S_ISDIR(mode) and depth < MAX_OUTPUT_DEPTH:
+                yield from _tree_files(fd, f"{prefix}/{name}", budget, depth + 1)
+        finally:
+            os.close(fd)
 
 
 def keep_result(result_dir: Path, report: dict, files: dict[str, bytes]) -> None:
@@ -261,8 +295,11 @@ def keep_result(result_dir: Path, report: dict, files: dict[str, bytes]) -> None
 class NodeRun:
     """The node's command, its log and its latest progress."""
 
-    def __init__(self, command: list[str], log_path: Path, env: dict[str, str], cwd: Path | None):
+    def __init__(
+        self, command: list[str], log_path: Path, env: dict[str, str], cwd: Path | None, max_log_bytes: int = 2**60
+    ):
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed by the reader thread when the command ends
+        self.log_room = max_log_bytes  # what the log may still take of the disk: the command's output is unbounded
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.progress: dict = {}
         self.progress_changed = threading.Event()
@@ -272,10 +309,14 @@ class NodeRun:
 
     def _read(self) -> None:
         with self.log:
-            for line in self.process.stdout:
-                self.log.write(line)
-                self.log.flush()
-                self.tail.append(line.decode(errors="replace").rstrip("\n"))
+            while line := self.process.stdout.readline(MAX_LINE_BYTES):
+                if self.log_room > 0:
+                    self.log.write(line[: self.log_room])
+                    self.log_room -= len(line)
+                    if self.log_room <= 0:
+                        self.log.write(b"\nfc2-agent: log limit reached, the rest of the output is not kept\n")
+                    self.log.flush()
+                self.tail.append(line[:LOG_TAIL_LINE_CHARS].decode(errors="replace").rstrip("\n"))
                 progress = parse_progress(line)
                 if progress:
                     self.progress.update(progress)
@@ -314,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", type=Path, help="working directory of the command")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
     parser.add_argument("--max-artifact-mb", type=int, default=200)
+    parser.add_argument("--max-log-mb", type=int, default=16, help="node log size past which output is dropped")
     parser.add_argument("--fetch", help="dataset URL to download before starting the command")
     parser.add_argument("--fetch-to", type=Path, help="where the downloaded dataset goes")
     parser.add_argument("--fetch-max-mb", type=int, default=500)
@@ -348,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     # The command's environment is the agent's own, which the provider made for the node (TF_CONFIG, FC2_*).
-    run = NodeRun(command, args.log, dict(os.environ), cwd=args.cwd)
+    run = NodeRun(command, args.log, dict(os.environ), cwd=args.cwd, max_log_bytes=args.max_log_mb * 2**20)
     sampler = Sampler(run.process.pid)
     sampler.sample()  # psutil's cpu_percent needs a first call to measure against
     last_report = time.monotonic()

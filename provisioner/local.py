@@ -152,6 +152,20 @@ def _make_env(workdir: Path) -> Path:
     return python
 
 
+def _prepare_env(workdir: Path, wheel: str) -> Path:
+    """The cluster's virtualenv with the job's wheel installed, made once: the env's interpreter runs as root (pip's
+    --python runs it) only while the env holds nothing of the wheel. After the install it would run, as root, every
+    .pth file the wheel put in site-packages, or a bin/python the wheel's .data/scripts replaced — so a redelivered
+    step reuses an env marked installed, and makes one whose install did not finish again from scratch."""
+    env_dir = workdir / "env"
+    installed = workdir / "env.installed"  # outside the env: nothing the wheel installs can make it
+    if not installed.exists():
+        shutil.rmtree(env_dir, ignore_errors=True)
+        _install_wheel(_make_env(workdir), wheel, workdir / "install.log")
+        installed.touch()
+    return env_dir / "bin" / "python"
+
+
 def _install_wheel(python: Path, wheel: str, log: Path) -> None:
     # Only wheels: pip runs no code to install one, whereas building a source distribution (a dependency's) would
     # run its setup.py here, as the platform.
@@ -217,8 +231,7 @@ def start(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
     workdir = Path(cluster.workdir)
     if not (workdir / "cluster.json").exists():  # torn down meanwhile (a cancel): never make it again
         raise LocalProvisionError(f"cluster {cluster.cluster_id} no longer exists")
-    python = _make_env(workdir)
-    _install_wheel(python, run.wheel_path, workdir / "install.log")
+    python = _prepare_env(workdir, run.wheel_path)
     for source, name in AGENT_FILES.items():
         shutil.copyfile(MONITOR_DIR / source, workdir / name)
     uid = cluster.sandbox_uid

@@ -11,7 +11,8 @@ with the platform's rights. Each node's command runs:
   output directories writable, a private `/tmp`, and no other file of the machine — no platform file, no other
   cluster, no `/proc` of any process outside the sandbox;
 - as the cluster's **own unprivileged uid** (`setpriv` inside the sandbox): no capabilities (bounding set emptied),
-  no-new-privs, no supplementary groups. The uid is drawn at random from a range no account uses and checked unused.
+  no-new-privs, no supplementary groups, at most MAX_TASKS processes and threads (`prlimit`, RLIMIT_NPROC). The
+  uid is drawn at random from a range no account uses and checked unused.
 
 Why bubblewrap run by root with setpriv inside, rather than bubblewrap unprivileged (user namespaces): the process is
 then a plain unprivileged uid on the machine — file permissions judge it as that uid, it has no user namespace in
@@ -42,7 +43,11 @@ import psutil
 # Sandbox uids: far above any account (Debian gives users 1000–59999 and systemd's dynamic users 61184–65519) and
 # below 2^31, so no file on the machine belongs to one unless a sandbox made it.
 UID_RANGE = (1_000_000, 1_999_999)
-TOOLS = ("bwrap", "setpriv", "nsenter", "ip")
+TOOLS = ("bwrap", "setpriv", "nsenter", "ip", "prlimit")
+# Processes and threads a cluster's uid may have at once, all its nodes together (RLIMIT_NPROC counts per uid): the
+# machine's pid space is shared (pid_max is 32768 on a small machine), and a fork or thread bomb must not leave the
+# platform unable to fork. A TensorFlow process has tens to a few hundred threads.
+MAX_TASKS = 4096
 # Paths inside the sandbox.
 WORK = "/job/work"  # the node's writable working directory (cwd and HOME)
 OUTPUT = "/job/output"  # the node's writable output directory (its files become artifacts)
@@ -193,6 +198,9 @@ def command(netns: str, uid: int, hostname: str, mounts: Mounts, argv: list[str]
         "--",
     ]
     drop = [
+        "prlimit",
+        f"--nproc={MAX_TASKS}",
+        "--",
         "setpriv",
         f"--reuid={uid}",
         f"--regid={uid}",
