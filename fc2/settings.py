@@ -92,6 +92,9 @@ FC2_STEP_PICKUP_S = envint("FC2_STEP_PICKUP_S", 120)
 FC2_NODE_SILENCE_S = envint("FC2_NODE_SILENCE_S", 20)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
 FC2_STEP_RESENDS = envint("FC2_STEP_RESENDS", 2)
+# After a mirrored job's chief succeeds, its other workers end on their own (the final barrier): teardown waits up to
+# this long for them, so that their outputs and logs are kept rather than cut off.
+FC2_WORKERS_FINISH_S = envint("FC2_WORKERS_FINISH_S", 15)
 # Tests only: "state=seconds,…" holds the step of that state (e.g. provisioning: launched, not yet recorded) that long,
 # so that a test can kill the worker running it there (tests/test_faults.py).
 FC2_FAULT_PAUSE = {

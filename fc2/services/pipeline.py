@@ -356,7 +356,7 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             if not job.is_terminal or job.cluster is None:
                 return False
             cluster = ClusterInfo.from_dict(job.cluster)
-            if job.state != State.SUCCEEDED:
+            if _let_workers_finish(job, cluster) or job.state != State.SUCCEEDED:
                 _keep_logs(job, cluster)
             _keep_late_outputs(job, cluster)
             provisioner.teardown(cluster)
@@ -373,6 +373,19 @@ def _keep_logs(job: Job, cluster: ClusterInfo) -> None:
     nodes = {node.name: node for node in job.nodes.all()}
     for name, log in provisioner.fetch_logs(cluster).items():
         store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
+
+
+def _let_workers_finish(job: Job, cluster: ClusterInfo) -> bool:
+    """Wait (up to FC2_WORKERS_FINISH_S) for the workers of a succeeded mirrored job, which end on their own just after
+    its chief; True if there were any to wait for. Parameter-server tasks serve until killed: never waited for."""
+    if job.state != State.SUCCEEDED or job.strategy != Job.Strategy.MIRRORED:
+        return False
+    deadline = time.monotonic() + settings.FC2_WORKERS_FINISH_S
+    waited = False
+    while any(provisioner.alive(cluster).values()) and time.monotonic() < deadline:
+        waited = True
+        time.sleep(0.2)
+    return waited
 
 
 def _keep_late_outputs(job: Job, cluster: ClusterInfo) -> None:
