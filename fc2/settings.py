@@ -81,6 +81,12 @@ FC2_JOB_TIMEOUT_S = envint("FC2_JOB_TIMEOUT_S", 6 * 3600)
 # Local jobs run sandboxed (provisioner/sandbox.py), which needs root; without it they are refused unless the operator
 # of a single-user machine allows them to run as the platform's own user.
 FC2_UNSANDBOXED_LOCAL_JOBS = envbool("FC2_UNSANDBOXED_LOCAL_JOBS", "false")
+# Limits of a sandboxed local cluster: the disk each node may write (its work and output directories together; past it
+# ENOSPC) and the memory of all the cluster's nodes together (past it the kernel kills one: the job fails, "out of
+# memory"), by default three quarters of the machine's.
+FC2_LOCAL_NODE_DISK_MB = envint("FC2_LOCAL_NODE_DISK_MB", 4096)
+_machine_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20 if hasattr(os, "sysconf") else 4096
+FC2_LOCAL_CLUSTER_MEMORY_MB = envint("FC2_LOCAL_CLUSTER_MEMORY_MB", _machine_mb * 3 // 4)
 # Lost workers (fc2/services/sweep.py): whoever runs a job's step holds a lease on the job, renewed every third of
 # FC2_LEASE_S, so a lease left to expire means its worker is gone. A step sent to the workers and not started within
 # FC2_STEP_PICKUP_S was lost with its message (generous: a busy queue must not look like a lost message). Nodes report

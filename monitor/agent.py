@@ -12,7 +12,9 @@ no Django. It:
   files of the output directory in its result directory, then delivers them, retrying with backoff for as long as the
   job may live (until --deadline): a platform that is down for a while loses nothing, and if the agent itself is gone
   the platform can still fetch the kept result (the completion report is what moves the job on, as in FC² §6);
-- on SIGTERM (teardown) stops the command and exits.
+- on SIGTERM (teardown) stops the command and exits;
+- when the command was killed (SIGKILL) and the memory cgroup it ran in (--memory-cgroup) had the kernel's OOM killer
+  kill a process, says so at the end of the log and the log tail: "killed: out of memory (cluster limit N MB)".
 
 The node's command may be hostile (on the local provider it runs sandboxed, as another uid, and the agent does not):
 the agent reads what the command left in the output directory without following links, only regular files, within
@@ -280,6 +282,22 @@ def _tree_files(dir_fd: int, prefix: str, budget: _Budget, depth: int):
             os.close(fd)
 
 
+def out_of_memory(cgroup: Path) -> str | None:
+    """Why the command was killed, if the memory cgroup `cgroup` (v1 or v2; the cluster's, shared by its nodes) had
+    the OOM killer kill a process; None otherwise."""
+    for events, limit_file in (("memory.oom_control", "memory.limit_in_bytes"), ("memory.events", "memory.max")):
+        try:
+            counters = dict(line.split() for line in (cgroup / events).read_text().splitlines() if line.strip())
+            if int(counters.get("oom_kill", 0)) == 0:
+                return None
+            limit = (cgroup / limit_file).read_text().strip()
+        except (OSError, ValueError):
+            continue
+        size = f"{int(limit) // 2**20} MB" if limit.isdigit() else limit
+        return f"killed: out of memory (cluster limit {size})"
+    return None
+
+
 def keep_result(result_dir: Path, report: dict, files: dict[str, bytes]) -> None:
     """Write the final report and its files where the platform can fetch them if the report never arrives: the
     files first, the report last (renamed into place), so a report on disk always has all its files."""
@@ -356,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
     parser.add_argument("--max-artifact-mb", type=int, default=200)
     parser.add_argument("--max-log-mb", type=int, default=16, help="node log size past which output is dropped")
+    parser.add_argument("--memory-cgroup", type=Path, help="the command's memory cgroup (to tell an OOM kill)")
     parser.add_argument("--fetch", help="dataset URL to download before starting the command")
     parser.add_argument("--fetch-to", type=Path, help="where the downloaded dataset goes")
     parser.add_argument("--fetch-max-mb", type=int, default=500)
@@ -416,6 +435,13 @@ def main(argv: list[str] | None = None) -> int:
         reporter.send({"status": "stopped", "exit_code": code}, attempts=1)
         return 0
 
+    # Killed by SIGKILL: -9 when it is the command itself, 128 + 9 when a launcher (bwrap) passes its child's death on.
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and args.memory_cgroup:
+        reason = out_of_memory(args.memory_cgroup)
+        if reason:
+            run.tail.append(f"fc2-agent: {reason}")
+            with open(args.log, "ab") as log:
+                log.write(f"fc2-agent: {reason}\n".encode())
     final = {
         "status": "succeeded" if code == 0 else "failed",
         "exit_code": code,

@@ -9,12 +9,16 @@ Everything of a cluster lives under FC2_LOCAL_CLUSTER_DIR/<cluster_id>/ (root's,
     fc2_agent.py, safe_fetch.py   the node agent, as it would be copied onto a remote node
     <node>/               the agent's directory: node.log, agent.log, the report token (0600), result/ (the final
                           report it keeps until delivered), data/ (a dataset it fetched)
-    <node>/work, <node>/output    the only directories the node's code may write (owned by the sandbox uid)
+    <node>/job/work, <node>/job/output    the only directories the node's code may write (owned by the sandbox
+                          uid); sandboxed, <node>/job is a file system of its own (FC2_LOCAL_NODE_DISK_MB, an ext4
+                          image <node>/disk.img loop-mounted there), so a node cannot fill the platform's disk
 
 Each node is a node-agent process (monitor/agent.py), run by the platform outside the sandbox, supervising the node's
 command inside it; the agent alone holds the token. The nodes of a cluster share a network namespace of their own, so
-their TensorFlow ports never collide with another cluster's. Teardown stops the agents it started (pid and start time),
-every process of the cluster's sandbox uid, removes the network namespace and the directory; it touches nothing else.
+their TensorFlow ports never collide with another cluster's, and a memory cgroup of their own
+(FC2_LOCAL_CLUSTER_MEMORY_MB for all of them). Teardown stops the agents it started (pid and start time), every process
+of the cluster's sandbox uid, unmounts the nodes' disks, removes the memory cgroup, the network namespace and the
+directory; it touches nothing else.
 
 Without the sandbox (the platform not running as root), local jobs run as the platform's own user, which is only
 acceptable on a single-user machine: the operator must say so with FC2_UNSANDBOXED_LOCAL_JOBS=1.
@@ -235,9 +239,15 @@ def start(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
     for source, name in AGENT_FILES.items():
         shutil.copyfile(MONITOR_DIR / source, workdir / name)
     uid = cluster.sandbox_uid
+    cgroup = None
     if uid is not None:
         sandbox.create_netns(sandbox.netns_name(workdir))
+        cgroup = sandbox.create_memory_cgroup(sandbox.netns_name(workdir), settings.FC2_LOCAL_CLUSTER_MEMORY_MB)
         sandbox.write_etc(workdir / "etc", uid)
+        for node in cluster.nodes:  # every node's disk before any node starts, so that the nodes start together
+            node_dir = Path(node.workdir)
+            sandbox.create_disk(node_dir / "disk.img", node_dir / "job", settings.FC2_LOCAL_NODE_DISK_MB)
+            sandbox.prepare_dirs(uid, node_dir / "job" / "work", node_dir / "job" / "output")
     deadline = time.time() + settings.FC2_JOB_TIMEOUT_S
     started = []
     for node in cluster.nodes:
@@ -250,31 +260,33 @@ def start(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
         token_file.write_text(run.token)
         dataset, url = _dataset(run.dataset, node_dir)
         argv = [str(python), "-m", run.main_module, *run.args]
+        work, output = node_dir / "job" / "work", node_dir / "job" / "output"
         if uid is not None:
-            sandbox.prepare_dirs(uid, node_dir / "work", node_dir / "output")
             mounts = sandbox.Mounts(
-                work=node_dir / "work",
-                output=node_dir / "output",
+                work=work,
+                output=output,
                 etc=workdir / "etc",
                 read_only=_read_only_mounts(workdir / "env"),
                 dataset=dataset,
             )
-            command = sandbox.command(sandbox.netns_name(workdir), uid, node.name, mounts, argv)
+            command = sandbox.command(sandbox.netns_name(workdir), uid, node.name, mounts, argv, cgroup)
             env = _node_env(cluster, node, sandbox.dataset_path(dataset), sandbox.OUTPUT)
         else:
-            for sub in ("work", "output"):
-                (node_dir / sub).mkdir(exist_ok=True)
+            for sub in (work, output):
+                sub.mkdir(parents=True, exist_ok=True)
             command = argv
-            env = {**_node_env(cluster, node, str(dataset), str(node_dir / "output")), "HOME": str(node_dir / "work")}
+            env = {**_node_env(cluster, node, str(dataset), str(output)), "HOME": str(work)}
         agent = [
             sys.executable,
             str(workdir / "fc2_agent.py"),
             *("--url", run.report_url, "--job", str(run.job_id), "--node", node.name),
             *("--token-file", str(token_file), "--deadline", str(int(deadline))),
-            *("--log", str(node_dir / "node.log"), "--output", str(node_dir / "output")),
-            *("--result", str(node_dir / "result"), "--cwd", str(node_dir / "work")),
+            *("--log", str(node_dir / "node.log"), "--output", str(output)),
+            *("--result", str(node_dir / "result"), "--cwd", str(work)),
             *("--max-artifact-mb", str(settings.FC2_MAX_ARTIFACT_MB)),
         ]
+        if cgroup is not None:  # to say why the command was killed, if the cluster ran out of memory
+            agent += ["--memory-cgroup", str(cgroup)]
         if url:
             agent += ["--fetch", url, "--fetch-to", str(dataset), "--fetch-max-mb", str(settings.FC2_MAX_DATASET_MB)]
             agent += [arg for net in settings.FC2_DATASET_ALLOWED_NETWORKS for arg in ("--fetch-allow", net)]
@@ -408,6 +420,10 @@ def teardown(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
         raise LocalProvisionError(f"processes {[p.pid for p in leftover]} of {cluster.cluster_id} survived teardown")
     workdir = Path(cluster.workdir or _cluster_dir(cluster.cluster_id))
     if cluster.sandbox_uid is not None:
+        sandbox.delete_memory_cgroup(sandbox.netns_name(workdir))
         sandbox.delete_netns(sandbox.netns_name(workdir))
-    # rmtree does not follow symlinks, so what the job's code left in its directories cannot lead it elsewhere.
+    # The nodes' disks first (whatever made them: a half-made cluster too), so that deleting the directory deletes
+    # the platform's own files only; rmtree does not follow symlinks, so what the job's code left in its directories
+    # cannot lead it elsewhere.
+    sandbox.remove_disks(workdir)
     shutil.rmtree(workdir, ignore_errors=True)

@@ -12,7 +12,19 @@ with the platform's rights. Each node's command runs:
   cluster, no `/proc` of any process outside the sandbox;
 - as the cluster's **own unprivileged uid** (`setpriv` inside the sandbox): no capabilities (bounding set emptied),
   no-new-privs, no supplementary groups, at most MAX_TASKS processes and threads (`prlimit`, RLIMIT_NPROC). The
-  uid is drawn at random from a range no account uses and checked unused.
+  uid is drawn at random from a range no account uses and checked unused;
+- in the cluster's own **memory cgroup** (`create_memory_cgroup`), joined by a root shell step before anything else of
+  the chain runs: all the cluster's nodes together get at most FC2_LOCAL_CLUSTER_MEMORY_MB of memory (and no swap
+  beyond it). Past it the kernel's OOM killer kills a process of the cluster — never one of the platform's — with
+  SIGKILL, and the node's agent says so in the job's failure reason ("killed: out of memory (cluster limit N MB)").
+  The sandbox's /tmp and /dev/shm are tmpfs, i.e. memory: what the code writes there counts against that limit;
+- with its writable directories on a **disk of its own** (`create_disk`): an ext4 file system in a sparse image file
+  of FC2_LOCAL_NODE_DISK_MB, loop-mounted by root (nosuid, nodev) at the node's `job/` directory, which holds
+  `work/` and `output/`. A node that writes more gets ENOSPC, and the platform's disk never gives more than that
+  per node. The image is written only through the kernel's ext4 (the code never sees the image file), and the mount
+  is on the host, so the agent reads the outputs after the command ended; teardown unmounts it (the loop device is
+  released with it) and deletes the image. Why not tmpfs: the outputs (a model of hundreds of MB) would be memory,
+  charged to the cluster's memory cgroup, and the disk and memory limits would eat into each other.
 
 Why bubblewrap run by root with setpriv inside, rather than bubblewrap unprivileged (user namespaces): the process is
 then a plain unprivileged uid on the machine — file permissions judge it as that uid, it has no user namespace in
@@ -32,9 +44,11 @@ import functools
 import hashlib
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -43,7 +57,7 @@ import psutil
 # Sandbox uids: far above any account (Debian gives users 1000–59999 and systemd's dynamic users 61184–65519) and
 # below 2^31, so no file on the machine belongs to one unless a sandbox made it.
 UID_RANGE = (1_000_000, 1_999_999)
-TOOLS = ("bwrap", "setpriv", "nsenter", "ip", "prlimit")
+TOOLS = ("bwrap", "setpriv", "nsenter", "ip", "prlimit", "mkfs.ext4", "mount", "umount")
 # Processes and threads a cluster's uid may have at once, all its nodes together (RLIMIT_NPROC counts per uid): the
 # machine's pid space is shared (pid_max is 32768 on a small machine), and a fork or thread bomb must not leave the
 # platform unable to fork. A TensorFlow process has tens to a few hundred threads.
@@ -73,6 +87,8 @@ def unavailable() -> str | None:
     )
     if probe.returncode != 0:
         return f"bubblewrap cannot create namespaces here: {probe.stderr.strip()[:200]}"
+    if _memory_hierarchy() is None:
+        return "no memory cgroup controller (cgroup v1 /sys/fs/cgroup/memory or v2 with `memory`) to limit jobs with"
     return None
 
 
@@ -114,6 +130,128 @@ def _ip(*args: str) -> None:
         raise SandboxError(f"ip {' '.join(args)}: {result.stderr.strip()}")
 
 
+# Memory cgroups: v1 (a `memory` hierarchy of its own) or v2 (the unified hierarchy with the memory controller).
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "fc2"  # every cluster's cgroup is a child of this one, in the hierarchy's root
+
+
+def _memory_hierarchy() -> tuple[int, Path] | None:
+    """(cgroup version, root) of the memory controller, or None when there is none."""
+    if (CGROUP_V1 / "memory.limit_in_bytes").exists():
+        return 1, CGROUP_V1
+    controllers = CGROUP_V2 / "cgroup.controllers"
+    with contextlib.suppress(OSError):
+        if "memory" in controllers.read_text().split():
+            return 2, CGROUP_V2
+    return None
+
+
+def memory_cgroup(name: str) -> Path:
+    """Where the memory cgroup of the cluster whose network namespace is `name` lives (whether or not it exists)."""
+    hierarchy = _memory_hierarchy()
+    if hierarchy is None:
+        raise SandboxError("no memory cgroup controller")
+    return hierarchy[1] / CGROUP_PARENT / name
+
+
+def create_memory_cgroup(name: str, limit_mb: int) -> Path:
+    """The cluster's memory cgroup, limited to `limit_mb` of memory and no more with swap (idempotent)."""
+    version, root = _memory_hierarchy() or (0, Path())
+    cgroup = memory_cgroup(name)
+    limit = str(limit_mb * 2**20)
+    try:
+        if version == 2:  # the controller must be enabled for the children of each level, and no process at fc2/
+            _write(root / "cgroup.subtree_control", "+memory")
+            cgroup.parent.mkdir(exist_ok=True)
+            _write(cgroup.parent / "cgroup.subtree_control", "+memory")
+            cgroup.mkdir(exist_ok=True)
+            _write(cgroup / "memory.max", limit)
+            with contextlib.suppress(FileNotFoundError):  # no swap accounting in this kernel: nothing to swap to
+                _write(cgroup / "memory.swap.max", "0")
+        else:
+            cgroup.mkdir(parents=True, exist_ok=True)
+            _write(cgroup / "memory.limit_in_bytes", limit)  # first: memsw may not be below it
+            with contextlib.suppress(FileNotFoundError):
+                _write(cgroup / "memory.memsw.limit_in_bytes", limit)
+    except OSError as exc:
+        raise SandboxError(f"cannot make the memory cgroup {cgroup}: {exc}") from exc
+    return cgroup
+
+
+def delete_memory_cgroup(name: str, timeout: float = 5.0) -> None:
+    """Remove the cluster's memory cgroup once its processes are gone (nothing to do when it is gone)."""
+    if _memory_hierarchy() is None:
+        return
+    cgroup = memory_cgroup(name)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cgroup.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:  # EBUSY: a process that was just killed has not left it yet
+            if time.monotonic() > deadline:
+                raise SandboxError(f"cannot remove the memory cgroup {cgroup}: {exc}") from exc
+            time.sleep(0.05)
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as file:
+        file.write(value)
+
+
+def create_disk(image: Path, mount_point: Path, size_mb: int) -> None:
+    """An ext4 file system of `size_mb` in the sparse file `image`, loop-mounted at `mount_point` (idempotent: a
+    redelivered step finds it mounted). Its root stays root's; the caller makes the directories the code may write."""
+    if os.path.ismount(mount_point):
+        return
+    mount_point.mkdir(mode=0o755, exist_ok=True)
+    with open(image, "wb") as file:  # sparse: takes the platform's disk only as the node writes
+        file.truncate(size_mb * 2**20)
+    # No reserved blocks (the node may use all of it), no journal (scratch space, gone at teardown).
+    _run("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "root_owner=0:0", str(image))
+    _run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", str(image), str(mount_point))
+
+
+def remove_disks(directory: Path) -> None:
+    """Unmount every file system mounted under `directory` (deepest first; the loop devices go with them), so that
+    deleting the directory deletes only the platform's own files. A mount still busy is detached lazily."""
+    for mount_point in sorted(mounts_under(directory), key=lambda p: len(p.parts), reverse=True):
+        try:
+            _run("umount", str(mount_point))
+        except SandboxError:
+            _run("umount", "--lazy", str(mount_point))
+    left = mounts_under(directory)
+    if left:
+        raise SandboxError(f"{', '.join(map(str, left))} still mounted")
+
+
+def mounts_under(directory: Path) -> list[Path]:
+    """The mount points of this mount namespace inside `directory`."""
+    found = []
+    if not os.path.exists("/proc/self/mounts"):  # not Linux: no sandbox, nothing mounted
+        return found
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            target = Path(_unescape(line.split()[1]))
+            if target.is_relative_to(directory):
+                found.append(target)
+    return found
+
+
+def _unescape(field: str) -> str:
+    r"""A path as /proc/self/mounts writes it (space, tab, newline and backslash as \ooo octal)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _run(*args: str) -> None:
+    result = subprocess.run(list(args), capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise SandboxError(f"{' '.join(args)}: {result.stderr.strip()[:300]}")
+
+
 @dataclass(frozen=True)
 class Mounts:
     """What one node's sandbox sees of the machine, besides /usr."""
@@ -149,8 +287,11 @@ def prepare_dirs(uid: int, *directories: Path) -> None:
         directory.chmod(0o700)
 
 
-def command(netns: str, uid: int, hostname: str, mounts: Mounts, argv: list[str]) -> list[str]:
-    """The command line that runs `argv` in the node's sandbox (see the module docstring)."""
+def command(
+    netns: str, uid: int, hostname: str, mounts: Mounts, argv: list[str], cgroup: Path | None = None
+) -> list[str]:
+    """The command line that runs `argv` in the node's sandbox (see the module docstring), in the memory cgroup
+    `cgroup` if given: a root shell joins it, then execs the rest, so every process of the chain starts in it."""
     binds: list[tuple[str, str, str]] = [("--ro-bind", str(path), str(path)) for path in mounts.read_only]
     binds += [("--bind", str(mounts.work), WORK), ("--bind", str(mounts.output), OUTPUT)]
     if mounts.dataset is not None:
@@ -210,7 +351,8 @@ def command(netns: str, uid: int, hostname: str, mounts: Mounts, argv: list[str]
         "--no-new-privs",
         "--",
     ]
-    return ["nsenter", f"--net=/run/netns/{netns}", "--", *bwrap, *drop, *argv]
+    join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs")] if cgroup else []
+    return [*join, "nsenter", f"--net=/run/netns/{netns}", "--", *bwrap, *drop, *argv]
 
 
 def processes(uid: int) -> list[psutil.Process]:

@@ -210,7 +210,12 @@ def test_teardown_touches_only_its_own_installations_cluster(tmp_path, settings)
     finally:
         local.teardown(theirs)
     assert local.cluster_processes(theirs) == []
-    assert not Path("/run/netns", sandbox.netns_name(Path(theirs.workdir))).exists()
+    for cluster in (mine, theirs):  # nothing of the sandbox is left: network namespace, disks, memory cgroup
+        name = sandbox.netns_name(Path(cluster.workdir))
+        assert not Path("/run/netns", name).exists()
+        assert not sandbox.memory_cgroup(name).exists()
+    assert sandbox.mounts_under(tmp_path) == []
+    local.teardown(theirs)  # again: nothing to do, no error
 
 
 def test_code_that_detaches_is_still_torn_down(tmp_path, settings):

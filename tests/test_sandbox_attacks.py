@@ -204,35 +204,60 @@ def test_a_thread_bomb_is_bounded(tmp_path, settings, teardown_after):
     assert count < 6000, f"{count} threads"
 
 
-@pytest.mark.xfail(strict=True, reason="finding 5: no disk quota on a node's work/output directories (not fixed)")
 def test_a_node_cannot_fill_the_platforms_disk(tmp_path, settings, teardown_after):
-    """Finding 5 (medium): work/ and output/ are directories on the platform's own filesystem with no quota: fallocate
-    takes any amount of space at once (tried with 8 GiB; the whole disk would do)."""
+    """Finding 5 (medium): work/ and output/ were directories on the platform's own filesystem with no quota: fallocate
+    took any amount of space at once (tried with 8 GiB; the whole disk would do). Now each node's are on a disk of
+    its own of FC2_LOCAL_NODE_DISK_MB: past it, ENOSPC — for a file allocated at once or written bit by bit, in work/
+    and output/ together — and the outputs written within it are still collected."""
+    settings.FC2_LOCAL_NODE_DISK_MB = 64
     code = """
-        import os
+        import errno, json, os
+        got = {}
         fd = os.open("/job/work/big", os.O_CREAT | os.O_WRONLY, 0o600)
         try:
             os.posix_fallocate(fd, 0, 8 * 2**30)
-            got = "allocated"
+            got["fallocate"] = "allocated"
         except OSError as exc:
-            got = str(exc)
+            got["fallocate"] = errno.errorcode[exc.errno]
         os.ftruncate(fd, 0)
-        open(os.path.join(os.environ["FC2_OUTPUT_DIR"], "got"), "w").write(got)
+        written = 0
+        rest = os.path.join(os.environ["FC2_OUTPUT_DIR"], "rest")
+        with open("/job/work/half", "wb") as work, open(rest, "wb") as out:
+            try:
+                for i in range(200):  # 200 MiB, alternately to work/ and output/
+                    (work if i % 2 else out).write(b"x" * 2**20)
+                    (work if i % 2 else out).flush()
+                    written += 1
+                got["write"] = "written"
+            except OSError as exc:
+                got["write"] = errno.errorcode[exc.errno]
+        got["written_mb"] = written
+        os.remove("/job/work/half")
+        os.remove(rest)
+        open(os.path.join(os.environ["FC2_OUTPUT_DIR"], "got"), "w").write(json.dumps(got))
     """
     cluster = start_cluster(tmp_path / "disk", code_wheel(tmp_path, code), settings)
     teardown_after(cluster)
     wait_result(cluster)
-    assert local.fetch_results(cluster)["worker-0"].files["got"] != b"allocated"
+    got = json.loads(local.fetch_results(cluster)["worker-0"].files["got"])
+    assert got["fallocate"] == "ENOSPC", got
+    assert got["write"] == "ENOSPC" and 32 <= got["written_mb"] <= 64, got
+    image = Path(cluster.nodes[0].workdir) / "disk.img"
+    assert image.stat().st_blocks * 512 <= 64 * 2**20  # what the node took of the platform's disk
 
 
-@pytest.mark.xfail(strict=True, reason="finding 6: no memory limit on a cluster (not fixed)")
 def test_a_node_cannot_take_the_machines_memory(tmp_path, settings, teardown_after):
-    """Finding 6 (medium): no memory limit (no cgroup, RLIMIT_AS unlimited): one node may take all the machine's memory
-    and the kernel's OOM killer then picks among the platform's processes too (tried with 4 GiB, touched)."""
+    """Finding 6 (medium): no memory limit (no cgroup, RLIMIT_AS unlimited): one node could take all the machine's
+    memory, and the kernel's OOM killer then picks among the platform's processes too (tried with 4 GiB, touched).
+    Now the cluster has a memory cgroup of FC2_LOCAL_CLUSTER_MEMORY_MB, less than the machine's by default: past it
+    the kernel kills the node's code, and its failure says why."""
+    machine_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    assert machine_mb > settings.FC2_LOCAL_CLUSTER_MEMORY_MB  # by default
+    settings.FC2_LOCAL_CLUSTER_MEMORY_MB = 512
     code = """
         import os
         try:
-            block = bytearray(4 * 2**30)  # zero pages: touch one byte per page
+            block = bytearray(2 * 2**30)  # zero pages: touch one byte per page
             for i in range(0, len(block), 4096):
                 block[i] = 1
             got = "allocated"
@@ -243,4 +268,7 @@ def test_a_node_cannot_take_the_machines_memory(tmp_path, settings, teardown_aft
     cluster = start_cluster(tmp_path / "mem", code_wheel(tmp_path, code), settings)
     teardown_after(cluster)
     wait_result(cluster)
-    assert local.fetch_results(cluster)["worker-0"].files["got"] != b"allocated"
+    result = local.fetch_results(cluster)["worker-0"]
+    assert result.files.get("got") != b"allocated"
+    assert result.report["status"] == "failed" and result.report["exit_code"] in (-9, 137), result.report
+    assert result.report["log_tail"].endswith("fc2-agent: killed: out of memory (cluster limit 512 MB)")
