@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import zipfile
 
 import pytest
@@ -66,6 +67,9 @@ def test_researcher_trains_on_digits_and_downloads_the_model(page, shot, alice, 
     download_info.value.save_as(model)
     with zipfile.ZipFile(model) as archive:
         assert "config.json" in archive.namelist()  # a real Keras model file
+    deadline = time.monotonic() + 60  # the teardown follows the success (a mirrored job's workers end on their own)
+    while Job.objects.get().cluster is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert cluster_processes() == []
 
 

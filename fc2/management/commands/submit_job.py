@@ -14,6 +14,8 @@ from fc2.bundles import BundleError
 from fc2.models import Job
 from fc2.services import datasets, jobs, pipeline
 
+RELEASE_WAIT_S = 120  # how long --wait waits for an ended job's teardown
+
 
 class Command(BaseCommand):
     help = "Submit a training job: a wheel bundle, a dataset and a cluster; optionally run it here and wait."
@@ -69,9 +71,16 @@ class Command(BaseCommand):
         if options["inline"]:
             job = pipeline.run_inline(job.pk)
         elif options["wait"]:
-            while not job.is_terminal:
-                time.sleep(1)
+            # Until the job has ended and its cluster is gone (its last artifacts — logs, a late worker's outputs —
+            # are stored on the way): a teardown that keeps failing is the sweep's to retry, not a reason to hang.
+            released_by = None
+            while True:
                 job.refresh_from_db()
+                if job.is_terminal:
+                    released_by = released_by or time.monotonic() + RELEASE_WAIT_S
+                    if job.cluster is None or time.monotonic() > released_by:
+                        break
+                time.sleep(0.5)
         self._print(job, options["json"])
         if (options["wait"] or options["inline"]) and job.state != Job.State.SUCCEEDED:
             sys.exit(1)
