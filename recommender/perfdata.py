@@ -10,6 +10,7 @@ import csv
 import hashlib
 import io
 import math
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ CSV_COLUMNS = (
 )
 FORMATS = ("anwar2021", "csv")
 DEFAULT_ANWAR_WORKLOAD = "anwar2021"
+SAMPLES_DIR = Path(__file__).resolve().parent / "data"
+SAMPLES_MANIFEST = SAMPLES_DIR / "samples.toml"
 
 
 class PerfDataError(ValueError):
@@ -201,3 +204,16 @@ def import_file(path: Path, fmt: str, workload: str | None = None) -> ImportResu
         failed_runs=sum(r.failed for r in records),
         replaced=replaced,
     )
+
+
+def import_samples(manifest: Path = SAMPLES_MANIFEST) -> list[ImportResult]:
+    """Import every sample grid `manifest` lists (files beside it); idempotent, as each import replaces its earlier
+    records. A manifest entry that is wrong is a PerfDataError naming it, before anything is imported."""
+    try:
+        entries = tomllib.loads(manifest.read_text()).get("sample", [])
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PerfDataError(f"cannot read the sample manifest {manifest}: {exc}") from exc
+    for number, entry in enumerate(entries, start=1):
+        if not isinstance(entry.get("file"), str) or entry.get("format") not in FORMATS:
+            raise PerfDataError(f"{manifest.name}: sample {number} needs a file and a format ({' or '.join(FORMATS)})")
+    return [import_file(manifest.parent / e["file"], e["format"], e.get("workload")) for e in entries]

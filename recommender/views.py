@@ -29,7 +29,9 @@ def anwar(request: HttpRequest) -> HttpResponse:
     """Anwar et al. Fig. 16–18: enter batch size and latency, get the number of machines for the fastest epoch."""
     form = LookupForm(request.GET or None)
     answer, error, options = None, None, {}
-    if form.is_bound and form.is_valid():
+    if not form.fields["workload"].choices:  # nothing to recommend from: the page says how to load records
+        form = LookupForm()
+    elif form.is_bound and form.is_valid():
         data = form.cleaned_data
         lookup = RecommendRequest(
             algorithm="lookup", workload=data["workload"], batch_size=data["batch_size"], latency_ms=data["latency_ms"]

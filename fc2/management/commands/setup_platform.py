@@ -1,7 +1,9 @@
 """`manage.py setup_platform`: what a fresh installation needs after `migrate` (idempotent).
 
-Loads the bundled instance catalogues, registers and materialises the built-in datasets that need no download, and
-creates the two demo accounts (an admin and a researcher) the first time, printing their passwords once.
+Loads the bundled instance catalogues and the sample performance records (recommender/data/samples.toml: Anwar's
+Table 4 as workload `anwar2021-mnist`, and any sample grid listed beside it), registers and materialises the built-in
+datasets that need no download, and creates the two demo accounts (an admin and a researcher) the first time,
+printing their passwords once.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from django.core.management.base import BaseCommand
 
 from fc2.services import datasets
 from recommender.catalog import bundled_catalogs, load_catalog
+from recommender.perfdata import import_samples
 
 DEMO_ACCOUNTS = (("admin", True), ("researcher", False))
 
 
 class Command(BaseCommand):
-    help = "Load catalogues and built-in datasets; create the demo admin and researcher accounts once."
+    help = (
+        "Load catalogues, sample performance records and built-in datasets; create the demo admin and researcher "
+        "accounts once."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--no-demo-accounts", action="store_true")
@@ -27,6 +33,8 @@ class Command(BaseCommand):
         for name in bundled_catalogs():
             catalog = load_catalog(name)
             self.stdout.write(f"catalogue {catalog.name}: {catalog.types.count()} instance types")
+        for result in import_samples():
+            self.stdout.write(f"performance records {', '.join(result.workloads)}: {result.imported} records")
         datasets.materialise_builtin("digits")  # ships with scikit-learn; mnist/cifar10 download on first use
         for dataset in datasets.ensure_builtin_rows():
             self.stdout.write(f"dataset {dataset.name}: {'ready' if dataset.path else 'downloaded on first use'}")
