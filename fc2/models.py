@@ -124,7 +124,8 @@ class Dataset(models.Model):
 
 
 def workload_name(bundle: CodeBundle, dataset: Dataset) -> str:
-    """Name under which a job's performance is recorded: the code and the data it trains on."""
+    """The default name under which a job's performance is recorded and looked up: `<distribution>:<dataset name>`,
+    the code and the data it trains on (a job may be filed under another, `Job.workload_name`)."""
     return f"{bundle.distribution}:{dataset.name}"
 
 
@@ -156,6 +157,11 @@ class Job(models.Model):
     bundle = models.ForeignKey(CodeBundle, on_delete=models.PROTECT, related_name="jobs")
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="jobs")
     parameters = models.JSONField(default=dict, blank=True)
+    workload_name = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Performance records are looked up and stored under this name (empty: <distribution>:<dataset>)",
+    )
 
     provider = models.CharField(max_length=20, default="local")
     region = models.CharField(max_length=30, blank=True)
@@ -217,7 +223,7 @@ class Job(models.Model):
 
     @property
     def workload(self) -> str:
-        return workload_name(self.bundle, self.dataset)
+        return self.workload_name or workload_name(self.bundle, self.dataset)
 
     @property
     def is_terminal(self) -> bool:

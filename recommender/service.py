@@ -96,3 +96,19 @@ def as_dict(recommendation: Recommendation) -> dict:
 
 def workloads() -> list[str]:
     return list(PerformanceRecord.objects.order_by("workload").values_list("workload", flat=True).distinct())
+
+
+def lacking_records(workload: str) -> dict[str, str]:
+    """algorithm -> what `workload`'s records lack for it to answer at all, whatever else is asked (none: absent).
+
+    The model and Lookup learn from measured epoch times; Scala-Opt(-M) sizes the cluster by measured bandwidth.
+    """
+    records = workload_records(workload)
+    lacking = {}
+    if not any(r.epoch_time_s for r in records):
+        for algorithm in ("lookup", "model"):
+            lacking[algorithm] = f"no performance records with an epoch time for workload {workload!r}"
+    if not any(r.bandwidth_mbps for r in records):
+        for algorithm in ("scala-opt", "scala-opt-m"):
+            lacking[algorithm] = f"no measured bandwidth (bandwidth_mbps) for workload {workload!r}"
+    return lacking

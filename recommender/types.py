@@ -35,7 +35,11 @@ class MissingProfilesError(RecommendationError):
 
     def __init__(self, missing: list[MissingProfile]):
         self.missing = tuple(missing)
-        super().__init__("missing bandwidth profiles (run a profiling job for each): " + "; ".join(map(str, missing)))
+        workload = missing[0].workload if missing else "NAME"
+        super().__init__(
+            "missing bandwidth profiles (import a record with bandwidth_mbps for each: `manage.py import_perf_data "
+            f"PATH --format csv --workload {workload}`): " + "; ".join(map(str, missing))
+        )
 
 
 @dataclass(frozen=True)

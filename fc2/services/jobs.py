@@ -18,6 +18,14 @@ from provisioner import local
 from recommender import service
 from recommender.types import ALGORITHMS
 
+WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
+# What a job's workload name is, said the same by the wizard and `submit_job --help`.
+WORKLOAD_NAME_HELP = (
+    "The name this code and data's performance records are looked up (Model, Scala-Opt) and stored under; by "
+    "default <distribution>:<dataset name>, e.g. fc2-digits-cnn:digits. Name another workload to use its records; "
+    "add records with `manage.py import_perf_data PATH --format csv --workload NAME`."
+)
+
 
 class SubmitError(ValueError):
     """The job cannot be submitted as asked; `field` names the input at fault, when there is one."""
@@ -42,10 +50,11 @@ class JobRequest:
     hourly_budget: Decimal | None = None
     catalog: str = "fc2-2018"
     worker_types: list[str] = field(default_factory=list)
+    workload_name: str = ""  # the records' name for this code and data; "" for the default (fc2.models.workload_name)
 
     @property
     def workload(self) -> str:
-        return workload_name(self.bundle, self.dataset)
+        return self.workload_name or workload_name(self.bundle, self.dataset)
 
     @property
     def epochs(self) -> int | None:
@@ -66,17 +75,31 @@ def validate(request: JobRequest) -> None:
         raise SubmitError(
             f"unknown algorithm {request.algorithm!r} (expected manual or {', '.join(ALGORITHMS)})", "algorithm"
         )
-    if request.provider == "local":
-        try:
-            local.sandboxed()
-        except local.LocalProvisionError as exc:
-            raise SubmitError(str(exc), "provider") from exc
+    if reason := provider_unavailable(request.provider):
+        raise SubmitError(reason, "provider")
+    if len(request.workload_name) > WORKLOAD_NAME_MAX:
+        raise SubmitError(f"a workload name has at most {WORKLOAD_NAME_MAX} characters", "workload_name")
     check_workers(request.provider, request.workers)
     check_parameters(request.parameters)
     try:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
         raise SubmitError(str(exc), "dataset") from exc
+
+
+def provider_unavailable(provider: str) -> str | None:
+    """Why `provider` cannot make a cluster on this installation, and the way to change that; None when it can."""
+    if provider not in provisioner.PROVIDERS:
+        return (
+            f"the {provider} provider is not available on this installation: no {provider} module is registered in "
+            f"provisioner.PROVIDERS (registered: {', '.join(sorted(provisioner.PROVIDERS))})"
+        )
+    if provider == "local":
+        try:
+            local.sandboxed()
+        except local.LocalProvisionError as exc:
+            return str(exc)
+    return None
 
 
 def check_workers(provider: str, workers: int) -> None:
@@ -175,6 +198,7 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY) -> Job:
             hourly_budget=request.hourly_budget,
             catalog=request.catalog,
             worker_types=request.worker_types,
+            workload_name=request.workload_name,
             driver=driver,
         )
         job.events.create(state=job.state, message=f"submitted by {owner}")

@@ -25,6 +25,12 @@ class Command(BaseCommand):
         parser.add_argument("--main", default="main.py", help="main script in the wheel (default main.py)")
         parser.add_argument("--param", action="append", default=[], metavar="K=V", help="parameter for the script")
         parser.add_argument("--dataset", required=True, help="built-in name, your dataset's name, or an http(s) URL")
+        parser.add_argument(
+            "--workload",
+            default="",
+            metavar="NAME",
+            help=jobs.WORKLOAD_NAME_HELP,
+        )
         parser.add_argument("--provider", default="local", help="local, aws or lab")
         parser.add_argument("--algorithm", default="manual")
         parser.add_argument("--workers", type=int, default=2)
@@ -62,6 +68,7 @@ class Command(BaseCommand):
                     algorithm=options["algorithm"],
                     ps_type=options["ps_type"],
                     worker_type=options["worker_type"],
+                    workload_name=options["workload"],
                 )
         except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
             raise CommandError(str(exc)) from exc
