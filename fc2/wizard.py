@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 import provisioner
 from fc2.bundles import BundleError, validate_wheel
-from fc2.models import CodeBundle, Dataset, Job
+from fc2.models import CodeBundle, Dataset, Job, workload_name
 from fc2.services import datasets, jobs
 from fc2.services.bundles import store_bundle
 from recommender import service
@@ -45,9 +45,34 @@ ALGORITHMS = [
 ]
 # The algorithms that run one worker type the user picks; the others choose among the worker types (L^w).
 ONE_WORKER_TYPE = ("manual", "scala-opt-m")
+HOW_TO_ADD_RECORDS = "add them with `manage.py import_perf_data PATH --format csv --workload {workload}`"
 
 
 # --- forms -----------------------------------------------------------------------------------------------------------
+
+
+class UnavailableChoices:
+    """A choice widget some of whose choices cannot be had here: drawn disabled, their reason beside them
+    (`unavailable`: value -> reason, set by the form)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unavailable: dict[str, str] = {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if reason := self.unavailable.get(str(value)):
+            option["attrs"]["disabled"] = True
+            option["reason"] = reason
+        return option
+
+
+class UnavailableRadioSelect(UnavailableChoices, forms.RadioSelect):
+    pass
+
+
+class UnavailableSelect(UnavailableChoices, forms.Select):
+    pass
 
 
 class StepForm(forms.Form):
@@ -276,7 +301,7 @@ class DataForm(StepForm):
 class ResourceForm(StepForm):
     """FC² Fig. 5: where the job runs and how its cluster is chosen — by hand or by a recommendation algorithm."""
 
-    provider = forms.ChoiceField(label="Cloud", choices=PROVIDERS, widget=forms.RadioSelect, initial="local")
+    provider = forms.ChoiceField(label="Cloud", choices=PROVIDERS, widget=UnavailableRadioSelect, initial="local")
     region = forms.ChoiceField(required=False, label="AWS region")
     strategy = forms.ChoiceField(
         label="Distribution strategy",
@@ -284,7 +309,15 @@ class ResourceForm(StepForm):
         widget=forms.RadioSelect,
         initial=Job.Strategy.PS,
     )
-    algorithm = forms.ChoiceField(label="Resource configuration", choices=ALGORITHMS, initial="manual")
+    workload_name = forms.CharField(
+        required=False,
+        max_length=jobs.WORKLOAD_NAME_MAX,
+        label="Workload",
+        help_text=jobs.WORKLOAD_NAME_HELP,
+    )
+    algorithm = forms.ChoiceField(
+        label="Resource configuration", choices=ALGORITHMS, initial="manual", widget=UnavailableSelect
+    )
     catalog = forms.ChoiceField(
         required=False, label="Instance catalogue", help_text="Instance types and their prices."
     )
@@ -326,12 +359,33 @@ class ResourceForm(StepForm):
         self.fields["ps_type"].choices = [("", "Chosen by the algorithm (Manual: none)"), *ps_types]
         self.fields["worker_type"].choices = [("", "Choose a worker type"), *worker_types]
         self.fields["worker_types"].choices = worker_types
+        self.fields["provider"].widget.unavailable = {
+            name: reason for name, _ in PROVIDERS if (reason := jobs.provider_unavailable(name))
+        }
+        if workload := self.workload:
+            how = HOW_TO_ADD_RECORDS.format(workload=workload)
+            self.fields["algorithm"].widget.unavailable = {
+                algorithm: f"{lacking}: {how}"
+                for algorithm, lacking in service.lacking_records(workload).items()
+                if algorithm in dict(ALGORITHMS)
+            }
         if not self.is_bound:  # types the catalogue shown does not offer are forgotten, not refused
             self.initial = dict(self.initial)
             for name, offered in (("ps_type", ps_types), ("worker_type", worker_types)):
                 if self.initial.get(name) not in dict(offered):
                     self.initial[name] = ""
             self.initial["worker_types"] = [t for t in self.initial.get("worker_types", []) if t in dict(worker_types)]
+
+    @property
+    def workload(self) -> str:
+        """The workload the fields name (the default one when left empty); "" before the code and data are chosen."""
+        return self["workload_name"].value() or self.initial.get("default_workload", "")
+
+    @property
+    def unavailable_algorithms(self) -> list[tuple[str, str]]:
+        """(label, reason) of each algorithm drawn disabled: those that cannot answer for this workload."""
+        reasons = self.fields["algorithm"].widget.unavailable
+        return [(label, reasons[value]) for value, label in ALGORITHMS if value in reasons]
 
     @staticmethod
     def _type_label(row: InstanceType, network: bool = False) -> str:
@@ -353,8 +407,8 @@ class ResourceForm(StepForm):
     def clean(self):
         cleaned = super().clean()
         provider, algorithm = cleaned.get("provider"), cleaned.get("algorithm")
-        if provider and provider not in provisioner.PROVIDERS:
-            self.add_error("provider", f"the {provider} provider is not available on this installation")
+        if provider and (reason := jobs.provider_unavailable(provider)):
+            self.add_error("provider", reason)
         if provider == "aws" and not cleaned.get("region"):
             self.add_error("region", "Choose the AWS region.")
         if algorithm and algorithm != "manual" and not cleaned.get("catalog") and "catalog" not in self.errors:
@@ -471,7 +525,16 @@ class Wizard:
         self.state["data"] = data
         self._save()
 
+    def default_workload(self) -> str:
+        """The workload this code and data are filed under unless named otherwise ("" until both are chosen)."""
+        bundle, dataset = self.bundle(), self.dataset()
+        return workload_name(bundle, dataset) if bundle and dataset else ""
+
     def save_resource(self, resource: dict) -> None:
+        """The resource step's fields; the default workload name is kept as "" so that it follows the code and
+        data if they change."""
+        if resource.get("workload_name") == self.default_workload():
+            resource = {**resource, "workload_name": ""}
         self.state["resource"] = resource
         self._save()
 
@@ -495,6 +558,7 @@ class Wizard:
                 "limit": "budget" if job.hourly_budget is not None else "workers",
                 "max_workers": job.workers,
                 "hourly_budget": format(job.hourly_budget.normalize(), "f") if job.hourly_budget is not None else None,
+                "workload_name": job.workload_name,
             },
         }
         self._save()
@@ -517,7 +581,9 @@ class Wizard:
             if dataset.kind == Dataset.Kind.BUILTIN:
                 return {"source": "builtin", "builtin": dataset.builtin_name}
             return {"source": "mine", "dataset": dataset.pk}
-        return dict(self.state.get("resource", {}))
+        resource = dict(self.state.get("resource", {}))
+        default = self.default_workload()
+        return {**resource, "workload_name": resource.get("workload_name") or default, "default_workload": default}
 
     def job_request(self, resource: dict | None = None) -> jobs.JobRequest:
         """The JobRequest of the saved state (with `resource` in place of the saved resource step, if given)."""
@@ -539,6 +605,7 @@ class Wizard:
             worker_types=[] if one_type else list(r["worker_types"]),
             catalog=r["catalog"] or service.DEFAULT_CATALOG,
             hourly_budget=budget,
+            workload_name=r.get("workload_name") or "",
         )
 
 

@@ -14,6 +14,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
 from django.db import DatabaseError
 from django.urls import reverse
 from django.utils.html import escape
@@ -21,11 +22,13 @@ from django.utils.html import escape
 import provisioner
 from fc2.bundles import MB
 from fc2.celery import app as celery_app
+from fc2.management.commands.submit_job import Command as SubmitJob
 from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import datasets, jobs
 from fc2.services.bundles import store_bundle
-from fc2.wizard import SESSION_KEY
+from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm
 from recommender.catalog import load_catalog
+from recommender.perfdata import import_samples
 from tests.conftest import make_job
 from tests.wheels import FILENAME, GOOD, make_wheel
 
@@ -453,22 +456,46 @@ def test_other_bad_input_is_refused_beside_its_field(client, alice, bundle, sett
     }
 
 
-def test_aws_gives_a_clear_error_unless_its_provider_exists(client, alice, bundle, fc2_2018):
+def test_unregistered_provider_is_shown_disabled_with_its_reason(client, alice, bundle, fc2_2018):
     client.force_login(alice)
     through_data(client, bundle)
     aws = resource_form(provider="aws", region="ap-southeast-1", max_workers="3")
+    reason = (
+        "the aws provider is not available on this installation: no aws module is registered in "
+        "provisioner.PROVIDERS (registered: local)"
+    )
 
-    refused = client.post(step_url("resource"), aws)
+    shown = client.get(step_url("resource")).content.decode()
+    refused = client.post(step_url("resource"), aws)  # posted anyway
     with mock.patch.dict(provisioner.PROVIDERS, {"aws": "provisioner.aws"}):
+        offered = client.get(step_url("resource")).content.decode()
         accepted = client.post(step_url("resource"), aws)
 
-    assert refused.status_code == 400
-    assert refused.context["form"].errors == {"provider": ["the aws provider is not available on this installation"]}
+    assert re.search(r'<input type="radio" name="provider" value="aws"[^>]*\bdisabled\b', shown)
+    assert f"<strong>AWS EC2</strong> cannot be chosen: {reason}." in shown
+    assert not re.search(r'<input type="radio" name="provider" value="local"[^>]*\bdisabled\b', shown)
+    assert refused.status_code == 400 and refused.context["form"].errors == {"provider": [reason]}
     page = refused.content.decode()
-    assert "the aws provider is not available on this installation" in page
     assert '<option value="ap-southeast-1" selected>' in page and 'name="max_workers" value="3"' in page
+    assert not re.search(r'value="aws"[^>]*\bdisabled\b', offered) and "cannot be chosen" not in offered
     assert accepted.status_code == 302
     assert wizard_state(client)["resource"]["region"] == "ap-southeast-1"
+
+
+def test_local_without_the_sandbox_is_shown_disabled_with_the_way_to_enable_it(client, alice, bundle, settings):
+    client.force_login(alice)
+    through_data(client, bundle)
+    settings.FC2_UNSANDBOXED_LOCAL_JOBS = False
+
+    with mock.patch("provisioner.sandbox.unavailable", return_value="bubblewrap not installed"):
+        page = client.get(step_url("resource")).content.decode()
+        refused = client.post(step_url("resource"), resource_form())
+
+    assert re.search(r'<input type="radio" name="provider" value="local"[^>]*\bdisabled\b', page)
+    assert "the sandbox, which this machine cannot give: bubblewrap not installed" in page
+    assert "FC2_UNSANDBOXED_LOCAL_JOBS=1" in page
+    (error,) = refused.context["form"].errors["provider"]
+    assert error.startswith("local jobs need the sandbox") and "FC2_UNSANDBOXED_LOCAL_JOBS=1" in error
 
 
 def test_builtin_that_cannot_be_downloaded_is_refused_beside_it(client, alice, bundle):
@@ -777,3 +804,78 @@ def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, al
     assert response.context["plan"].predicted_epoch_time_s == 360.0
     assert float(response.context["total_cost"]) == pytest.approx(1.511 * 360 * 10 / 3600)
     assert "≈ $1.51" in response.content.decode() and "for 10 epochs" in response.content.decode()
+
+
+def algorithm_disabled(page: str, value: str) -> bool:
+    return re.search(rf'<option value="{value}"[^>]*\bdisabled\b', page) is not None
+
+
+def test_resource_step_shows_the_workload_and_disables_algorithms_without_its_records(client, alice, bundle, fc2_2018):
+    client.force_login(alice)
+    through_data(client, bundle)
+    workload = f"{bundle.distribution}:digits"
+
+    response = client.get(step_url("resource"))
+
+    page = response.content.decode()
+    assert f'name="workload_name" value="{workload}"' in page
+    assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == [
+        "scala-opt",
+        "scala-opt-m",
+        "model",
+    ]
+    how = f"add them with `manage.py import_perf_data PATH --format csv --workload {workload}`"
+    model_reason = f"no performance records with an epoch time for workload {workload!r}: {how}"
+    assert f"<strong>Model</strong> cannot answer: {escape(model_reason)}." in page
+    assert "<strong>Scala-Opt</strong> cannot answer: no measured bandwidth (bandwidth_mbps) for workload" in page
+
+
+def test_a_workload_with_records_makes_model_available_and_is_what_the_job_is_filed_under(
+    client, alice, bundle, fc2_2018
+):
+    client.force_login(alice)
+    through_data(client, bundle)
+    import_samples()
+    model = resource_form(algorithm="model", catalog="fc2-2018", max_workers="4", workload_name="anwar2021-mnist")
+
+    shown = client.get(step_url("resource"), {"workload_name": "anwar2021-mnist"}).content.decode()
+    recommendation = client.get(reverse("job-new-recommendation"), model)
+    saved = client.post(step_url("resource"), model)
+    with mock.patch.object(celery_app, "send_task"):
+        client.post(step_url("review"))
+
+    assert not algorithm_disabled(shown, "model") and algorithm_disabled(shown, "scala-opt")
+    assert "no performance records" not in recommendation.content.decode()
+    assert recommendation.context["plan"].source == "predicted"
+    assert saved.status_code == 302 and wizard_state(client) == {}
+    job = Job.objects.get()
+    assert (job.workload_name, job.workload) == ("anwar2021-mnist", "anwar2021-mnist")
+
+
+def test_the_default_workload_name_follows_the_code_and_data(client, alice, bundle):
+    client.force_login(alice)
+    through_data(client, bundle)
+    client.post(step_url("resource"), resource_form(workload_name=f"{bundle.distribution}:digits"))
+    client.post(step_url("data"), {"source": "upload", "file": SimpleUploadedFile("small.npz", npz_bytes())})
+    small = Dataset.objects.get(owner=alice)
+
+    page = client.get(step_url("resource")).content.decode()
+    with mock.patch.object(celery_app, "send_task"):
+        client.post(step_url("review"))
+
+    assert f'name="workload_name" value="{bundle.distribution}:{small.name}"' in page
+    job = Job.objects.get()
+    assert (job.workload_name, job.workload) == ("", f"{bundle.distribution}:{small.name}")
+
+
+def test_submit_job_takes_the_workload_and_its_help_says_what_the_wizard_says(alice, example_wheel):
+    out = io.StringIO()
+    call_command(
+        "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--user", "alice",
+        "--workload", "anwar2021-mnist", "--json", stdout=out,
+    )  # fmt: skip
+    help_text = " ".join(SubmitJob().create_parser("manage.py", "submit_job").format_help().split())
+
+    assert Job.objects.get(pk=json.loads(out.getvalue())["id"]).workload == "anwar2021-mnist"
+    assert "--workload NAME" in help_text and " ".join(jobs.WORKLOAD_NAME_HELP.split()) in help_text
+    assert ResourceForm.base_fields["workload_name"].help_text == jobs.WORKLOAD_NAME_HELP
