@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
-from recommender.catalog import load_catalog
 from tests.browser.conftest import log_in
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
-TABLE4 = Path(__file__).resolve().parents[2] / "recommender" / "data" / "anwar2021-table4.csv"
 
 
 def test_second_researcher_cannot_open_the_first_ones_job(page, shot, alice, bob, bundle, digits):
@@ -28,12 +25,12 @@ def test_second_researcher_cannot_open_the_first_ones_job(page, shot, alice, bob
     assert page.get_by_text(f"#{job.pk}").count() == 0
 
 
-def test_anwar_page_answers_in_the_browser(page, shot, alice):
-    load_catalog("fc2-2018")
-    call_command("import_perf_data", str(TABLE4), "--format", "anwar2021", "--workload", "mnist", stdout=StringIO())
+def test_anwar_page_answers_from_the_sample_setup_loads(page, shot, alice):
+    call_command("setup_platform", "--no-demo-accounts", stdout=StringIO())  # as on a fresh install
     log_in(page, "alice", "alice-password-1")
 
     page.goto("/recommender/")
+    assert page.get_by_label("Workload").input_value() == "anwar2021-mnist"
     page.get_by_label("Batch size").fill("64000")
     page.get_by_label("Network latency (ms)").fill("0")
     page.get_by_role("button", name="Recommend").click()
@@ -43,6 +40,6 @@ def test_anwar_page_answers_in_the_browser(page, shot, alice):
     page.goto("/recommender/catalogs/?catalog=fc2-2018")
     assert page.get_by_text("c4.8xlarge").count() == 1
     shot("catalogue")
-    page.goto("/recommender/records/?workload=mnist")
+    page.goto("/recommender/records/")
     page.wait_for_function("document.querySelector('#calibration') && document.querySelector('#calibration').width > 0")
     shot("records-and-calibration")
