@@ -850,6 +850,8 @@ def test_a_workload_with_records_makes_model_available_and_is_what_the_job_is_fi
     assert saved.status_code == 302 and wizard_state(client) == {}
     job = Job.objects.get()
     assert (job.workload_name, job.workload) == ("anwar2021-mnist", "anwar2021-mnist")
+    job_page = client.get(job.get_absolute_url()).content.decode()
+    assert "<dt>Workload</dt><dd><code>anwar2021-mnist</code></dd>" in job_page
 
 
 def test_the_default_workload_name_follows_the_code_and_data(client, alice, bundle):
