@@ -53,7 +53,8 @@ HOW_TO_ADD_RECORDS = "add them with `manage.py import_perf_data PATH --format cs
 
 class UnavailableChoices:
     """A choice widget some of whose choices cannot be had here: drawn disabled, their reason beside them
-    (`unavailable`: value -> reason, set by the form)."""
+    (`unavailable`: value -> reason, set by the form). The choice already made stays enabled even so: a disabled
+    choice is not sent, and sent, it is refused beside the field with that reason."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -62,8 +63,9 @@ class UnavailableChoices:
     def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
         option = super().create_option(name, value, label, selected, index, subindex, attrs)
         if reason := self.unavailable.get(str(value)):
-            option["attrs"]["disabled"] = True
             option["reason"] = reason
+            if not selected:
+                option["attrs"]["disabled"] = True
         return option
 
 

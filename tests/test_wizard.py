@@ -482,7 +482,7 @@ def test_unregistered_provider_is_shown_disabled_with_its_reason(client, alice, 
     assert wizard_state(client)["resource"]["region"] == "ap-southeast-1"
 
 
-def test_local_without_the_sandbox_is_shown_disabled_with_the_way_to_enable_it(client, alice, bundle, settings):
+def test_local_without_the_sandbox_says_why_and_how_to_enable_it(client, alice, bundle, settings):
     client.force_login(alice)
     through_data(client, bundle)
     settings.FC2_UNSANDBOXED_LOCAL_JOBS = False
@@ -491,7 +491,8 @@ def test_local_without_the_sandbox_is_shown_disabled_with_the_way_to_enable_it(c
         page = client.get(step_url("resource")).content.decode()
         refused = client.post(step_url("resource"), resource_form())
 
-    assert re.search(r'<input type="radio" name="provider" value="local"[^>]*\bdisabled\b', page)
+    assert checked(page, "provider", "local")  # the choice made stays sendable, to be refused with its reason
+    assert "<strong>Local (this machine)</strong> cannot be chosen: local jobs need the sandbox" in page
     assert "the sandbox, which this machine cannot give: bubblewrap not installed" in page
     assert "FC2_UNSANDBOXED_LOCAL_JOBS=1" in page
     (error,) = refused.context["form"].errors["provider"]
