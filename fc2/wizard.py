@@ -358,7 +358,7 @@ class ResourceForm(StepForm):
         types = list(InstanceType.objects.filter(catalog__name=chosen or default))
         ps_types = [(t.name, self._type_label(t, network=True)) for t in types if t.role in ("ps", "any")]
         worker_types = [(t.name, self._type_label(t)) for t in types if t.role in ("worker", "any")]
-        self.fields["ps_type"].choices = [("", "Chosen by the algorithm (Manual: none)"), *ps_types]
+        self.fields["ps_type"].choices = [("", "Chosen by the algorithm (Manual: the worker type)"), *ps_types]
         self.fields["worker_type"].choices = [("", "Choose a worker type"), *worker_types]
         self.fields["worker_types"].choices = worker_types
         self.fields["provider"].widget.unavailable = {

@@ -724,6 +724,28 @@ def test_recommendation_for_cost_opt_is_6_c4_xlarge_as_in_8_1(client, alice, bun
     assert response.context["plan"].recommendation["algorithm"] == "cost-opt"
 
 
+@pytest.mark.parametrize(
+    ("strategy", "ps_type", "price", "explanation"),
+    [
+        ("ps", "m4.large", "$0.625/h", "2 m4.xlarge workers and a m4.large PS"),  # 0.125 + 2 × 0.25
+        ("ps", "", "$0.75/h", "2 m4.xlarge workers and a m4.xlarge PS"),  # the PS on the workers' type: 3 × 0.25
+        ("mirrored", "m4.large", "$0.5/h", "2 m4.xlarge workers you chose"),  # no PS: 2 × 0.25
+    ],
+)
+def test_manual_price_counts_the_ps_of_a_parameter_server_cluster(
+    client, alice, bundle, fc2_2018, strategy, ps_type, price, explanation
+):
+    client.force_login(alice)
+    through_data(client, bundle)
+    inputs = resource_form(strategy=strategy, catalog="fc2-2018", ps_type=ps_type, worker_type="m4.xlarge")
+
+    response = client.get(reverse("job-new-recommendation"), inputs)
+
+    page = response.content.decode()
+    assert price in page
+    assert explanation in page
+
+
 def test_resource_page_has_a_live_accessible_recommendation(client, alice, bundle, fc2_2018):
     client.force_login(alice)
     through_data(client, bundle)

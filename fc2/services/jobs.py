@@ -143,7 +143,9 @@ def plan(request: JobRequest) -> Plan:
     provider cannot run the answer)."""
     if request.algorithm == "manual":
         where = f"{request.worker_type} " if request.worker_type else ""
-        ps = f" and a {request.ps_type} PS" if request.ps_type and request.strategy == Job.Strategy.PS else ""
+        ps = ""
+        if request.strategy == Job.Strategy.PS and (request.ps_type or request.worker_type):
+            ps = f" and a {request.ps_type or request.worker_type} PS"
         return Plan(
             ps_type=request.ps_type,
             worker_type=request.worker_type,

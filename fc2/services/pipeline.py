@@ -179,7 +179,8 @@ def profile(job_id: int, *, resume: bool = False, **_) -> bool:
 
 def hourly_cost(job: Job | JobRequest) -> Decimal:
     """$/h of the job's (or job request's) cluster from its catalogue: the PS plus its workers (0 for a local cluster
-    of no types)."""
+    of no types). A parameter-server cluster always has its PS node: with no PS type chosen it runs on the workers'
+    type and is priced as one more of them."""
     from recommender.models import InstanceType
 
     prices = dict(
@@ -188,7 +189,7 @@ def hourly_cost(job: Job | JobRequest) -> Decimal:
         )
     )
     worker_price = prices.get(job.worker_type, Decimal(0))
-    ps_price = prices.get(job.ps_type, Decimal(0)) if job.strategy == Job.Strategy.PS else Decimal(0)
+    ps_price = prices.get(job.ps_type, worker_price) if job.strategy == Job.Strategy.PS else Decimal(0)
     return ps_price + job.workers * worker_price
 
 
