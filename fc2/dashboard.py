@@ -32,7 +32,7 @@ COLUMNS = [
     ("cluster", "Cluster", True, ""),
     ("created", "Submitted", True, "hide-sm"),
     ("duration", "Duration", True, "amount"),
-    ("cost", "Cost", True, "amount"),
+    ("cost", "Est. cost", True, "amount"),
 ]
 
 

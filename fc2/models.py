@@ -248,10 +248,15 @@ class Job(models.Model):
 
     @property
     def cost_so_far(self) -> float | None:
-        """$ spent: the cluster's hourly cost over the time it has run."""
+        """$ at the catalogue's price: the cluster's hourly cost over the time it has run (an estimate, not a bill)."""
         if self.hourly_cost is None or self.started_at is None:
             return None
         return self.cost_between()
+
+    @property
+    def cost_label(self) -> str:
+        """What `cost_so_far` is called: the cost so far while the job may still run, its total cost once it ended."""
+        return "Total cost" if self.is_terminal else "Cost so far"
 
     @property
     def budget_so_far(self) -> float | None:

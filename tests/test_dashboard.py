@@ -11,10 +11,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils.html import escape
 
 from fc2.dashboard import PAGE_SIZE
 from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import dashboard
+from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 
 URL = "/dashboard/"
 UTC = dt.UTC
@@ -305,6 +307,19 @@ def test_spend_totals_by_user_and_week(staff_client, make, alice, bob):
     filtered = staff_client.get(URL, {"user": "alice"})
     assert json_script(filtered, "spend-by-user") == [{"user": "alice", "cost": 5.5}]
     assert [row["cost"] for row in json_script(filtered, "spend-by-week")] == [2.5, 0.0, 3.0]
+
+
+def test_a_local_run_costing_fractions_of_a_cent_is_charted_and_marked_as_an_estimate(staff_client, make, alice):
+    # 0.05 $/h for 3 minutes: $0.0025, which whole cents would chart (and list) as $0.
+    make(alice, started=MONDAY, hours=0.05, hourly_cost=Decimal("0.05"))
+
+    response = staff_client.get(URL)
+
+    page = response.content.decode()
+    assert json_script(response, "spend-by-week") == [{"week": "2026-03-02", "cost": 0.0025}]
+    assert json_script(response, "spend-by-user") == [{"user": "alice", "cost": 0.0025}]
+    assert "Estimated spend" in page and "≈ $0.0025" in page
+    assert escape(ESTIMATE_NOTE) in page
 
 
 def test_spend_by_user_groups_the_rest_as_others(make, django_user_model):

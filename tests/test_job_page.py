@@ -11,9 +11,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils.html import escape
 
 from fc2.home import PER_PAGE, month_bounds, monthly_spend
 from fc2.models import CodeBundle, Dataset, Job, JobEvent, Node
+from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from monitor import series
 from monitor.models import NodeSample
 from monitor.series import Sample
@@ -317,12 +319,33 @@ def test_job_page_holds_the_cost_against_the_budget(client, alice, running):
 
     page = client.get(reverse("job-detail", args=[running.pk])).content.decode()
 
-    assert '<strong id="cost-so-far">$1.25</strong>' in page  # $0.625/h × 2 h
-    assert "$1.25 of $1.50 budget (83 %)" in page  # $0.75/h × 2 h
+    assert '<span class="tile-label">Total cost (estimate)</span>' in page  # it has ended
+    assert '<strong id="cost-so-far">≈ $1.25</strong>' in page  # $0.625/h × 2 h
+    assert "≈ $1.25 of $1.50 budget (83 %)" in page  # $0.75/h × 2 h
     assert "$0.6250/h" in page and "budget $0.7500/h" in page
-    assert 'role="meter"' in page and 'aria-valuetext="$1.25 of $1.50"' in page
+    assert 'role="meter"' in page and 'aria-valuetext="≈ $1.25 of $1.50"' in page
+    assert escape(ESTIMATE_NOTE) in page
     assert "Cancel job" not in page
     assert f'href="{reverse("job-new")}?from={running.pk}"' in page  # an ended job can be run again
+
+
+@pytest.mark.parametrize(
+    ("state", "label"),
+    [
+        (Job.State.RUNNING, "Cost so far"),
+        (Job.State.COLLECTING, "Cost so far"),
+        (Job.State.SUCCEEDED, "Total cost"),
+        (Job.State.FAILED, "Total cost"),
+        (Job.State.CANCELLED, "Total cost"),
+    ],
+)
+def test_cost_is_so_far_while_it_runs_and_total_once_ended(client, alice, running, state, label):
+    Job.objects.filter(pk=running.pk).update(state=state)
+    client.force_login(alice)
+
+    page = client.get(reverse("job-detail", args=[running.pk])).content.decode()
+
+    assert f'<span class="tile-label">{label} (estimate)</span>' in page
 
 
 def test_job_page_without_budget_or_price_yet(client, alice, rows):
@@ -430,8 +453,9 @@ def test_home_shows_the_monthly_spend(client, alice, spanning):
     with mock.patch("django.utils.timezone.now", return_value=now):
         page = client.get("/").content.decode()
 
-    assert "Spend in February 2026" in page
-    assert '<strong class="tile-value" id="monthly-spend">$13.75</strong>' in page
+    assert "Estimated spend in February 2026" in page
+    assert '<strong class="tile-value" id="monthly-spend">≈ $13.75</strong>' in page
+    assert "catalogue prices, not a bill" in page
     assert "4 jobs ran this month" in page
 
 

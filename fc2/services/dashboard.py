@@ -182,6 +182,11 @@ def recent_failures(limit: int = 10) -> list[Job]:
     return list(queryset.select_related("owner").defer(*UNSHOWN_FIELDS).order_by("-finished_at", "-pk")[:limit])
 
 
+# Spend in the charts' data keeps six decimals: a local run's estimate is fractions of a cent, and cents would draw it
+# as nothing.
+SPEND_DIGITS = 6
+
+
 def spend_by_user(queryset: QuerySet[Job], total: float, top: int = 12) -> list[dict]:
     """[{"user", "cost"}] for the `top` spenders, then everyone else as one "others" row (from `total`)."""
     rows = (
@@ -191,10 +196,10 @@ def spend_by_user(queryset: QuerySet[Job], total: float, top: int = 12) -> list[
         .annotate(spent=Sum("cost"))
         .order_by("-spent", "owner__username")[:top]
     )
-    result = [{"user": row["owner__username"], "cost": round(row["spent"], 2)} for row in rows]
+    result = [{"user": row["owner__username"], "cost": round(row["spent"], SPEND_DIGITS)} for row in rows]
     others = total - sum(row["cost"] for row in result)
-    if len(result) == top and others >= 0.005:
-        result.append({"user": "others", "cost": round(others, 2)})
+    if len(result) == top and round(others, SPEND_DIGITS) > 0:
+        result.append({"user": "others", "cost": round(others, SPEND_DIGITS)})
     return result
 
 
@@ -216,7 +221,7 @@ def spend_by_week(queryset: QuerySet[Job]) -> list[dict]:
         return []
     weeks, week = [], min(spent)
     while week <= max(spent):
-        weeks.append({"week": week.isoformat(), "cost": round(spent.get(week, 0.0), 2)})
+        weeks.append({"week": week.isoformat(), "cost": round(spent.get(week, 0.0), SPEND_DIGITS)})
         week += dt.timedelta(weeks=1)
     return weeks
 

@@ -1,5 +1,5 @@
-"""Template helpers of the job and home pages: numbers (money, rates, memory, elapsed time) and a pager that keeps
-the page's other filters and pages."""
+"""Template helpers of the job and home pages: numbers (money, estimated costs, rates, memory, elapsed time) and a
+pager that keeps the page's other filters and pages."""
 
 from __future__ import annotations
 
@@ -26,6 +26,32 @@ def usd(value) -> str:
     if value == 0 or abs(value) >= 1:
         return f"${value:,.2f}"
     return f"${value:.4f}"
+
+
+# Every cost the platform shows is the cluster's catalogue price × its running time: what the run would cost on the
+# catalogue's cloud, never a bill (a local cluster runs on this machine and spends nothing). `estimate` marks each one
+# so, and pages say why once with `estimate_note`.
+ESTIMATE_NOTE = (
+    "≈ costs are estimates at the instance catalogue's prices, not bills: a local cluster runs on this machine and "
+    "spends nothing."
+)
+
+
+@register.filter
+def estimate(value) -> str:
+    """A catalogue-priced cost: `usd` marked as an estimate.
+
+    >>> estimate(0.0034), estimate(12), estimate(None)
+    ('≈ $0.0034', '≈ $12.00', '–')
+    """
+    amount = usd(value)
+    return amount if amount == "–" else f"≈ {amount}"
+
+
+@register.simple_tag
+def estimate_note() -> str:
+    """The one sentence that says what the ≈ on a page's costs means."""
+    return ESTIMATE_NOTE
 
 
 @register.filter

@@ -1,9 +1,15 @@
 // The dashboard's two spend charts, drawn from the page's json_script data (the same figures as the tables beside them).
+// The amounts are catalogue-priced estimates (≈), as everywhere on the platform.
 (() => {
   const css = getComputedStyle(document.documentElement);
   const brand = css.getPropertyValue("--brand").trim() || "#2450d3";
-  const money = (value, digits = 2) =>
-    "$" + value.toLocaleString(undefined, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  // Dollars as the tables write them: cents from $1, four decimals below (a local run costs fractions of a cent).
+  const money = (value) => {
+    const digits = value === 0 || Math.abs(value) >= 1 ? 2 : 4;
+    return "$" + value.toLocaleString(undefined, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  };
+  // An axis tick: as few digits as tell the ticks apart (0.0005, 0.001, 0.0015 rather than $0 on every one).
+  const tick = (value) => "$" + value.toLocaleString(undefined, { maximumSignificantDigits: 3 });
 
   function bars(canvasId, dataId, labelKey, horizontal) {
     const canvas = document.getElementById(canvasId);
@@ -13,14 +19,18 @@
       type: "bar",
       data: {
         labels: rows.map((row) => row[labelKey]),
-        datasets: [{ label: "Spend ($)", data: rows.map((row) => row.cost), backgroundColor: brand }],
+        datasets: [{ label: "Estimated spend ($)", data: rows.map((row) => row.cost), backgroundColor: brand }],
       },
       options: {
         indexAxis: horizontal ? "y" : "x",
         maintainAspectRatio: false,
-        plugins: { legend: { display: false }, tooltip: { callbacks: { label: (item) => money(item.raw) } } },
+        plugins: { legend: { display: false }, tooltip: { callbacks: { label: (item) => "≈ " + money(item.raw) } } },
         scales: {
-          [horizontal ? "x" : "y"]: { beginAtZero: true, ticks: { callback: (value) => money(value, 0) } },
+          [horizontal ? "x" : "y"]: {
+            beginAtZero: true,
+            title: { display: true, text: "estimated spend ($, catalogue prices)" },
+            ticks: { callback: tick },
+          },
           [horizontal ? "y" : "x"]: { ticks: { autoSkip: false } },  // every user, every week
         },
       },
