@@ -1,7 +1,9 @@
-"""Template helpers of the job and home pages: numbers (money, estimated costs, rates, memory, elapsed time) and a
-pager that keeps the page's other filters and pages."""
+"""Template helpers of the site's pages: numbers for people (money, estimated costs, prices, rates, capacities,
+memory, elapsed time) and a pager that keeps the page's other filters and pages."""
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from django import template
 
@@ -69,6 +71,43 @@ def mbps(value) -> str:
     if value < 100:
         return f"{value:.1f}"
     return f"{value:,.0f}"
+
+
+@register.filter
+def per_hour(value) -> str:
+    """A catalogue price in $/h as people write it, with every digit it has and no more.
+
+    >>> per_hour(Decimal("0.125000")), per_hour(Decimal("2.000000")), per_hour(0.0), per_hour(None)
+    ('$0.125/h', '$2/h', '$0/h', '–')
+    """
+    if _missing(value):
+        return "–"
+    return f"${Decimal(str(value)).normalize():f}/h"
+
+
+@register.filter
+def capacity(mbps) -> str:
+    """A network capacity given in Mbps, in Gbps from 1000 on.
+
+    >>> capacity(10000.0), capacity(12500), capacity(450.0), capacity(0.5), capacity(None)
+    ('10 Gbps', '12.5 Gbps', '450 Mbps', '0.5 Mbps', '–')
+    """
+    if _missing(mbps):
+        return "–"
+    mbps = float(mbps)
+    return f"{mbps / 1000:g} Gbps" if mbps >= 1000 else f"{mbps:g} Mbps"
+
+
+@register.filter
+def gib(value) -> str:
+    """Memory given in GiB.
+
+    >>> gib(16.0), gib(0.5), gib(None)
+    ('16 GiB', '0.5 GiB', '–')
+    """
+    if _missing(value):
+        return "–"
+    return f"{float(value):g} GiB"
 
 
 @register.filter
