@@ -113,7 +113,7 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "fc2.apps.PlatformAdminConfig",  # django.contrib.admin, branded, with the site's 403 for researchers
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -1,4 +1,5 @@
-"""The site's pages as one site: the catalogue and records pages in its style and with numbers for people."""
+"""The site's pages as one site: the catalogue and records pages in its style and with numbers for people, its 403
+page for a researcher on an admin-only page, and the branded Django admin."""
 
 from __future__ import annotations
 
@@ -64,3 +65,34 @@ def test_records_use_the_sites_controls_and_units(client, alice, records):
     assert "42.2 s" in page or "42.3 s" in page  # floatformat rounds half to even
     assert "812" in page and "812.4" not in page  # a rate in the column's Mbps, with sensible precision
     assert '<span class="badge failed">failed</span>' in page
+
+
+# --- 403 and the admin ---
+
+
+@pytest.mark.parametrize("url", ["/dashboard/", "/admin/", "/admin/fc2/job/"])
+def test_a_researcher_on_an_admin_page_gets_the_sites_403(client, alice, url):
+    client.force_login(alice)
+
+    response = client.get(url, follow=True)
+
+    assert response.status_code == 403
+    assert "403.html" in [t.name for t in response.templates]
+    page = response.content.decode()
+    assert '<a class="brand" href="/">FC² platform</a>' in page  # the site's own frame
+    assert "Not allowed" in page and f'href="{reverse("home")}"' in page
+
+
+def test_anonymous_on_the_admin_is_asked_to_log_in(client, db):
+    response = client.get("/admin/", follow=True)
+
+    assert response.status_code == 200
+    assert response.redirect_chain[-1][0].startswith("/admin/login/")
+
+
+def test_the_admin_is_branded_and_links_back_to_the_site(admin_client):
+    page = admin_client.get("/admin/").content.decode()
+
+    assert "<title>Records | FC² platform admin</title>" in page
+    assert '<a href="/admin/">FC² platform admin</a>' in page
+    assert '<a href="/">View site</a>' in page
