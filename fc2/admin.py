@@ -5,8 +5,19 @@ form that moved it (or rewrote its token, cluster or lease) would start or orpha
 """
 
 from django.contrib import admin
+from django.contrib.admin.widgets import AdminFileWidget
+from django.db import models
+from django.urls import reverse
+from django.utils.html import format_html
 
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
+
+
+class StoredFileInput(AdminFileWidget):
+    """The admin's file input naming the stored file without a link to it: nothing is served under MEDIA_URL (a
+    job's artifacts download through its page, which checks who asks)."""
+
+    template_name = "fc2/admin/stored_file_input.html"
 
 
 class ReadOnly:
@@ -33,6 +44,7 @@ class CodeBundleAdmin(admin.ModelAdmin):
     list_display = ("id", "distribution", "version", "main_script", "owner", "size_bytes", "created_at")
     list_filter = ("owner",)
     search_fields = ("distribution", "filename", "sha256")
+    formfield_overrides = {models.FileField: {"widget": StoredFileInput}}
 
 
 @admin.register(Dataset)
@@ -40,6 +52,11 @@ class DatasetAdmin(admin.ModelAdmin):
     list_display = ("id", "name", "kind", "owner", "size_mb", "features", "rows", "created_at")
     list_filter = ("kind",)
     search_fields = ("name", "url", "path")
+    # As the wizard's URL field: a URL typed without a scheme is https (Django 6's default; 5.x warns on its own).
+    formfield_overrides = {
+        models.URLField: {"assume_scheme": "https"},
+        models.FileField: {"widget": StoredFileInput},
+    }
 
 
 class JobEventInline(RecordInline):
@@ -109,3 +126,12 @@ class NodeAdmin(RecordAdmin):
 @admin.register(Artifact)
 class ArtifactAdmin(RecordAdmin):
     list_display = ("job", "name", "size_bytes", "created_at")
+    fields = ("job", "node", "name", "download", "size_bytes", "created_at")
+    readonly_fields = ("download",)
+
+    @admin.display(description="File")
+    def download(self, artifact: Artifact) -> str:
+        """The job page's download link (the stored file's own path is not served)."""
+        return format_html(
+            '<a href="{}">{}</a>', reverse("artifact-download", args=[artifact.job_id, artifact.pk]), artifact.name
+        )
