@@ -27,6 +27,7 @@ from fc2.bundles import BundleError, validate_wheel
 from fc2.models import CodeBundle, Dataset, Job, workload_name
 from fc2.services import datasets, jobs
 from fc2.services.bundles import store_bundle
+from fc2.templatetags.fc2_ui import capacity, gib, per_hour
 from recommender import service
 from recommender.models import Catalog, InstanceType
 from recommender.types import RecommendationError
@@ -391,13 +392,13 @@ class ResourceForm(StepForm):
 
     @staticmethod
     def _type_label(row: InstanceType, network: bool = False) -> str:
-        facts = [f"${row.hourly_price.normalize():f}/h"]
+        facts = [per_hour(row.hourly_price)]
         if row.gpus:
             facts.append(f"{row.gpus} GPU")
         if row.memory_gib:
-            facts.append(f"{row.memory_gib:g} GiB")
+            facts.append(gib(row.memory_gib))
         if network and row.network_mbps:
-            facts.append(f"{row.network_mbps:g} Mbps")
+            facts.append(capacity(row.network_mbps))
         return f"{row.name} · {' · '.join(facts)}"
 
     def clean_hourly_budget(self):

@@ -724,6 +724,16 @@ def test_recommendation_for_cost_opt_is_6_c4_xlarge_as_in_8_1(client, alice, bun
     assert response.context["plan"].recommendation["algorithm"] == "cost-opt"
 
 
+def test_instance_types_are_offered_with_prices_and_capacities_for_people(client, alice, bundle, db):
+    load_catalog("aws-us-east-1")
+    client.force_login(alice)
+    through_data(client, bundle)
+
+    page = client.get(step_url("resource"), resource_form(catalog="aws-us-east-1")).content.decode()
+
+    assert "c5n.9xlarge · $1.944/h · 96 GiB · 50 Gbps</option>" in page  # the PS list, not 50000 Mbps
+
+
 @pytest.mark.parametrize(
     ("strategy", "ps_type", "price", "explanation"),
     [
