@@ -3,27 +3,35 @@ memory, elapsed time) and a pager that keeps the page's other filters and pages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
+from functools import wraps
+from typing import Any
 
 from django import template
 
 register = template.Library()
 
 
-def _missing(value) -> bool:
-    # A lookup through a missing object (`node.latest.memory_mb` with no sample yet) gives the empty string.
-    return value is None or value == ""
+def _dash_when_missing(format_number: Callable[[Any], str]) -> Callable[[Any], str]:
+    """A number filter that shows a dash for a missing value: None, or the empty string that a lookup through a
+    missing object gives (`node.latest.memory_mb` with no sample yet)."""
+
+    @wraps(format_number)
+    def number_or_dash(value) -> str:
+        return "–" if value is None or value == "" else format_number(value)
+
+    return number_or_dash
 
 
 @register.filter
+@_dash_when_missing
 def usd(value) -> str:
     """Dollars with cents, or with four decimals under a dollar (a short local run costs fractions of a cent).
 
     >>> usd(1234.5), usd(0.0034), usd(0), usd(None)
     ('$1,234.50', '$0.0034', '$0.00', '–')
     """
-    if _missing(value):
-        return "–"
     value = float(value)
     if value == 0 or abs(value) >= 1:
         return f"${value:,.2f}"
@@ -40,14 +48,14 @@ ESTIMATE_NOTE = (
 
 
 @register.filter
+@_dash_when_missing
 def estimate(value) -> str:
     """A catalogue-priced cost: `usd` marked as an estimate.
 
     >>> estimate(0.0034), estimate(12), estimate(None)
     ('≈ $0.0034', '≈ $12.00', '–')
     """
-    amount = usd(value)
-    return amount if amount == "–" else f"≈ {amount}"
+    return f"≈ {usd(value)}"
 
 
 @register.simple_tag
@@ -57,14 +65,13 @@ def estimate_note() -> str:
 
 
 @register.filter
+@_dash_when_missing
 def mbps(value) -> str:
     """A rate given in Mbps as a number with sensible precision (the unit is in the column's header).
 
     >>> mbps(0.01234), mbps(12.345), mbps(1234.5), mbps(None)
     ('0.012', '12.3', '1,234', '–')
     """
-    if _missing(value):
-        return "–"
     value = float(value)
     if value < 1:
         return f"{value:.3f}"
@@ -74,64 +81,59 @@ def mbps(value) -> str:
 
 
 @register.filter
+@_dash_when_missing
 def per_hour(value) -> str:
     """A catalogue price in $/h as people write it, with every digit it has and no more.
 
     >>> per_hour(Decimal("0.125000")), per_hour(Decimal("2.000000")), per_hour(0.0), per_hour(None)
     ('$0.125/h', '$2/h', '$0/h', '–')
     """
-    if _missing(value):
-        return "–"
     return f"${Decimal(str(value)).normalize():f}/h"
 
 
 @register.filter
+@_dash_when_missing
 def capacity(mbps) -> str:
     """A network capacity given in Mbps, in Gbps from 1000 on.
 
     >>> capacity(10000.0), capacity(12500), capacity(450.0), capacity(0.5), capacity(None)
     ('10 Gbps', '12.5 Gbps', '450 Mbps', '0.5 Mbps', '–')
     """
-    if _missing(mbps):
-        return "–"
     mbps = float(mbps)
     return f"{mbps / 1000:g} Gbps" if mbps >= 1000 else f"{mbps:g} Mbps"
 
 
 @register.filter
+@_dash_when_missing
 def gib(value) -> str:
     """Memory given in GiB.
 
     >>> gib(16.0), gib(0.5), gib(None)
     ('16 GiB', '0.5 GiB', '–')
     """
-    if _missing(value):
-        return "–"
     return f"{float(value):g} GiB"
 
 
 @register.filter
+@_dash_when_missing
 def megabytes(value) -> str:
     """Memory given in MB, as MB or GB.
 
     >>> megabytes(612.4), megabytes(2048), megabytes(None)
     ('612 MB', '2.0 GB', '–')
     """
-    if _missing(value):
-        return "–"
     value = float(value)
     return f"{value / 1024:.1f} GB" if value >= 1024 else f"{value:.0f} MB"
 
 
 @register.filter
+@_dash_when_missing
 def duration(seconds) -> str:
     """Elapsed seconds as `42 s`, `3 min 05 s` or `2 h 07 min`.
 
     >>> duration(42.4), duration(185), duration(7620), duration(None)
     ('42 s', '3 min 05 s', '2 h 07 min', '–')
     """
-    if _missing(seconds):
-        return "–"
     seconds = int(seconds)
     if seconds < 60:
         return f"{seconds} s"
