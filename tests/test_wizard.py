@@ -754,6 +754,7 @@ def test_manual_price_counts_the_ps_of_a_parameter_server_cluster(
     page = response.content.decode()
     assert price in page
     assert explanation in page
+    assert ("+ PS" in page) == (strategy == "ps")  # the PS priced is the PS shown
 
 
 def test_resource_page_has_a_live_accessible_recommendation(client, alice, bundle, fc2_2018):

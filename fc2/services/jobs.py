@@ -122,7 +122,7 @@ class Plan:
     """The cluster a job request gets, known before the job exists: the recommender's answer, or for Manual the
     user's own choice, priced as the job will be."""
 
-    ps_type: str  # "" when none is chosen (a local cluster of no types)
+    ps_type: str  # what the PS runs on (`pipeline.ps_node_type`); "" with no PS, or a local cluster of no types
     worker_type: str  # "" when none is chosen
     workers: int  # number of workers
     hourly_cost: Decimal  # $/h from the catalogue: the PS (parameter-server strategy) plus the workers
@@ -143,11 +143,10 @@ def plan(request: JobRequest) -> Plan:
     provider cannot run the answer)."""
     if request.algorithm == "manual":
         where = f"{request.worker_type} " if request.worker_type else ""
-        ps = ""
-        if request.strategy == Job.Strategy.PS and (request.ps_type or request.worker_type):
-            ps = f" and a {request.ps_type or request.worker_type} PS"
+        ps_type = pipeline.ps_node_type(request)
+        ps = f" and a {ps_type} PS" if ps_type else ""
         return Plan(
-            ps_type=request.ps_type,
+            ps_type=ps_type,
             worker_type=request.worker_type,
             workers=request.workers,
             hourly_cost=_trimmed(pipeline.hourly_cost(request)),
@@ -163,7 +162,7 @@ def plan(request: JobRequest) -> Plan:
         raise SubmitError(f"the recommended {answer.workers} workers are too many: {exc}", exc.field) from exc
     chosen = replace(request, ps_type=answer.ps_type or "", worker_type=answer.worker_type, workers=answer.workers)
     return Plan(
-        ps_type=chosen.ps_type,
+        ps_type=pipeline.ps_node_type(chosen),
         worker_type=chosen.worker_type,
         workers=chosen.workers,
         hourly_cost=_trimmed(pipeline.hourly_cost(chosen)),

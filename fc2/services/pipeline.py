@@ -177,19 +177,27 @@ def profile(job_id: int, *, resume: bool = False, **_) -> bool:
     return True
 
 
+def ps_node_type(job: Job | JobRequest) -> str:
+    """The instance type the PS of a parameter-server cluster runs on: the chosen PS type, else the workers' type (a
+    PS cluster always has its PS node). "" for a cluster with no PS, or of no types."""
+    if job.strategy != Job.Strategy.PS:
+        return ""
+    return job.ps_type or job.worker_type
+
+
 def hourly_cost(job: Job | JobRequest) -> Decimal:
-    """$/h of the job's (or job request's) cluster from its catalogue: the PS plus its workers (0 for a local cluster
-    of no types). A parameter-server cluster always has its PS node: with no PS type chosen it runs on the workers'
-    type and is priced as one more of them."""
+    """$/h of the job's (or job request's) cluster from its catalogue: the PS (see `ps_node_type`) plus its workers
+    (0 for a local cluster of no types)."""
     from recommender.models import InstanceType
 
+    ps_type = ps_node_type(job)
     prices = dict(
-        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[job.ps_type, job.worker_type]).values_list(
+        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[ps_type, job.worker_type]).values_list(
             "name", "hourly_price"
         )
     )
     worker_price = prices.get(job.worker_type, Decimal(0))
-    ps_price = prices.get(job.ps_type, worker_price) if job.strategy == Job.Strategy.PS else Decimal(0)
+    ps_price = prices.get(ps_type, Decimal(0))
     return ps_price + job.workers * worker_price
 
 
