@@ -26,6 +26,7 @@ from fc2.management.commands.submit_job import Command as SubmitJob
 from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import datasets, jobs
 from fc2.services.bundles import store_bundle
+from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm
 from recommender.catalog import load_catalog
 from recommender.perfdata import import_samples
@@ -838,6 +839,7 @@ def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, al
     assert response.context["plan"].predicted_epoch_time_s == 360.0
     assert float(response.context["total_cost"]) == pytest.approx(1.511 * 360 * 10 / 3600)
     assert "≈ $1.51" in response.content.decode() and "for 10 epochs" in response.content.decode()
+    assert escape(ESTIMATE_NOTE) in response.content.decode()  # what the ≈ means, in the words of every other page
 
 
 def algorithm_disabled(page: str, value: str) -> bool:
