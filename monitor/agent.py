@@ -5,7 +5,8 @@ Standalone on purpose — stdlib, plus psutil when the node has it — because i
 no Django. It:
 
 - starts the node's command, writes its stdout/stderr to the node log, and parses `FC2_PROGRESS {json}` lines;
-- reports `started`, then `running` with progress and a resource sample every interval, to
+- reports `started`, then `running` with progress, every progress line since the previous report (`progress_log`, so
+  a chief printing many lines a second loses none of its losses) and a resource sample every interval, to
   `POST <url>/api/jobs/<job>/report` with the job-scoped token (read from a file only the agent can read: never on
   the command line, never in the environment of the node's command);
 - when the command exits, keeps its final report — `succeeded` or `failed` with the exit code, the log tail — and the
@@ -53,6 +54,7 @@ LOG_TAIL_LINES = 60
 LOG_TAIL_LINE_CHARS = 1000  # of each line kept in the log tail
 MAX_LINE_BYTES = 64 * 1024  # a longer line is read in pieces: the agent never holds more of the output at once
 MIN_REPORT_GAP_S = 1.0
+MAX_PROGRESS_LOG = 1000  # progress lines one report carries: the newest, when a chief prints faster than that
 
 
 class Reporter:
@@ -320,6 +322,8 @@ class NodeRun:
         self.log_room = max_log_bytes  # what the log may still take of the disk: the command's output is unbounded
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.progress: dict = {}
+        self.progress_log: collections.deque[dict] = collections.deque(maxlen=MAX_PROGRESS_LOG)
+        self.progress_lock = threading.Lock()
         self.progress_changed = threading.Event()
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -337,8 +341,17 @@ class NodeRun:
                 self.tail.append(line[:LOG_TAIL_LINE_CHARS].decode(errors="replace").rstrip("\n"))
                 progress = parse_progress(line)
                 if progress:
-                    self.progress.update(progress)
+                    with self.progress_lock:
+                        self.progress.update(progress)
+                        self.progress_log.append({**progress, "at": round(time.time(), 3)})
                     self.progress_changed.set()
+
+    def take_progress_log(self) -> list[dict]:
+        """The progress lines read since the last call (each with `at`, when it was read), oldest first."""
+        with self.progress_lock:
+            lines = list(self.progress_log)
+            self.progress_log.clear()
+        return lines
 
     def log_tail(self) -> str:
         return "\n".join(self.tail)
@@ -420,7 +433,9 @@ def main(argv: list[str] | None = None) -> int:
         run.progress_changed.clear()
         if reporter.stopping.is_set() or run.process.poll() is not None:
             break
-        reporter.send({"status": "running", "progress": dict(run.progress), "sample": sampler.sample()}, attempts=2)
+        # A report that cannot be delivered takes its progress lines with it: training is never held up for them.
+        report = {"status": "running", "progress": dict(run.progress), "progress_log": run.take_progress_log()}
+        reporter.send({**report, "sample": sampler.sample()}, attempts=2)
         last_report = time.monotonic()
 
     try:
@@ -446,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         "status": "succeeded" if code == 0 else "failed",
         "exit_code": code,
         "progress": dict(run.progress),
+        "progress_log": run.take_progress_log(),
         "log_tail": run.log_tail(),
     }
     files = collect_outputs(args.output, args.max_artifact_mb * 2**20) if code == 0 else {}

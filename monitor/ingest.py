@@ -1,10 +1,12 @@
-"""Ingestion of node reports into the time series."""
+"""Ingestion of node reports into the time series: resource samples and loss points."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
 
-from monitor.models import NodeSample
+from monitor.models import LossPoint, NodeSample
 
 
 def finite_or_none(value):
@@ -17,9 +19,8 @@ def finite_or_none(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def record_sample(node, sample: dict, progress: dict | None = None) -> NodeSample:
-    """Store one resource sample of `node` (a fc2.Node), with the training step it was taken at."""
-    progress = progress or {}
+def record_sample(node, sample: dict) -> NodeSample:
+    """Store one resource sample of `node` (a fc2.Node)."""
     return NodeSample.objects.create(
         node=node,
         cpu_percent=finite_or_none(sample.get("cpu_percent")),
@@ -27,6 +28,21 @@ def record_sample(node, sample: dict, progress: dict | None = None) -> NodeSampl
         gpu_percent=finite_or_none(sample.get("gpu_percent")),
         bytes_sent=sample.get("bytes_sent"),
         bytes_recv=sample.get("bytes_recv"),
-        step=progress.get("step"),
-        loss=finite_or_none(progress.get("loss")),
     )
+
+
+def record_losses(node, progress_lines: Iterable[dict]) -> list[LossPoint]:
+    """Store each progress line of `node` that has a step and a finite loss as a loss point; `at` in a line is the
+    unix time the agent read it."""
+    points = [
+        LossPoint(
+            node=node,
+            printed_at=datetime.fromtimestamp(line["at"], UTC) if line.get("at") is not None else None,
+            epoch=line.get("epoch"),
+            step=line["step"],
+            loss=line["loss"],
+        )
+        for line in progress_lines
+        if line.get("step") is not None and finite_or_none(line.get("loss")) is not None
+    ]
+    return LossPoint.objects.bulk_create(points)

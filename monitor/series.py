@@ -1,7 +1,9 @@
-"""Chart series from a job's node samples: network rates from cumulative byte counters, per-node grouping, the
-chief's loss curve, and downsampling so a long run still sends at most a few hundred points per node.
+"""Chart series from a job's node samples and loss points: network rates from cumulative byte counters, per-node
+grouping, the chief's loss curve (every loss it printed), and downsampling so a long run still sends at most a few
+hundred points per node.
 
-The shaping functions are pure (they take `Sample`s, not rows); `load_samples` is the one place that queries.
+The shaping functions are pure (they take `Sample`s and `Loss`es, not rows); the `load_*` functions are the ones
+that query.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from django.db.models import OuterRef, Q, Subquery
 
 from fc2.models import Job, Node
 from monitor.ingest import finite_or_none
-from monitor.models import NodeSample
+from monitor.models import LossPoint, NodeSample
 from provisioner.types import is_chief
 
 MAX_POINTS = 500  # per node and per curve: more than a chart a few hundred pixels wide can show
@@ -33,8 +35,15 @@ class Sample:
     gpu_percent: float | None = None
     bytes_sent: int | None = None  # cumulative, as the node's counters say
     bytes_recv: int | None = None
-    step: int | None = None
-    loss: float | None = None
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One loss the chief printed."""
+
+    at: datetime  # when it was printed (or, when the agent did not say, received)
+    step: int
+    loss: float
 
 
 def rate_mbps(prev_bytes: int | None, prev_at: datetime, now_bytes: int | None, now_at: datetime) -> float | None:
@@ -92,15 +101,18 @@ def latest_reading(newest_first: Sequence) -> tuple[object | None, float | None,
     )
 
 
-def loss_points(samples: Iterable[Sample]) -> list[dict]:
-    """The loss curve: one point per training step that came with a loss (agents repeat the latest progress)."""
+def loss_points(losses: Iterable[Loss]) -> list[dict]:
+    """The loss curve: one point per training step (a step printed twice keeps its first loss).
+
+    >>> t = datetime(2026, 11, 1, tzinfo=UTC)
+    >>> [p["step"] for p in loss_points([Loss(t, 1, 0.9), Loss(t, 2, 0.8), Loss(t, 2, 0.8), Loss(t, 3, 0.7)])]
+    [1, 2, 3]
+    """
     points: list[dict] = []
-    for sample in samples:
-        if sample.step is None or sample.loss is None:
+    for item in losses:
+        if points and points[-1]["step"] == item.step:
             continue
-        if points and points[-1]["step"] == sample.step:
-            continue
-        points.append({"at": sample.at, "step": sample.step, "loss": sample.loss})
+        points.append({"at": item.at, "step": item.step, "loss": item.loss})
     return points
 
 
@@ -130,23 +142,17 @@ def downsample(points: Sequence[dict], limit: int = MAX_POINTS) -> list[dict]:
     return out
 
 
-def shape(
-    samples: Sequence[Sample], chief_ids: set[int], since: datetime | None = None, limit: int = MAX_POINTS
-) -> tuple[dict[int, list[dict]], list[dict]]:
-    """Per-node resource points and the chief's loss curve, only points newer than `since`, each downsampled.
+def shape(samples: Sequence[Sample], since: datetime | None = None, limit: int = MAX_POINTS) -> dict[int, list[dict]]:
+    """Per-node resource points, only points newer than `since`, each node's downsampled.
 
     `samples` are ordered by node then time and may include, per node, the last sample at or before `since`: it is
     the base the first new rate is measured from, and is itself not sent again.
     """
     per_node: dict[int, list[dict]] = {}
-    loss: list[dict] = []
     for node_id, group in itertools.groupby(samples, key=lambda s: s.node_id):
-        group = list(group)
-        new = [p for p in resource_points(group) if since is None or p["at"] > since]
+        new = [p for p in resource_points(list(group)) if since is None or p["at"] > since]
         per_node[node_id] = downsample(new, limit)
-        if node_id in chief_ids:
-            loss.extend(p for p in loss_points(group) if since is None or p["at"] > since)
-    return per_node, downsample(loss, limit)
+    return per_node
 
 
 def load_samples(job_id: int, since: datetime | None = None) -> list[Sample]:
@@ -157,21 +163,33 @@ def load_samples(job_id: int, since: datetime | None = None) -> list[Sample]:
         bases = Node.objects.filter(job_id=job_id).annotate(base=Subquery(base)).values("base")
         queryset = queryset.filter(Q(at__gt=since) | Q(pk__in=bases))
     rows = queryset.order_by("node_id", "at", "pk").values_list(
-        "node_id", "at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv", "step", "loss"
+        "node_id", "at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv"
     )
     # Rows stored before reports turned NaN and ±inf into unknowns may hold them; JSON cannot carry them.
     return [Sample(*map(finite_or_none, row)) for row in rows]
 
 
+def load_losses(node_ids: Iterable[int], since: datetime | None = None) -> tuple[list[Loss], datetime | None]:
+    """The losses the nodes printed, received after `since`, in the order they were printed; and when the newest of
+    them was received (the cursor: the time a node printed a line may be older than a report received before it)."""
+    queryset = LossPoint.objects.filter(node_id__in=list(node_ids))
+    if since is not None:
+        queryset = queryset.filter(at__gt=since)
+    rows = list(queryset.order_by("at", "pk").values_list("at", "printed_at", "step", "loss"))
+    losses = [Loss(printed_at or at, step, loss) for at, printed_at, step, loss in rows]
+    return losses, max((row[0] for row in rows), default=None)
+
+
 def job_series(job: Job, since: datetime | None = None, limit: int = MAX_POINTS) -> dict:
     """What the job page's charts need (newer than `since`): every node with its points, the loss curve, and the
-    cursor to ask from next time. Two queries: the nodes and the samples."""
+    cursor to ask from next time. Three queries: the nodes, the samples and the chief's losses."""
     nodes = list(job.nodes.all())
     samples = load_samples(job.pk, since)
-    chief_ids = {n.pk for n in nodes if is_chief(job.strategy, n.role, n.index)}
-    per_node, loss = shape(samples, chief_ids, since, limit)
+    per_node = shape(samples, since, limit)
+    losses, losses_until = load_losses((n.pk for n in nodes if is_chief(job.strategy, n.role, n.index)), since)
+    loss = downsample(loss_points(losses), limit)
     # The cursor never goes back: a node's base sample is at or before `since`.
-    latest = max([s.at for s in samples] + ([since] if since else []), default=None)
+    latest = max([s.at for s in samples] + [t for t in (since, losses_until) if t], default=None)
     return {
         "until": iso(latest, "microseconds") if latest else None,
         "nodes": [

@@ -23,7 +23,7 @@ from fc2.celery import app as celery_app
 from fc2.models import Artifact, Job, Node
 from fc2.services import pipeline
 from monitor.agent import encode_multipart
-from monitor.models import NodeSample
+from monitor.models import LossPoint, NodeSample
 from provisioner import ClusterSpec, local
 from tests.conftest import PROJECT_DIR, make_job
 
@@ -226,7 +226,30 @@ def test_running_report_from_chief_moves_node_and_job(client, job, token):
     assert job.progress_percent == 50
     (stored,) = NodeSample.objects.filter(node=node)
     assert (stored.cpu_percent, stored.memory_mb, stored.bytes_sent, stored.bytes_recv) == (180.5, 612.0, 1000, 2000)
-    assert (stored.step, stored.loss, stored.gpu_percent) == (30, 0.75, None)
+    assert stored.gpu_percent is None
+    assert list(LossPoint.objects.filter(node=node).values_list("epoch", "step", "loss")) == [(1, 30, 0.75)]
+
+
+def test_progress_log_stores_every_line_as_a_loss_point(client, job, token):
+    lines = [{"epoch": 1, "step": step, "loss": 1 / step, "at": 1_794_000_000 + step / 10} for step in range(1, 7)]
+    lines.append({"step": 7, "loss": math.nan})  # a diverged step has no loss to draw
+    body = {**running(step=7, loss=None), "progress_log": lines}
+
+    response = post_report(client, job.pk, body, token=token)
+
+    assert response.status_code == 200
+    points = LossPoint.objects.filter(node__name="chief-0").order_by("pk")
+    assert [(p.step, p.loss) for p in points] == [(step, 1 / step) for step in range(1, 7)]
+    assert points[0].printed_at.timestamp() == pytest.approx(1_794_000_000.1)
+
+
+def test_progress_log_is_bounded(client, job, token):
+    lines = [{"step": step, "loss": 0.5} for step in range(1001)]
+
+    response = post_report(client, job.pk, {**running(), "progress_log": lines}, token=token)
+
+    assert response.status_code == 400
+    assert not LossPoint.objects.exists()
 
 
 def test_mirrored_chief_is_worker_0(client, alice, bundle, digits):
@@ -281,7 +304,7 @@ def test_non_finite_loss_is_stored_as_null(client, job, token, value, raw):
     assert (node.step, node.loss) == (2, None)
     job.refresh_from_db()
     assert (job.step, job.loss) == (2, None)
-    assert NodeSample.objects.filter(node=node).latest("pk").loss is None
+    assert list(LossPoint.objects.filter(node=node).values_list("step", flat=True)) == [1]
 
 
 def test_chief_success_with_files_stores_artifacts_and_moves_to_collecting(client, job, token):
@@ -474,6 +497,37 @@ def test_agent_reports_success_to_the_server(live_server, job, tmp_path):
     kept = json.loads((tmp_path / "result" / "report.json").read_text())
     assert (kept["status"], kept["exit_code"]) == ("succeeded", 0)
     assert json.loads((tmp_path / "result" / "files" / "metrics.json").read_text()) == {"acc": 1}
+
+
+def print_losses(count: int, then_sleep_s: float) -> str:
+    """A chief that prints `count` progress lines at once, then trains on quietly for `then_sleep_s`."""
+    return textwrap.dedent(
+        f"""
+        import json, time
+        for step in range(1, {count} + 1):
+            print("FC2_PROGRESS " + json.dumps({{"step": step, "steps": {count}, "loss": 1 / step}}), flush=True)
+        time.sleep({then_sleep_s})
+        """
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("count", "then_sleep_s"),
+    [
+        pytest.param(10, 2.0, id="10-lines-within-one-report-interval"),
+        pytest.param(6, 0, id="6-line-bundle-that-ends-at-once"),
+    ],
+)
+def test_every_loss_the_chief_prints_reaches_the_chart(live_server, client, alice, job, tmp_path, count, then_sleep_s):
+    token = start_running(job)
+
+    result = run_agent(live_server, job, token, "chief-0", print_losses(count, then_sleep_s), tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    client.force_login(alice)
+    loss = client.get(reverse("job-series", args=[job.pk])).json()["loss"]
+    assert [(p["step"], p["loss"]) for p in loss] == [(step, pytest.approx(1 / step)) for step in range(1, count + 1)]
 
 
 @pytest.mark.django_db(transaction=True)

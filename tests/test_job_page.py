@@ -17,8 +17,8 @@ from fc2.home import PER_PAGE, month_bounds, monthly_spend
 from fc2.models import CodeBundle, Dataset, Job, JobEvent, Node
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from monitor import series
-from monitor.models import NodeSample
-from monitor.series import Sample
+from monitor.models import LossPoint, NodeSample
+from monitor.series import Loss, Sample
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
@@ -71,19 +71,22 @@ def running(alice, rows) -> Job:
     return job
 
 
-def add_samples(node: Node, count: int, *, start: float = 0, every: float = 2, mbps: float = 8, **fields) -> None:
-    """`count` samples every `every` s whose counters grow by `mbps` in both directions."""
+def add_samples(node: Node, count: int, *, start: float = 0, every: float = 2, mbps: float = 8) -> None:
+    """`count` samples every `every` s whose counters grow by `mbps` in both directions; a chief prints a loss with
+    each, at step 10·i."""
     NodeSample.objects.bulk_create(
         [
             NodeSample(
                 node=node, at=sec(start + i * every), cpu_percent=50.0 + i, memory_mb=600.0, gpu_percent=None,
                 bytes_sent=int(i * every * mbps * MB), bytes_recv=int(i * every * mbps * MB / 2),
-                step=fields.get("step", 10 * i) if node.role == "chief" else None,
-                loss=fields.get("loss", 2.0 / (i + 1)) if node.role == "chief" else None,
             )
             for i in range(count)
         ]
     )  # fmt: skip
+    if node.role == "chief":
+        LossPoint.objects.bulk_create(
+            LossPoint(node=node, at=sec(start + i * every), step=10 * i, loss=2.0 / (i + 1)) for i in range(count)
+        )
 
 
 def series_url(job: Job, since: str | None = None) -> str:
@@ -145,36 +148,32 @@ def test_downsample_averages_known_values_only():
     assert [p["cpu_percent"] for p in series.downsample(points, 2)] == [4.0, None]
 
 
-def test_loss_points_one_per_step_with_a_loss():
-    samples = [
-        Sample(1, sec(0)),
-        Sample(1, sec(2), step=10, loss=2.0),
-        Sample(1, sec(4), step=10, loss=2.0),  # the agent repeats the latest progress until a new line comes
-        Sample(1, sec(6), step=20, loss=None),
-        Sample(1, sec(8), step=30, loss=1.5),
+def test_loss_points_one_per_step():
+    losses = [
+        Loss(sec(2), step=10, loss=2.0),
+        Loss(sec(4), step=10, loss=2.0),  # an agent before progress_log repeated the latest progress in each report
+        Loss(sec(4.1), step=11, loss=1.9),
+        Loss(sec(8), step=30, loss=1.5),
     ]
 
-    assert series.loss_points(samples) == [
+    assert series.loss_points(losses) == [
         {"at": sec(2), "step": 10, "loss": 2.0},
+        {"at": sec(4.1), "step": 11, "loss": 1.9},
         {"at": sec(8), "step": 30, "loss": 1.5},
     ]
 
 
-def test_shape_groups_per_node_sends_only_what_is_new_and_takes_loss_from_the_chief():
+def test_shape_groups_per_node_and_sends_only_what_is_new():
     def node(node_id, seconds, counter_step):
-        return [
-            Sample(node_id, sec(s), bytes_sent=i * counter_step, bytes_recv=0, step=10 * i, loss=1.0 / (i + 1))
-            for i, s in enumerate(seconds)
-        ]
+        return [Sample(node_id, sec(s), bytes_sent=i * counter_step, bytes_recv=0) for i, s in enumerate(seconds)]
 
     # Node 2 last reported before `since`: its base sample still gives the first new point its rate.
     samples = node(1, [4, 6], 16 * MB) + node(2, [3, 7], 32 * MB)  # 8 Mbps each
 
-    per_node, loss = series.shape(samples, chief_ids={1}, since=sec(5))
+    per_node = series.shape(samples, since=sec(5))
 
     assert [(p["at"], p["sent_mbps"]) for p in per_node[1]] == [(sec(6), 8.0)]
     assert [(p["at"], p["sent_mbps"]) for p in per_node[2]] == [(sec(7), 8.0)]
-    assert loss == [{"at": sec(6), "step": 10, "loss": 0.5}]
 
 
 # --- the series endpoint ---
@@ -269,10 +268,10 @@ def test_series_query_count_does_not_grow_with_nodes_or_samples(client, alice, r
         add_samples(node, 40)
     client.force_login(alice)
 
-    # session, user, job, nodes, samples
-    with django_assert_max_num_queries(5):
+    # session, user, job, nodes, samples, losses
+    with django_assert_max_num_queries(6):
         assert client.get(series_url(running)).status_code == 200
-    with django_assert_max_num_queries(5):
+    with django_assert_max_num_queries(6):
         assert client.get(series_url(running, "2026-11-03T10:00:30Z")).status_code == 200
 
 

@@ -25,7 +25,7 @@ from fc2.bundles import MB
 from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
 from fc2.services import datasets
 from fc2.services.reports import Report, apply_report, artifact_name
-from monitor.models import NodeSample
+from monitor.models import LossPoint, NodeSample
 from tests.wheels import FILENAME, GOOD, make_wheel
 
 GIB = 1024 * MB
@@ -404,7 +404,8 @@ def test_non_finite_sample_is_stored_unknown_and_series_stays_json(client, alice
 
     assert response.status_code == 200
     sample = NodeSample.objects.get()
-    assert (sample.cpu_percent, sample.memory_mb, sample.gpu_percent, sample.loss) == (None, None, None, None)
+    assert (sample.cpu_percent, sample.memory_mb, sample.gpu_percent) == (None, None, None)
+    assert not LossPoint.objects.exists()
     (chief,) = [node for node in strict_json(series.content.decode())["nodes"] if node["name"] == "chief-0"]
     assert chief["points"][0]["cpu_percent"] is None
 
@@ -416,7 +417,7 @@ def test_non_finite_as_a_string_is_refused(running_job):
 
 def test_series_of_rows_stored_with_infinity_is_json(client, alice, running_job):
     node = running_job.nodes.get(name="chief-0")
-    NodeSample.objects.create(node=node, cpu_percent=float("inf"), memory_mb=12.0, step=1, loss=float("-inf"))
+    NodeSample.objects.create(node=node, cpu_percent=float("inf"), memory_mb=12.0)
     client.force_login(alice)
 
     series = strict_json(client.get(reverse("job-series", args=[running_job.pk])).content.decode())

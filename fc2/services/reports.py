@@ -15,13 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fc2.models import Artifact, Job, Node
 from fc2.services import pipeline
-from monitor.ingest import finite_or_none, record_sample
+from monitor.ingest import finite_or_none, record_losses, record_sample
 
 # Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
 Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
 ByteCount = Annotated[int, Field(ge=0, le=2**63 - 1)]
 # Longest artifact file name, in UTF-8 bytes: file systems allow 255, and storage may add "_<7 characters>" on a clash.
 ARTIFACT_FILE_NAME_BYTES = 200
+MAX_PROGRESS_LOG = 1000  # progress lines in one report, as monitor/agent.py bounds them
 
 
 # Reports are read with json.loads, which accepts NaN and ±Infinity: such a number (a diverging run, a broken counter)
@@ -38,6 +39,12 @@ class Progress(BaseModel):
     loss: float | None = None
 
     _finite_loss = field_validator("loss", mode="before")(finite_or_none)
+
+
+class ProgressLine(Progress):
+    """One progress line as the agent read it, `at` its unix time then (the agent's clock)."""
+
+    at: float | None = Field(None, ge=0, le=2**33)
 
 
 class Sample(BaseModel):
@@ -57,6 +64,8 @@ class Report(BaseModel):
     status: Literal["started", "running", "succeeded", "failed", "stopped"]
     exit_code: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
     progress: Progress | None = None
+    # Every progress line since the node's previous report (the agent bounds it); agents before it sent only `progress`.
+    progress_log: list[ProgressLine] | None = Field(None, max_length=MAX_PROGRESS_LOG)
     sample: Sample | None = None
     log_tail: str | None = Field(None, max_length=100_000)
 
@@ -115,7 +124,11 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
                 setattr(node, key, progress[key])
         node.save()
         if report.sample:
-            record_sample(node, report.sample.model_dump(), progress)
+            record_sample(node, report.sample.model_dump())
+        if report.progress_log is not None:
+            record_losses(node, (line.model_dump() for line in report.progress_log))
+        elif progress:
+            record_losses(node, [progress])
         if chief and progress:
             Job.objects.filter(pk=job.pk).update(**progress)
         for upload in files:
