@@ -33,6 +33,7 @@
 
   const PALETTE = ["#2450d3", "#1f8a4c", "#c0392b", "#b7791f", "#7b3fc4", "#0f8b8d", "#d4477f", "#5b6475"];
   const MAX_POINTS = 500; // per dataset, as the server's downsampling
+  const MIN_TIME_SPAN_MS = 60_000; // a time axis spans at least a minute, so no two of its ticks read the same
   const POLL_MS = 3000;
   const HIDDEN_POLL_MS = 15000; // a background tab needs no fresh charts
   const url = section.dataset.seriesUrl;
@@ -44,6 +45,15 @@
 
   const clock = (ms) => new Date(ms).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit", second: "2-digit"});
   const color = (index) => PALETTE[index % PALETTE.length];
+
+  function widenTimeSpan(scale) {
+    // Chart.js widens a zero span by 5 % of the value itself: days, for times in ms. Span a minute around the data.
+    const {min, max} = scale.getMinMax(true);
+    if (!Number.isFinite(min) || !Number.isFinite(max) || max - min >= MIN_TIME_SPAN_MS) return;
+    const middle = (max + min) / 2;
+    scale.min = middle - MIN_TIME_SPAN_MS / 2;
+    scale.max = middle + MIN_TIME_SPAN_MS / 2;
+  }
 
   function makeChart(canvas) {
     const metric = canvas.dataset.metric;
@@ -59,13 +69,25 @@
         responsive: true,
         maintainAspectRatio: false,
         interaction: {mode: "nearest", axis: "x", intersect: false},
-        elements: {point: {radius: 0, hitRadius: 6, hoverRadius: 3}, line: {borderWidth: 2, tension: 0.15}},
+        elements: {
+          // A line needs two points: a lone sample is drawn as a dot.
+          point: {radius: (ctx) => (ctx.dataset.data.length === 1 ? 3 : 0), hitRadius: 6, hoverRadius: 3},
+          line: {borderWidth: 2, tension: 0.15},
+        },
         scales: {
           x: {
             type: "linear",
             bounds: "data",
             title: {display: byStep, text: "step"},
-            ticks: {maxTicksLimit: 5, maxRotation: 0, callback: byStep ? (v) => v : (v) => clock(v)},
+            afterDataLimits: byStep ? undefined : widenTimeSpan,
+            ticks: {
+              maxTicksLimit: 5,
+              maxRotation: 0,
+              autoSkip: true,
+              autoSkipPadding: 16,
+              precision: 0,
+              callback: byStep ? (v) => v : (v) => clock(v),
+            },
           },
           y: {beginAtZero: !byStep, ticks: {maxTicksLimit: 5, callback: (v) => `${+v.toFixed(3)}${unit}`}},
         },

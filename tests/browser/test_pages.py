@@ -7,6 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from fc2.models import Job, Node
+from monitor.models import LossPoint, NodeSample
 from tests.browser.conftest import log_in
 from tests.conftest import make_job
 
@@ -43,3 +45,37 @@ def test_anwar_page_answers_from_the_sample_setup_loads(page, shot, alice):
     page.goto("/recommender/records/")
     page.wait_for_function("document.querySelector('#calibration') && document.querySelector('#calibration').width > 0")
     shot("records-and-calibration")
+
+
+def ended_job_with_chart_data(owner, bundle, dataset, losses: int) -> Job:
+    """A finished job whose chief sent one resource sample and printed `losses` losses (hand-built rows)."""
+    job = Job.objects.create(owner=owner, bundle=bundle, dataset=dataset, state=Job.State.SUCCEEDED)
+    chief = Node.objects.create(job=job, name="chief-0", role="chief", index=0, instance_type="m4.xlarge")
+    NodeSample.objects.create(node=chief, cpu_percent=80.0, memory_mb=500.0)
+    LossPoint.objects.bulk_create(LossPoint(node=chief, step=step, loss=1 / step) for step in range(1, losses + 1))
+    return job
+
+
+def chart(page, chart_id: str, expression: str):
+    """`expression` evaluated on the Chart.js chart of the job page's canvas `chart-<chart_id>`, as `c`."""
+    return page.evaluate(f"(() => {{ const c = Chart.getChart('chart-{chart_id}'); return {expression}; }})()")
+
+
+def test_job_charts_draw_every_loss_a_lone_sample_as_a_dot_and_distinct_time_labels(page, shot, alice, bundle, digits):
+    many = ended_job_with_chart_data(alice, bundle, digits, losses=10)
+    one = ended_job_with_chart_data(alice, bundle, digits, losses=1)
+    log_in(page, "alice", "alice-password-1")
+
+    page.goto(f"/jobs/{many.pk}/")
+    page.wait_for_function("Chart.getChart('chart-loss')?.data.datasets[0]?.data.length > 0")
+    assert chart(page, "loss", "c.data.datasets[0].data.length") == 10
+    shot("ten-losses")
+
+    page.goto(f"/jobs/{one.pk}/")
+    page.wait_for_function("Chart.getChart('chart-loss')?.data.datasets[0]?.data.length > 0")
+    assert chart(page, "loss", "c.getDatasetMeta(0).data[0].options.radius") > 0
+    assert chart(page, "cpu", "c.getDatasetMeta(0).data[0].options.radius") > 0
+    assert chart(page, "cpu", "c.scales.x.max - c.scales.x.min") == 60_000  # not the days Chart.js would take
+    labels = chart(page, "cpu", "c.scales.x.ticks.map((t) => t.label).filter(Boolean)")
+    assert len(labels) == len(set(labels)) >= 2
+    shot("one-sample")
