@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from fc2.job_lists import filter_jobs
 from fc2.models import CodeBundle, Dataset, Job
 
 PER_PAGE = 10
@@ -44,12 +45,7 @@ def home(request: HttpRequest) -> HttpResponse:
     user = request.user
     params = request.GET
 
-    jobs = Job.objects.filter(owner=user).select_related("bundle", "dataset")
-    state = params.get("state", "")
-    if state in Job.State.values:
-        jobs = jobs.filter(state=state)
-    else:
-        state = ""
+    jobs, job_filters = filter_jobs(Job.objects.filter(owner=user), params)
 
     bundles = CodeBundle.objects.filter(owner=user).annotate(job_count=Count("jobs")).order_by("-created_at", "-pk")
     q = params.get("q", "").strip()
@@ -67,8 +63,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "jobs": Paginator(jobs, PER_PAGE).get_page(params.get("jobs_page")),
         "bundles": Paginator(bundles, PER_PAGE).get_page(params.get("bundles_page")),
         "datasets": Paginator(datasets, PER_PAGE).get_page(params.get("datasets_page")),
-        "states": Job.State.values,
-        "state": state,
+        **job_filters,
         "q": q,
         "kinds": Dataset.Kind.choices,
         "kind": kind,

@@ -13,6 +13,7 @@ from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from fc2 import results
 from fc2.bundles import module_name
 
 
@@ -276,6 +277,16 @@ class Job(models.Model):
         run_end = min(run_end, end) if end else run_end
         seconds = max(0.0, (run_end - run_start).total_seconds())
         return float(self.hourly_cost) * seconds / 3600
+
+    @property
+    def headline(self) -> results.Headline | None:
+        """The figure the job's result is compared by (test accuracy, else a loss), rounded."""
+        return results.headline(self.metrics or {}, self.loss)
+
+    @property
+    def failure_summary(self) -> str:
+        """Why the job failed, in one line (a node's log reduced to its last meaningful line)."""
+        return results.failure_summary(self.failure_reason)
 
     @property
     def progress_percent(self) -> int | None:

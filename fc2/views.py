@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
+from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
 from fc2.services import pipeline
 from monitor import series
@@ -59,12 +60,9 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    queryset = Job.objects.visible_to(request.user).select_related("owner", "dataset", "bundle")
-    state = request.GET.get("state")
-    if state in Job.State.values:
-        queryset = queryset.filter(state=state)
-    page = Paginator(queryset, 25).get_page(request.GET.get("page"))
-    context = {"page": page, "states": Job.State.values, "state": state, "show_owner": is_platform_admin(request.user)}
+    jobs, job_filters = filter_jobs(Job.objects.visible_to(request.user), request.GET)
+    page = Paginator(jobs, 25).get_page(request.GET.get("page"))
+    context = {"page": page, **job_filters, "show_owner": is_platform_admin(request.user)}
     return render(request, "fc2/job_list.html", context)
 
 

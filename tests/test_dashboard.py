@@ -282,6 +282,21 @@ def test_recent_failures_newest_first_with_reasons(staff_client, make, alice, bo
     assert "PS unreachable" in page and new.get_absolute_url() in page
 
 
+def test_a_failure_reads_as_its_last_meaningful_log_line(staff_client, make, alice):
+    log = "Traceback (most recent call last):\nKeyError: 'label'\nW0000 00:00:1.5 7 cpu_feature_guard.cc:1] noise"
+    make(
+        alice,
+        Job.State.FAILED,
+        finished_at=MONDAY,
+        failure_reason=f"chief-0 failed with exit code 1; its log ends:\n{log}",
+    )
+
+    page = staff_client.get(URL).content.decode()
+
+    assert "chief-0 failed with exit code 1: KeyError: &#x27;label&#x27;<" in page
+    assert "cpu_feature_guard.cc:1] noise<" not in page
+
+
 def test_spend_totals_by_user_and_week(staff_client, make, alice, bob):
     week = dt.timedelta(weeks=1)
     make(alice, started=MONDAY, hours=2, hourly_cost=Decimal("1.25"))  # $2.50 in week 1

@@ -7,6 +7,7 @@ import pytest
 
 MODULES = [
     "fc2.bundles",
+    "fc2.results",
     "fc2.services.reports",
     "fc2.templatetags.fc2_ui",
     "monitor.agent",

@@ -370,7 +370,7 @@ def test_live_part_polls_while_active_and_brings_results_out_of_band(client, ali
     assert 'hx-trigger="every 2s"' in active and 'hx-trigger="every 2s"' not in ended
     assert '<div id="job-results" hx-swap-oob="true">' in active
     assert "4 nodes started" in active
-    assert 'role="alert">boom<' in ended
+    assert '<p id="failure-summary">boom</p>' in ended
 
 
 def test_live_part_query_count_does_not_grow_with_nodes_or_samples(client, alice, running, rows):
@@ -561,3 +561,72 @@ def test_admin_home_shows_their_own_rows_only(admin_client, admin_user, homes):
     assert response.context["bundles"].paginator.count == 0
     make_job(admin_user)
     assert admin_client.get(reverse("home")).context["jobs"].paginator.count == 1
+
+
+# --- results you can compare ---
+
+
+def job_list_columns(html: str) -> list[str]:
+    thead = re.search(r'<table class="job-table">.*?<thead>(.*?)</thead>', html, re.S).group(1)
+    return re.findall(r"<th[^>]*>(.*?)</th>", thead)
+
+
+def state_chips(html: str) -> list[str]:
+    nav = re.search(r'<nav class="chips small" aria-label="Filter jobs by state">(.*?)</nav>', html, re.S).group(1)
+    return re.findall(r">([a-z]+)</a>", nav)
+
+
+def test_both_job_lists_show_the_same_columns_filters_and_headline(client, alice, homes):
+    scored = Job.objects.filter(owner=alice, state=Job.State.SUCCEEDED).first()
+    Job.objects.filter(pk=scored.pk).update(metrics={"test_accuracy": 0.97345, "test_loss": 0.0834567})
+    client.force_login(alice)
+
+    home = client.get(reverse("home")).content.decode()
+    listed = client.get(reverse("job-list")).content.decode()
+
+    columns = job_list_columns(home)
+    assert columns == job_list_columns(listed)
+    assert columns[:4] == ["Job", "State", "Result", "Progress"]
+    assert state_chips(home) == state_chips(listed) == ["all", *Job.State.values]
+    for html in (home, listed):
+        assert '<strong>97.3 %</strong> <span class="small muted">test accuracy</span>' in html
+
+
+def test_both_job_lists_filter_alike(client, alice, homes):
+    client.force_login(alice)
+
+    for url, page_key in ((reverse("home"), "jobs"), (reverse("job-list"), "page")):
+        failed = client.get(url, {"state": "failed"}).context[page_key]
+        stale = client.get(url, {"state": "nope"}).context
+        assert ({j.state for j in failed}, failed.paginator.count) == ({"failed"}, 3), url
+        assert (stale["state"], stale[page_key].paginator.count) == ("", 12), url
+
+
+def test_job_page_shows_the_headline_and_rounded_metrics(client, alice, running):
+    metrics = {"test_accuracy": 0.973456, "test_loss": 0.08345678, "final_train_loss": 0.1234567, "optimizer": "adam"}
+    Job.objects.filter(pk=running.pk).update(state=Job.State.SUCCEEDED, metrics=metrics, finished_at=sec(60))
+    running.artifacts.create(name="metrics.json", size_bytes=10)
+    client.force_login(alice)
+
+    page = client.get(running.get_absolute_url()).content.decode()
+
+    assert '<span class="small" id="job-headline">test accuracy <strong>97.3 %</strong></span>' in page
+    for badge in ("test_accuracy: 0.973", "test_loss: 0.0835", "final_train_loss: 0.123", "optimizer: adam"):
+        assert f'<span class="badge">{badge}</span>' in page
+    assert "0.08345678" not in page
+
+
+def test_job_page_sums_up_a_failure_by_its_last_meaningful_line(client, alice, running):
+    log = (
+        "2026-11-23 12:00:01.1: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.\n"
+        'Traceback (most recent call last):\n  File "main.py", line 3\nValueError: bad shape\n'
+        "E0000 00:00:1763899201.5 1 cuda_executor.cc:1228] failed call to cuInit\n"
+    )
+    reason = f"chief-0 failed with exit code 1; its log ends:\n{log}"
+    Job.objects.filter(pk=running.pk).update(state=Job.State.FAILED, failure_reason=reason, finished_at=sec(60))
+    client.force_login(alice)
+
+    page = client.get(running.get_absolute_url()).content.decode()
+
+    assert '<p id="failure-summary">chief-0 failed with exit code 1: ValueError: bad shape</p>' in page
+    assert re.search(r"<summary>The whole reason</summary><pre[^>]*>[^<]*failed call to cuInit", page)  # one click away

@@ -33,6 +33,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Artifact, Job, Node
+from fc2.results import LOG_INTRO
 from fc2.services import datasets
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local
 from provisioner.types import is_chief
@@ -304,7 +305,7 @@ def node_tail(job: Job, node_name: str) -> str:
     """The end of the node's log as a failure reason's "; its log ends: …" (nothing without a log)."""
     cluster = cluster_info(job)
     log = provisioner.fetch_logs(cluster).get(node_name, "") if cluster else ""
-    return f"; its log ends:\n{log[-LOG_TAIL_CHARS:]}" if log.strip() else ""
+    return f"{LOG_INTRO}{log[-LOG_TAIL_CHARS:]}" if log.strip() else ""
 
 
 def complete(job: Job) -> bool:

@@ -14,6 +14,7 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fc2.models import Artifact, Job, Node
+from fc2.results import LOG_INTRO
 from fc2.services import pipeline
 from monitor.ingest import finite_or_none, record_losses, record_sample
 
@@ -140,7 +141,7 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
     if report.status == "failed":
         reason = f"{node.name} failed" + (f" with exit code {report.exit_code}" if report.exit_code is not None else "")
         tail = (report.log_tail or "").strip()
-        reason = f"{reason}; its log ends:\n{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
+        reason = f"{reason}{LOG_INTRO}{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
         pipeline.fail(job, reason, release_now=False)
     elif report.status == "succeeded" and chief:
         pipeline.complete(job)

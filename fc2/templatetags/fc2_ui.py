@@ -10,6 +10,8 @@ from typing import Any
 
 from django import template
 
+from fc2 import results
+
 register = template.Library()
 
 
@@ -45,6 +47,8 @@ ESTIMATE_NOTE = (
     "≈ costs are estimates at the instance catalogue's prices, not bills: a local cluster runs on this machine and "
     "spends nothing."
 )
+
+register.filter("metric", results.rounded)
 
 
 @register.filter

@@ -1,0 +1,129 @@
+"""How a job's outcome reads on the pages: its headline metric, its metrics rounded, and a failure in one line.
+
+Pure functions over plain values (no ORM): `Job.headline` and `Job.failure_summary` call them, the templates show
+what those give.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# Where a job's headline comes from, best first: metrics.json's keys (the bundle contract, examples/README.md).
+ACCURACY_KEY = "test_accuracy"
+LOSS_KEYS = ("test_loss", "final_train_loss")
+
+# TensorFlow's and absl's start-up chatter: "W0000 00:00:1700000000.1 123 file.cc:12] …" (absl's glog-style
+# prefix), "2026-11-23 12:00:00.000000: I tensorflow/…" (TF's C++ logging), the oneDNN and CPU-feature notices.
+NOISE = re.compile(
+    r"""^(
+        [IWEF]\d{4}\s                                   # absl / glog: I1123 12:00:00 …
+      | \d{4}-\d\d-\d\d[ T][\d:.]+:\s[IWEF]\s           # TF C++: 2026-11-23 12:00:00.000: W tensorflow/…
+      | .*\boneDNN\b
+      | .*cpu_feature_guard
+      | .*To\ enable\ the\ following\ instructions      # the second half of cpu_feature_guard's notice
+      | .*rebuild\ TensorFlow\ with\ the\ appropriate\ compiler\ flags
+      | WARNING:\ All\ log\ messages\ before\ absl::InitializeLog
+    )""",
+    re.VERBOSE,
+)
+LOG_INTRO = "; its log ends:\n"  # what a node's failure reason puts between what failed and the end of its log
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The one figure a job's result is compared by."""
+
+    label: str  # e.g. "test accuracy"
+    text: str  # the value as people read it, e.g. "97.3 %"
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """`value` to `digits` significant digits, without an exponent for everyday magnitudes.
+
+    >>> [significant(v) for v in (0.083456, 1.0, 2.34567, 1234.5, 0.0001234, 0)]
+    ['0.0835', '1', '2.35', '1230', '0.000123', '0']
+    """
+    if value == 0 or not math.isfinite(value):
+        return str(0 if value == 0 else value)
+    text = f"{value:.{digits}g}"
+    if "e" in text and 1e-6 <= abs(value) < 1e15:
+        text = f"{float(text):f}".rstrip("0").rstrip(".")
+    return text
+
+
+def percent(fraction: float) -> str:
+    """An accuracy in [0, 1] as a percentage with three significant digits (one decimal past 10 %).
+
+    >>> percent(0.97345), percent(1.0), percent(0.0567)
+    ('97.3 %', '100 %', '5.67 %')
+    """
+    return f"{significant(fraction * 100)} %"
+
+
+def rounded(value):
+    """A metric as a page shows it: numbers to three significant digits, anything else as it is.
+
+    >>> rounded(0.123456), rounded(12), rounded(True), rounded("adam")
+    ('0.123', '12', True, 'adam')
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    return significant(value)
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def headline(metrics: dict, final_loss: float | None) -> Headline | None:
+    """The test accuracy if metrics.json has it, else its test loss (or final training loss), else the last loss the
+    chief printed; None when there is none of them.
+
+    >>> headline({"test_accuracy": 0.97345, "test_loss": 0.1}, 0.2)
+    Headline(label='test accuracy', text='97.3 %')
+    >>> headline({"test_loss": 0.083456}, 0.2), headline({}, 1.23456), headline({"test_accuracy": "n/a"}, None)
+    (Headline(label='test loss', text='0.0835'), Headline(label='loss', text='1.23'), None)
+    """
+    accuracy = _number(metrics.get(ACCURACY_KEY))
+    if accuracy is not None:
+        return Headline("test accuracy", percent(accuracy))
+    for key in LOSS_KEYS:
+        loss = _number(metrics.get(key))
+        if loss is not None:
+            return Headline(key.replace("_", " ").removeprefix("final "), significant(loss))
+    loss = _number(final_loss)
+    return Headline("loss", significant(loss)) if loss is not None else None
+
+
+def last_meaningful_line(log: str) -> str:
+    """The last line of a log that says something: not blank, not TensorFlow's start-up noise (so a traceback's
+    last line, the exception, is what a failure is summed up by); the last line at all when every line is noise.
+
+    >>> last_meaningful_line("Traceback (most recent call last):\\n  File 'x'\\nValueError: bad shape\\n"
+    ...                      "W0000 00:00:1.2 3 cpu_feature_guard.cc:1] oneDNN custom operations are on\\n")
+    'ValueError: bad shape'
+    """
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if not NOISE.match(line):
+            return line
+    return lines[-1] if lines else ""
+
+
+def failure_summary(reason: str) -> str:
+    """A failure reason in one line: what failed and, for a node's failure, the last meaningful line of its log.
+
+    >>> failure_summary("chief-0 failed with exit code 1; its log ends:\\nI0000 start\\nKeyError: 'x'\\nE0000 gone")
+    "chief-0 failed with exit code 1: KeyError: 'x'"
+    >>> failure_summary("no capacity for 4 workers")
+    'no capacity for 4 workers'
+    """
+    what, intro, log = reason.partition(LOG_INTRO)
+    if not intro:
+        return last_meaningful_line(reason)
+    line = last_meaningful_line(log)
+    return f"{what}: {line}" if line else what
