@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
+from io import StringIO
 from unittest import mock
 
 import pytest
@@ -14,6 +15,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from fc2.home import PER_PAGE, month_bounds, monthly_spend
+from fc2.management.commands.submit_job import Command as SubmitJob
 from fc2.models import CodeBundle, Dataset, Job, JobEvent, Node
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from monitor import series
@@ -616,13 +618,15 @@ def test_job_page_shows_the_headline_and_rounded_metrics(client, alice, running)
     assert "0.08345678" not in page
 
 
+NOISY_FAILURE_LOG = (
+    "2026-11-23 12:00:01.1: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.\n"
+    'Traceback (most recent call last):\n  File "main.py", line 3\nValueError: bad shape\n'
+    "E0000 00:00:1763899201.5 1 cuda_executor.cc:1228] failed call to cuInit\n"
+)
+
+
 def test_job_page_sums_up_a_failure_by_its_last_meaningful_line(client, alice, running):
-    log = (
-        "2026-11-23 12:00:01.1: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.\n"
-        'Traceback (most recent call last):\n  File "main.py", line 3\nValueError: bad shape\n'
-        "E0000 00:00:1763899201.5 1 cuda_executor.cc:1228] failed call to cuInit\n"
-    )
-    reason = f"chief-0 failed with exit code 1; its log ends:\n{log}"
+    reason = f"chief-0 failed with exit code 1; its log ends:\n{NOISY_FAILURE_LOG}"
     Job.objects.filter(pk=running.pk).update(state=Job.State.FAILED, failure_reason=reason, finished_at=sec(60))
     client.force_login(alice)
 
@@ -630,3 +634,17 @@ def test_job_page_sums_up_a_failure_by_its_last_meaningful_line(client, alice, r
 
     assert '<p id="failure-summary">chief-0 failed with exit code 1: ValueError: bad shape</p>' in page
     assert re.search(r"<summary>The whole reason</summary><pre[^>]*>[^<]*failed call to cuInit", page)  # one click away
+
+
+def test_cli_sums_up_a_failure_alike(alice, running):
+    reason = f"chief-0 failed with exit code 1; its log ends:\n{NOISY_FAILURE_LOG}"
+    Job.objects.filter(pk=running.pk).update(state=Job.State.FAILED, failure_reason=reason, finished_at=sec(60))
+    running.refresh_from_db()
+    out = StringIO()
+
+    SubmitJob(stdout=out)._print(running, as_json=False)
+
+    assert (
+        out.getvalue().splitlines()[0]
+        == f"job {running.pk}: failed — chief-0 failed with exit code 1: ValueError: bad shape"
+    )

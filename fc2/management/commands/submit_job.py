@@ -108,6 +108,7 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps(result))
         else:
-            self.stdout.write(f"job {job.pk}: {job.state}" + (f" — {job.failure_reason}" if job.failure_reason else ""))
+            summary = f" — {job.failure_summary}" if job.failure_reason else ""
+            self.stdout.write(f"job {job.pk}: {job.state}{summary}")
             for artifact in result["artifacts"]:
                 self.stdout.write(f"  {artifact['name']} ({artifact['size_bytes']} bytes): {artifact['path']}")
