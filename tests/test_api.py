@@ -22,7 +22,7 @@ from django.urls import reverse
 from fc2.celery import app as celery_app
 from fc2.models import Artifact, Job, Node
 from fc2.services import pipeline
-from monitor.agent import encode_multipart
+from monitor.agent import MAX_PROGRESS_LOG, NodeRun, encode_multipart
 from monitor.models import LossPoint, NodeSample
 from provisioner import ClusterSpec, local
 from tests.conftest import PROJECT_DIR, make_job
@@ -509,6 +509,21 @@ def print_losses(count: int, then_sleep_s: float) -> str:
         time.sleep({then_sleep_s})
         """
     )
+
+
+def test_agent_hands_each_progress_line_over_once_and_keeps_the_newest_when_too_many(tmp_path):
+    count = MAX_PROGRESS_LOG + 5
+    code = f"import json\nfor i in range({count}): print('FC2_PROGRESS ' + json.dumps({{'step': i, 'loss': 0.5}}))"
+    run = NodeRun([sys.executable, "-c", code], tmp_path / "node.log", dict(os.environ), cwd=None)
+    run.process.wait()
+    run.reader.join(timeout=10)
+    run.process.stdout.close()
+
+    lines = run.take_progress_log()
+
+    assert [line["step"] for line in lines] == list(range(5, count))
+    assert all(isinstance(line["at"], float) for line in lines)
+    assert run.take_progress_log() == []
 
 
 @pytest.mark.django_db(transaction=True)
