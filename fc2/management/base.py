@@ -1,4 +1,8 @@
-"""What every command of DESIGN.md's command-line contract shares: how it fails."""
+"""What every command of DESIGN.md's command-line contract shares: how it fails.
+
+With `--json`, every outcome is exactly one JSON object on stdout — errors too (`{"ok": false, "error": …}` and a
+non-zero exit), including the ones argparse finds before the command runs (a missing option, a bad choice or number).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,53 @@ import json
 import sys
 from typing import NoReturn
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class ContractParser(CommandParser):
+    """Django's parser, whose usage errors keep the --json promise when the command runs from the command line.
+
+    (In-process, `call_command` gets Django's CommandError as before: its caller has no stdout to read JSON from.)
+    """
+
+    wants_json = False
+
+    def parse_args(self, args=None, namespace=None):
+        self.wants_json = "--json" in (sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        if self.called_from_command_line and self.wants_json:
+            sys.stdout.write(json.dumps({"ok": False, "error": message}) + "\n")
+            self.print_usage(sys.stderr)
+            sys.stderr.write(f"error: {message}\n")
+            sys.exit(2)
+        super().error(message)
 
 
 class ContractCommand(BaseCommand):
     """A command whose errors are `error: <reason>` on stderr and exit 1 (with --json, also one JSON object on stdout).
 
-    Not CommandError: Django would print "CommandError: …", and the contract says "error: …".
+    Not CommandError: Django would print "CommandError: …", and the contract says "error: …". A CommandError raised
+    anyway (by Django itself, e.g. a failed system check) is turned into the same. Any other exception is a bug, not a
+    user's error: with --json it still leaves one JSON object on stdout, and its traceback goes to stderr.
     """
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # Django builds its CommandParser itself; this gives that parser the contract's error().
+        parser.__class__ = ContractParser
+        return parser
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            self.fail(str(exc), options.get("json", False))
+        except Exception as exc:
+            if options.get("json"):
+                self.stdout.write(json.dumps({"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}))
+            raise
 
     def fail(self, reason: str, as_json: bool, details: tuple[str, ...] = (), **extra) -> NoReturn:
         if as_json:

@@ -16,7 +16,7 @@ from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
 from provisioner import local
 from recommender import service
-from recommender.types import ALGORITHMS
+from recommender.types import ALGORITHMS, RecommendationError
 
 WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
@@ -178,9 +178,18 @@ def _trimmed(amount: Decimal) -> Decimal:
     return Decimal(format(amount.normalize(), "f"))
 
 
-def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY) -> Job:
-    """Create the job and start its pipeline (on commit, so the worker sees the row)."""
+def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_first: bool = False) -> Job:
+    """Create the job and start its pipeline (on commit, so the worker sees the row).
+
+    With `plan_first`, a recommender that cannot answer (e.g. `model` for a workload with no records) refuses the job
+    now, with its reason, instead of failing it in its profile step.
+    """
     validate(request)
+    if plan_first:
+        try:
+            plan(request)
+        except RecommendationError as exc:
+            raise SubmitError(str(exc), "algorithm") from exc
     with transaction.atomic():
         if request.dataset.pk is None:
             request.dataset.save()
@@ -216,6 +225,7 @@ def submit_upload(
     dataset: Dataset | None = None,
     dataset_file=None,
     driver: str = Job.Driver.CELERY,
+    plan_first: bool = False,
     **options,
 ) -> Job:
     """Store the uploaded wheel (and dataset file, if any) and submit the job: all of it, or nothing at all.
@@ -226,7 +236,8 @@ def submit_upload(
         bundle = store_bundle(owner, wheel, filename, main_script)
         if dataset_file is not None:
             dataset = datasets.store_upload(owner, dataset_file)
-        return submit(owner, JobRequest(bundle=bundle, dataset=dataset, **options), driver=driver)
+        request = JobRequest(bundle=bundle, dataset=dataset, **options)
+        return submit(owner, request, driver=driver, plan_first=plan_first)
 
 
 def parse_parameters(pairs: list[str]) -> dict[str, str]:

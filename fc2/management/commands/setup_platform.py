@@ -27,7 +27,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--no-demo-accounts", action="store_true")
+        parser.add_argument(
+            "--no-demo-accounts", action="store_true", help="do not create the demo admin and researcher accounts"
+        )
 
     def handle(self, *args, **options):
         for name in bundled_catalogs():

@@ -8,47 +8,75 @@ import time
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
 
+import provisioner
 from fc2.bundles import BundleError
+from fc2.management.base import ContractCommand
 from fc2.models import Job
 from fc2.services import datasets, jobs, pipeline
+from recommender.types import ALGORITHMS
 
 RELEASE_WAIT_S = 120  # how long --wait waits for an ended job's teardown
 
 
-class Command(BaseCommand):
+class Command(ContractCommand):
     help = "Submit a training job: a wheel bundle, a dataset and a cluster; optionally run it here and wait."
 
     def add_arguments(self, parser):
-        parser.add_argument("--bundle", required=True, help="path of the wheel")
-        parser.add_argument("--main", default="main.py", help="main script in the wheel (default main.py)")
-        parser.add_argument("--param", action="append", default=[], metavar="K=V", help="parameter for the script")
-        parser.add_argument("--dataset", required=True, help="built-in name, your dataset's name, or an http(s) URL")
+        parser.add_argument("--bundle", required=True, metavar="PATH", help="path of the wheel")
         parser.add_argument(
-            "--workload",
-            default="",
-            metavar="NAME",
-            help=jobs.WORKLOAD_NAME_HELP,
+            "--main",
+            default="main.py",
+            metavar="SCRIPT",
+            help="the main script: a file name found anywhere in the wheel, or its full path (default: main.py)",
         )
-        parser.add_argument("--provider", default="local", help="local, aws or lab")
-        parser.add_argument("--algorithm", default="manual")
-        parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--strategy", choices=Job.Strategy.values, default=Job.Strategy.PS)
-        parser.add_argument("--ps-type", default="")
-        parser.add_argument("--worker-type", default="")
-        parser.add_argument("--user", default="researcher", help="username the job belongs to")
+        parser.add_argument(
+            "--param", action="append", default=[], metavar="K=V", help="a parameter for the script (repeatable)"
+        )
+        parser.add_argument(
+            "--dataset",
+            required=True,
+            metavar="NAME|URL",
+            help="a built-in (digits, mnist, cifar10), one of your datasets by name, or an http(s) URL",
+        )
+        parser.add_argument("--workload", default="", metavar="NAME", help=jobs.WORKLOAD_NAME_HELP)
+        parser.add_argument(
+            "--provider",
+            default="local",
+            choices=sorted(provisioner.PROVIDERS),
+            help="where the cluster runs (default: local, processes on this machine)",
+        )
+        parser.add_argument(
+            "--algorithm",
+            default="manual",
+            choices=("manual", *ALGORITHMS),
+            help="manual: the cluster you give; any other: the recommender chooses it, --workers being the limit "
+            "(default: manual)",
+        )
+        parser.add_argument(
+            "--workers", type=int, default=2, metavar="N", help="workers (with --algorithm: at most) (default: 2)"
+        )
+        parser.add_argument(
+            "--strategy",
+            choices=Job.Strategy.values,
+            default=Job.Strategy.PS,
+            help="ps: 1 parameter server + a chief + N workers; mirrored: N workers with All-Reduce (default: ps)",
+        )
+        parser.add_argument("--ps-type", default="", metavar="TYPE", help="instance type of the parameter server")
+        parser.add_argument("--worker-type", default="", metavar="TYPE", help="instance type of the workers")
+        parser.add_argument("--user", default="researcher", help="username the job belongs to (default: researcher)")
         parser.add_argument("--inline", action="store_true", help="run the pipeline in this process (no worker)")
         parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 unless succeeded")
-        parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+        parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
     def handle(self, *args, **options):
+        as_json = options["json"]
         owner = get_user_model().objects.filter(username=options["user"]).first()
         if owner is None:
-            raise CommandError(f"no user {options['user']!r} (run `make run` once, or pass --user)")
+            self.fail(f"no user {options['user']!r} (run `make run` once, or pass --user)", as_json)
         path = Path(options["bundle"])
         if not path.is_file():
-            raise CommandError(f"bundle {path} does not exist")
+            self.fail(f"bundle {path} does not exist", as_json)
         try:
             # Built-ins are materialised (maybe downloaded) here, before any transaction holds the database.
             dataset = datasets.ready(datasets.resolve(owner, options["dataset"]))
@@ -69,11 +97,12 @@ class Command(BaseCommand):
                     ps_type=options["ps_type"],
                     worker_type=options["worker_type"],
                     workload_name=options["workload"],
+                    plan_first=True,
                 )
         except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
-            raise CommandError(str(exc)) from exc
+            self.fail(str(exc), as_json)
 
-        if not options["json"]:
+        if not as_json:
             self.stderr.write(f"job {job.pk} submitted ({job.get_absolute_url()})")
         if options["inline"]:
             job = pipeline.run_inline(job.pk)
@@ -88,7 +117,7 @@ class Command(BaseCommand):
                     if job.cluster is None or time.monotonic() > released_by:
                         break
                 time.sleep(0.5)
-        self._print(job, options["json"])
+        self._print(job, as_json)
         if (options["wait"] or options["inline"]) and job.state != Job.State.SUCCEEDED:
             sys.exit(1)
 

@@ -14,10 +14,21 @@ class Command(ContractCommand):
     requires_system_checks = []
 
     def add_arguments(self, parser):
-        parser.add_argument("path")
-        parser.add_argument("--format", required=True, choices=FORMATS)
-        parser.add_argument("--workload", help="workload name (anwar2021: default 'anwar2021'; csv: overrides)")
-        parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+        parser.add_argument("path", help="the CSV file")
+        parser.add_argument(
+            "--format",
+            required=True,
+            choices=FORMATS,
+            help="anwar2021: headerless rows workers,batch_size,latency_ms,step_time_s,epoch_time_s,loss; "
+            "csv: a header row naming DESIGN.md's columns",
+        )
+        parser.add_argument(
+            "--workload",
+            metavar="NAME",
+            help="the workload the records belong to (anwar2021: default 'anwar2021'; csv: overrides the column); "
+            "a job's workload is <distribution>:<dataset>, e.g. fc2-digits-cnn:digits",
+        )
+        parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
     def handle(self, *args, **options):
         try:

@@ -7,6 +7,7 @@ import json
 
 from fc2.management.base import ContractCommand
 from recommender import perfmodel, service
+from recommender.management.commands.recommend import CATALOG_HELP
 from recommender.types import RecommendationError
 
 
@@ -15,10 +16,15 @@ class Command(ContractCommand):
     requires_system_checks = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--workload", required=True)
-        parser.add_argument("--catalog", default=service.DEFAULT_CATALOG)
-        parser.add_argument("--group-by", default="latency", choices=["latency", "workers", "batch_size"])
-        parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+        parser.add_argument("--workload", required=True, metavar="NAME", help="whose performance records to use")
+        parser.add_argument("--catalog", default=service.DEFAULT_CATALOG, metavar="NAME", help=CATALOG_HELP)
+        parser.add_argument(
+            "--group-by",
+            default="latency",
+            choices=["latency", "workers", "batch_size"],
+            help="which records are left out together in each fold (default: latency)",
+        )
+        parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
     def handle(self, *args, **options):
         try:

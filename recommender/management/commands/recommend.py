@@ -6,7 +6,13 @@ import json
 
 from fc2.management.base import ContractCommand
 from recommender import service
+from recommender.catalog import bundled_catalogs
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
+
+CATALOG_HELP = (
+    f"instance catalogue (default: {service.DEFAULT_CATALOG}; bundled: {', '.join(bundled_catalogs())}; "
+    "refresh_catalog adds more)"
+)
 
 
 def _types(value: str) -> tuple[str, ...]:
@@ -18,25 +24,41 @@ class Command(ContractCommand):
     requires_system_checks = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--algorithm", required=True, choices=ALGORITHMS)
-        parser.add_argument("--catalog", default=service.DEFAULT_CATALOG)
-        parser.add_argument("--workload", default="")
-        limit = parser.add_mutually_exclusive_group()
-        limit.add_argument("--budget", type=float, help="indicative budget C in $/h")
-        limit.add_argument("--max-workers", type=int)
-        parser.add_argument("--ps-type")
-        parser.add_argument("--ps-types", type=_types, default=(), help="L^p, comma-separated")
-        parser.add_argument("--worker-types", type=_types, default=(), help="L^w, comma-separated")
-        parser.add_argument("--worker-type", help="Scala-Opt-M: the worker type")
-        parser.add_argument("--batch-size", type=int)
-        parser.add_argument("--latency-ms", type=float)
-        parser.add_argument("--saturation", type=float, default=0.95, help="p, the PS saturation margin")
         parser.add_argument(
-            "--strategy", choices=["ps", "mirrored"], default="ps", help="mirrored: All-Reduce, no parameter server"
+            "--algorithm",
+            required=True,
+            choices=ALGORITHMS,
+            help="cost-opt, time-opt, scala-opt, scala-opt-m (FC² §5); lookup (Anwar: fastest measured worker count); "
+            "model (a performance model fitted to the workload's records)",
         )
-        parser.add_argument("--alpha", type=float, default=1.0)
-        parser.add_argument("--beta", type=float, default=0.0)
-        parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+        parser.add_argument("--catalog", default=service.DEFAULT_CATALOG, metavar="NAME", help=CATALOG_HELP)
+        parser.add_argument(
+            "--workload",
+            default="",
+            metavar="NAME",
+            help="whose performance records to use (scala-opt, lookup, model); a job's is <distribution>:<dataset>",
+        )
+        limit = parser.add_mutually_exclusive_group()
+        limit.add_argument("--budget", type=float, metavar="C", help="indicative budget C in $/h")
+        limit.add_argument("--max-workers", type=int, metavar="N", help="at most N workers (instead of a budget)")
+        parser.add_argument("--ps-type", metavar="TYPE", help="the parameter server's type (default: chosen)")
+        parser.add_argument("--ps-types", type=_types, default=(), metavar="T1,T2", help="L^p, comma-separated")
+        parser.add_argument("--worker-types", type=_types, default=(), metavar="T1,T2", help="L^w, comma-separated")
+        parser.add_argument("--worker-type", metavar="TYPE", help="scala-opt-m: the worker type")
+        parser.add_argument("--batch-size", type=int, metavar="B", help="lookup, model: the batch size")
+        parser.add_argument("--latency-ms", type=float, metavar="L", help="lookup, model: the network latency in ms")
+        parser.add_argument(
+            "--saturation", type=float, default=0.95, metavar="P", help="p, the PS saturation margin (default: 0.95)"
+        )
+        parser.add_argument(
+            "--strategy",
+            choices=["ps", "mirrored"],
+            default="ps",
+            help="ps: with a parameter server; mirrored: All-Reduce, no parameter server (default: ps)",
+        )
+        parser.add_argument("--alpha", type=float, default=1.0, metavar="A", help="model: weight of time (default: 1)")
+        parser.add_argument("--beta", type=float, default=0.0, metavar="B", help="model: weight of cost (default: 0)")
+        parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
     def handle(self, *args, **options):
         request = RecommendRequest(

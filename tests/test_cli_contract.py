@@ -1,0 +1,187 @@
+"""The command-line contract (DESIGN.md): with --json, every outcome is exactly one JSON object on stdout — a user's
+error too, with its reason and a non-zero exit, never a traceback — and `--help` documents every option."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command, load_command_class
+
+from fc2.models import CodeBundle, Job
+from recommender.catalog import load_catalog
+from tests.conftest import PROJECT_DIR
+
+COMMANDS = {
+    "submit_job": "fc2",
+    "check_bundle": "fc2",
+    "setup_platform": "fc2",
+    "recommend": "recommender",
+    "import_perf_data": "recommender",
+    "model_report": "recommender",
+    "refresh_catalog": "recommender",
+}
+
+
+def refused(command: str, *args: str) -> tuple[dict, str]:
+    """Run `command *args --json` in-process, expecting a refusal: (its one JSON object, its stderr)."""
+    out, err = StringIO(), StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command(command, *args, "--json", stdout=out, stderr=err)
+    assert exit_info.value.code not in (0, None), out.getvalue()
+    assert "Traceback" not in err.getvalue()
+    return json.loads(out.getvalue()), err.getvalue()  # the whole of stdout is one object
+
+
+# --- a user's errors, in-process --------------------------------------------------------------------------------------
+
+# (command, arguments; "{wheel}" is the example wheel, "{dir}" a directory) -> the reason the error must give.
+USER_ERRORS = [
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "no-such-set"], "no dataset named 'no-such-set'"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--algorithm", "model"],
+     "no performance records for workload 'fc2-digits-cnn:digits'"),
+    ("submit_job", ["--bundle", "{dir}/missing.whl", "--dataset", "digits"], "missing.whl does not exist"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--param", "epochs"], "not KEY=VALUE"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--param", "a b=1"], "must be letters, digits"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--workers", "0"], "at least 1 worker"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--main", "train.py"], "train.py"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--user", "nobody"], "no user 'nobody'"),
+    ("check_bundle", ["{dir}/missing.whl"], "no such file"),
+    ("check_bundle", ["{dir}"], "is a directory, not a wheel"),
+    ("recommend", ["--algorithm", "model", "--workload", "nothing"], "no performance records for workload 'nothing'"),
+    ("recommend", ["--algorithm", "cost-opt", "--budget", "0.01"], "cannot buy a PS plus one worker"),
+    ("recommend", ["--algorithm", "cost-opt", "--max-workers", "2", "--catalog", "nope"], "nope"),
+    ("import_perf_data", ["{dir}/missing.csv", "--format", "csv"], "cannot read"),
+    ("import_perf_data", ["{readme}", "--format", "csv"], "unknown column"),
+    ("model_report", ["--workload", "nothing"], "workload 'nothing' has no performance records"),
+]  # fmt: skip
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("command", "args", "reason"), USER_ERRORS, ids=lambda v: v if isinstance(v, str) else None)
+def test_a_users_error_is_one_json_object_with_the_reason(command, args, reason, alice, example_wheel, tmp_path):
+    load_catalog("fc2-2018")
+    paths = {"wheel": str(example_wheel), "dir": str(tmp_path), "readme": str(PROJECT_DIR / "README.md")}
+    args = [arg.format(**paths) for arg in args]
+    if command == "submit_job" and "--user" not in args:
+        args += ["--user", "alice"]
+
+    answer, stderr = refused(command, *args)
+
+    assert answer["ok"] is False and reason in answer["error"]
+    assert f"error: {answer['error']}" in stderr
+    assert not Job.objects.exists() and not CodeBundle.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_bug_still_leaves_one_json_object_and_its_traceback(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr("recommender.service.recommend", broken)
+    out = StringIO()
+    with pytest.raises(RuntimeError, match="disk on fire"):  # a bug is not hidden: its traceback goes to stderr
+        call_command("recommend", "--algorithm", "cost-opt", "--max-workers", "2", "--json", stdout=out)
+
+    assert json.loads(out.getvalue()) == {"ok": False, "error": "internal error: RuntimeError: disk on fire"}
+
+
+# --- errors argparse finds, from the command line ---------------------------------------------------------------------
+
+WHEEL = "examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl"
+USAGE_ERRORS = [
+    (["submit_job", "--bundle", WHEEL, "--dataset", "digits", "--provider", "aws"], "invalid choice: 'aws'"),
+    (["submit_job", "--dataset", "digits"], "the following arguments are required: --bundle"),
+    (["submit_job", "--bundle", WHEEL, "--dataset", "digits", "--workers", "x"], "invalid int value: 'x'"),
+    (["submit_job", "--bundle", WHEEL, "--dataset", "digits", "--algorithm", "fastest"], "invalid choice: 'fastest'"),
+    (["recommend", "--algorithm", "nope"], "invalid choice: 'nope'"),
+    (["recommend", "--algorithm", "cost-opt", "--budget", "1", "--max-workers", "2"], "not allowed with argument"),
+    (["model_report"], "the following arguments are required: --workload"),
+    (["import_perf_data", "x.csv", "--format", "xml"], "invalid choice: 'xml'"),
+    (["check_bundle"], "the following arguments are required: path"),
+    (["refresh_catalog"], "the following arguments are required: --region"),
+    # and two that the commands find, with no database needed
+    (["check_bundle", "missing.whl"], "no such file: missing.whl"),
+    (["import_perf_data", "missing.csv", "--format", "csv"], "cannot read missing.csv"),
+]
+
+
+def manage(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python manage.py *args` as a user runs it, on a database of its own (none of these reach it)."""
+    env = {
+        **os.environ,
+        "DEBUG": "1",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "FC2_VAR_DIR": str(tmp_path / "var"),
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(("args", "reason"), USAGE_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_a_usage_error_on_the_command_line_is_one_json_object(args, reason, tmp_path):
+    run = manage(tmp_path, *args, "--json")
+
+    assert run.returncode != 0
+    answer = json.loads(run.stdout)  # the whole of stdout is one object
+    assert answer["ok"] is False and reason in answer["error"]
+    assert "Traceback" not in run.stderr and f"error: {answer['error']}" in run.stderr
+
+
+def test_without_json_a_usage_error_is_argparse_s_own(tmp_path):
+    run = manage(tmp_path, "recommend", "--algorithm", "nope")
+
+    assert run.returncode == 2 and run.stdout == ""
+    assert "usage: manage.py recommend" in run.stderr and "invalid choice: 'nope'" in run.stderr
+
+
+# --- --help -----------------------------------------------------------------------------------------------------------
+
+
+def parser_of(command: str):
+    return load_command_class(COMMANDS[command], command).create_parser("manage.py", command)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_documents_every_option_and_its_choices(command):
+    parser = parser_of(command)
+    text = parser.format_help()
+
+    for action in parser._actions:
+        assert action.help, f"{command}: {action.option_strings or action.dest} has no help"
+        if action.choices:
+            assert "{" + ",".join(map(str, action.choices)) + "}" in text
+
+
+def test_help_offers_the_choices_the_service_accepts():
+    from recommender.types import ALGORITHMS
+
+    algorithm = next(a for a in parser_of("submit_job")._actions if a.dest == "algorithm")
+    assert tuple(algorithm.choices) == ("manual", *ALGORITHMS)
+    provider = next(a for a in parser_of("submit_job")._actions if a.dest == "provider")
+    assert list(provider.choices) == ["local"]  # aws and lab are not built yet (README)
+
+
+def readme_invocations() -> list[tuple[str, str]]:
+    """(command, option) for every `manage.py COMMAND … --option` the README shows (continued lines included)."""
+    text = (PROJECT_DIR / "README.md").read_text().replace("\\\n", " ")
+    found = []
+    for command, rest in re.findall(r"manage\.py (\w+)([^\n`]*)", text):
+        if command in COMMANDS:
+            found += [(command, option) for option in re.findall(r"(?<![\w-])--[a-z][\w-]*", rest)]
+    return found
+
+
+def test_every_option_the_readme_mentions_exists():
+    invocations = readme_invocations()
+    assert ("submit_job", "--strategy") in invocations and ("recommend", "--latency-ms") in invocations
+
+    for command, option in invocations:
+        assert option in parser_of(command)._option_string_actions, f"README: {command} {option}"
