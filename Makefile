@@ -28,10 +28,19 @@ setup: $(BIN)/.installed examples sandbox
 # The worker also runs Celery beat (-B), whose sweep moves on or fails the jobs of a lost worker
 # (fc2/services/sweep.py); its schedule file is var/celerybeat-schedule. DEBUG=1 (for `setup` too): this is the
 # development server, and settings refuse to run with DEBUG off and no SECRET_KEY.
+# `make run HOST=0.0.0.0 PORT=8080` serves elsewhere.
+# The demo accounts' passwords are in var/demo-passwords.txt (mode 0600), said last before the servers' output begins.
+# The platform runs as root on purpose: the job sandbox needs it (provisioner/sandbox.py). Celery warns about that
+# at every start and advises --uid, which would take the sandbox away and so refuse every local job; with JSON, not
+# pickle, as the only content it accepts (fc2/settings.py), the risk it warns of is not there. The filter names that one
+# warning, so any other still shows.
 run: export DEBUG ?= 1
 run: setup
 	@echo "FC² platform on http://$(HOST):$(PORT)/ (Ctrl-C stops the web server and the worker)"
+	@passwords=$${FC2_VAR_DIR:-var}/demo-passwords.txt; [ ! -f "$$passwords" ] || \
+		echo "The demo accounts' passwords: $$passwords (\`manage.py changepassword USERNAME\` changes one)"
 	@export FC2_PUBLIC_URL=$${FC2_PUBLIC_URL:-http://$(HOST):$(PORT)}; \
+	PYTHONWARNINGS="ignore:You're running the worker with superuser privileges" \
 	$(BIN)/celery -A fc2 worker -B -Q fc2 --loglevel INFO --concurrency 2 & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)

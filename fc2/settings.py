@@ -229,7 +229,9 @@ SPECTACULAR_SETTINGS = {
 
 # Celery: Redis when REDIS_URL is set, otherwise kombu's filesystem transport (no server needed).
 REDIS_URL = os.environ.get("REDIS_URL", "")
-CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+# The filesystem transport ignores the host; naming one keeps kombu from warning "No hostname was supplied" at every
+# connection, a warning nobody could act on.
+CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost/"
 if not REDIS_URL:
     _broker_dir = VAR_DIR / "broker"
     for _folder in ("queue", "processed", "control"):
@@ -241,6 +243,9 @@ if not REDIS_URL:
         "control_folder": str(_broker_dir / "control"),  # the worker's broadcast exchanges; default: ./control
         "store_processed": False,
     }
+# JSON only, never pickle: the worker runs as root (the job sandbox needs it; see the Makefile's `run`).
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -2,14 +2,19 @@
 
 Loads the bundled instance catalogues and the sample performance records (recommender/data/samples.toml: Anwar's
 Table 4 as workload `anwar2021-mnist`, and any sample grid listed beside it), registers and materialises the built-in
-datasets that need no download, and creates the two demo accounts (an admin and a researcher) the first time,
-printing their passwords once.
+datasets that need no download, and creates the two demo accounts (an admin and a researcher) the first time. Their
+passwords go to a file only its owner can read (`var/demo-passwords.txt`), not to the terminal, where the server's
+output would scroll them away: the command prints where the file is, and so does `make run` right before it starts the
+servers.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -18,6 +23,28 @@ from recommender.catalog import bundled_catalogs, load_catalog
 from recommender.perfdata import import_samples
 
 DEMO_ACCOUNTS = (("admin", True), ("researcher", False))
+PASSWORDS_HEADER = "# FC² demo accounts: username and password. Change one with `manage.py changepassword USERNAME`.\n"
+
+
+def passwords_file() -> Path:
+    return settings.VAR_DIR / "demo-passwords.txt"
+
+
+def save_passwords(path: Path, passwords: dict[str, str]) -> None:
+    """Write `username password` lines to `path` (mode 0600), keeping the lines of accounts not in `passwords`."""
+    kept: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            username, _, password = line.partition(" ")
+            if username and not username.startswith("#"):
+                kept[username] = password
+    kept.update(passwords)
+    partial = path.with_name(path.name + ".new")
+    partial.unlink(missing_ok=True)
+    # Created with mode 0600, so the passwords are never readable by others, not even for a moment.
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(PASSWORDS_HEADER + "".join(f"{username} {password}\n" for username, password in kept.items()))
+    partial.replace(path)
 
 
 class Command(BaseCommand):
@@ -45,12 +72,17 @@ class Command(BaseCommand):
 
     def _demo_accounts(self):
         User = get_user_model()
+        created = {}
         for username, is_admin in DEMO_ACCOUNTS:
             if User.objects.filter(username=username).exists():
                 continue
-            password = secrets.token_urlsafe(9)
+            created[username] = secrets.token_urlsafe(9)
             User.objects.create_user(
-                username, f"{username}@example.com", password, is_staff=is_admin, is_superuser=is_admin
+                username, f"{username}@example.com", created[username], is_staff=is_admin, is_superuser=is_admin
             )
-            role = "admin" if is_admin else "researcher"
-            self.stdout.write(self.style.SUCCESS(f"created {role} account: {username} / {password}  (shown once)"))
+        if created:
+            path = passwords_file()
+            save_passwords(path, created)
+            self.stdout.write(
+                self.style.SUCCESS(f"created demo accounts {', '.join(created)}; their passwords are in {path}")
+            )
