@@ -8,11 +8,13 @@ EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
 
 .PHONY: run setup test lint format examples benchmark browser sandbox clean
 
-# The virtualenv is rebuilt whenever pyproject.toml changes.
+# The virtualenv is rebuilt whenever pyproject.toml changes. setuptools cautions at every editable install that a
+# folder in the working directory named like a package shadows the installed one: here that is the point (the
+# platform runs from its checkout), so that one warning is filtered.
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
 $(EXAMPLE_WHEELS): $(BIN)/.installed $(shell find examples/digits_cnn -name '*.py' -o -name pyproject.toml)

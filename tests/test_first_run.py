@@ -99,10 +99,14 @@ def test_make_run_says_where_the_passwords_are_just_before_the_servers_start():
 # --- warnings nobody could act on -------------------------------------------------------------------------------------
 
 
-def celery_warning_filter() -> str:
-    """The PYTHONWARNINGS `make run` gives the worker."""
-    (value,) = re.findall(r'PYTHONWARNINGS=("[^"]*")', run_recipe())
+def warning_filter(recipe: str) -> str:
+    """The PYTHONWARNINGS a Makefile recipe gives its command."""
+    (value,) = re.findall(r'PYTHONWARNINGS=("[^"]*")', recipe)
     return shlex.split(value)[0]
+
+
+def celery_warning_filter() -> str:
+    return warning_filter(run_recipe())
 
 
 def warnings_shown(filter_: str, code: str) -> str:
@@ -159,3 +163,24 @@ def test_the_readme_names_the_example_job_s_workload_as_the_code_does(bundle, di
     assert "<distribution>:<dataset name>" in README
     assert f"`{workload_name(bundle, digits)}`" in README
     assert f"import_perf_data my-runs.csv --format anwar2021 --workload {workload_name(bundle, digits)}" in README
+
+
+def test_installing_filters_only_setuptools_caution_about_editable_installs():
+    install = MAKEFILE.split("$(BIN)/.installed: pyproject.toml\n", 1)[1].split("\n\n", 1)[0]
+    caution = "import warnings; warnings.warn('Editable installation.\\n!!\\nPlease be careful with folders')"
+    assert "Editable installation" in warnings_shown("default", caution)
+    assert warnings_shown(warning_filter(install), caution) == ""
+
+
+def test_the_examples_build_with_the_setuptools_the_venv_gets():
+    # `make examples` builds without isolation, with the venv's setuptools; one older than the examples ask for warns.
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    dev = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    (pinned,) = [Requirement(r) for r in dev if Requirement(r).name == "setuptools"]
+    example = tomllib.loads((PROJECT_DIR / "examples" / "digits_cnn" / "pyproject.toml").read_text())
+    (wanted,) = [Requirement(r) for r in example["build-system"]["requires"] if Requirement(r).name == "setuptools"]
+    (version,) = [spec.version for spec in pinned.specifier if spec.operator == "=="]
+    assert wanted.specifier.contains(version)
