@@ -135,6 +135,14 @@ def test_a_usage_error_on_the_command_line_is_one_json_object(args, reason, tmp_
     assert "Traceback" not in run.stderr and f"error: {answer['error']}" in run.stderr
 
 
+def test_a_database_not_migrated_is_the_operator_s_to_fix_not_a_traceback(tmp_path):
+    run = manage(tmp_path, "recommend", "--algorithm", "cost-opt", "--max-workers", "2", "--json")
+
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    answer = json.loads(run.stdout)
+    assert "the database cannot answer (no such table" in answer["error"] and "make setup" in answer["error"]
+
+
 def test_without_json_a_usage_error_is_argparse_s_own(tmp_path):
     run = manage(tmp_path, "recommend", "--algorithm", "nope")
 

@@ -11,6 +11,7 @@ import sys
 from typing import NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import OperationalError, ProgrammingError
 
 
 class ContractParser(CommandParser):
@@ -38,8 +39,9 @@ class ContractCommand(BaseCommand):
     """A command whose errors are `error: <reason>` on stderr and exit 1 (with --json, also one JSON object on stdout).
 
     Not CommandError: Django would print "CommandError: …", and the contract says "error: …". A CommandError raised
-    anyway (by Django itself, e.g. a failed system check) is turned into the same. Any other exception is a bug, not a
-    user's error: with --json it still leaves one JSON object on stdout, and its traceback goes to stderr.
+    anyway (by Django itself, e.g. a failed system check) is turned into the same, and so is a database that is not
+    there or not migrated (the operator's to fix, not a bug). Any other exception is a bug, not a user's error: with
+    --json it still leaves one JSON object on stdout, and its traceback goes to stderr.
     """
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> CommandParser:
@@ -53,6 +55,9 @@ class ContractCommand(BaseCommand):
             return super().execute(*args, **options)
         except CommandError as exc:
             self.fail(str(exc), options.get("json", False))
+        except (OperationalError, ProgrammingError) as exc:
+            reason = f"the database cannot answer ({exc}): is it running, and migrated (`make setup`)?"
+            self.fail(reason, options.get("json", False))
         except Exception as exc:
             if options.get("json"):
                 self.stdout.write(json.dumps({"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}))
