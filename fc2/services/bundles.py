@@ -13,8 +13,12 @@ from fc2.services.files import atomic_with_files, track
 
 def store_bundle(owner, fileobj: BinaryIO, filename: str, main_script: str = "main.py") -> CodeBundle:
     """Validate the wheel (BundleError if refused) and store it; within `atomic_with_files`, a later failure of the
-    caller's transaction removes the file again."""
+    caller's transaction removes the file again. The same wheel (by sha256) with the same main script uploaded again by
+    the same owner is the bundle already stored: one library entry, one file."""
     info = validate_wheel(fileobj, filename, main_script)
+    existing = CodeBundle.objects.filter(owner=owner, sha256=info.sha256, main_script=info.main_script).first()
+    if existing is not None:
+        return existing
     bundle = CodeBundle(
         owner=owner,
         filename=filename,
