@@ -60,6 +60,7 @@ class CodeBundle(models.Model):
     """A researcher's training code: one validated wheel and the main script to run on every node."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bundles")
+    name = models.CharField(max_length=200, help_text="The owner's name for it; the distribution unless renamed")
     wheel = models.FileField(upload_to=bundle_upload_to, max_length=300)
     filename = models.CharField(max_length=255)
     distribution = models.CharField(max_length=200, help_text="Name from the wheel's METADATA")
@@ -109,6 +110,8 @@ class Dataset(models.Model):
     features = models.PositiveIntegerField(null=True, blank=True)
     rows = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Why the nodes last could not fetch a URL dataset; cleared when a job gets past the download again.
+    last_error = models.CharField(max_length=500, blank=True)
 
     objects = DatasetQuerySet.as_manager()
 

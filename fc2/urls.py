@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
-from fc2 import accounts, api, dashboard, home, views, wizard
+from fc2 import accounts, api, dashboard, home, library, views, wizard
 from recommender import api as recommender_api
 from recommender import views as recommender_views
 
@@ -24,6 +24,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/series.json", views.job_series, name="job-series"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/artifacts/<int:artifact_id>/", views.artifact_download, name="artifact-download"),
+    *library.urls("bundle"),
+    *library.urls("dataset"),
     path("dashboard/", dashboard.dashboard_page, name="dashboard"),
     path("api/jobs/<int:job_id>/report", api.ReportView.as_view(), name="api-job-report"),
     path("api/me", api.MeView.as_view(), name="api-me"),

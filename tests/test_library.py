@@ -1,7 +1,14 @@
-"""The library: one entry per wheel an owner uploads, however often they upload it."""
+"""The library: one entry per wheel however often it is uploaded; a page per bundle and dataset, rename, delete."""
+
+import pytest
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
 
 from fc2.models import CodeBundle
+from fc2.services import datasets
 from fc2.services.bundles import store_bundle
+from tests.conftest import make_job
 
 
 def test_same_wheel_twice_is_one_bundle(alice, bundle, example_wheel):
@@ -20,3 +27,94 @@ def test_same_wheel_by_another_owner_is_their_own(bob, bundle, example_wheel):
 
     assert theirs.pk != bundle.pk
     assert theirs.owner == bob
+
+
+@pytest.fixture
+def upload(alice):
+    return datasets.store_upload(alice, SimpleUploadedFile("points.csv", b"x,y\n1,2\n"))
+
+
+def page(client, user, item):
+    client.force_login(user)
+    return client.get(reverse(kind(item), args=[item.pk]))
+
+
+def kind(item) -> str:
+    return "bundle" if isinstance(item, CodeBundle) else "dataset"
+
+
+@pytest.mark.parametrize("which", ["bundle", "upload"])
+def test_page_shows_what_it_is_and_no_server_path(client, alice, request, which):
+    item = request.getfixturevalue(which)
+
+    response = page(client, alice, item)
+
+    assert response.status_code == 200
+    assert item.name in response.text
+    stored = item.wheel if which == "bundle" else item.file
+    assert stored.name not in response.text
+    assert str(settings.MEDIA_ROOT) not in response.text
+
+
+@pytest.mark.parametrize("which", ["bundle", "upload"])
+def test_someone_elses_page_is_404_and_an_admin_sees_it(client, bob, request, which, django_user_model):
+    item = request.getfixturevalue(which)
+
+    assert page(client, bob, item).status_code == 404
+    client.post(reverse(f"{kind(item)}-delete", args=[item.pk]))
+    assert type(item).objects.filter(pk=item.pk).exists()
+    admin = django_user_model.objects.create_user("carol", "carol@example.com", "carol-password-1", is_staff=True)
+    assert page(client, admin, item).status_code == 200
+
+
+def test_home_links_each_page(client, alice, bundle, upload):
+    client.force_login(alice)
+
+    response = client.get(reverse("home"))
+
+    assert reverse("bundle", args=[bundle.pk]) in response.text
+    assert reverse("dataset", args=[upload.pk]) in response.text
+
+
+@pytest.mark.parametrize("which", ["bundle", "upload"])
+def test_owner_renames(client, alice, request, which):
+    item = request.getfixturevalue(which)
+    client.force_login(alice)
+
+    client.post(reverse(f"{kind(item)}-rename", args=[item.pk]), {"name": "  my data  "})
+
+    item.refresh_from_db()
+    assert item.name == "my data"
+
+
+def test_new_bundle_is_named_after_its_distribution(bundle):
+    assert bundle.name == bundle.distribution
+
+
+@pytest.mark.parametrize("which", ["bundle", "upload"])
+def test_delete_unused_removes_row_and_file(client, alice, request, which):
+    item = request.getfixturevalue(which)
+    stored = item.wheel if which == "bundle" else item.file
+    storage, name = stored.storage, stored.name
+    client.force_login(alice)
+
+    response = client.post(reverse(f"{kind(item)}-delete", args=[item.pk]))
+
+    assert response.status_code == 302
+    assert not type(item).objects.filter(pk=item.pk).exists()
+    assert not storage.exists(name)
+
+
+@pytest.mark.parametrize("which", ["bundle", "dataset"])
+def test_delete_refused_while_a_job_used_it(client, alice, bundle, upload, which):
+    job = make_job(alice, bundle, upload)
+    item = job.bundle if which == "bundle" else job.dataset
+    stored = item.wheel if which == "bundle" else item.file
+    client.force_login(alice)
+
+    response = client.post(reverse(f"{which}-delete", args=[item.pk]), follow=True)
+
+    assert "Not deleted: 1 job used it" in response.text
+    assert type(item).objects.filter(pk=item.pk).exists()
+    assert stored.storage.exists(stored.name)
+    assert f"Job #{job.pk}" in response.text

@@ -21,6 +21,7 @@ def store_bundle(owner, fileobj: BinaryIO, filename: str, main_script: str = "ma
         return existing
     bundle = CodeBundle(
         owner=owner,
+        name=info.distribution,
         filename=filename,
         distribution=info.distribution,
         version=info.version,
