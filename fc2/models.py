@@ -110,7 +110,7 @@ class Dataset(models.Model):
     features = models.PositiveIntegerField(null=True, blank=True)
     rows = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
-    # Why the nodes last could not fetch a URL dataset; cleared when a job gets past the download again.
+    # Why the nodes last could not fetch a URL dataset; cleared when a job on it succeeds.
     last_error = models.CharField(max_length=500, blank=True)
 
     objects = DatasetQuerySet.as_manager()

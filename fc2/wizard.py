@@ -253,6 +253,8 @@ class DataForm(StepForm):
             facts.append(f"{dataset.size_mb:g} MB")
         if dataset.rows:
             facts.append(f"{dataset.rows} rows")
+        if dataset.last_error:
+            facts.append("last download failed")
         return f"{dataset.name} ({', '.join(facts)})"
 
     @property

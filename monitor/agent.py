@@ -357,6 +357,10 @@ class NodeRun:
         return "\n".join(self.tail)
 
 
+# How a node's failure report begins when the dataset could not be fetched: the platform marks the dataset by it.
+DATASET_FETCH_FAILED = "cannot download the dataset"
+
+
 def fetch_dataset(args: argparse.Namespace) -> str | None:
     """Download the job's dataset URL (public addresses only, see safe_fetch.py); an error message on failure."""
     if not args.fetch or args.fetch_to.exists():
@@ -368,7 +372,7 @@ def fetch_dataset(args: argparse.Namespace) -> str | None:
     try:
         safe_fetch.fetch(args.fetch, args.fetch_to, args.fetch_max_mb * 2**20, allowed_networks=tuple(args.fetch_allow))
     except safe_fetch.FetchError as exc:
-        return f"cannot download the dataset {args.fetch}: {exc}"
+        return f"{DATASET_FETCH_FAILED} {args.fetch}: {exc}"
     args.fetch_to.chmod(0o644)
     return None
 

@@ -5,10 +5,13 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from fc2.models import CodeBundle
+from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import datasets
 from fc2.services.bundles import store_bundle
+from fc2.wizard import DataForm
+from monitor.agent import DATASET_FETCH_FAILED
 from tests.conftest import make_job
+from tests.test_api import post_report, start_running
 
 
 def test_same_wheel_twice_is_one_bundle(alice, bundle, example_wheel):
@@ -118,3 +121,41 @@ def test_delete_refused_while_a_job_used_it(client, alice, bundle, upload, which
     assert type(item).objects.filter(pk=item.pk).exists()
     assert stored.storage.exists(stored.name)
     assert f"Job #{job.pk}" in response.text
+
+
+@pytest.fixture
+def remote(alice):
+    url = "https://data.example.org/points.npz"
+    return Dataset.objects.create(owner=alice, kind=Dataset.Kind.URL, name="points", url=url, path=url)
+
+
+def test_failed_download_marks_the_dataset_until_a_job_on_it_succeeds(client, alice, job, remote):
+    job.dataset = remote
+    token = start_running(job)
+    failure = f"{DATASET_FETCH_FAILED} {remote.url}: cannot download {remote.url}: URLError: timed out"
+
+    post_report(client, job.pk, {"node": "chief-0", "status": "failed", "exit_code": None, "log_tail": failure}, token)
+
+    remote.refresh_from_db()
+    assert remote.last_error == failure
+    assert "could not fetch this dataset" in page(client, alice, remote).text
+    assert "last download failed" in DataForm._dataset_label(remote)
+    assert "download failed" in client.get(reverse("home")).text
+
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING)
+    post_report(client, job.pk, {"node": "chief-0", "status": "succeeded", "exit_code": 0}, token)
+
+    remote.refresh_from_db()
+    assert remote.last_error == ""
+
+
+def test_a_failing_program_does_not_mark_its_dataset(client, job, remote):
+    job.dataset = remote
+    token = start_running(job)
+
+    post_report(
+        client, job.pk, {"node": "chief-0", "status": "failed", "exit_code": 2, "log_tail": "ValueError"}, token
+    )
+
+    remote.refresh_from_db()
+    assert remote.last_error == ""

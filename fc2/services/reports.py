@@ -13,9 +13,10 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fc2.models import Artifact, Job, Node
+from fc2.models import Artifact, Dataset, Job, Node
 from fc2.results import LOG_INTRO
 from fc2.services import pipeline
+from monitor.agent import DATASET_FETCH_FAILED
 from monitor.ingest import finite_or_none, record_losses, record_sample
 
 # Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
@@ -142,8 +143,13 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
         reason = f"{node.name} failed" + (f" with exit code {report.exit_code}" if report.exit_code is not None else "")
         tail = (report.log_tail or "").strip()
         reason = f"{reason}{LOG_INTRO}{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
+        if tail.startswith(DATASET_FETCH_FAILED):
+            Dataset.objects.filter(pk=job.dataset_id).update(
+                last_error=tail[: Dataset._meta.get_field("last_error").max_length]
+            )
         pipeline.fail(job, reason, release_now=False)
     elif report.status == "succeeded" and chief:
+        Dataset.objects.filter(pk=job.dataset_id).exclude(last_error="").update(last_error="")
         pipeline.complete(job)
     job.refresh_from_db()
     return job
