@@ -50,7 +50,7 @@ def home(request: HttpRequest) -> HttpResponse:
     bundles = CodeBundle.objects.filter(owner=user).annotate(job_count=Count("jobs")).order_by("-created_at", "-pk")
     q = params.get("q", "").strip()
     if q:
-        bundles = bundles.filter(Q(distribution__icontains=q) | Q(filename__icontains=q))
+        bundles = bundles.filter(Q(name__icontains=q) | Q(distribution__icontains=q) | Q(filename__icontains=q))
 
     datasets = Dataset.objects.filter(owner=user)
     kind = params.get("kind", "")

@@ -165,7 +165,8 @@ class CodeForm(StepForm):
 
     def _bundle_label(self, bundle: CodeBundle) -> str:
         owner = f" · {bundle.owner}" if bundle.owner_id != self.user.pk else ""
-        return f"{bundle.distribution} {bundle.version} · {bundle.main_script} · {bundle.created_at:%Y-%m-%d}{owner}"
+        name = bundle.name or bundle.distribution
+        return f"{name} {bundle.version} · {bundle.main_script} · {bundle.created_at:%Y-%m-%d}{owner}"
 
     def _source(self) -> str:
         return self.cleaned_data.get("source", "")

@@ -6,7 +6,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from fc2.models import CodeBundle, Dataset, Job
-from fc2.services import datasets
+from fc2.services import datasets, library
 from fc2.services.bundles import store_bundle
 from fc2.wizard import DataForm
 from monitor.agent import DATASET_FETCH_FAILED
@@ -159,3 +159,11 @@ def test_a_failing_program_does_not_mark_its_dataset(client, job, remote):
 
     remote.refresh_from_db()
     assert remote.last_error == ""
+
+
+def test_a_renamed_bundle_is_found_and_offered_by_its_name(client, alice, bundle):
+    library.rename(bundle, "resnet trial")
+    client.force_login(alice)
+
+    assert "resnet trial" in client.get(reverse("home"), {"q": "resnet"}).text
+    assert "resnet trial" in client.get(reverse("job-new-step", args=["code"])).text
