@@ -12,6 +12,7 @@ from fc2.wizard import DataForm
 from monitor.agent import DATASET_FETCH_FAILED
 from tests.conftest import make_job
 from tests.test_api import post_report, start_running
+from tests.test_wizard import code_form, resource_form
 
 
 def test_same_wheel_twice_is_one_bundle(alice, bundle, example_wheel):
@@ -167,3 +168,15 @@ def test_a_renamed_bundle_is_found_and_offered_by_its_name(client, alice, bundle
 
     assert "resnet trial" in client.get(reverse("home"), {"q": "resnet"}).text
     assert "resnet trial" in client.get(reverse("job-new-step", args=["code"])).text
+
+
+def test_the_wizard_review_shows_no_server_path_of_an_uploaded_dataset(client, alice, bundle, upload):
+    client.force_login(alice)
+    client.post(reverse("job-new-step", args=["code"]), code_form(bundle=bundle))
+    client.post(reverse("job-new-step", args=["data"]), {"source": "mine", "dataset": upload.pk})
+    client.post(reverse("job-new-step", args=["resource"]), resource_form())
+
+    response = client.get(reverse("job-new-step", args=["review"]))
+
+    assert response.status_code == 200 and upload.name in response.text
+    assert upload.file.name not in response.text and str(settings.MEDIA_ROOT) not in response.text
