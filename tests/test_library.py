@@ -180,3 +180,13 @@ def test_the_wizard_review_shows_no_server_path_of_an_uploaded_dataset(client, a
 
     assert response.status_code == 200 and upload.name in response.text
     assert upload.file.name not in response.text and str(settings.MEDIA_ROOT) not in response.text
+
+
+def test_an_empty_name_is_refused_with_its_reason(client, alice, upload):
+    client.force_login(alice)
+
+    response = client.post(reverse("dataset-rename", args=[upload.pk]), {"name": "  "}, follow=True)
+
+    assert "Not renamed: a name cannot be empty" in response.text
+    upload.refresh_from_db()
+    assert upload.name == "points.csv"
