@@ -51,10 +51,10 @@ run: setup
 # Installed when the platform runs as root and they are missing; otherwise the platform says at start why local jobs
 # are refused.
 sandbox:
-	@command -v bwrap >/dev/null && command -v ip >/dev/null || [ "$$(id -u)" != 0 ] || { \
+	@command -v bwrap >/dev/null && command -v ip >/dev/null && command -v mkfs.ext4 >/dev/null || [ "$$(id -u)" != 0 ] || { \
 		echo "installing bubblewrap and iproute2 for the job sandbox"; \
-		apt-get install -y -q bubblewrap iproute2 util-linux >/dev/null 2>&1 || { apt-get update -q && \
-		apt-get install -y -q bubblewrap iproute2 util-linux; }; }
+		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs >/dev/null 2>&1 || { apt-get update -q && \
+		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs; }; }
 
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser download is not used).
 browser:

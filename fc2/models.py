@@ -364,6 +364,8 @@ class Node(models.Model):
         FAILED = "failed"
         STOPPED = "stopped"
 
+    FINISHED = (Status.SUCCEEDED, Status.FAILED)  # a final status its agent reported
+
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(max_length=50)
     role = models.CharField(max_length=10)

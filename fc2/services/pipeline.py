@@ -371,7 +371,7 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             _keep_late_outputs(job, cluster)
             provisioner.teardown(cluster)
             Job.objects.filter(pk=job.pk).update(cluster=None)
-            job.nodes.exclude(status__in=[Node.Status.SUCCEEDED, Node.Status.FAILED]).update(status=Node.Status.STOPPED)
+            job.nodes.exclude(status__in=Node.FINISHED).update(status=Node.Status.STOPPED)
             job.log(f"cluster {cluster.cluster_id} torn down")
             return True
     finally:
@@ -403,7 +403,7 @@ def _keep_late_outputs(job: Job, cluster: ClusterInfo) -> None:
     the job), from the results their agents kept on the nodes: nothing a node produced is lost to the teardown."""
     from fc2.services.reports import artifact_name
 
-    late = {node.name: node for node in job.nodes.exclude(status__in=[Node.Status.SUCCEEDED, Node.Status.FAILED])}
+    late = {node.name: node for node in job.nodes.exclude(status__in=Node.FINISHED)}
     if not late:
         return
     chiefs = chief_names(job)

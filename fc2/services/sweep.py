@@ -68,7 +68,6 @@ STEP_OF = {
     State.COLLECTING: "collect",
 }
 RESUMABLE = {"profile", "provision", "collect"}
-FINISHED = (Node.Status.SUCCEEDED, Node.Status.FAILED)
 
 
 def sweep() -> int:
@@ -153,7 +152,7 @@ def check_running(job: Job) -> None:
     quiet_since = timezone.now() - timedelta(seconds=settings.FC2_NODE_SILENCE_S)
     suspects = [
         node
-        for node in job.nodes.exclude(status__in=FINISHED)
+        for node in job.nodes.exclude(status__in=Node.FINISHED)
         if timed_out or not alive.get(node.name, False) or _last_heard(job, node) < quiet_since
     ]
     if not suspects:
@@ -182,7 +181,7 @@ def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str
     chiefs = pipeline.chief_names(job)
     applied: set[str] = set()
     for node in sorted(nodes, key=lambda n: n.name not in chiefs):
-        if (result := results.get(node.name)) is None or (status := result.report.get("status")) not in FINISHED:
+        if (result := results.get(node.name)) is None or (status := result.report.get("status")) not in Node.FINISHED:
             continue
         job.refresh_from_db()
         if job.is_terminal:
