@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
 
-.PHONY: run setup test lint format examples benchmark browser sandbox clean
+.PHONY: run setup test lint format examples benchmark browser sandbox lab clean
 
 # The virtualenv is rebuilt whenever pyproject.toml changes. setuptools cautions at every editable install that a
 # folder in the working directory named like a package shadows the installed one: here that is the point (the
@@ -56,6 +56,17 @@ sandbox:
 		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs >/dev/null 2>&1 || { apt-get update -q && \
 		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs; }; }
 
+# The lab provider (provisioner/lab.py) runs Debian's OpenSSH server in each node's network namespace, delays the
+# nodes' traffic with iptables and turns IPv6 off in them with sysctl (procps); `make test` installs them (as root),
+# `make run` leaves the choice to the operator: installed, the lab is offered. (On a machine with systemd, installing openssh-server also starts the
+# machine's own sshd; the lab never uses it.)
+lab:
+	@{ test -x /usr/sbin/sshd && command -v iptables >/dev/null && command -v sysctl >/dev/null; } || \
+		[ "$$(id -u)" != 0 ] || { \
+		echo "installing openssh-server, iptables and procps for the lab provider"; \
+		apt-get install -y -q openssh-server iptables procps >/dev/null 2>&1 || { apt-get update -q && \
+		apt-get install -y -q openssh-server iptables procps; }; }
+
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser download is not used).
 browser:
 	@command -v chromium >/dev/null || { \
@@ -64,7 +75,7 @@ browser:
 
 # The tests load their own settings (fc2/settings_test.py); the migrations check is a manage.py command like any.
 test: export DEBUG ?= 1
-test: $(BIN)/.installed examples browser sandbox
+test: $(BIN)/.installed examples browser sandbox lab
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py makemigrations --check --dry-run

@@ -1,4 +1,4 @@
-"""Calibration of the performance model (recommender/perfmodel.py) on data generated with a known formula.
+"""Calibration of the performance model (recommender/perfmodel/) on data generated with a known formula.
 
 Ground truth, per worker type t of the fc2-2018 catalogue (prices and ECU from recommender/catalogs/fc2-2018.json),
 n = 1..8 workers, batch sizes B ∈ {192, 1280, 6400, 32000, 64000}, latencies l ∈ {0, 20, 40, 60, 80, 100} ms — Anwar

@@ -40,7 +40,7 @@ def main() -> None:
     from django.core.management import call_command
 
     from fc2.models import Job
-    from fc2.services import datasets, jobs, pipeline
+    from fc2.services import datasets, inline, jobs
     from fc2.services.bundles import store_bundle
 
     call_command("migrate", verbosity=0)
@@ -62,7 +62,7 @@ def main() -> None:
             t0 = time.monotonic()
             request = jobs.JobRequest(bundle=bundle, dataset=digits, parameters={"epochs": "1"}, strategy=strategy)
             job = jobs.submit(user, request, driver=Job.Driver.INLINE)
-            job = pipeline.run_inline(job.pk, poll_s=0.2)
+            job = inline.run_inline(job.pk, poll_s=0.2)
             wall = time.monotonic() - t0
             assert job.state == Job.State.SUCCEEDED, job.failure_reason
             started = max(n.started_at for n in job.nodes.all())

@@ -90,6 +90,7 @@ class JobAdmin(admin.ModelAdmin):
         "worker_type",
         "workers",
         "hourly_budget",
+        "budget",
         "catalog",
         "worker_types",
     )

@@ -68,6 +68,6 @@ def home(request: HttpRequest) -> HttpResponse:
         "kinds": Dataset.Kind.choices,
         "kind": kind,
         "spend": monthly_spend(user),
-        "active_jobs": Job.objects.filter(owner=user).exclude(state__in=Job.TERMINAL).count(),
+        "active_jobs": Job.objects.filter(owner=user, state__in=Job.ACTIVE).count(),
     }
     return render(request, "fc2/home.html", context)

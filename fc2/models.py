@@ -7,6 +7,7 @@ import hmac
 import secrets
 from datetime import datetime
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import models, transaction
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from fc2 import results
 from fc2.bundles import module_name
+from recommender.types import DEFAULT_CATALOG
 
 
 def is_platform_admin(user) -> bool:
@@ -31,15 +33,16 @@ class OwnedQuerySet(models.QuerySet):
 
 class JobQuerySet(OwnedQuerySet):
     def ran_between(self, start: datetime, end: datetime):
-        """Jobs whose cluster ran at some time in [start, end)."""
-        return self.filter(started_at__lt=end).filter(
-            models.Q(finished_at__isnull=True) | models.Q(finished_at__gt=start)
+        """Jobs whose cluster was up at some time in [start, end) (from its launch to the end of its teardown)."""
+        return self.filter(launched_at__lt=end).filter(
+            models.Q(torn_down_at__isnull=True) | models.Q(torn_down_at__gt=start)
         )
 
     def spend_between(self, start: datetime, end: datetime, now: datetime | None = None) -> float:
-        """$ these jobs' clusters cost inside [start, end): each job's $/h over the part of its run in the window."""
+        """$ these jobs' clusters cost inside [start, end): each job's $/h over the part of its cluster's life in the
+        window."""
         jobs = self.ran_between(start, end).filter(hourly_cost__isnull=False)
-        rows = jobs.only("hourly_cost", "started_at", "finished_at")
+        rows = jobs.only("hourly_cost", "launched_at", "torn_down_at")
         return sum((job.cost_between(start, end, now) for job in rows), 0.0)
 
 
@@ -127,6 +130,24 @@ class Dataset(models.Model):
         return self.name
 
 
+def epochs_parameter(parameters: dict) -> int | None:
+    """The `epochs` parameter when it is a whole number of at least 1: the epochs a job asks its script for, before
+    its chief reports them (what its cost is estimated by).
+
+    >>> epochs_parameter({"epochs": "5"}), epochs_parameter({"epochs": "0"}), epochs_parameter({"epochs": "1.5"})
+    (5, None, None)
+    """
+    value = str(parameters.get("epochs", ""))
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+class Projection(NamedTuple):
+    """What a job will have cost once its cluster is gone (`Job.projection`)."""
+
+    total: float  # $ at the catalogue's prices: the cost so far and the cost of the time still to come
+    basis: str  # what the time to come is taken from: "prediction", "pace", "time limit" (an upper bound) or "ended"
+
+
 def workload_name(bundle: CodeBundle, dataset: Dataset) -> str:
     """The default name under which a job's performance is recorded and looked up: `<distribution>:<dataset name>`,
     the code and the data it trains on (a job may be filed under another, `Job.workload_name`)."""
@@ -148,6 +169,8 @@ class Job(models.Model):
         CANCELLED = "cancelled"
 
     TERMINAL = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    # Not ended yet: every state but the terminal ones (tests/test_pipeline_states.py checks the two cover them all).
+    ACTIVE = (State.QUEUED, State.PROFILING, State.PROVISIONING, State.BOOTSTRAPPING, State.RUNNING, State.COLLECTING)
 
     class Strategy(models.TextChoices):
         PS = "ps", "Parameter server"
@@ -169,13 +192,22 @@ class Job(models.Model):
 
     provider = models.CharField(max_length=20, default="local")
     region = models.CharField(max_length=30, blank=True)
+    # Lab clusters (provisioner/lab.py): every packet from one node to another arrives this late (Anwar §5.2.3).
+    latency_ms = models.FloatField(default=0, help_text="Delay added between the nodes (lab), ms one way")
     algorithm = models.CharField(max_length=20, default="manual")
     strategy = models.CharField(max_length=10, choices=Strategy.choices, default=Strategy.PS)
     ps_type = models.CharField(max_length=40, blank=True)
     worker_type = models.CharField(max_length=40, blank=True)
     workers = models.PositiveIntegerField(default=2)
     hourly_budget = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
-    catalog = models.CharField(max_length=50, default="fc2-2018", help_text="Instance catalogue for the algorithm")
+    budget = models.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        help_text="$ for the whole job: it is stopped before its cost would exceed it",
+    )
+    catalog = models.CharField(max_length=50, default=DEFAULT_CATALOG, help_text="Instance catalogue for the algorithm")
     worker_types = models.JSONField(default=list, blank=True, help_text="L^w: worker types the algorithm considers")
     recommendation = models.JSONField(null=True, blank=True, help_text="The recommender's answer, when one was asked")
     hourly_cost = models.DecimalField(
@@ -205,6 +237,9 @@ class Job(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Its cluster is billed from the moment its launch began to the moment its teardown finished, every node of it.
+    launched_at = models.DateTimeField(null=True, blank=True, help_text="When the launch of its cluster began")
+    torn_down_at = models.DateTimeField(null=True, blank=True, help_text="When the teardown of its cluster finished")
 
     objects = JobQuerySet.as_manager()
 
@@ -251,9 +286,18 @@ class Job(models.Model):
         return ((self.finished_at or timezone.now()) - self.started_at).total_seconds()
 
     @property
+    def billed_s(self) -> float | None:
+        """Seconds its cluster is billed for: from its launch to the end of its teardown, or to now while it is up
+        (whatever state the job is in); None while no cluster was launched."""
+        if self.launched_at is None:
+            return None
+        return max(0.0, ((self.torn_down_at or timezone.now()) - self.launched_at).total_seconds())
+
+    @property
     def cost_so_far(self) -> float | None:
-        """$ at the catalogue's price: the cluster's hourly cost over the time it has run (an estimate, not a bill)."""
-        if self.hourly_cost is None or self.started_at is None:
+        """$ at the catalogue's price: the cluster's hourly cost (every node, the PS included) per second it has been
+        up, from its launch to its teardown (an estimate, not a bill)."""
+        if self.hourly_cost is None or self.launched_at is None:
             return None
         return self.cost_between()
 
@@ -265,21 +309,74 @@ class Job(models.Model):
     @property
     def budget_so_far(self) -> float | None:
         """$ the hourly budget allows over the same time, to hold the cost against."""
-        if self.hourly_budget is None or self.duration_s is None:
+        if self.hourly_budget is None or self.billed_s is None:
             return None
-        return float(self.hourly_budget) * self.duration_s / 3600
+        return float(self.hourly_budget) * self.billed_s / 3600
 
     def cost_between(
         self, start: datetime | None = None, end: datetime | None = None, now: datetime | None = None
     ) -> float:
-        """$ of the part of the run (started → finished, or `now` while it runs) inside [start, end)."""
-        if self.hourly_cost is None or self.started_at is None:
+        """$ of the part of its cluster's life (launched → torn down, or `now` while it is up) inside [start, end)."""
+        if self.hourly_cost is None or self.launched_at is None:
             return 0.0
-        run_start = max(self.started_at, start) if start else self.started_at
-        run_end = self.finished_at or now or timezone.now()
-        run_end = min(run_end, end) if end else run_end
-        seconds = max(0.0, (run_end - run_start).total_seconds())
+        up_from = max(self.launched_at, start) if start else self.launched_at
+        up_to = self.torn_down_at or now or timezone.now()
+        up_to = min(up_to, end) if end else up_to
+        seconds = max(0.0, (up_to - up_from).total_seconds())
         return float(self.hourly_cost) * seconds / 3600
+
+    @property
+    def time_limit_from(self) -> datetime:
+        """Where its time limit (FC2_JOB_TIMEOUT_S) counts from: the start of its run, or its submission before it."""
+        return self.started_at or self.created_at
+
+    @property
+    def projection(self) -> Projection | None:
+        """What the job will have cost once its cluster is gone: the cost so far plus its $/h over the training still
+        to come — the recommender's predicted epoch time × the epochs not done yet (by the progress reported), else
+        the pace measured so far — and never past its time limit, which bounds it when neither is known. An ended
+        job's is its cost so far. None until it is priced."""
+        if self.hourly_cost is None:
+            return None
+        so_far = self.cost_so_far or 0.0
+        if self.is_terminal:
+            return Projection(so_far, "ended")
+        now = timezone.now()
+        limit_s = float(settings.FC2_JOB_TIMEOUT_S)
+        left_s = max(0.0, limit_s - (now - self.started_at).total_seconds()) if self.started_at else limit_s
+        to_come_s, basis = self._training_to_come_s(now)
+        if to_come_s is None or to_come_s > left_s:
+            to_come_s, basis = left_s, "time limit"
+        return Projection(so_far + float(self.hourly_cost) * to_come_s / 3600, basis)
+
+    def _training_to_come_s(self, now: datetime) -> tuple[float | None, str]:
+        done = self.progress or 0.0
+        epoch_s = (self.recommendation or {}).get("predicted_epoch_time_s")
+        epochs = self.epochs or epochs_parameter(self.parameters or {})
+        if epoch_s and epochs:
+            return epoch_s * epochs * (1 - done), "prediction"
+        if done > 0 and self.started_at:
+            return (now - self.started_at).total_seconds() * (1 - done) / done, "pace"
+        return None, ""
+
+    def cost_summary(self) -> dict:
+        """Its costs as its JSON gives them: $ at the catalogue's prices (estimates, not bills), and when its
+        cluster's billing began and ended."""
+
+        def dollars(value) -> float | None:
+            return None if value is None else round(float(value), 6)
+
+        projection = self.projection
+        return {
+            "hourly_cost": dollars(self.hourly_cost),
+            "hourly_budget": dollars(self.hourly_budget),
+            "budget": dollars(self.budget),
+            "cost_so_far": dollars(self.cost_so_far),
+            "projected_total": dollars(projection.total) if projection else None,
+            "projected_by": projection.basis if projection else None,
+            "launched_at": self.launched_at.isoformat() if self.launched_at else None,
+            "torn_down_at": self.torn_down_at.isoformat() if self.torn_down_at else None,
+        }
 
     @property
     def headline(self) -> results.Headline | None:
@@ -292,14 +389,19 @@ class Job(models.Model):
         return results.failure_summary(self.failure_reason)
 
     @property
-    def progress_percent(self) -> int | None:
+    def progress(self) -> float | None:
+        """How much of its training is done, 0 to 1: the chief's steps, else its epochs; None before it reports."""
         if self.state == self.State.SUCCEEDED:
-            return 100
+            return 1.0
         if self.steps and self.step is not None:
-            return min(100, round(100 * self.step / self.steps))
+            return min(1.0, self.step / self.steps)
         if self.epochs and self.epoch is not None:
-            return min(100, round(100 * self.epoch / self.epochs))
+            return min(1.0, self.epoch / self.epochs)
         return None
+
+    @property
+    def progress_percent(self) -> int | None:
+        return None if self.progress is None else round(100 * self.progress)
 
     def issue_token(self) -> str:
         """A fresh job-scoped secret for the cluster's agents; only its hash is kept."""

@@ -62,7 +62,6 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 
 # Where cluster nodes send their reports: the platform's address as the nodes see it.
 FC2_PUBLIC_URL = os.environ.get("FC2_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
-FC2_DEFAULT_PROVIDER = os.environ.get("FC2_DEFAULT_PROVIDER", "local")
 FC2_LOCAL_CLUSTER_DIR = Path(os.environ.get("FC2_LOCAL_CLUSTER_DIR", VAR_DIR / "clusters")).resolve()
 FC2_MAX_BUNDLE_MB = envint("FC2_MAX_BUNDLE_MB", 50)
 FC2_MAX_DATASET_MB = envint("FC2_MAX_DATASET_MB", 500)
@@ -84,6 +83,42 @@ FC2_UNSANDBOXED_LOCAL_JOBS = envbool("FC2_UNSANDBOXED_LOCAL_JOBS", "false")
 # Limits of a sandboxed local cluster: the disk each node may write (its work and output directories together; past it
 # ENOSPC) and the memory of all the cluster's nodes together (past it the kernel kills one: the job fails, "out of
 # memory"), by default three quarters of the machine's.
+# The lab provider (provisioner/lab.py): its clusters' state, and the private network its clusters' subnets (a /24
+# each, on bridges of their own) are taken from — any part of it in use on this machine is skipped.
+FC2_LAB_DIR = Path(os.environ.get("FC2_LAB_DIR", VAR_DIR / "lab")).resolve()
+FC2_LAB_NETWORK = os.environ.get("FC2_LAB_NETWORK", "10.213.0.0/16")
+# Lab nodes reach the platform at their bridge's address (the first of their cluster's /24), which is the Host their
+# reports carry: every such address is one of the platform's names.
+ALLOWED_HOSTS += [str(net.network_address + 1) for net in ipaddress.ip_network(FC2_LAB_NETWORK).subnets(new_prefix=24)]
+# The aws provider (provisioner/aws.py). Credentials are boto3's own chain (AWS_ACCESS_KEY_ID…, AWS_PROFILE, an
+# instance profile) and AWS_ENDPOINT_URL is honoured by boto3 itself (moto or LocalStack can stand in for EC2).
+# FC2_AWS_REGION: where clusters are made unless a job says otherwise (the fc2-2018 catalogue is Singapore's);
+# FC2_AWS_REGIONS: every region the reaper looks for leftovers in. FC2_AWS_DIR keeps each cluster's SSH key (encrypted
+# with a passphrase derived from FC2_AWS_KEY_PASSPHRASE, by default from SECRET_KEY) and known_hosts.
+FC2_AWS_DIR = Path(os.environ.get("FC2_AWS_DIR", VAR_DIR / "aws")).resolve()
+FC2_AWS_REGION = os.environ.get("FC2_AWS_REGION", "ap-southeast-1")
+FC2_AWS_REGIONS = [r.strip() for r in os.environ.get("FC2_AWS_REGIONS", FC2_AWS_REGION).split(",") if r.strip()]
+FC2_AWS_KEY_PASSPHRASE = envsecret("FC2_AWS_KEY_PASSPHRASE", "") or ""
+FC2_AWS_INSTALLATION = os.environ.get("FC2_AWS_INSTALLATION", "")  # default: derived from FC2_VAR_DIR
+# The machine image: FC2_AWS_AMI, else the SSM public parameter naming the latest one (needs Python 3 with venv and
+# pip), logged in to as FC2_AWS_SSH_USER; the nodes' directories under FC2_AWS_NODE_DIR, the job's env made with
+# FC2_AWS_PYTHON.
+FC2_AWS_AMI = os.environ.get("FC2_AWS_AMI", "")
+FC2_AWS_AMI_PARAMETER = os.environ.get(
+    "FC2_AWS_AMI_PARAMETER", "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64"
+)
+FC2_AWS_SSH_USER = os.environ.get("FC2_AWS_SSH_USER", "ec2-user")
+FC2_AWS_NODE_DIR = os.environ.get("FC2_AWS_NODE_DIR", "/home/{user}/fc2")
+FC2_AWS_PYTHON = os.environ.get("FC2_AWS_PYTHON", "python3")
+# The network: a VPC per cluster from FC2_AWS_VPC_CIDR, or the operator's subnet FC2_AWS_SUBNET_ID; SSH admitted
+# from FC2_AWS_SSH_CIDR and made to the nodes' public addresses (FC2_AWS_SSH_ADDRESS=private: a platform in the VPC).
+FC2_AWS_SUBNET_ID = os.environ.get("FC2_AWS_SUBNET_ID", "")
+FC2_AWS_VPC_CIDR = os.environ.get("FC2_AWS_VPC_CIDR", "10.0.0.0/16")
+FC2_AWS_SSH_CIDR = os.environ.get("FC2_AWS_SSH_CIDR", "0.0.0.0/0")
+FC2_AWS_SSH_ADDRESS = os.environ.get("FC2_AWS_SSH_ADDRESS", "public")
+if FC2_AWS_SSH_ADDRESS not in ("public", "private"):
+    raise ImproperlyConfigured(f"FC2_AWS_SSH_ADDRESS must be 'public' or 'private', not {FC2_AWS_SSH_ADDRESS!r}")
+FC2_AWS_PLACEMENT_GROUPS = envbool("FC2_AWS_PLACEMENT_GROUPS", "true")
 FC2_LOCAL_NODE_DISK_MB = envint("FC2_LOCAL_NODE_DISK_MB", 4096)
 _machine_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20 if hasattr(os, "sysconf") else 4096
 FC2_LOCAL_CLUSTER_MEMORY_MB = envint("FC2_LOCAL_CLUSTER_MEMORY_MB", _machine_mb * 3 // 4)
@@ -98,6 +133,8 @@ FC2_STEP_PICKUP_S = envint("FC2_STEP_PICKUP_S", 120)
 FC2_NODE_SILENCE_S = envint("FC2_NODE_SILENCE_S", 20)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
 FC2_STEP_RESENDS = envint("FC2_STEP_RESENDS", 2)
+# Attempts of a resumable step that fails transiently (a node's SSH not up yet, a cloud API throttling), with backoff.
+FC2_STEP_ATTEMPTS = envint("FC2_STEP_ATTEMPTS", 4)
 # After a mirrored job's chief succeeds, its other workers end on their own (the final barrier): teardown waits up to
 # this long for them, so that their outputs and logs are kept rather than cut off.
 FC2_WORKERS_FINISH_S = envint("FC2_WORKERS_FINISH_S", 15)
@@ -276,5 +313,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"botocore": {"level": "WARNING"}, "boto3": {"level": "WARNING"}},
+    # paramiko says at INFO every connection and SFTP session it opens: the nodes' bootstrap logs say what matters.
+    "loggers": {name: {"level": "WARNING"} for name in ("botocore", "boto3", "paramiko")},
 }

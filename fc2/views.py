@@ -98,7 +98,8 @@ def _job_context(job: Job) -> dict:
 
 @login_required
 def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
-    """The charts' data: per-node resource points and the loss curve, newer than `?since=` (the last `until`)."""
+    """The charts' data: per-node resource points and the loss curve, newer than `?since=` (the last `until`); the
+    job's progress and its costs so far and projected."""
     job = _visible_job(request, job_id)
     since = None
     if request.GET.get("since"):
@@ -118,6 +119,7 @@ def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
                 "percent": job.progress_percent,
                 **{key: getattr(job, key) for key in ("epoch", "epochs", "step", "steps", "loss")},
             },
+            "cost": job.cost_summary(),
         }
     )
 

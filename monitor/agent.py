@@ -388,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path, help="directory whose files become artifacts")
     parser.add_argument("--result", required=True, type=Path, help="where the final report is kept until delivered")
     parser.add_argument("--cwd", type=Path, help="working directory of the command")
+    parser.add_argument("--env-file", type=Path, help="JSON object: the command's whole environment (default: ours)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
     parser.add_argument("--max-artifact-mb", type=int, default=200)
     parser.add_argument("--max-log-mb", type=int, default=16, help="node log size past which output is dropped")
@@ -425,8 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     if reporter.stopping.is_set():
         return 0
 
-    # The command's environment is the agent's own, which the provider made for the node (TF_CONFIG, FC2_*).
-    run = NodeRun(command, args.log, dict(os.environ), cwd=args.cwd, max_log_bytes=args.max_log_mb * 2**20)
+    # The command's environment is the one the bootstrap wrote for the node (TF_CONFIG, FC2_*), never the agent's
+    # own: whatever the agent was started with (an SSH session's) stays out of the user's code.
+    env = json.loads(args.env_file.read_text()) if args.env_file else dict(os.environ)
+    run = NodeRun(command, args.log, env, cwd=args.cwd, max_log_bytes=args.max_log_mb * 2**20)
     sampler = Sampler(run.process.pid)
     sampler.sample()  # psutil's cpu_percent needs a first call to measure against
     last_report = time.monotonic()

@@ -54,6 +54,8 @@ from pathlib import Path, PurePosixPath
 
 import psutil
 
+from provisioner.errors import ProvisionError
+
 # Sandbox uids: far above any account (Debian gives users 1000–59999 and systemd's dynamic users 61184–65519) and
 # below 2^31, so no file on the machine belongs to one unless a sandbox made it.
 UID_RANGE = (1_000_000, 1_999_999)
@@ -68,7 +70,7 @@ OUTPUT = "/job/output"  # the node's writable output directory (its files become
 DATA = "/job/data"  # the dataset, read-only
 
 
-class SandboxError(RuntimeError):
+class SandboxError(ProvisionError):
     """The sandbox cannot be set up; the message says why."""
 
 
@@ -288,10 +290,11 @@ def prepare_dirs(uid: int, *directories: Path) -> None:
 
 
 def command(
-    netns: str, uid: int, hostname: str, mounts: Mounts, argv: list[str], cgroup: Path | None = None
+    netns: str | None, uid: int, hostname: str, mounts: Mounts, argv: list[str], cgroup: Path | None = None
 ) -> list[str]:
-    """The command line that runs `argv` in the node's sandbox (see the module docstring), in the memory cgroup
-    `cgroup` if given: a root shell joins it, then execs the rest, so every process of the chain starts in it."""
+    """The command line that runs `argv` in the node's sandbox (see the module docstring), in the network namespace
+    `netns` (None: the one it is started in — a lab node's own) and in the memory cgroup `cgroup` if given: a root
+    shell joins it, then execs the rest, so every process of the chain starts in it."""
     binds: list[tuple[str, str, str]] = [("--ro-bind", str(path), str(path)) for path in mounts.read_only]
     binds += [("--bind", str(mounts.work), WORK), ("--bind", str(mounts.output), OUTPUT)]
     if mounts.dataset is not None:
@@ -352,7 +355,8 @@ def command(
         "--",
     ]
     join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs")] if cgroup else []
-    return [*join, "nsenter", f"--net=/run/netns/{netns}", "--", *bwrap, *drop, *argv]
+    enter = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
+    return [*join, *enter, *bwrap, *drop, *argv]
 
 
 def processes(uid: int) -> list[psutil.Process]:

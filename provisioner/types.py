@@ -6,7 +6,9 @@ ClusterInfo so that any process — web, worker, CLI — can tear the cluster do
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,8 @@ class ClusterSpec:
     ps_type: str = ""  # instance type of the parameter server (ignored by the local provider)
     worker_type: str = ""  # instance type of the workers and the chief
     region: str = ""  # cloud region, when the provider has regions
+    latency_ms: float = 0.0  # lab: every packet from one node to another arrives this late (a round trip takes 2x)
+    job_id: int = 0  # the platform's job the cluster is for (0: none, e.g. `cluster up`); cloud resources carry it
 
 
 @dataclass(frozen=True)
@@ -25,13 +29,16 @@ class NodeInfo:
     name: str  # "ps-0", "chief-0", "worker-1": role and TF task index
     role: str  # TensorFlow task type: "ps", "chief" or "worker"
     index: int  # TensorFlow task index within the role
-    host: str  # address the other nodes reach this node at
+    host: str  # internal address: the other nodes reach this node at it (the nodes' TF_CONFIG)
     port: int  # TensorFlow gRPC port of this node
     instance_type: str = ""  # cloud instance type ("local" for a process on this machine)
     instance_id: str = ""  # provider's id for the machine, when it has one
-    pid: int | None = None  # local provider: the agent process, once started
-    pid_started: float | None = None  # its create_time, so a recycled pid is never mistaken for it
-    workdir: str = ""  # the node's directory: its log, output and TF_CONFIG
+    external_host: str = ""  # the address the platform reaches the node at (SSH); "" = the node is this machine
+    ssh_port: int = 22  # the node's SSH server, when it has one (external_host set)
+    ssh_user: str = ""  # the user the platform logs in as over SSH
+    pid: int | None = None  # the node's agent process on its machine, once started
+    pid_started: float | None = None  # local provider: its create_time, so a recycled pid is never mistaken for it
+    workdir: str = ""  # the node's directory on its machine: its log, result, job's work and output
 
     @property
     def address(self) -> str:
@@ -47,14 +54,32 @@ class ClusterInfo:
     workdir: str = ""  # provider-side directory of the cluster (local: the whole cluster lives there)
     region: str = ""  # as in the spec
     sandbox_uid: int | None = None  # the unprivileged uid the job's code runs as (provisioner/sandbox.py), if any
+    latency_ms: float = 0.0  # as in the spec
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ClusterInfo:
-        nodes = tuple(NodeInfo(**node) for node in data["nodes"])
-        return cls(**{**data, "nodes": nodes})
+        """A ClusterInfo as recorded (by to_dict), also by an older version: fields it no longer has are dropped."""
+        node_fields = {f.name for f in fields(NodeInfo)}
+        nodes = tuple(NodeInfo(**{k: v for k, v in node.items() if k in node_fields}) for node in data["nodes"])
+        known = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in data.items() if k in known}, "nodes": nodes})
+
+    def save(self, directory: Path) -> None:
+        """Record the cluster in `directory`/cluster.json, whole or not at all (written aside, then renamed)."""
+        partial = directory / "cluster.json.partial"
+        partial.write_text(json.dumps(self.to_dict()))
+        partial.replace(directory / "cluster.json")
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterInfo | None:
+        """The cluster recorded in `directory` by `save`, or None when there is none."""
+        try:
+            return cls.from_dict(json.loads((directory / "cluster.json").read_text()))
+        except (OSError, ValueError):
+            return None
 
     def tf_cluster(self) -> dict[str, list[str]]:
         """The `cluster` part of TF_CONFIG: task addresses per role, ordered by task index."""
@@ -66,13 +91,19 @@ class ClusterInfo:
 
 @dataclass(frozen=True)
 class RunSpec:
+    """What to run on a cluster. Paths are on the platform's storage: the bootstrap copies them to the nodes."""
+
     job_id: int  # the platform's job id, for the agent's reports
-    wheel_path: str  # the bundle's wheel on the platform's storage
+    wheel_path: str  # the bundle's wheel on the platform's storage (copied to every node)
     main_module: str  # run as `python -m main_module` on every node
     args: tuple[str, ...] = ()  # the job's parameters as `--key=value`
-    dataset: str = ""  # dataset file path on the platform, or an http(s) URL the nodes fetch
-    report_url: str = ""  # base URL of the platform as the nodes see it
+    dataset: str = ""  # dataset file on the platform's storage (copied to the nodes), or an http(s) URL they fetch
+    report_url: str = ""  # base URL of the platform as the platform itself is reached (the provider may say otherwise)
     token: str = field(default="", repr=False)  # the job-scoped secret the agents report with
+    timeout_s: int = 6 * 3600  # the agents stop their command this long after the start, whatever happens
+    max_artifact_mb: int = 200  # the largest output file an agent uploads
+    max_dataset_mb: int = 500  # the largest dataset an agent downloads
+    fetch_allow: tuple[str, ...] = ()  # private networks an agent may fetch a dataset from (monitor/safe_fetch.py)
 
 
 @dataclass(frozen=True)
@@ -81,6 +112,15 @@ class NodeResult:
 
     report: dict  # the final report as the agent sends it: status, exit_code, progress, log_tail
     files: dict[str, bytes] = field(default_factory=dict, repr=False)  # the output files it would upload
+
+
+def cluster_directory(root: Path, cluster_id: str) -> Path:
+    """A provider's directory for cluster `cluster_id` under its `root`; a name that would lead elsewhere is refused."""
+    from provisioner.errors import ProvisionError
+
+    if not cluster_id or "/" in cluster_id or cluster_id.startswith("."):
+        raise ProvisionError(f"invalid cluster id {cluster_id!r}")
+    return root / cluster_id
 
 
 def node_layout(strategy: str, workers: int) -> list[tuple[str, int]]:

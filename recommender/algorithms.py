@@ -59,10 +59,21 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def hourly_cost(workers: int, worker_price: float | Decimal, ps_price: float | Decimal = 0) -> Decimal:
+    """A cluster's price, c_ps + n·c_t in $/h (FC² §5; n·c_t for a cluster with no PS), exactly as the prices are
+    written: the one rule the algorithms, the performance model and the job's own price all use.
+
+    >>> hourly_cost(3, 0.231, 0.125)
+    Decimal('0.818')
+    >>> hourly_cost(2, 0.2336)
+    Decimal('0.4672')
+    """
+    return _dec(ps_price) + workers * _dec(worker_price)
+
+
 def _hourly_cost(workers: int, worker_price: float, ps: InstanceSpec | None = None) -> float:
-    """c_ps + n·c_t in $/h, to 4 decimals (n·c_t for PS-less clusters)."""
-    total = workers * _dec(worker_price) + (_dec(ps.hourly_price) if ps else 0)
-    return float(round(total, 4))
+    """`hourly_cost` as the answers carry it: a float, to 4 decimals."""
+    return float(round(hourly_cost(workers, worker_price, ps.hourly_price if ps else 0), 4))
 
 
 def _price_order(spec: InstanceSpec) -> tuple[Decimal, str]:

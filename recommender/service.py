@@ -9,10 +9,14 @@ from django.db.models import Count, Max
 
 from recommender import algorithms, perfmodel
 from recommender.models import Catalog, InstanceType, PerformanceRecord
-from recommender.types import InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
-
-DEFAULT_CATALOG = "fc2-2018"
-
+from recommender.types import (
+    DEFAULT_CATALOG,
+    InstanceSpec,
+    PerfRecord,
+    Recommendation,
+    RecommendationError,
+    RecommendRequest,
+)
 
 # name -> (updated_at, specs): a catalogue is read once per change, not once per request.
 _catalog_cache: dict[str, tuple[object, tuple[InstanceSpec, ...]]] = {}

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model")
 
+# The catalogue the recommender prices from when none is named: FC²'s own Tables 1–2 (recommender/catalogs/).
+DEFAULT_CATALOG = "fc2-2018"
+
 
 class RecommendationError(ValueError):
     """The request cannot be answered (infeasible budget, unknown type, no data); the message says why."""

@@ -1,7 +1,12 @@
 """Recommender pages: Anwar's batch size + latency → machines page, the catalogue browser, and performance records
-with the model's predicted-vs-measured plot."""
+with the model's predicted-vs-measured plot and the epoch time against workers chart."""
 
 from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from statistics import fmean
+from typing import Any
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -63,6 +68,121 @@ def catalogs(request: HttpRequest) -> HttpResponse:
     return render(request, "recommender/catalogs.html", {"catalogs": all_catalogs, "chosen": chosen, "page": page})
 
 
+# --- the records page's epoch time against workers chart (Anwar et al. Figs. 11–15, FC² Figs. 8–11) ---------------
+
+NO_BATCH_SIZE = "none"  # the `batch_size` GET value of the records that name no batch size
+CHART_FIELDS = (
+    "workers",
+    "batch_size",
+    "latency_ms",
+    "ps_type",
+    "instance_type",
+    "strategy",
+    "epoch_time_s",
+    "bandwidth_mbps",
+)
+
+
+def batch_size_groups(batch_sizes: Iterable[int | None]) -> list[tuple[int | None, int]]:
+    """Each batch size among the records with its number of records: sizes ascending, then None (naming none).
+
+    >>> batch_size_groups([64, None, 6400, 64])
+    [(64, 2), (6400, 1), (None, 1)]
+    """
+    counts = Counter(batch_sizes)
+    return sorted(counts.items(), key=lambda group: (group[0] is None, group[0] or 0))
+
+
+def chosen_batch_size(raw: str | None, groups: list[tuple[int | None, int]]) -> int | None:
+    """The batch size the `batch_size` GET value names if some record has it, else the one with the most records
+    (the smaller on a tie); None for the records that name none, or when there are no records.
+
+    >>> groups = [(64, 2), (6400, 3), (None, 3)]
+    >>> [chosen_batch_size(raw, groups) for raw in ("64", NO_BATCH_SIZE, None, "", "abc", "128", "-64")]
+    [64, None, 6400, 6400, 6400, 6400, 6400]
+    """
+    present = [size for size, _ in groups]
+    if raw == NO_BATCH_SIZE and None in present:
+        return None
+    if raw and raw.isdecimal() and int(raw) in present:
+        return int(raw)
+    return max(groups, key=lambda group: group[1], default=(None, 0))[0]
+
+
+def _series_parts(key: tuple) -> tuple[str, str, str, str]:
+    latency_ms, ps_type, instance_type, strategy = key
+    return (
+        "latency –" if latency_ms is None else f"latency {latency_ms:g} ms",
+        f"PS {ps_type or '–'}",
+        instance_type or "worker type –",
+        strategy or "strategy –",
+    )
+
+
+def epoch_time_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Epoch time against workers, one series per distinct (latency_ms, ps_type, instance_type, strategy) among `rows`
+    (one batch size's records as plain values, keyed as PerformanceRecord's fields): the data of Anwar et al.'s
+    Figs. 11–15 (a line per network latency) and FC²'s Figs. 8–11 (a line per parameter-server capacity).
+
+    A point averages the measured runs at its worker count; one whose runs all failed has no epoch time (a gap, never
+    0) and its worker count is in the series' `failed_workers` (`failed_runs` counts them all). A series' label names
+    only what tells it from the others; what every series shares is `common`. Rows with no worker count, and bandwidth
+    profiling rows (no epoch time but a bandwidth: not failed runs), make no point. `drawable`: some series has two
+    measured worker counts.
+
+    >>> chart = epoch_time_series([
+    ...     {"workers": 2, "latency_ms": 0.0, "ps_type": "lab-ps-450", "epoch_time_s": 50.0},
+    ...     {"workers": 1, "latency_ms": 0.0, "ps_type": "lab-ps-450", "epoch_time_s": 90.0},
+    ...     {"workers": 1, "latency_ms": 40.0, "ps_type": "lab-ps-450", "epoch_time_s": 95.0},
+    ...     {"workers": 2, "latency_ms": 40.0, "ps_type": "lab-ps-450", "epoch_time_s": None},
+    ... ])
+    >>> [(s["label"], [(p["workers"], p["epoch_time_s"]) for p in s["points"]], s["failed_workers"])
+    ...  for s in chart["series"]]
+    [('latency 0 ms', [(1, 90.0), (2, 50.0)], []), ('latency 40 ms', [(1, 95.0), (2, None)], [2])]
+    >>> chart["common"], chart["failed_runs"], chart["drawable"]
+    ('PS lab-ps-450', 1, True)
+    """
+    runs: dict[tuple, dict[int, list[float | None]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        epoch_time_s = row.get("epoch_time_s")
+        if row.get("workers") is None or (epoch_time_s is None and row.get("bandwidth_mbps") is not None):
+            continue
+        key = (row.get("latency_ms"), *(row.get(field) or "" for field in ("ps_type", "instance_type", "strategy")))
+        runs[key][row["workers"]].append(epoch_time_s)
+    keys = sorted(runs, key=lambda k: (k[0] is None, k[0] or 0.0, *k[1:]))
+    parts = [_series_parts(key) for key in keys]
+    varying = [len({p[i] for p in parts}) > 1 for i in range(4)]
+    if any(varying):  # labels name what tells the series apart; the caption names the rest, when it is known
+        shown = varying
+        shared = [part for i, part in enumerate(parts[0]) if not varying[i] and keys[0][i] not in (None, "")]
+    else:  # one series: its label says all that is known of it
+        shown = [key not in (None, "") for key in keys[0]] if keys else []
+        shared = []
+    series = []
+    for key, named in zip(keys, parts, strict=True):
+        points = []
+        for workers, times in sorted(runs[key].items()):
+            measured = [t for t in times if t is not None]
+            epoch_time_s = round(fmean(measured), 3) if measured else None
+            points.append(
+                {
+                    "workers": workers,
+                    "epoch_time_s": epoch_time_s,
+                    "runs": len(times),
+                    "failed": len(times) - len(measured),
+                }
+            )
+        label = " · ".join(part for part, show in zip(named, shown, strict=True) if show) or "epoch time"
+        failed_workers = [p["workers"] for p in points if p["epoch_time_s"] is None]
+        series.append({"label": label, "points": points, "failed_workers": failed_workers})
+    return {
+        "series": series,
+        "common": " · ".join(shared),
+        "failed_runs": sum(len(s["failed_workers"]) for s in series),
+        "drawable": any(sum(p["epoch_time_s"] is not None for p in s["points"]) >= 2 for s in series),
+    }
+
+
 @login_required
 def records(request: HttpRequest) -> HttpResponse:
     names = service.workloads()
@@ -74,5 +194,18 @@ def records(request: HttpRequest) -> HttpResponse:
             report = perfmodel.calibration_report(service.workload_records(workload), service.catalog_specs())
         except RecommendationError as exc:
             error = str(exc)
-    context = {"workloads": names, "workload": workload, "rows": rows, "report": report, "error": error}
+    values = list(rows.values(*CHART_FIELDS))
+    groups = batch_size_groups(v["batch_size"] for v in values)
+    batch_size = chosen_batch_size(request.GET.get("batch_size"), groups)
+    chart = epoch_time_series(v for v in values if v["batch_size"] == batch_size)
+    context = {
+        "workloads": names,
+        "workload": workload,
+        "rows": rows,
+        "report": report,
+        "error": error,
+        "batch_sizes": [(NO_BATCH_SIZE if size is None else str(size), size, count) for size, count in groups],
+        "batch_size": batch_size,
+        "chart": chart,
+    }
     return render(request, "recommender/records.html", context)

@@ -9,7 +9,7 @@ import sys
 import uuid
 from io import StringIO
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import psutil
 import pytest
@@ -17,10 +17,12 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
+import provisioner
 from fc2.models import Job, Node
-from fc2.services import datasets, jobs
+from fc2.services import datasets, inline, jobs
 from fc2.services.bundles import store_bundle
-from provisioner import ClusterInfo, ClusterSpec, local
+from provisioner import ClusterInfo, ClusterSpec, aws, local
+from tests.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -33,9 +35,17 @@ def runtime_dir(tmp_path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _isolated_storage(settings, runtime_dir):
+    """The test's own storage and cluster directories; whatever clusters it left there are torn down after it (a
+    launch makes disks, namespaces and cgroups, which a test that fails half-way must not leave on the machine)."""
     settings.MEDIA_ROOT = runtime_dir / "media"
     settings.FC2_LOCAL_CLUSTER_DIR = runtime_dir / "clusters"
+    settings.FC2_LAB_DIR = runtime_dir / "lab"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # users in a blink
+    yield
+    for provider, directory in (("local", settings.FC2_LOCAL_CLUSTER_DIR), ("lab", settings.FC2_LAB_DIR)):
+        if directory.is_dir() and provisioner.unavailable(provider) is None:  # (launch makes the directory first)
+            for name in provisioner.list_clusters(provider):
+                provisioner.teardown(provider, name)
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +123,7 @@ def worker_env(live_server, runtime_dir: Path, queue: str) -> dict[str, str]:
         "DATABASE_URL": _database_url(),
         "FC2_MEDIA_ROOT": str(runtime_dir / "media"),
         "FC2_LOCAL_CLUSTER_DIR": str(runtime_dir / "clusters"),
+        "FC2_LAB_DIR": str(runtime_dir / "lab"),
         "FC2_PUBLIC_URL": live_server.url,
         "FC2_QUEUE": queue,
     }
@@ -165,3 +176,54 @@ def call_json(command: str, *args: str) -> tuple[int, dict, str]:
     except SystemExit as exc:
         code = exc.code
     return code, json.loads(out.getvalue()), err.getvalue()
+
+
+# --- aws: moto's EC2 API, and its instances as lab hosts (tests/ec2lab.py) -----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory):
+    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(moto_server, monkeypatch, settings, tmp_path):
+    """boto3 pointed at a freshly reset moto; the provider's settings for it. Everything left is torn down after."""
+    moto_server.reset()
+    for name, value in {
+        "AWS_ENDPOINT_URL": moto_server.url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    settings.FC2_AWS_DIR = tmp_path / "aws"
+    settings.FC2_AWS_REGION = REGION
+    settings.FC2_AWS_PLACEMENT_GROUPS = False  # moto has none
+    settings.FC2_AWS_SSH_ADDRESS = "private"  # moto's instances have private addresses only
+    settings.FC2_AWS_VPC_CIDR = free_vpc_cidr()
+    settings.FC2_PUBLIC_URL = "http://fc2-platform.invalid"  # not loopback; no node ever reports to it here
+    yield moto_server
+    for name in aws.list_clusters(REGION):
+        aws.teardown(name, REGION)
+
+
+@pytest.fixture
+def ec2_hosts(aws_env, settings, tmp_path):
+    """moto's instances brought up as lab hosts; the platform's report server at each subnet's gateway."""
+    if reason := provisioner.unavailable("lab"):
+        pytest.skip(reason)
+    node_root = tmp_path / "ec2-nodes"
+    settings.FC2_AWS_SSH_USER = LOGIN_USER
+    settings.FC2_AWS_NODE_DIR = str(node_root)
+    settings.FC2_AWS_PYTHON = sys.executable  # the emulated image's Python (with TensorFlow, as a DL AMI has)
+    with inline.report_server() as url:
+        port = urlsplit(url).port
+        with Ec2Lab(aws_env.url, settings.FC2_AWS_VPC_CIDR, port, tmp_path / "ec2-hosts") as hosts:
+            settings.FC2_PUBLIC_URL = f"http://{hosts.gateway(0)}:{port}"
+            settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, hosts.gateway(0)]
+            yield hosts
+            assert not hosts.errors

@@ -3,6 +3,7 @@ error too, with its reason and a non-zero exit, never a traceback — and `--hel
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command, load_command_class
 
+import provisioner
 from fc2.models import CodeBundle, Job
 from recommender.catalog import load_catalog
 from tests.conftest import PROJECT_DIR
@@ -22,6 +24,8 @@ COMMANDS = {
     "submit_job": "fc2",
     "check_bundle": "fc2",
     "setup_platform": "fc2",
+    "cluster": "fc2",
+    "lab_sweep": "fc2",
     "recommend": "recommender",
     "import_perf_data": "recommender",
     "model_report": "recommender",
@@ -52,6 +56,17 @@ USER_ERRORS = [
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--workers", "0"], "at least 1 worker"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--main", "train.py"], "train.py"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--user", "nobody"], "no user 'nobody'"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--latency-ms", "20"],
+     "the local provider cannot add latency between its nodes"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--budget-total", "0"],
+     "a job's budget must be more than $0 (not 0)"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--budget-total", "-2.5"],
+     "a job's budget must be more than $0 (not -2.5)"),
+    ("cluster", ["down", "no-such-cluster", "--provider", "local"], "no cluster named 'no-such-cluster' on local"),
+    ("cluster", ["up", "--provider", "local", "--worker-type", "x", "--workers", "99", "--name", "big"],
+     "the local provider runs at most 8 workers"),
+    ("lab_sweep", ["--bundle", "{wheel}", "--dataset", "digits", "--workers", "1,x", "--batch-sizes", "8",
+                   "--workload", "w"], "'1,x' is not a comma-separated list of numbers"),
     ("check_bundle", ["{dir}/missing.whl"], "no such file"),
     ("check_bundle", ["{dir}"], "is a directory, not a wheel"),
     ("recommend", ["--algorithm", "model", "--workload", "nothing"], "no performance records for workload 'nothing'"),
@@ -96,10 +111,12 @@ def test_a_bug_still_leaves_one_json_object_and_its_traceback(monkeypatch):
 
 WHEEL = "examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl"
 USAGE_ERRORS = [
-    (["submit_job", "--bundle", WHEEL, "--dataset", "digits", "--provider", "aws"], "invalid choice: 'aws'"),
+    (["submit_job", "--bundle", WHEEL, "--dataset", "digits", "--provider", "gcp"], "invalid choice: 'gcp'"),
     (["submit_job", "--dataset", "digits"], "the following arguments are required: --bundle"),
     (["submit_job", "--bundle", WHEEL, "--dataset", "digits", "--workers", "x"], "invalid int value: 'x'"),
     (["submit_job", "--bundle", WHEEL, "--dataset", "digits", "--algorithm", "fastest"], "invalid choice: 'fastest'"),
+    (["submit_job", "--bundle", WHEEL, "--dataset", "x", "--budget-total", "ten"], "not an amount of dollars: 'ten'"),
+    (["submit_job", "--bundle", WHEEL, "--dataset", "x", "--budget-total", "inf"], "not an amount of dollars: 'inf'"),
     (["recommend", "--algorithm", "nope"], "invalid choice: 'nope'"),
     (["recommend", "--algorithm", "cost-opt", "--budget", "1", "--max-workers", "2"], "not allowed with argument"),
     (["model_report"], "the following arguments are required: --workload"),
@@ -174,22 +191,33 @@ def test_help_offers_the_choices_the_service_accepts():
     algorithm = next(a for a in parser_of("submit_job")._actions if a.dest == "algorithm")
     assert tuple(algorithm.choices) == ("manual", *ALGORITHMS)
     provider = next(a for a in parser_of("submit_job")._actions if a.dest == "provider")
-    assert list(provider.choices) == ["local"]  # aws and lab are not built yet (README)
+    assert list(provider.choices) == sorted(provisioner.PROVIDERS)
 
 
-def readme_invocations() -> list[tuple[str, str]]:
-    """(command, option) for every `manage.py COMMAND … --option` the README shows (continued lines included)."""
+def readme_invocations() -> list[tuple[str, str, str]]:
+    """(command, its first word, option) for every `manage.py COMMAND … --option` the README shows (continued lines
+    included); the first word is the action of a command that has actions (`cluster up`)."""
     text = (PROJECT_DIR / "README.md").read_text().replace("\\\n", " ")
     found = []
-    for command, rest in re.findall(r"manage\.py (\w+)([^\n`]*)", text):
+    for command, rest in re.findall(r"manage\.py (\w+)([^\n`#]*)", text):
         if command in COMMANDS:
-            found += [(command, option) for option in re.findall(r"(?<![\w-])--[a-z][\w-]*", rest)]
+            first = rest.split()[0] if rest.split() else ""
+            found += [(command, first, option) for option in re.findall(r"(?<![\w-])--[a-z][\w-]*", rest)]
     return found
 
 
-def test_every_option_the_readme_mentions_exists():
-    invocations = readme_invocations()
-    assert ("submit_job", "--strategy") in invocations and ("recommend", "--latency-ms") in invocations
+def options_of(command: str, first_word: str) -> dict:
+    parser = parser_of(command)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and first_word in action.choices:
+            return action.choices[first_word]._option_string_actions
+    return parser._option_string_actions
 
-    for command, option in invocations:
-        assert option in parser_of(command)._option_string_actions, f"README: {command} {option}"
+
+def test_every_option_the_readme_mentions_exists():
+    invocations = {(command, option) for command, _, option in readme_invocations()}
+    assert ("submit_job", "--strategy") in invocations and ("recommend", "--latency-ms") in invocations
+    assert ("cluster", "--worker-type") in invocations and ("lab_sweep", "--latency-ms") in invocations
+
+    for command, first_word, option in readme_invocations():
+        assert option in options_of(command, first_word), f"README: {command} {first_word} {option}"

@@ -61,6 +61,10 @@ def make(rows):
         if started is not None and hours is not None:
             fields.setdefault("finished_at", started + dt.timedelta(hours=hours))
         fields.setdefault("created_at", started or MONDAY)
+        # Its cluster up for its run: launched as it started, torn down as it ended (unless still recorded).
+        fields.setdefault("launched_at", started)
+        if started is not None and fields.get("cluster") is None:
+            fields.setdefault("torn_down_at", fields.get("finished_at"))
         return Job.objects.create(
             owner=owner, bundle=bundle, dataset=dataset, state=state, started_at=started, **fields
         )

@@ -7,16 +7,19 @@ import pytest
 
 MODULES = [
     "fc2.bundles",
+    "fc2.models",
     "fc2.results",
+    "fc2.services.limits",
     "fc2.services.reports",
     "fc2.templatetags.fc2_ui",
     "monitor.agent",
     "monitor.ingest",
     "monitor.series",
+    "provisioner.labnet",
     "provisioner.types",
     "recommender.perfdata",
     "recommender.algorithms",
-    "recommender.perfmodel",
+    "recommender.perfmodel.choice",
     "recommender.pricing",
 ]
 
@@ -24,4 +27,5 @@ MODULES = [
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0, f"{name} has no examples left to check"
     assert result.failed == 0

@@ -60,7 +60,7 @@ def running(alice, rows) -> Job:
     """A PS job mid-run: a chief, two workers and a PS; progress as the chief last reported it."""
     bundle, dataset = rows
     job = make_job(
-        alice, bundle, dataset, state=Job.State.RUNNING, started_at=T0, strategy=Job.Strategy.PS,
+        alice, bundle, dataset, state=Job.State.RUNNING, started_at=T0, launched_at=T0, strategy=Job.Strategy.PS,
         ps_type="m4.large", worker_type="m4.xlarge", hourly_cost=Decimal("0.625"), hourly_budget=Decimal("0.75"),
         epoch=1, epochs=2, step=22, steps=44, loss=1.3,
     )  # fmt: skip
@@ -315,7 +315,8 @@ def test_job_page_shows_nodes_with_their_latest_figures_charts_and_rerun(client,
 
 
 def test_job_page_holds_the_cost_against_the_budget(client, alice, running):
-    Job.objects.filter(pk=running.pk).update(state=Job.State.SUCCEEDED, finished_at=T0 + dt.timedelta(hours=2))
+    ended = T0 + dt.timedelta(hours=2)
+    Job.objects.filter(pk=running.pk).update(state=Job.State.SUCCEEDED, finished_at=ended, torn_down_at=ended)
     client.force_login(alice)
 
     page = client.get(reverse("job-detail", args=[running.pk])).content.decode()
@@ -412,8 +413,8 @@ def spanning(alice, bob, rows):
 
     def job(owner=alice, started=None, finished=None, cost="1", **fields) -> Job:
         return make_job(
-            owner, bundle, dataset, started_at=started, finished_at=finished,
-            hourly_cost=Decimal(cost) if cost is not None else None, **fields,
+            owner, bundle, dataset, started_at=started, finished_at=finished, launched_at=started,
+            torn_down_at=finished, hourly_cost=Decimal(cost) if cost is not None else None, **fields,
         )  # fmt: skip
 
     expected = {

@@ -16,7 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from fc2.models import CodeBundle, Job, Node
-from fc2.services import pipeline
+from fc2.services import inline, pipeline
 from tests.conftest import cluster_processes, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,7 +85,7 @@ def test_failing_training_code_fails_the_job_with_its_log(alice, tmp_path, runti
 
 def test_cancel_while_running_leaves_no_process(alice, bundle, digits, runtime_dir):
     job = make_job(alice, bundle, digits, parameters={"epochs": "500"}, strategy="ps")
-    runner = threading.Thread(target=pipeline.run_inline, args=(job.pk,), daemon=True)
+    runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
     runner.start()
     try:
         deadline = time.monotonic() + 120

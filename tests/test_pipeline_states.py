@@ -129,9 +129,9 @@ def test_provision_cancelled_while_launching_keeps_the_cluster_recorded_for_rele
     set_state(job, State.PROFILING)
     launch = local.launch
 
-    def launch_while_cancelled(spec):
+    def launch_while_cancelled(spec, notify=None):
         Job.objects.filter(pk=job.pk).update(state=State.CANCELLED)
-        return launch(spec)
+        return launch(spec, notify)
 
     with mock.patch("provisioner.launch", launch_while_cancelled):
         assert pipeline.provision(job.pk) is False
@@ -321,7 +321,7 @@ def test_bootstrap_cancelled_while_starting_leaves_no_cluster_directory(job, set
         return started
 
     with (
-        mock.patch("provisioner.start", start_while_cancelled),
+        mock.patch("provisioner.bootstrap", start_while_cancelled),
         mock.patch.object(celery_app, "send_task"),
     ):
         pipeline.advance("bootstrap", celery_job(job).pk)
@@ -484,3 +484,8 @@ def test_release_keeps_the_outputs_of_a_node_whose_report_came_too_late(job):
     with job.artifacts.get().file.open("rb") as stored:
         assert stored.read() == b"1"
     assert not Path(cluster.workdir).exists()
+
+
+def test_every_state_is_either_active_or_terminal_never_both():
+    assert sorted(Job.ACTIVE + Job.TERMINAL) == sorted(Job.State.values)
+    assert not set(Job.ACTIVE) & set(Job.TERMINAL)

@@ -21,12 +21,13 @@ import psutil
 import pytest
 from django.conf import settings
 
+import provisioner
 from fc2.models import Job
-from fc2.services import datasets, jobs, pipeline
+from fc2.services import datasets, inline, jobs
 from monitor import agent
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
 from tests.conftest import PROJECT_DIR, cluster_processes, make_job
-from tests.wheels import DIST_INFO, GOOD, make_wheel
+from tests.wheels import DIST_INFO, GOOD, make_wheel, sleeper_wheel
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}")
 
@@ -133,7 +134,7 @@ def test_hostile_bundle_fails_every_attack_and_still_trains(alice, digits, tmp_p
             alice, upload, wheel.name, "hostile/main.py", dataset=digits, driver=Job.Driver.INLINE,
             strategy="mirrored", workers=2, parameters={"epochs": "1", "steps_per_epoch": "3"},
         )  # fmt: skip
-    job = pipeline.run_inline(job.pk)
+    job = inline.run_inline(job.pk)
 
     assert job.state == "succeeded", job.failure_reason
     assert 0.0 <= job.metrics["test_accuracy"] <= 1.0  # it trained
@@ -165,11 +166,6 @@ def test_hostile_bundle_fails_every_attack_and_still_trains(alice, digits, tmp_p
     assert cluster_processes() == []
 
 
-def sleeper_wheel(directory: Path) -> Path:
-    members = {**GOOD, "demo/main.py": b"import time\nprint('up', flush=True)\ntime.sleep(600)\n"}
-    return make_wheel(directory, members)
-
-
 def start_sleeping_cluster(cluster_dir: Path, wheel: Path, settings) -> ClusterInfo:
     """A one-node cluster whose code sleeps, started as the pipeline would (its agent reports to nowhere)."""
     settings.FC2_LOCAL_CLUSTER_DIR = cluster_dir
@@ -177,7 +173,7 @@ def start_sleeping_cluster(cluster_dir: Path, wheel: Path, settings) -> ClusterI
     data = cluster_dir.parent / f"{cluster_dir.name}.npz"
     data.write_bytes(b"data")
     run = RunSpec(1, str(wheel), "demo.main", dataset=str(data), report_url="http://127.0.0.1:9", token="t")
-    return local.start(cluster, run)
+    return provisioner.bootstrap(cluster, run)
 
 
 def wait_running(cluster: ClusterInfo, timeout: float = 30) -> list[psutil.Process]:
@@ -202,20 +198,22 @@ def test_teardown_touches_only_its_own_installations_cluster(tmp_path, settings)
         wait_running(mine)
         their_agents = [psutil.Process(n.pid) for n in theirs.nodes]
 
-        local.teardown(mine)
+        settings.FC2_LOCAL_CLUSTER_DIR = tmp_path / "mine"  # each installation tears down its own, by name
+        local.teardown(mine.cluster_id)
 
         assert local.cluster_processes(mine) == [] and not Path(mine.workdir).exists()
         assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in their_code + their_agents)
-        assert local.alive(theirs) == {"worker-0": True}
+        assert provisioner.alive(theirs) == {"worker-0": True}
     finally:
-        local.teardown(theirs)
+        settings.FC2_LOCAL_CLUSTER_DIR = tmp_path / "theirs"
+        local.teardown(theirs.cluster_id)
     assert local.cluster_processes(theirs) == []
     for cluster in (mine, theirs):  # nothing of the sandbox is left: network namespace, disks, memory cgroup
         name = sandbox.netns_name(Path(cluster.workdir))
         assert not Path("/run/netns", name).exists()
         assert not sandbox.memory_cgroup(name).exists()
     assert sandbox.mounts_under(tmp_path) == []
-    local.teardown(theirs)  # again: nothing to do, no error
+    local.teardown(theirs.cluster_id)  # again: nothing to do, no error
 
 
 def test_code_that_detaches_is_still_torn_down(tmp_path, settings):
@@ -233,7 +231,7 @@ def test_code_that_detaches_is_still_torn_down(tmp_path, settings):
     wait_running(cluster)
     time.sleep(1)
     code = sandbox.processes(cluster.sandbox_uid)
-    local.teardown(cluster)
+    local.teardown(cluster.cluster_id)
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in code)
 
 
@@ -297,7 +295,7 @@ def test_a_url_dataset_is_fetched_by_the_node_not_the_platform(alice, bundle, di
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/digits.npz"
         job = make_job(alice, bundle, datasets.resolve(alice, url), strategy="mirrored", workers=1)
-        job = pipeline.run_inline(job.pk)
+        job = inline.run_inline(job.pk)
     finally:
         server.shutdown()
         server.server_close()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import provisioner
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
 from tests.wheels import GOOD, make_wheel
 
@@ -32,7 +33,7 @@ def start_cluster(cluster_dir: Path, wheel: Path, settings, workers: int = 1) ->
     data = cluster_dir.parent / f"{cluster_dir.name}.npz"
     data.write_bytes(b"data")
     run = RunSpec(1, str(wheel), "demo.main", dataset=str(data), report_url="http://127.0.0.1:9", token="t")
-    return local.start(cluster, run)
+    return provisioner.bootstrap(cluster, run)
 
 
 def code_wheel(directory: Path, code: str, **extra: bytes) -> Path:
@@ -55,7 +56,7 @@ def teardown_after():
     clusters: list[ClusterInfo] = []
     yield clusters.append
     for cluster in clusters:
-        local.teardown(cluster)
+        local.teardown(cluster.cluster_id)
 
 
 # Worker 0 hands its output directory to worker 1 (an fd over an abstract unix socket: the nodes of a cluster share a
@@ -113,7 +114,7 @@ def test_agent_uploads_no_file_through_a_directory_swapped_for_a_link_while_it_c
     result = wait_result(cluster)
     node_log = (Path(cluster.nodes[1].workdir) / "node.log").read_text()
     assert "swapped" in node_log, node_log  # the attack ran
-    files = local.fetch_results(cluster)["worker-0"].files
+    files = provisioner.fetch_results(cluster)["worker-0"].files
     assert "a.zip" in files
     kept = b"".join(files.values())
     for member in files.get("b.zip") and zipfile.ZipFile(BytesIO(files["b.zip"])).namelist() or []:
@@ -133,7 +134,7 @@ def test_installing_the_bundle_again_runs_none_of_its_code_as_root(tmp_path, set
     teardown_after(cluster)
     assert not marker.exists()
     run = RunSpec(1, str(wheel), "demo.main", dataset=str(tmp_path / "pth.npz"), report_url="http://127.0.0.1:9")
-    cluster = local.start(cluster, run)  # the bootstrap step again
+    cluster = provisioner.bootstrap(cluster, run)  # the bootstrap step again
     assert not marker.exists(), "the wheel's .pth ran as root"
 
 
@@ -153,8 +154,8 @@ def test_wheel_data_files_cannot_replace_the_interpreter_root_runs(tmp_path, set
     cluster = start_cluster(tmp_path / "data", wheel, settings)
     teardown_after(cluster)
     run = RunSpec(1, str(wheel), "demo.main", dataset=str(tmp_path / "data.npz"), report_url="http://127.0.0.1:9")
-    with contextlib.suppress(local.LocalProvisionError):  # refused, or harmless: never run as root
-        local.start(cluster, run)
+    with contextlib.suppress(provisioner.ProvisionError):  # refused, or harmless: never run as root
+        provisioner.bootstrap(cluster, run)
     assert not marker.exists(), "the wheel's bin/python ran as root"
 
 
@@ -200,7 +201,7 @@ def test_a_thread_bomb_is_bounded(tmp_path, settings, teardown_after):
     cluster = start_cluster(tmp_path / "bomb", code_wheel(tmp_path, code), settings)
     teardown_after(cluster)
     wait_result(cluster)
-    count = int(local.fetch_results(cluster)["worker-0"].files["count"])
+    count = int(provisioner.fetch_results(cluster)["worker-0"].files["count"])
     assert count < 6000, f"{count} threads"
 
 
@@ -239,7 +240,7 @@ def test_a_node_cannot_fill_the_platforms_disk(tmp_path, settings, teardown_afte
     cluster = start_cluster(tmp_path / "disk", code_wheel(tmp_path, code), settings)
     teardown_after(cluster)
     wait_result(cluster)
-    got = json.loads(local.fetch_results(cluster)["worker-0"].files["got"])
+    got = json.loads(provisioner.fetch_results(cluster)["worker-0"].files["got"])
     assert got["fallocate"] == "ENOSPC", got
     assert got["write"] == "ENOSPC" and 32 <= got["written_mb"] <= 64, got
     image = Path(cluster.nodes[0].workdir) / "disk.img"
@@ -268,7 +269,7 @@ def test_a_node_cannot_take_the_machines_memory(tmp_path, settings, teardown_aft
     cluster = start_cluster(tmp_path / "mem", code_wheel(tmp_path, code), settings)
     teardown_after(cluster)
     wait_result(cluster)
-    result = local.fetch_results(cluster)["worker-0"]
+    result = provisioner.fetch_results(cluster)["worker-0"]
     assert result.files.get("got") != b"allocated"
     assert result.report["status"] == "failed" and result.report["exit_code"] in (-9, 137), result.report
     assert result.report["log_tail"].endswith("fc2-agent: killed: out of memory (cluster limit 512 MB)")

@@ -13,6 +13,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -60,6 +61,12 @@ def lost(job: Job, state: str, **fields) -> Job:
 
 def alive(**nodes: bool):
     return mock.patch("provisioner.alive", return_value=nodes)
+
+
+def silent(job: Job, *names: str) -> None:
+    """These nodes' last report is older than FC2_NODE_SILENCE_S: the sweep looks at their machines."""
+    quiet = timezone.now() - timedelta(seconds=settings.FC2_NODE_SILENCE_S + 1)
+    Node.objects.filter(job=job, name__in=names).update(last_report_at=quiet)
 
 
 def kept(**results: NodeResult):
@@ -209,6 +216,7 @@ def test_a_running_job_whose_node_is_gone_without_a_result_fails_with_its_log(jo
     cluster = launch_cluster(job, strategy="mirrored", workers=1)
     (node,) = cluster.nodes
     (Path(node.workdir) / "node.log").write_text("epoch 1\nKilled\n")
+    silent(job, node.name)
 
     with alive(**{node.name: False}), kept():
         sweep.sweep()
@@ -224,6 +232,7 @@ def test_only_nodes_without_a_result_are_blamed(job):
     job = lost(job, State.RUNNING, started_at=timezone.now(), lease_until=None)
     launch_cluster(job, workers=2)
     Node.objects.filter(job=job, name__in=["ps-0", "chief-0"]).update(status=Node.Status.SUCCEEDED)
+    silent(job, "worker-0")
 
     with alive(), kept():
         sweep.check_running(job)
@@ -236,12 +245,14 @@ def test_a_running_job_whose_nodes_are_alive_and_reporting_is_left_running(job, 
     job = lost(job, State.RUNNING, started_at=timezone.now(), lease_until=None)
     cluster = launch_cluster(job, workers=1)
 
-    with alive(**{n.name: True for n in cluster.nodes}), kept() as fetch_results:
+    with alive(**{n.name: True for n in cluster.nodes}) as is_alive, kept() as fetch_results:
         sweep.sweep()
 
     job.refresh_from_db()
     assert job.state == State.RUNNING and job.lease_until is None
-    fetch_results.assert_not_called()  # nothing to look for: every node reported a moment ago
+    # Nothing to look for: every node reported a moment ago (their reports are the heartbeat; no SSH to the nodes).
+    fetch_results.assert_not_called()
+    is_alive.assert_not_called()
 
 
 def test_a_chief_whose_success_never_arrived_completes_the_job_with_its_model(job, sent):
@@ -252,6 +263,8 @@ def test_a_chief_whose_success_never_arrived_completes_the_job_with_its_model(jo
         report={"status": "succeeded", "exit_code": 0, "progress": {"epoch": 1, "epochs": 1}, "log_tail": "done"},
         files={"model.keras": b"weights", "metrics.json": b'{"test_accuracy": 0.975}'},
     )
+
+    silent(job, "chief-0")
 
     with alive(**{n.name: n.role != "chief" for n in cluster.nodes}), kept(**{"chief-0": result}):
         sweep.sweep()
@@ -364,3 +377,16 @@ def test_an_ended_job_is_released_again_until_the_teardown_succeeds(job, sent):
     assert job.cluster is None and job.state_label == State.CANCELLED
     assert not Path(cluster.workdir).exists()
     assert messages(job)[-1] == f"cluster {cluster.cluster_id} torn down"
+
+
+def test_the_sweep_tears_down_job_clusters_no_job_records(job):
+    """A cluster named for a job whose row is gone (deleted, or a database restored from before it) is torn down by
+    the next sweep; the cluster a job records, and one made by hand (`cluster up`), are left alone."""
+    orphan, recorded, by_hand = "fc2-999-0a1b2c3d", pipeline.cluster_name(job), "my-cluster"
+    for name in (orphan, recorded, by_hand):
+        local.launch(ClusterSpec(name, "local", "mirrored", 1))
+    Job.objects.filter(pk=job.pk).update(cluster={"cluster_id": recorded, "provider": "local", "nodes": []})
+
+    sweep.sweep()
+
+    assert local.list_clusters() == sorted([recorded, by_hand])

@@ -8,6 +8,7 @@ import io
 import json
 import re
 import socket
+from decimal import Decimal
 from pathlib import Path
 from unittest import mock
 
@@ -27,7 +28,8 @@ from fc2.models import CodeBundle, Dataset, Job
 from fc2.services import datasets, jobs
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
-from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm
+from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm, planned
+from provisioner import local, sandbox
 from recommender.catalog import load_catalog
 from recommender.perfdata import import_samples
 from tests.conftest import make_job
@@ -457,30 +459,29 @@ def test_other_bad_input_is_refused_beside_its_field(client, alice, bundle, sett
     }
 
 
-def test_unregistered_provider_is_shown_disabled_with_its_reason(client, alice, bundle, fc2_2018):
+def test_providers_come_from_the_registry_and_an_unusable_one_is_disabled_with_its_reason(
+    client, alice, bundle, fc2_2018, settings
+):
+    """The wizard offers the registered providers (provisioner.PROVIDERS), each with its label; one that cannot make
+    a cluster on this machine is shown disabled with the reason and the way to enable it, and refused if posted."""
     client.force_login(alice)
     through_data(client, bundle)
-    aws = resource_form(provider="aws", region="ap-southeast-1", max_workers="3")
-    reason = (
-        "the aws provider is not available on this installation: no aws module is registered in "
-        "provisioner.PROVIDERS (registered: local)"
-    )
+    settings.FC2_UNSANDBOXED_LOCAL_JOBS = False
+    with mock.patch.object(sandbox, "unavailable", return_value="bwrap is not installed"):
+        reason = local.unavailable()
+        shown = client.get(step_url("resource")).content.decode()
+        refused = client.post(step_url("resource"), resource_form(provider="local", max_workers="3"))
+    unknown = client.post(step_url("resource"), resource_form(provider="nowhere", max_workers="3"))
 
-    shown = client.get(step_url("resource")).content.decode()
-    refused = client.post(step_url("resource"), aws)  # posted anyway
-    with mock.patch.dict(provisioner.PROVIDERS, {"aws": "provisioner.aws"}):
-        offered = client.get(step_url("resource")).content.decode()
-        accepted = client.post(step_url("resource"), aws)
-
-    assert re.search(r'<input type="radio" name="provider" value="aws"[^>]*\bdisabled\b', shown)
-    assert f"<strong>AWS EC2</strong> cannot be chosen: {reason}." in shown
-    assert not re.search(r'<input type="radio" name="provider" value="local"[^>]*\bdisabled\b', shown)
-    assert refused.status_code == 400 and refused.context["form"].errors == {"provider": [reason]}
-    page = refused.content.decode()
-    assert '<option value="ap-southeast-1" selected>' in page and 'name="max_workers" value="3"' in page
-    assert not re.search(r'value="aws"[^>]*\bdisabled\b', offered) and "cannot be chosen" not in offered
-    assert accepted.status_code == 302
-    assert wizard_state(client)["resource"]["region"] == "ap-southeast-1"
+    for provider in provisioner.PROVIDERS.values():
+        assert f'value="{provider.name}"' in shown and provider.label in shown
+    # (Drawn unavailable; not disabled, being the choice already made — a disabled choice would not be sent.)
+    assert re.search(r'class="wz-unavailable"><input type="radio" name="provider" value="local"', shown)
+    assert "bwrap is not installed" in reason and "FC2_UNSANDBOXED_LOCAL_JOBS=1" in reason
+    assert f"cannot be chosen: {reason}." in shown
+    assert refused.status_code == 400 and refused.context["form"].errors["provider"] == [reason]
+    assert 'name="max_workers" value="3"' in refused.content.decode()
+    assert unknown.status_code == 400 and "provider" in unknown.context["form"].errors
 
 
 def test_local_without_the_sandbox_says_why_and_how_to_enable_it(client, alice, bundle, settings):
@@ -526,7 +527,8 @@ def test_data_step_shows_the_builtins_as_fig_4_does(client, alice, bundle, digit
 
     page = client.get(step_url("data")).content.decode()
 
-    assert f"<code>{digits.path}</code>" in page and f"{digits.size_mb:.2f} MB" in page
+    assert digits.path not in page and str(Path(digits.path).parent) not in page  # no server path, to anyone
+    assert "<dt>Status</dt><dd>ready</dd>" in page and f"{digits.size_mb:.2f} MB" in page
     assert ">64</dd>" in page and ">1797</dd>" in page  # digits: features, rows
     assert ">784</dd>" in page and ">70000</dd>" in page and "downloaded on first use" in page  # mnist
     assert ">3072</dd>" in page and ">60000</dd>" in page  # cifar10
@@ -822,6 +824,25 @@ def test_budget_limited_run_takes_the_recommended_count(client, alice, bundle, f
     assert (job.ps_type, job.worker_type, job.worker_types) == ("m4.large", "", list(CPU))
 
 
+def test_planned_gives_the_recommended_count_in_a_new_request(alice, bundle, fc2_2018):
+    """A budget-limited request runs the plan's worker count; the request asked about is left as it was."""
+    asked = jobs.JobRequest(
+        bundle=bundle,
+        dataset=datasets.resolve(alice, "digits"),
+        algorithm="cost-opt",
+        catalog="fc2-2018",
+        ps_type="m4.large",
+        worker_types=list(CPU),
+        workers=1,
+        hourly_budget=Decimal("1.511"),
+    )
+
+    to_run, plan = planned(asked)
+
+    assert (plan.workers, to_run.workers, asked.workers) == (6, 6, 1)
+    assert to_run == dataclasses.replace(asked, workers=6)
+
+
 def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, alice, bundle, fc2_2018):
     """$/h × predicted epoch time × epochs / 3600, with a measured epoch time for this code and data."""
     from recommender.models import PerformanceRecord
@@ -840,6 +861,55 @@ def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, al
     assert float(response.context["total_cost"]) == pytest.approx(1.511 * 360 * 10 / 3600)
     assert "≈ $1.51" in response.content.decode() and "for 10 epochs" in response.content.decode()
     assert escape(ESTIMATE_NOTE) in response.content.decode()  # what the ≈ means, in the words of every other page
+
+
+def test_a_whole_job_budget_is_kept_shown_on_review_given_to_the_job_and_to_its_rerun(client, alice, bundle):
+    client.force_login(alice)
+    through_resource(client, bundle, budget="2.5")
+
+    review = client.get(step_url("review")).content.decode()
+    with mock.patch.object(celery_app, "send_task"):
+        client.post(step_url("review"))
+
+    assert '<dd id="review-budget">$2.5 for the whole job</dd>' in review
+    job = Job.objects.get()
+    assert job.budget == Decimal("2.5")
+    client.get(reverse("job-new"), {"from": job.pk})
+    assert wizard_state(client)["resource"]["budget"] == "2.5"
+
+
+@pytest.mark.parametrize(
+    ("budget", "reason"),
+    [("0", "The budget must be more than $0."), ("-3", "The budget must be more than $0."), ("ten", "Enter a number.")],
+)
+def test_a_bad_whole_job_budget_is_refused_beside_it(client, alice, bundle, budget, reason):
+    client.force_login(alice)
+    through_data(client, bundle)
+
+    response = client.post(step_url("resource"), resource_form(budget=budget))
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["budget"] == [reason]
+    assert "resource" not in wizard_state(client)
+
+
+def test_a_cluster_whose_projected_total_exceeds_the_budget_is_refused_beside_it(client, alice, bundle, fc2_2018):
+    from recommender.models import PerformanceRecord
+
+    client.force_login(alice)
+    through_data(client, bundle, params=[("epochs", "10")])
+    PerformanceRecord.objects.create(
+        workload=f"{bundle.distribution}:digits", instance_type="c4.xlarge", ps_type="m4.large", workers=6,
+        epoch_time_s=360.0,
+    )  # fmt: skip
+
+    response = client.post(step_url("resource"), cost_opt_8_1(budget="1"))
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["budget"] == [
+        "the cluster's projected total cost, $1.51 for 10 epochs, exceeds the job's budget of $1.00"
+    ]
+    assert client.post(step_url("resource"), cost_opt_8_1(budget="1.52")).status_code == 302
 
 
 def algorithm_disabled(page: str, value: str) -> bool:
@@ -917,3 +987,26 @@ def test_submit_job_takes_the_workload_and_its_help_says_what_the_wizard_says(al
     assert Job.objects.get(pk=json.loads(out.getvalue())["id"]).workload == "anwar2021-mnist"
     assert "--workload NAME" in help_text and " ".join(jobs.WORKLOAD_NAME_HELP.split()) in help_text
     assert ResourceForm.base_fields["workload_name"].help_text == jobs.WORKLOAD_NAME_HELP
+
+
+def test_a_lab_job_is_priced_and_typed_from_the_lab_catalogue(client, alice, bundle, fc2_2018):
+    """The lab's nodes are its own catalogue's types: another catalogue is refused beside the field, and the lab's
+    latency between nodes goes into the job request."""
+    if reason := provisioner.unavailable("lab"):
+        pytest.skip(reason)
+    load_catalog("lab")
+    client.force_login(alice)
+    through_data(client, bundle)
+    wrong = client.post(
+        step_url("resource"), resource_form(provider="lab", catalog="fc2-2018", worker_type="m4.xlarge")
+    )
+    right = client.post(
+        step_url("resource"), resource_form(provider="lab", catalog="lab", worker_type="lab-w-100", latency_ms="40")
+    )
+
+    assert wrong.status_code == 400
+    assert wrong.context["form"].errors["catalog"] == [
+        "The lab provider's machines are the lab catalogue's types: choose it."
+    ]
+    assert right.status_code == 302
+    assert wizard_state(client)["resource"]["latency_ms"] == 40.0

@@ -1,4 +1,5 @@
-"""Hand-made wheels for the tests: a minimal good one (`GOOD`) and `make_wheel` to vary it member by member."""
+"""Hand-made wheels for the tests (and benchmarks): a minimal good one (`GOOD`), `make_wheel` to vary it member by
+member, and `sleeper_wheel`, whose code sleeps: a real cluster that costs nothing but its processes."""
 
 from __future__ import annotations
 
@@ -25,3 +26,8 @@ def make_wheel(directory: Path, members: dict[str, bytes | None], filename: str 
             if data is not None:
                 zf.writestr(name, data)
     return path
+
+
+def sleeper_wheel(directory: Path) -> Path:
+    """A good wheel whose main script says it is up and then sleeps for ten minutes."""
+    return make_wheel(directory, {**GOOD, "demo/main.py": b"import time\nprint('up', flush=True)\ntime.sleep(600)\n"})

@@ -28,7 +28,6 @@ from django.utils import timezone
 
 from fc2.models import Job
 
-ACTIVE_STATES = tuple(state for state in Job.State.values if state not in Job.TERMINAL)
 # Big JSON columns no dashboard list shows: not worth reading and decoding 50 times a page.
 UNSHOWN_FIELDS = ("cluster", "recommendation", "parameters", "metrics", "worker_types", "token_hash")
 
@@ -79,14 +78,17 @@ class SecondsBetween(Func):
 
 
 def with_spend(queryset: QuerySet[Job], now: dt.datetime) -> QuerySet[Job]:
-    """Annotate `elapsed_s` (started → finished, or → `now` while it runs) and `cost` ($ = hourly_cost × hours).
+    """Annotate `elapsed_s` (started → finished, or → `now` while it runs) and `cost` ($ = hourly_cost × the hours
+    its cluster was up: launched → torn down, or → `now` while it is up).
 
-    Same rule as `Job.duration_s` / `Job.cost_so_far`: a job that never started has neither (NULL), and so adds
-    nothing to any sum.
+    Same rules as `Job.duration_s` / `Job.cost_so_far`: a job that never started has no duration, one whose cluster
+    was never launched no cost (NULL), and so adds nothing to any sum.
     """
-    end = Coalesce("finished_at", Value(now, output_field=DateTimeField()))
-    return queryset.annotate(elapsed_s=SecondsBetween("started_at", end)).annotate(
-        cost=Cast("hourly_cost", FloatField()) * F("elapsed_s") / Value(3600.0)
+    at_now = Value(now, output_field=DateTimeField())
+    up_s = SecondsBetween("launched_at", Coalesce("torn_down_at", at_now))
+    return queryset.annotate(
+        elapsed_s=SecondsBetween("started_at", Coalesce("finished_at", at_now)),
+        cost=Cast("hourly_cost", FloatField()) * up_s / Value(3600.0),
     )
 
 
@@ -106,7 +108,7 @@ def filtered_jobs(filters: JobFilters, now: dt.datetime) -> QuerySet[Job]:
     """Every user's jobs that pass `filters`, with their owner and their `elapsed_s` and `cost` annotations."""
     queryset = Job.objects.select_related("owner").defer(*UNSHOWN_FIELDS)
     if filters.state == "active":
-        queryset = queryset.filter(state__in=ACTIVE_STATES)
+        queryset = queryset.filter(state__in=Job.ACTIVE)
     elif filters.state:
         queryset = queryset.filter(state=filters.state)
     if filters.provider:
@@ -159,14 +161,14 @@ def totals(queryset: QuerySet[Job]) -> dict:
 
 def running_clusters(now: dt.datetime, limit: int = 10) -> list[Job]:
     """Jobs that hold a cluster right now, the most expensive first."""
-    queryset = Job.objects.filter(state__in=ACTIVE_STATES, cluster__isnull=False).select_related("owner")
+    queryset = Job.objects.filter(state__in=Job.ACTIVE, cluster__isnull=False).select_related("owner")
     queryset = with_spend(queryset.defer(*UNSHOWN_FIELDS), now)
     return list(queryset.order_by(OrderBy(F("hourly_cost"), descending=True, nulls_last=True), "-pk")[:limit])
 
 
 def burn() -> dict:
     """How many clusters are up and what they cost per hour, all together (one query)."""
-    result = Job.objects.filter(state__in=ACTIVE_STATES, cluster__isnull=False).aggregate(
+    result = Job.objects.filter(state__in=Job.ACTIVE, cluster__isnull=False).aggregate(
         clusters=Count("pk"), hourly_cost=Sum("hourly_cost")
     )
     return {"clusters": result["clusters"], "hourly_cost": float(result["hourly_cost"] or 0)}
@@ -206,12 +208,12 @@ def spend_by_user(queryset: QuerySet[Job], total: float, top: int = 12) -> list[
 def spend_by_week(queryset: QuerySet[Job]) -> list[dict]:
     """[{"week": Monday as ISO date, "cost"}] from the first to the last week with spend, weeks with none at 0.
 
-    A job's cost counts in the week it started.
+    A job's cost counts in the week its cluster was launched.
     """
     rows = (
         queryset.filter(cost__isnull=False)
         .order_by()
-        .annotate(week=TruncWeekUTC("started_at"))
+        .annotate(week=TruncWeekUTC("launched_at"))
         .values("week")
         .annotate(spent=Sum("cost"))
         .order_by("week")

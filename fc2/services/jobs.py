@@ -7,16 +7,17 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import BinaryIO
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 import provisioner
-from fc2.models import CodeBundle, Dataset, Job, workload_name
-from fc2.services import datasets, pipeline
+from fc2.models import CodeBundle, Dataset, Job, epochs_parameter, workload_name
+from fc2.services import datasets, pipeline, pricing
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
-from provisioner import local
+from fc2.templatetags.fc2_ui import usd
 from recommender import service
-from recommender.types import ALGORITHMS, RecommendationError
+from recommender.types import ALGORITHMS, DEFAULT_CATALOG, RecommendationError
 
 WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
@@ -47,10 +48,17 @@ class JobRequest:
     ps_type: str = ""
     worker_type: str = ""
     region: str = ""
+    latency_ms: float = 0.0  # lab: delay between the nodes, ms one way
     hourly_budget: Decimal | None = None
-    catalog: str = "fc2-2018"
+    budget: Decimal | None = None  # $ for the whole job: stopped before its cost would exceed it (sweep.py)
+    catalog: str = DEFAULT_CATALOG
     worker_types: list[str] = field(default_factory=list)
     workload_name: str = ""  # the records' name for this code and data; "" for the default (fc2.models.workload_name)
+
+    def __post_init__(self):
+        # A provider whose instance types are its own (the lab's) prices and recommends from its own catalogue.
+        if self.provider in provisioner.PROVIDERS and (own := provisioner.get(self.provider).catalog):
+            self.catalog = own
 
     @property
     def workload(self) -> str:
@@ -59,8 +67,10 @@ class JobRequest:
     @property
     def epochs(self) -> int | None:
         """The `epochs` parameter when it is a whole number of at least 1 (what the cost estimate multiplies by)."""
-        value = self.parameters.get("epochs", "")
-        return int(value) if value.isdigit() and int(value) > 0 else None
+        return epochs_parameter(self.parameters)
+
+
+MAX_LATENCY_MS = 1000
 
 
 def validate(request: JobRequest) -> None:
@@ -80,7 +90,14 @@ def validate(request: JobRequest) -> None:
     if len(request.workload_name) > WORKLOAD_NAME_MAX:
         raise SubmitError(f"a workload name has at most {WORKLOAD_NAME_MAX} characters", "workload_name")
     check_workers(request.provider, request.workers)
+    if request.latency_ms and not provisioner.get(request.provider).latency:
+        raise SubmitError(f"the {request.provider} provider cannot add latency between its nodes", "latency_ms")
+    if not 0 <= request.latency_ms <= MAX_LATENCY_MS:
+        raise SubmitError(f"a latency is between 0 and {MAX_LATENCY_MS} ms", "latency_ms")
+    check_instance_types(request)
     check_parameters(request.parameters)
+    if request.budget is not None:
+        check_budget_amount(request.budget)
     try:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
@@ -89,25 +106,50 @@ def validate(request: JobRequest) -> None:
 
 def provider_unavailable(provider: str) -> str | None:
     """Why `provider` cannot make a cluster on this installation, and the way to change that; None when it can."""
-    if provider not in provisioner.PROVIDERS:
-        return (
-            f"the {provider} provider is not available on this installation: no {provider} module is registered in "
-            f"provisioner.PROVIDERS (registered: {', '.join(sorted(provisioner.PROVIDERS))})"
-        )
-    if provider == "local":
-        try:
-            local.sandboxed()
-        except local.LocalProvisionError as exc:
-            return str(exc)
-    return None
+    return provisioner.unavailable(provider)
 
 
 def check_workers(provider: str, workers: int) -> None:
     """A worker count (or limit) the provider can run."""
     if workers < 1:
         raise SubmitError("a cluster needs at least 1 worker", "workers")
-    if provider == "local" and workers > local.MAX_WORKERS:
-        raise SubmitError(f"the local provider runs at most {local.MAX_WORKERS} workers", "workers")
+    if provider in provisioner.PROVIDERS and workers > (limit := provisioner.get(provider).max_workers):
+        raise SubmitError(f"the {provider} provider runs at most {limit} workers", "workers")
+
+
+def check_instance_types(request: JobRequest) -> None:
+    """The PS and worker types asked for exist in the catalogue the job is priced from (for the lab: the only types
+    its nodes can have)."""
+    from recommender.models import InstanceType
+
+    for name, field_name in ((request.ps_type, "ps_type"), (request.worker_type, "worker_type")):
+        if name and not InstanceType.objects.filter(catalog__name=request.catalog, name=name).exists():
+            known = InstanceType.objects.filter(catalog__name=request.catalog).values_list("name", flat=True)
+            raise SubmitError(
+                f"no instance type {name!r} in the {request.catalog} catalogue ({', '.join(sorted(known))})", field_name
+            )
+
+
+def check_budget_amount(budget: Decimal) -> None:
+    """A whole-job budget is an amount of dollars above $0 that its column holds."""
+    if not budget.is_finite() or budget <= 0:
+        raise SubmitError(f"a job's budget must be more than $0 (not {budget})", "budget")
+    try:
+        Job._meta.get_field("budget").run_validators(budget)
+    except ValidationError as exc:
+        raise SubmitError(f"a job's budget of ${budget}: {' '.join(exc.messages)}", "budget") from exc
+
+
+def check_budget(request: JobRequest, plan: Plan) -> None:
+    """The whole-job budget covers the plan's own projected total cost, when the plan has one: a job that could
+    only be stopped for its budget is refused now, with the figures."""
+    total = plan.total_cost(request.epochs)
+    if request.budget is not None and total is not None and total > request.budget:
+        raise SubmitError(
+            f"the cluster's projected total cost, {usd(total)} for {request.epochs} epoch"
+            f"{'s' if request.epochs != 1 else ''}, exceeds the job's budget of {usd(request.budget)}",
+            "budget",
+        )
 
 
 def check_parameters(parameters: dict[str, str]) -> None:
@@ -122,7 +164,7 @@ class Plan:
     """The cluster a job request gets, known before the job exists: the recommender's answer, or for Manual the
     user's own choice, priced as the job will be."""
 
-    ps_type: str  # what the PS runs on (`pipeline.ps_node_type`); "" with no PS, or a local cluster of no types
+    ps_type: str  # what the PS runs on (`pricing.ps_node_type`); "" with no PS, or a local cluster of no types
     worker_type: str  # "" when none is chosen
     workers: int  # number of workers
     hourly_cost: Decimal  # $/h from the catalogue: the PS (parameter-server strategy) plus the workers
@@ -143,29 +185,29 @@ def plan(request: JobRequest) -> Plan:
     provider cannot run the answer)."""
     if request.algorithm == "manual":
         where = f"{request.worker_type} " if request.worker_type else ""
-        ps_type = pipeline.ps_node_type(request)
+        ps_type = pricing.ps_node_type(request)
         ps = f" and a {ps_type} PS" if ps_type else ""
         return Plan(
             ps_type=ps_type,
             worker_type=request.worker_type,
             workers=request.workers,
-            hourly_cost=_trimmed(pipeline.hourly_cost(request)),
+            hourly_cost=_trimmed(pricing.hourly_cost(request)),
             predicted_epoch_time_s=None,
             source="manual",
             explanation=f"Manual: the {request.workers} {where}workers{ps} you chose.",
             recommendation=None,
         )
-    answer = service.recommend(pipeline.recommend_request(request), request.catalog)
+    answer = service.recommend(pricing.recommend_request(request), request.catalog)
     try:
         check_workers(request.provider, answer.workers)
     except SubmitError as exc:
         raise SubmitError(f"the recommended {answer.workers} workers are too many: {exc}", exc.field) from exc
     chosen = replace(request, ps_type=answer.ps_type or "", worker_type=answer.worker_type, workers=answer.workers)
     return Plan(
-        ps_type=pipeline.ps_node_type(chosen),
+        ps_type=pricing.ps_node_type(chosen),
         worker_type=chosen.worker_type,
         workers=chosen.workers,
-        hourly_cost=_trimmed(pipeline.hourly_cost(chosen)),
+        hourly_cost=_trimmed(pricing.hourly_cost(chosen)),
         predicted_epoch_time_s=answer.predicted_epoch_time_s,
         source=answer.source,
         explanation=answer.explanation,
@@ -182,12 +224,13 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_
     """Create the job and start its pipeline (on commit, so the worker sees the row).
 
     With `plan_first`, a recommender that cannot answer (e.g. `model` for a workload with no records) refuses the job
-    now, with its reason, instead of failing it in its profile step.
+    now, with its reason, instead of failing it in its profile step. A job with a whole-job budget is planned first
+    too: refused when its plan's projected total cost already exceeds the budget.
     """
     validate(request)
-    if plan_first:
+    if plan_first or request.budget is not None:
         try:
-            plan(request)
+            check_budget(request, plan(request))
         except RecommendationError as exc:
             raise SubmitError(str(exc), "algorithm") from exc
     with transaction.atomic():
@@ -205,7 +248,9 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_
             ps_type=request.ps_type,
             worker_type=request.worker_type,
             region=request.region,
+            latency_ms=request.latency_ms,
             hourly_budget=request.hourly_budget,
+            budget=request.budget,
             catalog=request.catalog,
             worker_types=request.worker_types,
             workload_name=request.workload_name,

@@ -1,15 +1,16 @@
 """The job pipeline: queued → profiling → provisioning → bootstrapping → running → collecting → succeeded.
 
 Each step is a plain function taking the job id. It claims its step with a conditional update (Job.transition), so a
-redelivered task or a step racing a cancel does nothing. Steps are chained by `advance`: through Celery (tasks.py) for
-jobs driven by the workers, or in this process by `run_inline` (the CLI's --inline, which also serves the report API).
+redelivered task or a step racing a cancel does nothing. Steps are chained by `advance` through Celery (tasks.py) for
+jobs driven by the workers, or in one process by `inline.run_inline` (the CLI's --inline, serving the report API too).
 
 Whoever drives a job holds its lease (`Lease`, on Job.lease_until): a step's runner from its start to its end, renewed
 by a heartbeat thread; a step sent to the workers from the moment it is sent until it is picked up (the lease travels
 with the message, so a message that the sweep has since replaced finds the lease changed and does nothing);
-`run_inline` for the whole run. Only the lease's holder tears down an ended job's cluster (`release`), so a teardown
-never races the step still making that cluster: a job cancelled meanwhile is released by that step's runner when the
-step ends, and whatever a step made is recorded on the job before anything else, so that it can be found and torn down.
+`inline.run_inline` for the whole run. Only the lease's holder tears down an ended job's cluster (`release`), so a
+teardown never races the step still making that cluster: a job cancelled meanwhile is released by that step's runner
+when the step ends, and whatever a step made is recorded on the job before anything else, so that it can be found and
+torn down.
 A lease left to expire is how the sweep (sweep.py) knows that the worker behind it is gone; the sweep also watches
 running jobs' nodes, which nobody drives between their reports.
 """
@@ -20,11 +21,10 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from datetime import datetime, timedelta
-from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
@@ -34,17 +34,13 @@ from django.utils import timezone
 import provisioner
 from fc2.models import Artifact, Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import datasets
-from provisioner import ClusterInfo, ClusterSpec, RunSpec, local
+from fc2.services import datasets, pricing
+from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
-from recommender.types import RecommendRequest
-
-if TYPE_CHECKING:
-    from fc2.services.jobs import JobRequest
 
 logger = logging.getLogger(__name__)
 State = Job.State
-ACTIVE = tuple(s for s in State.values if s not in Job.TERMINAL)
+ACTIVE = Job.ACTIVE
 # Not `collecting`: the chief has succeeded and its results are stored, so the job can only succeed now.
 CANCELLABLE = tuple(s for s in ACTIVE if s != State.COLLECTING)
 LOG_TAIL_CHARS = 4000
@@ -170,7 +166,7 @@ def profile(job_id: int, *, resume: bool = False, **_) -> bool:
     datasets.ready(job.dataset)
     if job.algorithm != "manual":
         _recommend(job)
-    Job.objects.filter(pk=job.pk).update(hourly_cost=hourly_cost(job))
+    Job.objects.filter(pk=job.pk).update(hourly_cost=pricing.hourly_cost(job))
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
     )
@@ -178,51 +174,24 @@ def profile(job_id: int, *, resume: bool = False, **_) -> bool:
     return True
 
 
-def ps_node_type(job: Job | JobRequest) -> str:
-    """The instance type the PS of a parameter-server cluster runs on: the chosen PS type, else the workers' type (a
-    PS cluster always has its PS node). "" for a cluster with no PS, or of no types."""
-    if job.strategy != Job.Strategy.PS:
-        return ""
-    return job.ps_type or job.worker_type
-
-
-def hourly_cost(job: Job | JobRequest) -> Decimal:
-    """$/h of the job's (or job request's) cluster from its catalogue: the PS (see `ps_node_type`) plus its workers
-    (0 for a local cluster of no types)."""
+def _recommend(job: Job, exclude: Collection[str] = ()) -> None:
+    """Ask the recommender for the cluster and take its answer; `exclude`: worker types it may not choose (no
+    capacity for them)."""
+    from recommender import service
     from recommender.models import InstanceType
 
-    ps_type = ps_node_type(job)
-    prices = dict(
-        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[ps_type, job.worker_type]).values_list(
-            "name", "hourly_price"
-        )
-    )
-    worker_price = prices.get(job.worker_type, Decimal(0))
-    ps_price = prices.get(ps_type, Decimal(0))
-    return ps_price + job.workers * worker_price
-
-
-def recommend_request(job: Job | JobRequest) -> RecommendRequest:
-    """What the recommender is asked for a job (or a job request): its workers is the limit when it has no budget."""
-    return RecommendRequest(
-        algorithm=job.algorithm,
-        workload=job.workload,
-        budget=float(job.hourly_budget) if job.hourly_budget is not None else None,
-        max_workers=None if job.hourly_budget is not None else job.workers,
-        ps_type=job.ps_type or None,
-        worker_types=tuple(job.worker_types),
-        worker_type=job.worker_type or None,
-        parameter_server=job.strategy == Job.Strategy.PS,
-    )
-
-
-def _recommend(job: Job) -> None:
-    """Ask the recommender for the cluster and take its answer."""
-    from recommender import service
-
-    answer = service.recommend(recommend_request(job), job.catalog)
-    if job.provider == "local" and answer.workers > local.MAX_WORKERS:
-        raise ValueError(f"the recommended {answer.workers} workers exceed the local provider's {local.MAX_WORKERS}")
+    request = pricing.recommend_request(job)
+    if exclude:
+        considered = job.worker_types or InstanceType.objects.filter(
+            catalog__name=job.catalog, role__in=("worker", "any")
+        ).values_list("name", flat=True)
+        remaining = tuple(t for t in considered if t not in exclude)
+        if not remaining:
+            raise ProvisionError(f"no worker type the job may use has capacity (tried {', '.join(exclude)})")
+        request = replace(request, worker_types=remaining, worker_type=None)
+    answer = service.recommend(request, job.catalog)
+    if answer.workers > (limit := provisioner.get(job.provider).max_workers):
+        raise ValueError(f"the recommended {answer.workers} workers exceed the {job.provider} provider's {limit}")
     Job.objects.filter(pk=job.pk).update(
         ps_type=answer.ps_type or "",
         worker_type=answer.worker_type,
@@ -247,16 +216,11 @@ def provision(job_id: int, *, resume: bool = False, **_) -> bool:
     job = _job(job_id)
     if not _begin(job, State.PROFILING, State.PROVISIONING, f"launching the cluster on {job.provider}", resume):
         return False
-    spec = ClusterSpec(
-        cluster_id=cluster_name(job),
-        provider=job.provider,
-        strategy=job.strategy,
-        workers=job.workers,
-        ps_type=job.ps_type,
-        worker_type=job.worker_type,
-        region=job.region,
-    )
-    cluster = provisioner.launch(spec)
+    if job.cluster is None:  # the name first: a launch that dies part-way is torn down by it (release)
+        empty = ClusterInfo(cluster_name(job), job.provider, job.strategy, nodes=(), region=job.region)
+        # Its billing starts here, before anything is made: every node is billed from its launch.
+        Job.objects.filter(pk=job.pk, cluster__isnull=True).update(cluster=empty.to_dict(), launched_at=timezone.now())
+    cluster = _launch(job)
     _hold(job, State.PROVISIONING)  # launched, not yet recorded
     # Recorded whatever happened meanwhile: a job cancelled while its cluster was launched must still have it torn down.
     Job.objects.filter(pk=job.pk).update(cluster=cluster.to_dict())
@@ -272,6 +236,35 @@ def provision(job_id: int, *, resume: bool = False, **_) -> bool:
     )
     job.log("nodes: " + ", ".join(f"{n.name} at {n.address}" for n in cluster.nodes))
     return True
+
+
+def _launch(job: Job) -> ClusterInfo:
+    """Launch the job's cluster. A cloud out of capacity for the worker type in every zone (the provider tries them
+    all) has the recommender choose again without that type, within the same budget, until one launches."""
+    unavailable: list[str] = []
+    while True:
+        spec = ClusterSpec(
+            cluster_id=cluster_name(job),
+            provider=job.provider,
+            strategy=job.strategy,
+            workers=job.workers,
+            ps_type=job.ps_type,
+            worker_type=job.worker_type,
+            region=job.region,
+            latency_ms=job.latency_ms,
+            job_id=job.pk,
+        )
+        try:
+            return provisioner.launch(spec, notify=job.log)
+        except CapacityError as error:
+            chosen_by_hand = job.algorithm in ("manual", "scala-opt-m")
+            if chosen_by_hand or error.instance_type != job.worker_type:
+                raise
+            unavailable.append(job.worker_type)
+            job.log(f"{error}: asking the recommender for its next worker type")
+            _recommend(job, exclude=unavailable)
+            Job.objects.filter(pk=job.pk).update(hourly_cost=pricing.hourly_cost(job))
+            job.refresh_from_db()
 
 
 def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
@@ -292,8 +285,12 @@ def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
         dataset=job.dataset.path,
         report_url=report_url or settings.FC2_PUBLIC_URL,
         token=token,
+        timeout_s=settings.FC2_JOB_TIMEOUT_S,
+        max_artifact_mb=settings.FC2_MAX_ARTIFACT_MB,
+        max_dataset_mb=settings.FC2_MAX_DATASET_MB,
+        fetch_allow=tuple(settings.FC2_DATASET_ALLOWED_NETWORKS),
     )
-    cluster = provisioner.start(cluster_info(job), run)
+    cluster = provisioner.bootstrap(cluster_info(job), run)
     _hold(job, State.BOOTSTRAPPING)  # nodes started, not yet recorded
     # Recorded whatever happened meanwhile, with the processes just started: a job cancelled during the start is torn
     # down by this step's runner (it holds the lease, so no teardown ran meanwhile) and must find them.
@@ -369,8 +366,8 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             if _let_workers_finish(job, cluster) or job.state != State.SUCCEEDED:
                 _keep_logs(job, cluster)
             _keep_late_outputs(job, cluster)
-            provisioner.teardown(cluster)
-            Job.objects.filter(pk=job.pk).update(cluster=None)
+            provisioner.teardown(cluster.provider, cluster.cluster_id, cluster.region)
+            Job.objects.filter(pk=job.pk).update(cluster=None, torn_down_at=timezone.now())  # its billing ends
             job.nodes.exclude(status__in=Node.FINISHED).update(status=Node.Status.STOPPED)
             job.log(f"cluster {cluster.cluster_id} torn down")
             return True
@@ -440,6 +437,9 @@ STEPS = {
     "collect": collect,
 }
 NEXT = {"profile": "provision", "provision": "bootstrap"}
+# The steps that may be done again when their worker was lost or they failed transiently (see `bootstrap` for why it
+# may not).
+RESUMABLE = {"profile", "provision", "collect"}
 
 
 def advance(step: str, job_id: int, lease: str | None = None, resume: bool = False) -> None:
@@ -453,7 +453,7 @@ def advance(step: str, job_id: int, lease: str | None = None, resume: bool = Fal
         logger.info("job %s: %s not run: the job's lease is no longer this message's", job_id, step)
         return
     with held.renewing():
-        ok = _run_step(step, job_id, resume=resume)
+        ok = run_step(step, job_id, resume=resume)
         if ok and step in NEXT:
             enqueue(_job(job_id), NEXT[step], lease=held)
         else:
@@ -461,17 +461,32 @@ def advance(step: str, job_id: int, lease: str | None = None, resume: bool = Fal
     held.end()
 
 
-def _run_step(step: str, job_id: int, **kwargs) -> bool:
+def run_step(step: str, job_id: int, **kwargs) -> bool:
     """Run a step; one that raises fails its job — unless the database could not be reached, which is not the job's
-    fault: that is left to the task's retry, or to the sweep once the lease has expired."""
-    try:
-        return STEPS[step](job_id, **kwargs)
-    except OperationalError:
-        raise
-    except Exception as exc:
-        logger.exception("job %s: step %s failed", job_id, step)
-        fail(_job(job_id), f"{step} failed: {exc}")
-        return False
+    fault: that is left to the task's retry, or to the sweep once the lease has expired. A transient provisioning
+    error (a cloud API throttling, a node not answering yet) has a resumable step tried again, with backoff, under
+    the same lease; anything else fails the job with its message at once."""
+    attempt = 0
+    while True:
+        try:
+            return STEPS[step](job_id, **kwargs)
+        except OperationalError:
+            raise
+        except ProvisionError as exc:
+            attempt += 1
+            if exc.transient and step in RESUMABLE and attempt < settings.FC2_STEP_ATTEMPTS:
+                delay = min(2**attempt, 30)
+                _job(job_id).log(f"{step}: {exc} — trying again in {delay} s")
+                time.sleep(delay)
+                kwargs = {**kwargs, "resume": True}
+                continue
+            logger.warning("job %s: step %s failed: %s", job_id, step, exc)
+            fail(_job(job_id), f"{step} failed: {exc}")
+            return False
+        except Exception as exc:
+            logger.exception("job %s: step %s failed", job_id, step)
+            fail(_job(job_id), f"{step} failed: {exc}")
+            return False
 
 
 def enqueue(job: Job, step: str, *, lease: Lease | None = None, resume: bool = False) -> None:
@@ -494,62 +509,3 @@ def enqueue(job: Job, step: str, *, lease: Lease | None = None, resume: bool = F
 
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     transaction.on_commit(lambda: app.send_task(f"fc2.tasks.{step}", args=[job.pk], kwargs=kwargs, queue=queue))
-
-
-def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
-    """Drive a job to its end in this process, holding its lease throughout and serving the report API on a private
-    port meanwhile. Should this process die, its lease expires and the sweep hands the job to the workers."""
-    from fc2.services import sweep
-
-    lease = Lease.claim(job_id)
-    if lease is None:
-        raise RuntimeError(f"job {job_id} is driven by another process")
-    with report_server() as url, lease.renewing():
-        try:
-            for step in ("profile", "provision", "bootstrap"):
-                if not lease.held or not _run_step(step, job_id, report_url=url):
-                    break
-            while lease.held and not (job := _job(job_id)).is_terminal:
-                if job.state == State.COLLECTING:
-                    _run_step("collect", job_id)
-                elif job.state == State.RUNNING:
-                    sweep.check_running(job)
-                else:
-                    break  # a step did nothing: the job is no longer this process's to drive
-                time.sleep(poll_s)
-        except BaseException:
-            _interrupted(job_id)  # Ctrl-C or a crash here must not leave a cluster behind
-            raise
-        finally:
-            release(job_id, lease)  # an ended job's cluster: failed by a node's report, cancelled, or done
-            lease.end()
-    return _job(job_id)
-
-
-def _interrupted(job_id: int) -> None:
-    job = _job(job_id)
-    if job.state == State.COLLECTING:
-        collect(job_id)  # the chief has succeeded: finishing is quicker than anything else, and right
-    else:
-        cancel(job, "interrupt")
-
-
-@contextmanager
-def report_server():
-    """The platform's WSGI app on a free 127.0.0.1 port in a background thread; yields its base URL."""
-    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
-    from django.core.wsgi import get_wsgi_application
-
-    class QuietHandler(WSGIRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = ThreadedWSGIServer(("127.0.0.1", 0), QuietHandler, allow_reuse_address=False)
-    server.set_app(get_wsgi_application())
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()

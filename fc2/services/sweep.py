@@ -36,13 +36,21 @@ applied as if reported — the chief's success completes the job with its model.
 fails the job. A node whose agent is alive but silent is waited for: the platform was unreachable for it, and it keeps
 trying until the job's deadline. A job whose result is unknown is never called failed while the result can be fetched.
 
-Time limit (FC2_JOB_TIMEOUT_S, from the start of the run, or from submission before it), in every state: a running
-job's kept results are applied first; a collecting job, whose chief has succeeded, is left to finish.
+Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
+records — its row deleted, or the database restored from before it — is torn down. A job records its cluster's name
+before launching it and until its teardown has succeeded, so no cluster a job may still use is ever one.
+
+Limits (fc2/services/limits.py: the time limit, FC2_JOB_TIMEOUT_S, and the whole-job budget, Job.budget — one rule,
+"a limit crossed → stopped, with the reason"), in every state: the job fails with the reason on its timeline and its
+cluster is torn down. A running job's kept results are applied first (a job that has just finished is not failed); a
+collecting job, whose chief has succeeded, is left to finish. A job whose step's runner still holds it (a launch that
+hangs renews its lease forever) is failed by the sweep and released by that runner when its step ends.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -52,7 +60,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node
-from fc2.services import pipeline, reports
+from fc2.services import limits, pipeline, reports
 from fc2.services.pipeline import Lease
 from provisioner import ClusterInfo
 
@@ -67,14 +75,13 @@ STEP_OF = {
     State.BOOTSTRAPPING: "bootstrap",
     State.COLLECTING: "collect",
 }
-RESUMABLE = {"profile", "provision", "collect"}
 
 
 def sweep() -> int:
     """One pass: every job whose lease is free or expired and that has not ended or still has a cluster. Returns how
     many jobs it took."""
     now = timezone.now()
-    _enforce_time_limits(now)
+    _enforce_limits(now)
     free = Q(lease_until__isnull=True) | Q(lease_until__lt=now)
     pending = Q(state__in=pipeline.ACTIVE) | Q(cluster__isnull=False)
     # A job with no lease at all before it runs is an inline job its process has not claimed yet: give it the time a
@@ -96,7 +103,49 @@ def sweep() -> int:
             logger.exception("sweep: job %s", job_id)  # the next sweep tries again; the other jobs go on
         finally:
             lease.end()
+    reap_orphans()
     return taken
+
+
+# pipeline.cluster_name's names: a cluster so named belongs to a job, and is an orphan when no job records it.
+JOB_CLUSTER = re.compile(r"^fc2-\d+-[0-9a-f]{8}$")
+
+
+def orphans(provider: str, region: str = "", *, every: bool = False) -> list[str]:
+    """The provider's clusters of this installation that no job records: made for a job whose row is gone (deleted,
+    or a database restored from before it), or, with `every`, also made by hand (`cluster up`). A job records its
+    cluster's name before anything is launched (pipeline.provision) and until its teardown has succeeded, so nothing
+    a live job may still use is ever among them."""
+    recorded = {
+        cluster.get("cluster_id")
+        for cluster in Job.objects.filter(cluster__isnull=False).values_list("cluster", flat=True)
+    }
+    return [
+        name
+        for name in provisioner.list_clusters(provider, region)
+        if name not in recorded and (every or JOB_CLUSTER.match(name))
+    ]
+
+
+def reap_orphans() -> list[tuple[str, str, list[str]]]:
+    """Tear down every orphaned job cluster of every provider this installation can run, in every region it makes
+    clusters in; returns (provider, name, what was removed) of each one. A teardown that fails is tried again at the
+    next sweep."""
+    removed = []
+    for provider in provisioner.PROVIDERS:
+        try:
+            if provisioner.unavailable(provider) is not None:
+                continue
+            for region in provisioner.regions(provider):
+                for name in orphans(provider, region):
+                    resources = provisioner.teardown(provider, name, region)
+                    logger.warning(
+                        "sweep: %s cluster %s belonged to no job: torn down (%s)", provider, name, ", ".join(resources)
+                    )
+                    removed.append((provider, name, resources))
+        except Exception:
+            logger.exception("sweep: reaping %s's orphaned clusters failed", provider)
+    return removed
 
 
 def reconcile(job: Job, lease: Lease) -> None:
@@ -106,8 +155,8 @@ def reconcile(job: Job, lease: Lease) -> None:
             _adopt(job)
         if job.state == State.RUNNING:
             check_running(job)
-        elif _timed_out(job) and job.state != State.COLLECTING:
-            pipeline.fail(job, _time_limit_reason())
+        elif (crossed := _limit_crossed(job)) and job.state != State.COLLECTING:
+            pipeline.fail(job, crossed)
         else:
             _recover(job, lease)
         job.refresh_from_db()
@@ -123,7 +172,7 @@ def _recover(job: Job, lease: Lease) -> None:
     else:
         lost = f"the worker running {step} was lost"
     resent = job.events.filter(message__endswith=f": {step} sent again").count()
-    if step not in RESUMABLE or resent >= settings.FC2_STEP_RESENDS:
+    if step not in pipeline.RESUMABLE or resent >= settings.FC2_STEP_RESENDS:
         pipeline.fail(job, lost)
         return
     job.log(f"{lost}: {step} sent again")
@@ -139,30 +188,33 @@ def _adopt(job: Job) -> None:
 
 def check_running(job: Job) -> None:
     """Look at a running job's nodes: apply the results that never arrived, fail the job if a node is gone without
-    one, and enforce the time limit."""
+    one, and enforce its limits."""
     cluster = pipeline.cluster_info(job)
     if job.state != State.RUNNING or cluster is None:
         return
-    timed_out = _timed_out(job)
+    crossed = _limit_crossed(job)
+    # The agents' reports are the heartbeat (every few seconds while the command runs): only a node silent for
+    # FC2_NODE_SILENCE_S — or every node of a job past a limit — is looked at on its machine, which over SSH costs a
+    # connection.
+    quiet_since = timezone.now() - timedelta(seconds=settings.FC2_NODE_SILENCE_S)
+    suspects = [
+        node for node in job.nodes.exclude(status__in=Node.FINISHED) if crossed or _last_heard(job, node) < quiet_since
+    ]
+    if not suspects:
+        return
     try:
         alive = provisioner.alive(cluster)
     except Exception:
         logger.exception("job %s: cannot tell whether its nodes are alive", job.pk)  # e.g. SSH: look again next time
-        return
-    quiet_since = timezone.now() - timedelta(seconds=settings.FC2_NODE_SILENCE_S)
-    suspects = [
-        node
-        for node in job.nodes.exclude(status__in=Node.FINISHED)
-        if timed_out or not alive.get(node.name, False) or _last_heard(job, node) < quiet_since
-    ]
-    if not suspects:
-        return
+        if not crossed:
+            return
+        alive = {}  # past a limit, it is stopped all the same: its cluster is billed while it waits
     rescued = rescue_results(job, cluster, suspects)
     job.refresh_from_db()
     if job.state != State.RUNNING:
         return  # a fetched result ended it
-    if timed_out:
-        pipeline.fail(job, _time_limit_reason())
+    if crossed:
+        pipeline.fail(job, crossed)
         return
     for node in suspects:
         if not alive.get(node.name, False) and node.name not in rescued:
@@ -201,25 +253,28 @@ def _last_heard(job: Job, node: Node) -> datetime:
     return node.last_report_at or job.started_at or job.created_at
 
 
-def _timed_out(job: Job) -> bool:
-    return (job.started_at or job.created_at) < _time_limit_start(timezone.now())
-
-
-def _time_limit_start(now: datetime) -> datetime:
-    return now - timedelta(seconds=settings.FC2_JOB_TIMEOUT_S)
-
-
-def _time_limit_reason() -> str:
-    return f"timed out after {settings.FC2_JOB_TIMEOUT_S} s"
-
-
-def _enforce_time_limits(now: datetime) -> None:
-    """The limit for jobs whose step is still held by its runner (a hung launch renews its lease forever): failed
-    here, released by that runner when its step ends. Jobs with a free lease are timed by `reconcile`."""
-    limit = _time_limit_start(now)
-    started_long_ago = Q(started_at__lt=limit) | Q(started_at__isnull=True, created_at__lt=limit)
-    held = Job.objects.filter(started_long_ago, lease_until__gte=now, state__in=list(STEP_OF)).exclude(
-        state=State.COLLECTING
+def _limit_crossed(job: Job, now: datetime | None = None) -> str | None:
+    """Why the job must be stopped now — its time limit or its whole-job budget (fc2/services/limits.py) — or None."""
+    now = now or timezone.now()
+    return limits.limit_crossed(
+        run_s=(now - job.time_limit_from).total_seconds(),
+        time_limit_s=settings.FC2_JOB_TIMEOUT_S,
+        cost_so_far=job.cost_so_far,
+        hourly_cost=None if job.hourly_cost is None else float(job.hourly_cost),
+        budget=None if job.budget is None else float(job.budget),
+        interval_s=settings.FC2_SWEEP_INTERVAL_S,
     )
+
+
+def _enforce_limits(now: datetime) -> None:
+    """The limits of jobs whose step is still held by its runner (a hung launch renews its lease forever): failed
+    here, released by that runner when its step ends. Jobs with a free lease are looked at by `reconcile`."""
+    limit = now - timedelta(seconds=settings.FC2_JOB_TIMEOUT_S)
+    started_long_ago = Q(started_at__lt=limit) | Q(started_at__isnull=True, created_at__lt=limit)
+    billed_against_a_budget = Q(budget__isnull=False, hourly_cost__isnull=False, launched_at__isnull=False)
+    held = Job.objects.filter(
+        started_long_ago | billed_against_a_budget, lease_until__gte=now, state__in=list(STEP_OF)
+    ).exclude(state=State.COLLECTING)
     for job in held:
-        pipeline.fail(job, _time_limit_reason())
+        if crossed := _limit_crossed(job, now):
+            pipeline.fail(job, crossed)

@@ -44,8 +44,8 @@ def usd(value) -> str:
 # catalogue's cloud, never a bill (a local cluster runs on this machine and spends nothing). `estimate` marks each one
 # so, and pages say why once with `estimate_note`.
 ESTIMATE_NOTE = (
-    "≈ costs are estimates at the instance catalogue's prices, not bills: a local cluster runs on this machine and "
-    "spends nothing."
+    "≈ costs are estimates at the instance catalogue's prices, not bills: a local or lab cluster runs on this machine "
+    "and spends nothing."
 )
 
 register.filter("metric", results.rounded)

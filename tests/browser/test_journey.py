@@ -126,3 +126,52 @@ def test_admin_sees_every_researchers_jobs_on_the_dashboard(page, shot, admin_us
     expect(jobs.get_by_role("link", name=re.compile(rf"^#?{alices.pk}$"))).to_be_visible()
     expect(jobs.get_by_role("link", name=re.compile(rf"^#?{bobs.pk}$"))).to_be_visible()
     shot("admin-dashboard")
+
+
+def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
+    page, shot, alice, example_wheel, celery_worker
+):
+    """Lab from the wizard, through a real Celery worker: nodes bootstrapped over SSH report through their bridge's
+    relay to this live server, and the job page shows the nodes' own addresses and the latency between them."""
+    import provisioner
+
+    if reason := provisioner.unavailable("lab"):
+        pytest.skip(reason)
+    load_catalog("lab")
+    log_in(page, "alice", "alice-password-1")
+    page.goto("/jobs/new/")
+    page.get_by_label("Wheel bundle (.whl)").set_input_files(str(example_wheel))
+    page.get_by_role("textbox", name="Name of parameter 1").fill("epochs")
+    page.get_by_role("textbox", name="Value of parameter 1").fill("1")
+    page.get_by_role("button", name=re.compile("^Next")).click()
+    page.wait_for_url(re.compile(r"/jobs/new/data/"))
+    page.locator("label.wz-card", has_text="Digits").click()
+    page.get_by_role("button", name=re.compile("^Next")).click()
+
+    page.wait_for_url(re.compile(r"/jobs/new/resource/"))
+    page.get_by_label("Lab (emulated cloud on this machine)").check()
+    page.get_by_label("Latency between nodes (ms)").fill("10")
+    page.get_by_label("All-Reduce").check()
+    page.get_by_label("Instance catalogue").select_option("lab")
+    expect(page.locator("#id_worker_type option[value='lab-w-250']")).to_have_count(1)  # the lab's types, live
+    page.wait_for_load_state("networkidle")  # the step redrawn for the catalogue before a type is chosen in it
+    page.get_by_label("Worker type", exact=True).select_option("lab-w-250")
+    page.wait_for_load_state("networkidle")
+    page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
+    page.wait_for_load_state("networkidle")
+    expect(page.get_by_label("Worker type", exact=True)).to_have_value("lab-w-250")
+    shot("wizard-resource-lab")
+    page.get_by_role("button", name=re.compile("^Next")).click()
+    page.wait_for_url(re.compile(r"/jobs/new/review/"))
+    expect(page.get_by_text("10 ms between nodes")).to_be_visible()
+    page.get_by_role("button", name="Run job").click()
+
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    expect(page.locator("#job-state, .badge.succeeded").first).to_contain_text("succeeded", timeout=180_000)
+    shot("job-succeeded-lab")
+    job = Job.objects.get()
+    assert (job.provider, job.catalog, job.latency_ms, job.worker_type) == ("lab", "lab", 10.0, "lab-w-250")
+    for node in job.nodes.all():
+        expect(page.get_by_text(node.address).first).to_be_visible()
+        assert node.address.startswith("10.") and node.started_at  # its own address; its reports arrived
+    expect(page.get_by_text("10 ms between nodes").first).to_be_visible()

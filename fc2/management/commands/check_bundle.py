@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.base import CommandParser
 
 from fc2.bundles import BundleError, WheelInfo, validate_wheel
-from fc2.management.base import ContractCommand
+from recommender.management.base import ContractCommand
 
 
 class Command(ContractCommand):

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 
 import provisioner
 from fc2.bundles import BundleError
-from fc2.management.base import ContractCommand
 from fc2.models import Job
-from fc2.services import datasets, jobs, pipeline
+from fc2.services import datasets, inline, jobs
+from fc2.templatetags.fc2_ui import estimate, usd
+from recommender.management.base import ContractCommand
 from recommender.types import ALGORITHMS
 
 RELEASE_WAIT_S = 120  # how long --wait waits for an ended job's teardown
+
+
+def dollars(text: str) -> Decimal:
+    """An amount of dollars as given on the command line ("12.50"); the job service says whether it is a budget."""
+    try:
+        amount = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not an amount of dollars: {text!r}") from None
+    if not amount.is_finite():
+        raise argparse.ArgumentTypeError(f"not an amount of dollars: {text!r}")
+    return amount
 
 
 class Command(ContractCommand):
@@ -64,6 +78,26 @@ class Command(ContractCommand):
         )
         parser.add_argument("--ps-type", default="", metavar="TYPE", help="instance type of the parameter server")
         parser.add_argument("--worker-type", default="", metavar="TYPE", help="instance type of the workers")
+        parser.add_argument(
+            "--latency-ms",
+            type=float,
+            default=0.0,
+            metavar="L",
+            help="lab: delay every packet between two nodes by L ms (a round trip takes 2L) (default: 0)",
+        )
+        parser.add_argument(
+            "--region",
+            default="",
+            metavar="R",
+            help="aws: the region the cluster is made in (default: FC2_AWS_REGION, the catalogue's region)",
+        )
+        parser.add_argument(
+            "--budget-total",
+            type=dollars,
+            metavar="DOLLARS",
+            help="a budget for the whole job, in $ at the catalogue's prices: refused if the cluster's projected total "
+            "cost exceeds it, stopped and torn down before its cost would (not `recommend --budget`, which is $/h)",
+        )
         parser.add_argument("--user", default="researcher", help="username the job belongs to (default: researcher)")
         parser.add_argument("--inline", action="store_true", help="run the pipeline in this process (no worker)")
         parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 unless succeeded")
@@ -96,6 +130,9 @@ class Command(ContractCommand):
                     algorithm=options["algorithm"],
                     ps_type=options["ps_type"],
                     worker_type=options["worker_type"],
+                    latency_ms=options["latency_ms"],
+                    region=options["region"],
+                    budget=options["budget_total"],
                     workload_name=options["workload"],
                     plan_first=True,
                 )
@@ -103,9 +140,10 @@ class Command(ContractCommand):
             self.fail(str(exc), as_json)
 
         if not as_json:
-            self.stderr.write(f"job {job.pk} submitted ({job.get_absolute_url()})")
+            budget = f", budget {usd(job.budget)} for the whole job" if job.budget is not None else ""
+            self.stderr.write(f"job {job.pk} submitted ({job.get_absolute_url()}){budget}")
         if options["inline"]:
-            job = pipeline.run_inline(job.pk)
+            job = inline.run_inline(job.pk)
         elif options["wait"]:
             # Until the job has ended and its cluster is gone (its last artifacts — logs, a late worker's outputs —
             # are stored on the way): a teardown that keeps failing is the sweep's to retry, not a reason to hang.
@@ -131,6 +169,7 @@ class Command(ContractCommand):
                 {"name": a.name, "size_bytes": a.size_bytes, "path": a.file.path} for a in job.artifacts.all()
             ],
             "metrics": job.metrics,
+            "cost": job.cost_summary(),
         }
         if job.failure_reason:
             result["error"] = job.failure_reason
@@ -139,5 +178,8 @@ class Command(ContractCommand):
         else:
             summary = f" — {job.failure_summary}" if job.failure_reason else ""
             self.stdout.write(f"job {job.pk}: {job.state}{summary}")
+            if job.cost_so_far is not None:
+                budget = f" of a {usd(job.budget)} budget" if job.budget is not None else ""
+                self.stdout.write(f"  {job.cost_label.lower()} {estimate(job.cost_so_far)}{budget} (catalogue prices)")
             for artifact in result["artifacts"]:
                 self.stdout.write(f"  {artifact['name']} ({artifact['size_bytes']} bytes): {artifact['path']}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fc2.management.base import ContractCommand
+from recommender.management.base import ContractCommand
 from recommender.perfdata import FORMATS, PerfDataError, import_file
 
 

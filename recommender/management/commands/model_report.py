@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from fc2.management.base import ContractCommand
 from recommender import perfmodel, service
+from recommender.management.base import ContractCommand
 from recommender.management.commands.recommend import CATALOG_HELP
 from recommender.types import RecommendationError
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from fc2.management.base import ContractCommand
 from recommender import service
 from recommender.catalog import bundled_catalogs
+from recommender.management.base import ContractCommand
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
 
 CATALOG_HELP = (

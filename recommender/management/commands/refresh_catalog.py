@@ -9,9 +9,9 @@ from collections import Counter
 
 from django.core.management.base import CommandParser
 
-from fc2.management.base import ContractCommand
 from recommender import pricing
 from recommender.catalog import save_catalog, write_catalog_file
+from recommender.management.base import ContractCommand
 
 
 class Command(ContractCommand):

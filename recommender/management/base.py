@@ -2,6 +2,9 @@
 
 With `--json`, every outcome is exactly one JSON object on stdout — errors too (`{"ok": false, "error": …}` and a
 non-zero exit), including the ones argparse finds before the command runs (a missing option, a bad choice or number).
+
+It lives with the recommender, the app every other one may depend on, so that the recommender's commands depend on
+nothing of the platform's (fc2's commands use it from here).
 """
 
 from __future__ import annotations

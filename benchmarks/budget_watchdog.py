@@ -1,0 +1,139 @@
+"""Budget watchdog: seconds from a job's budget being crossed to the last node of its cluster gone.
+
+Each run is a real job whose code sleeps (tests/wheels.py's sleeper: a cluster that costs this machine nothing but
+its processes), on a cluster priced from the catalogue (local: fc2-2018's c4.xlarge workers, lab: its own lab-w-1g),
+its nodes reporting to a private server as under `submit_job --inline`. Once it runs, nobody drives it but the sweep
+(fc2/services/sweep.py), called every FC2_SWEEP_INTERVAL_S as Celery beat calls it, and its whole-job budget is set so
+that its cost (every node, from the launch) reaches it `--margin` seconds later. Times, from that crossing:
+
+- watchdog's rule met: cost so far + $/h × the sweep interval ≥ budget, i.e. one interval before the crossing;
+- stopped: the job failed by the sweep, with the reason on its timeline;
+- last node gone: the end of its teardown (Job.torn_down_at), checked against the provider (no cluster by its name).
+
+Negative is before the budget was crossed: what the watchdog is for. The wait from the rule being met to the stop is
+up to one sweep interval (beat's ticks are not aligned with it: each run starts them at a random phase), then the
+teardown.
+
+Runs in a scratch FC2_VAR_DIR (SQLite), removed at the end with any cluster left in it. The lab needs root and its
+tools (`make lab`).
+
+    .venv/bin/python benchmarks/budget_watchdog.py [--provider local|lab] [--repeat 3] [--workers 2] [--margin 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+WORKER_TYPE = {"local": "c4.xlarge", "lab": "lab-w-1g"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--provider", choices=sorted(WORKER_TYPE), default="local")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--margin", type=float, default=8.0, help="seconds from setting the budget to crossing it")
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="fc2-bench-"))
+    os.environ.update(FC2_VAR_DIR=str(scratch), DJANGO_SETTINGS_MODULE="fc2.settings", DEBUG="1")
+    os.environ.pop("DATABASE_URL", None)
+    sys.path.insert(0, str(PROJECT_DIR))
+    import django
+
+    django.setup()
+    import provisioner
+
+    if reason := provisioner.unavailable(args.provider):
+        sys.exit(f"error: {reason}")
+    try:
+        measure(args, scratch)
+    finally:
+        for name in provisioner.list_clusters(args.provider):  # this scratch installation's only
+            provisioner.teardown(args.provider, name)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> None:
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    import provisioner
+    from fc2.models import Job
+    from fc2.services import datasets, inline, jobs, pipeline, sweep
+    from fc2.services.bundles import store_bundle
+    from recommender.catalog import load_catalog
+    from tests.wheels import sleeper_wheel
+
+    call_command("migrate", verbosity=0)
+    for name in ("fc2-2018", "lab"):
+        load_catalog(name)
+    user = get_user_model().objects.create_user("bench", password="bench-password")
+    with sleeper_wheel(scratch).open("rb") as wheel:
+        bundle = store_bundle(user, wheel, "demo-1.0-py3-none-any.whl")
+    digits = datasets.ready(datasets.resolve(user, "digits"))
+    interval = settings.FC2_SWEEP_INTERVAL_S
+
+    print(f"{args.provider}, {args.workers} workers (mirrored), a sweep every {interval} s: the watchdog's rule is met")
+    print(f"{interval} s before the budget is crossed; seconds from the crossing to")
+    print(f"{'run':>3} {'$/h':>6} {'budget':>8} {'stopped':>8} {'last node gone':>15} {'(teardown)':>11}")
+    gone_after: list[float] = []
+    teardowns: list[float] = []
+    for run in range(args.repeat):
+        request = jobs.JobRequest(
+            bundle=bundle, dataset=digits, provider=args.provider, strategy="mirrored", workers=args.workers,
+            worker_type=WORKER_TYPE[args.provider], catalog="fc2-2018",
+        )  # fmt: skip
+        job = jobs.submit(user, request, driver=Job.Driver.INLINE)
+        with inline.report_server() as url:
+            # The nodes' last reports, sent after the watchdog ended the job, are refused (409): expected, not news.
+            # (Set here: the server's WSGI app sets Django's logging up again.)
+            logging.getLogger("django.request").setLevel(logging.ERROR)
+            for step in ("profile", "provision", "bootstrap"):
+                if not pipeline.run_step(step, job.pk, report_url=url):
+                    raise SystemExit(f"error: job {job.pk}: {Job.objects.get(pk=job.pk).failure_reason}")
+            # Driven by the workers from now on: the sweep watches it.
+            Job.objects.filter(pk=job.pk).update(driver=Job.Driver.CELERY, lease_until=None)
+            job.refresh_from_db()
+            hourly = float(job.hourly_cost)
+            budget = Decimal(str(round(job.cost_so_far + hourly * args.margin / 3600, 4)))
+            Job.objects.filter(pk=job.pk).update(budget=budget)
+            crossed = job.launched_at + timedelta(seconds=float(budget) / hourly * 3600)
+            tick = time.monotonic() + random.uniform(0, interval)  # beat's ticks keep their own phase
+            while job.state == Job.State.RUNNING:
+                time.sleep(max(0.0, tick - time.monotonic()))
+                tick += interval  # every interval, however long a sweep takes, as beat sends them
+                sweep.sweep()
+                job.refresh_from_db()
+        stopped = job.events.filter(state=Job.State.FAILED).first().at  # then its teardown's, in the same state
+        assert job.failure_reason.startswith("stopped: the job's cost would exceed its budget"), job.failure_reason
+        assert job.torn_down_at and job.cluster_name not in provisioner.list_clusters(args.provider, job.region)
+        after = [(moment - crossed).total_seconds() for moment in (stopped, job.torn_down_at)]
+        gone_after.append(after[1])
+        teardowns.append(after[1] - after[0])
+        print(
+            f"{run + 1:>3} {hourly:>6.3f} {float(budget):>8.4f} {after[0]:>+8.2f} {after[1]:>+15.2f} "
+            f"{teardowns[-1]:>10.2f}s"
+        )
+    print(
+        f"median: last node gone {statistics.median(gone_after):+.2f} s from the budget crossed "
+        f"(min {min(gone_after):+.2f}, max {max(gone_after):+.2f}); stopped → last node gone "
+        f"{statistics.median(teardowns):.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

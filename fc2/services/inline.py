@@ -1,0 +1,73 @@
+"""Jobs driven in this process (`submit_job --inline`, `lab_sweep`): the pipeline's steps run one after the other
+here, holding the job's lease throughout, while a private WSGI server on 127.0.0.1 takes the nodes' reports — no
+Celery worker and no web server needed. Should this process die, the lease expires and the sweep hands the job to the
+workers (fc2/services/sweep.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+
+from fc2.models import Job
+from fc2.services import pipeline, sweep
+from fc2.services.pipeline import Lease
+
+State = Job.State
+
+
+def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
+    """Drive a job to its end in this process, holding its lease throughout and serving the report API on a private
+    port meanwhile. Should this process die, its lease expires and the sweep hands the job to the workers."""
+    lease = Lease.claim(job_id)
+    if lease is None:
+        raise RuntimeError(f"job {job_id} is driven by another process")
+    with report_server() as url, lease.renewing():
+        try:
+            for step in ("profile", "provision", "bootstrap"):
+                if not lease.held or not pipeline.run_step(step, job_id, report_url=url):
+                    break
+            while lease.held and not (job := Job.objects.get(pk=job_id)).is_terminal:
+                if job.state == State.COLLECTING:
+                    pipeline.run_step("collect", job_id)
+                elif job.state == State.RUNNING:
+                    sweep.check_running(job)
+                else:
+                    break  # a step did nothing: the job is no longer this process's to drive
+                time.sleep(poll_s)
+        except BaseException:
+            _interrupted(job_id)  # Ctrl-C or a crash here must not leave a cluster behind
+            raise
+        finally:
+            pipeline.release(job_id, lease)  # an ended job's cluster: failed by a node's report, cancelled, or done
+            lease.end()
+    return Job.objects.get(pk=job_id)
+
+
+def _interrupted(job_id: int) -> None:
+    job = Job.objects.get(pk=job_id)
+    if job.state == State.COLLECTING:
+        pipeline.collect(job_id)  # the chief has succeeded: finishing is quicker than anything else, and right
+    else:
+        pipeline.cancel(job, "interrupt")
+
+
+@contextmanager
+def report_server():
+    """The platform's WSGI app on a free 127.0.0.1 port in a background thread; yields its base URL."""
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+    from django.core.wsgi import get_wsgi_application
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadedWSGIServer(("127.0.0.1", 0), QuietHandler, allow_reuse_address=False)
+    server.set_app(get_wsgi_application())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

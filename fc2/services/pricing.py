@@ -1,0 +1,49 @@
+"""What a job's (or a job request's) cluster costs and what the recommender is asked for it — shared by the job
+service (planning, before a job exists) and the pipeline (its profile step)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from fc2.models import Job
+from recommender import algorithms
+from recommender.models import InstanceType
+from recommender.types import RecommendRequest
+
+if TYPE_CHECKING:
+    from fc2.services.jobs import JobRequest
+
+
+def ps_node_type(job: Job | JobRequest) -> str:
+    """The instance type the PS of a parameter-server cluster runs on: the chosen PS type, else the workers' type (a
+    PS cluster always has its PS node). "" for a cluster with no PS, or of no types."""
+    if job.strategy != Job.Strategy.PS:
+        return ""
+    return job.ps_type or job.worker_type
+
+
+def hourly_cost(job: Job | JobRequest) -> Decimal:
+    """$/h of the job's (or job request's) cluster from its catalogue: the PS (see `ps_node_type`) plus its workers
+    (0 for a local cluster of no types)."""
+    ps_type = ps_node_type(job)
+    prices = dict(
+        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[ps_type, job.worker_type]).values_list(
+            "name", "hourly_price"
+        )
+    )
+    return algorithms.hourly_cost(job.workers, prices.get(job.worker_type, 0), prices.get(ps_type, 0))
+
+
+def recommend_request(job: Job | JobRequest) -> RecommendRequest:
+    """What the recommender is asked for a job (or a job request): its workers is the limit when it has no budget."""
+    return RecommendRequest(
+        algorithm=job.algorithm,
+        workload=job.workload,
+        budget=float(job.hourly_budget) if job.hourly_budget is not None else None,
+        max_workers=None if job.hourly_budget is not None else job.workers,
+        ps_type=job.ps_type or None,
+        worker_types=tuple(job.worker_types),
+        worker_type=job.worker_type or None,
+        parameter_server=job.strategy == Job.Strategy.PS,
+    )

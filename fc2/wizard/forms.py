@@ -1,0 +1,461 @@
+"""The wizard's step forms (FC² Figs. 3–5) and their widgets: what each step asks for and how its answer is checked.
+
+A form checks and, for the code and data steps, stores an upload through the services (`save`); what the wizard keeps
+of its answer is in `fc2.wizard.state`.
+"""
+
+from __future__ import annotations
+
+from itertools import zip_longest
+
+from django import forms
+from django.conf import settings
+
+import provisioner
+from fc2.bundles import BundleError, validate_wheel
+from fc2.models import CodeBundle, Dataset, Job
+from fc2.services import datasets, jobs
+from fc2.services.bundles import store_bundle
+from fc2.templatetags.fc2_ui import capacity, gib, per_hour
+from recommender import service
+from recommender.models import Catalog, InstanceType
+
+ALGORITHMS = [
+    ("manual", "Manual"),
+    ("cost-opt", "Cost-Opt"),
+    ("time-opt", "Time-Opt"),
+    ("scala-opt", "Scala-Opt"),
+    ("scala-opt-m", "Scala-Opt-M"),
+    ("model", "Model"),
+]
+HOW_TO_ADD_RECORDS = "add them with `manage.py import_perf_data PATH --format csv --workload {workload}`"
+
+
+class UnavailableChoices:
+    """A choice widget some of whose choices cannot be had here: drawn disabled, their reason beside them
+    (`unavailable`: value -> reason, set by the form). The choice already made stays enabled even so: a disabled
+    choice is not sent, and sent, it is refused beside the field with that reason."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unavailable: dict[str, str] = {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if reason := self.unavailable.get(str(value)):
+            option["reason"] = reason
+            if not selected:
+                option["attrs"]["disabled"] = True
+        return option
+
+
+class UnavailableRadioSelect(UnavailableChoices, forms.RadioSelect):
+    pass
+
+
+class UnavailableSelect(UnavailableChoices, forms.Select):
+    pass
+
+
+class StepForm(forms.Form):
+    """A wizard step's form: made for one user; a later step's fault can be shown on it (`with_error`)."""
+
+    def __init__(self, *args, user, **kwargs):
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.user = user
+
+    def with_error(self, field: str | None, message: str) -> StepForm:
+        """This form, filled from the saved state, with `message` beside `field` (found when the job was run)."""
+        self.full_clean()  # unbound: no errors and nothing cleaned
+        self.cleaned_data = {}
+        self.add_error(field, message)
+        return self
+
+
+class ParametersWidget(forms.Widget):
+    """Key/value rows, posted as the lists `<name>_key` and `<name>_value` (the step's template draws them)."""
+
+    def value_from_datadict(self, data, files, name):
+        return list(zip_longest(data.getlist(f"{name}_key"), data.getlist(f"{name}_value"), fillvalue=""))
+
+    def value_omitted_from_data(self, data, files, name):
+        return f"{name}_key" not in data
+
+
+class ParametersField(forms.Field):
+    """The training script's parameters: rows of name and value, blank rows ignored, names as jobs.submit takes."""
+
+    widget = ParametersWidget
+
+    def to_python(self, value) -> dict[str, str]:
+        rows = value.items() if isinstance(value, dict) else value or []
+        params: dict[str, str] = {}
+        for key, val in rows:
+            key, val = str(key).strip(), str(val).strip()
+            if not key and not val:
+                continue
+            if not key:
+                raise forms.ValidationError(f"the parameter with value {val!r} has no name")
+            if key in params:
+                raise forms.ValidationError(f"parameter {key!r} is given twice")
+            params[key] = val
+        try:
+            jobs.check_parameters(params)
+        except jobs.SubmitError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return params
+
+
+class CodeForm(StepForm):
+    """FC² Fig. 3: a wheel bundle and its main script, or a bundle already in the user's library; parameters."""
+
+    source = forms.ChoiceField(
+        label="Code",
+        choices=[("upload", "Upload a wheel"), ("library", "Use one of my bundles")],
+        widget=forms.RadioSelect,
+        initial="upload",
+    )
+    wheel = forms.FileField(
+        required=False,
+        label="Wheel bundle (.whl)",
+        help_text="Your training code packaged as a Python wheel (python -m build --wheel).",
+        widget=forms.FileInput(attrs={"accept": ".whl"}),
+    )
+    main_script = forms.CharField(
+        required=False,
+        initial="main.py",
+        max_length=300,
+        label="Main script",
+        help_text="The default main script is main.py; give another file name, or its path inside the wheel.",
+    )
+    bundle = forms.ModelChoiceField(
+        queryset=CodeBundle.objects.none(), required=False, label="Bundle", empty_label="Choose a bundle"
+    )
+    parameters = ParametersField(
+        required=False, label="Parameters", help_text="Passed to your script as --name=value, e.g. epochs = 5."
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        field = self.fields["bundle"]
+        field.queryset = CodeBundle.objects.visible_to(self.user).select_related("owner")
+        field.label_from_instance = self._bundle_label
+
+    def _bundle_label(self, bundle: CodeBundle) -> str:
+        owner = f" · {bundle.owner}" if bundle.owner_id != self.user.pk else ""
+        name = bundle.name or bundle.distribution
+        return f"{name} {bundle.version} · {bundle.main_script} · {bundle.created_at:%Y-%m-%d}{owner}"
+
+    def _source(self) -> str:
+        return self.cleaned_data.get("source", "")
+
+    def clean_wheel(self):
+        upload = self.cleaned_data.get("wheel")
+        if self._source() != "upload":
+            return None
+        if upload is None:
+            raise forms.ValidationError("Choose the wheel to upload.")
+        try:
+            validate_wheel(upload, upload.name, self.data.get("main_script") or "main.py")
+        except BundleError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return upload
+
+    def clean_bundle(self):
+        bundle = self.cleaned_data.get("bundle")
+        if self._source() == "library" and bundle is None:
+            raise forms.ValidationError("Choose one of your bundles.")
+        return bundle
+
+    @property
+    def parameter_rows(self) -> list[tuple[str, str]]:
+        """The rows to draw: what was posted (kept on an error), else the saved parameters; one blank row to add."""
+        value = self["parameters"].value()
+        rows = list(value.items()) if isinstance(value, dict) else [tuple(row) for row in value or []]
+        return [row for row in rows if any(row)] + [("", "")]
+
+    def save(self) -> CodeBundle:
+        """The bundle chosen, or the upload stored (BundleError if the store refuses it)."""
+        if self._source() == "library":
+            return self.cleaned_data["bundle"]
+        upload = self.cleaned_data["wheel"]
+        return store_bundle(self.user, upload, upload.name, self.cleaned_data["main_script"] or "main.py")
+
+
+class DataForm(StepForm):
+    """FC² Fig. 4: a built-in dataset, one of the user's datasets, an external URL, or an upload."""
+
+    source = forms.ChoiceField(
+        label="Training data",
+        choices=[
+            ("builtin", "Built-in dataset"),
+            ("mine", "My datasets"),
+            ("url", "External URL"),
+            ("upload", "Upload a file"),
+        ],
+        widget=forms.RadioSelect,
+        initial="builtin",
+    )
+    builtin = forms.ChoiceField(
+        required=False,
+        label="Built-in dataset",
+        choices=[(b.name, b.title) for b in datasets.BUILTINS.values()],
+        widget=forms.RadioSelect,
+    )
+    dataset = forms.ModelChoiceField(
+        queryset=Dataset.objects.none(), required=False, label="Dataset", empty_label="Choose a dataset"
+    )
+    url = forms.URLField(
+        required=False,
+        max_length=1000,
+        assume_scheme="https",
+        label="Dataset URL",
+        help_text="An http(s) URL every node downloads, e.g. an .npz with x_train, y_train, x_test, y_test.",
+    )
+    file = forms.FileField(required=False, label="Data file")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.builtin_rows = {row.builtin_name: row for row in datasets.ensure_builtin_rows()}
+        field = self.fields["dataset"]
+        field.queryset = Dataset.objects.visible_to(self.user).exclude(kind=Dataset.Kind.BUILTIN)
+        field.label_from_instance = self._dataset_label
+        self.fields["file"].help_text = (
+            f"Up to {settings.FC2_MAX_DATASET_MB} MB. An .npz with x_train, y_train, x_test and y_test gets its rows "
+            "and features filled in."
+        )
+
+    @staticmethod
+    def _dataset_label(dataset: Dataset) -> str:
+        facts = [dataset.get_kind_display()]
+        if dataset.size_mb is not None:
+            facts.append(f"{dataset.size_mb:g} MB")
+        if dataset.rows:
+            facts.append(f"{dataset.rows} rows")
+        if dataset.last_error:
+            facts.append("last download failed")
+        return f"{dataset.name} ({', '.join(facts)})"
+
+    @property
+    def builtin_cards(self) -> list[tuple]:
+        """(radio, Dataset row, Builtin) per built-in: FC² Fig. 4's path, size, features and rows beside each."""
+        return [
+            (radio, self.builtin_rows.get(radio.data["value"]), datasets.BUILTINS[radio.data["value"]])
+            for radio in self["builtin"]
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        source = cleaned.get("source")
+        field = {"builtin": "builtin", "mine": "dataset", "url": "url", "upload": "file"}.get(source)
+        if field is None or field in self.errors:
+            return cleaned
+        value = cleaned.get(field)
+        if not value:
+            missing = {
+                "builtin": "Pick a built-in dataset.",
+                "dataset": "Choose one of your datasets.",
+                "url": "Give the dataset's URL.",
+                "file": "Choose the file to upload.",
+            }
+            self.add_error(field, missing[field])
+            return cleaned
+        try:
+            if source == "builtin":
+                cleaned["chosen"] = datasets.ready(datasets.resolve(self.user, value))
+            elif source == "mine":
+                cleaned["chosen"] = datasets.ready(value)
+            elif source == "url":
+                cleaned["chosen"] = datasets.resolve(self.user, value)
+        except datasets.DatasetError as exc:
+            self.add_error(field, str(exc))
+        return cleaned
+
+    def save(self) -> dict:
+        """The step's state: the dataset's id, or the URL of one stored with the job (DatasetError if an upload is
+        refused)."""
+        source = self.cleaned_data["source"]
+        if source == "url":
+            return {"source": "url", "url": self.cleaned_data["url"]}
+        if source == "upload":
+            return {"source": "mine", "dataset": datasets.store_upload(self.user, self.cleaned_data["file"]).pk}
+        return {"source": source, "dataset": self.cleaned_data["chosen"].pk}
+
+
+class ResourceForm(StepForm):
+    """FC² Fig. 5: where the job runs and how its cluster is chosen — by hand or by a recommendation algorithm."""
+
+    provider = forms.ChoiceField(label="Cloud", widget=UnavailableRadioSelect, initial="local")
+    region = forms.ChoiceField(required=False, label="AWS region")
+    latency_ms = forms.FloatField(
+        required=False,
+        min_value=0,
+        max_value=jobs.MAX_LATENCY_MS,
+        initial=0,
+        label="Latency between nodes (ms)",
+        help_text="Every packet from one node to another arrives this late (a round trip takes twice it).",
+    )
+    strategy = forms.ChoiceField(
+        label="Distribution strategy",
+        choices=[(Job.Strategy.PS, "Parameter server"), (Job.Strategy.MIRRORED, "All-Reduce")],
+        widget=forms.RadioSelect,
+        initial=Job.Strategy.PS,
+    )
+    workload_name = forms.CharField(
+        required=False,
+        max_length=jobs.WORKLOAD_NAME_MAX,
+        label="Workload",
+        help_text=jobs.WORKLOAD_NAME_HELP,
+    )
+    algorithm = forms.ChoiceField(
+        label="Resource configuration", choices=ALGORITHMS, initial="manual", widget=UnavailableSelect
+    )
+    catalog = forms.ChoiceField(
+        required=False, label="Instance catalogue", help_text="Instance types and their prices."
+    )
+    ps_type = forms.ChoiceField(required=False, label="PS type")
+    worker_type = forms.ChoiceField(required=False, label="Worker type")
+    worker_types = forms.MultipleChoiceField(
+        required=False,
+        label="Worker types",
+        help_text="The types the algorithm chooses from; none selected: every worker type of the catalogue.",
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+    )
+    limit = forms.ChoiceField(
+        label="Limit by",
+        choices=[("workers", "Maximum number of workers"), ("budget", "Budget in $/h")],
+        widget=forms.RadioSelect,
+        initial="workers",
+    )
+    max_workers = forms.IntegerField(required=False, min_value=1, initial=2, label="Maximum number of workers")
+    hourly_budget = forms.DecimalField(
+        required=False, max_digits=10, decimal_places=4, label="Budget ($/h)", help_text="The indicative budget C."
+    )
+    budget = forms.DecimalField(
+        required=False,
+        max_digits=10,
+        decimal_places=4,
+        label="Budget for the whole job ($)",
+        help_text="Optional. The job is stopped, and its cluster torn down, before its cost at the catalogue's prices "
+        "would exceed it; refused at once if the cluster's projected total cost already does.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        catalogs = list(Catalog.objects.order_by("name"))
+        names = [c.name for c in catalogs]
+        self.fields["catalog"].choices = [
+            (c.name, f"{c.name} ({c.region or c.provider}, {c.version})") for c in catalogs
+        ] or [("", "No catalogue loaded")]
+        default = service.DEFAULT_CATALOG if service.DEFAULT_CATALOG in names else (names or [""])[0]
+        self.fields["catalog"].initial = default
+        regions = sorted({c.region for c in catalogs if c.provider == "aws" and c.region})
+        self.fields["region"].choices = [("", "Choose a region"), *[(r, r) for r in regions]]
+
+        chosen = self.data.get("catalog") if self.is_bound else self.initial.get("catalog")
+        types = list(InstanceType.objects.filter(catalog__name=chosen or default))
+        ps_types = [(t.name, self._type_label(t, network=True)) for t in types if t.role in ("ps", "any")]
+        worker_types = [(t.name, self._type_label(t)) for t in types if t.role in ("worker", "any")]
+        self.fields["ps_type"].choices = [("", "Chosen by the algorithm (Manual: the worker type)"), *ps_types]
+        self.fields["worker_type"].choices = [("", "Choose a worker type"), *worker_types]
+        self.fields["worker_types"].choices = worker_types
+        self.fields["provider"].choices = [(p.name, p.label) for p in provisioner.PROVIDERS.values()]
+        self.fields["provider"].widget.unavailable = {
+            name: reason for name in provisioner.PROVIDERS if (reason := jobs.provider_unavailable(name))
+        }
+        if workload := self.workload:
+            how = HOW_TO_ADD_RECORDS.format(workload=workload)
+            self.fields["algorithm"].widget.unavailable = {
+                algorithm: f"{lacking}: {how}"
+                for algorithm, lacking in service.lacking_records(workload).items()
+                if algorithm in dict(ALGORITHMS)
+            }
+        if not self.is_bound:  # types the catalogue shown does not offer are forgotten, not refused
+            self.initial = dict(self.initial)
+            for name, offered in (("ps_type", ps_types), ("worker_type", worker_types)):
+                if self.initial.get(name) not in dict(offered):
+                    self.initial[name] = ""
+            self.initial["worker_types"] = [t for t in self.initial.get("worker_types", []) if t in dict(worker_types)]
+
+    @property
+    def workload(self) -> str:
+        """The workload the fields name (the default one when left empty); "" before the code and data are chosen."""
+        return self["workload_name"].value() or self.initial.get("default_workload", "")
+
+    @property
+    def unavailable_algorithms(self) -> list[tuple[str, str]]:
+        """(label, reason) of each algorithm drawn disabled: those that cannot answer for this workload."""
+        reasons = self.fields["algorithm"].widget.unavailable
+        return [(label, reasons[value]) for value, label in ALGORITHMS if value in reasons]
+
+    @staticmethod
+    def _type_label(row: InstanceType, network: bool = False) -> str:
+        facts = [per_hour(row.hourly_price)]
+        if row.gpus:
+            facts.append(f"{row.gpus} GPU")
+        if row.memory_gib:
+            facts.append(gib(row.memory_gib))
+        if network and row.network_mbps:
+            facts.append(capacity(row.network_mbps))
+        return f"{row.name} · {' · '.join(facts)}"
+
+    def clean_hourly_budget(self):
+        return self._more_than_nothing("hourly_budget", "The budget must be more than $0/h.")
+
+    def clean_budget(self):
+        return self._more_than_nothing("budget", "The budget must be more than $0.")
+
+    def _more_than_nothing(self, name: str, message: str):
+        amount = self.cleaned_data.get(name)
+        if amount is not None and amount <= 0:
+            raise forms.ValidationError(message)
+        return amount
+
+    def clean(self):
+        cleaned = super().clean()
+        provider, algorithm = cleaned.get("provider"), cleaned.get("algorithm")
+        if provider and (reason := jobs.provider_unavailable(provider)):
+            self.add_error("provider", reason)
+        if provider == "aws" and not cleaned.get("region"):
+            self.add_error("region", "Choose the AWS region.")
+        own = provisioner.get(provider).catalog if provider in provisioner.PROVIDERS else ""
+        if own and cleaned.get("catalog") and cleaned["catalog"] != own and "catalog" not in self.errors:
+            self.add_error("catalog", f"The {provider} provider's machines are the {own} catalogue's types: choose it.")
+        if algorithm and algorithm != "manual" and not cleaned.get("catalog") and "catalog" not in self.errors:
+            self.add_error(
+                "catalog", "No instance catalogue is loaded; an administrator loads them with setup_platform."
+            )
+        if algorithm == "scala-opt-m" and not cleaned.get("worker_type"):
+            self.add_error("worker_type", "Scala-Opt-M needs your worker type.")
+        if cleaned.get("limit") == "budget":
+            if algorithm == "manual":
+                self.add_error(
+                    "limit", "Manual runs the number of workers you give: choose a maximum number of workers."
+                )
+            elif cleaned.get("hourly_budget") is None and "hourly_budget" not in self.errors:
+                self.add_error("hourly_budget", "Give the budget in $/h.")
+        elif cleaned.get("limit") == "workers" and "max_workers" not in self.errors:
+            workers = cleaned.get("max_workers")
+            if workers is None:
+                self.add_error("max_workers", "Give the number of workers.")
+            elif provider in provisioner.PROVIDERS:
+                try:
+                    jobs.check_workers(provider, workers)
+                except jobs.SubmitError as exc:
+                    self.add_error("max_workers", str(exc))
+        return cleaned
+
+    def values(self) -> dict:
+        """What the form shows, as data it can be bound to (the recommendation for an unsent page)."""
+        return {name: self[name].value() for name in self.fields}
+
+    def state(self) -> dict:
+        """Every field as JSON, the ones the current choices do not use included (switching back keeps them)."""
+        state = {name: self.cleaned_data[name] for name in self.fields}
+        for name in ("hourly_budget", "budget"):
+            state[name] = str(state[name]) if state[name] is not None else None
+        return state
+
+
+STEP_FORMS = {"code": CodeForm, "data": DataForm, "resource": ResourceForm}

@@ -1,0 +1,39 @@
+"""The cluster a wizard's answers get: the plan (recommendation) shown on the resource and review steps and run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fc2.services import jobs
+from fc2.wizard.forms import ResourceForm
+from fc2.wizard.state import Wizard
+from recommender.types import RecommendationError
+
+
+def planned(request: jobs.JobRequest) -> tuple[jobs.JobRequest, jobs.Plan]:
+    """The request as it runs, and its cluster (RecommendationError, SubmitError — also when the plan's projected
+    total cost exceeds the whole-job budget): a budget-limited request takes the plan's worker count, in a new
+    JobRequest (`request` is left as it was)."""
+    plan = jobs.plan(request)
+    if request.hourly_budget is not None:
+        request = replace(request, workers=plan.workers)
+    jobs.check_budget(request, plan)
+    return request, plan
+
+
+def preview(wizard: Wizard, form: ResourceForm) -> dict:
+    """The live recommendation for the resource fields of `form`: the plan and its total cost, or why there is none."""
+    if not form.is_valid():
+        return {"invalid": form}
+    if not wizard.reachable("resource"):
+        return {"error": "Complete the Code and Data steps first: the recommendation is for your code and data."}
+    try:
+        request, plan = planned(wizard.job_request(form.state()))
+    except (RecommendationError, jobs.SubmitError) as exc:
+        return {"error": str(exc)}
+    return {
+        "plan": plan,
+        "job_request": request,
+        "epochs": request.epochs,
+        "total_cost": plan.total_cost(request.epochs),
+    }

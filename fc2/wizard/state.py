@@ -1,0 +1,187 @@
+"""The wizard's session-stored state: the steps, which of them are done, and the JobRequest the answers make.
+
+A half-finished wizard lives in the session under SESSION_KEY as plain JSON — never a file — so a reload, going back,
+or a re-run (`Wizard.prefill`) all start from the same small state.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from functools import cached_property
+
+from django.http import HttpRequest
+
+import provisioner
+from fc2.models import CodeBundle, Dataset, Job, workload_name
+from fc2.services import datasets, jobs
+from recommender import service
+
+SESSION_KEY = "fc2_wizard"
+STEPS = {"code": "Code", "data": "Data", "resource": "Resource", "review": "Review"}
+# The algorithms that run one worker type the user picks; the others choose among the worker types (L^w).
+ONE_WORKER_TYPE = ("manual", "scala-opt-m")
+
+
+class Wizard:
+    """One browser session's half-finished job: {"code": {bundle, parameters}, "data": {source, dataset | url},
+    "resource": {ResourceForm fields}, "current": step}."""
+
+    def __init__(self, request: HttpRequest):
+        self.session = request.session
+        self.user = request.user
+        self.state: dict = dict(self.session.get(SESSION_KEY) or {})
+
+    def _save(self) -> None:
+        self.session[SESSION_KEY] = self.state
+        self.__dict__.pop("done", None)
+
+    def clear(self) -> None:
+        self.state = {}
+        self.session.pop(SESSION_KEY, None)
+        self.__dict__.pop("done", None)
+
+    def bundle(self) -> CodeBundle | None:
+        pk = self.state.get("code", {}).get("bundle")
+        return CodeBundle.objects.visible_to(self.user).filter(pk=pk).first() if pk else None
+
+    def dataset(self) -> Dataset | None:
+        """The chosen dataset (a URL one unsaved until the job is); None when none is chosen or it is gone."""
+        data = self.state.get("data", {})
+        if data.get("source") == "url":
+            try:
+                return datasets.resolve(self.user, data["url"])
+            except datasets.DatasetError:  # refused since it was chosen (its name now resolves inside): choose again
+                return None
+        pk = data.get("dataset")
+        return Dataset.objects.visible_to(self.user).filter(pk=pk).first() if pk else None
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        return self.state.get("code", {}).get("parameters", {})
+
+    @cached_property
+    def done(self) -> dict[str, bool]:
+        """Which steps hold a usable answer (a deleted bundle or dataset reopens its step)."""
+        return {
+            "code": self.bundle() is not None,
+            "data": self.dataset() is not None,
+            "resource": "resource" in self.state,
+            "review": False,
+        }
+
+    def first_open(self) -> str:
+        return next(step for step in STEPS if not self.done[step])
+
+    def reachable(self, step: str) -> bool:
+        """A step is open once every step before it is done."""
+        before = list(STEPS)[: list(STEPS).index(step)]
+        return all(self.done[earlier] for earlier in before)
+
+    def current(self) -> str:
+        step = self.state.get("current")
+        return step if step in STEPS and self.reachable(step) else self.first_open()
+
+    def visit(self, step: str) -> None:
+        if self.state.get("current") != step:
+            self.state["current"] = step
+            self._save()
+
+    def save_code(self, bundle: CodeBundle, parameters: dict[str, str]) -> None:
+        self.state["code"] = {"bundle": bundle.pk, "parameters": parameters}
+        self._save()
+
+    def save_data(self, data: dict) -> None:
+        self.state["data"] = data
+        self._save()
+
+    def default_workload(self) -> str:
+        """The workload this code and data are filed under unless named otherwise ("" until both are chosen)."""
+        bundle, dataset = self.bundle(), self.dataset()
+        return workload_name(bundle, dataset) if bundle and dataset else ""
+
+    def save_resource(self, resource: dict) -> None:
+        """The resource step's fields; the default workload name is kept as "" so that it follows the code and
+        data if they change."""
+        if resource.get("workload_name") == self.default_workload():
+            resource = {**resource, "workload_name": ""}
+        self.state["resource"] = resource
+        self._save()
+
+    def prefill(self, job: Job) -> None:
+        """Start again from `job`: its bundle, dataset, parameters and resources (the cluster it ran on)."""
+        self.state = {
+            "code": {"bundle": job.bundle_id, "parameters": {str(k): str(v) for k, v in job.parameters.items()}},
+            "data": {
+                "source": "builtin" if job.dataset.kind == Dataset.Kind.BUILTIN else "mine",
+                "dataset": job.dataset_id,
+            },
+            "resource": {
+                "provider": job.provider,
+                "region": job.region,
+                "latency_ms": job.latency_ms,
+                "strategy": job.strategy,
+                "algorithm": job.algorithm,
+                "catalog": job.catalog,
+                "ps_type": job.ps_type,
+                "worker_type": job.worker_type,
+                "worker_types": list(job.worker_types),
+                "limit": "budget" if job.hourly_budget is not None else "workers",
+                "max_workers": job.workers,
+                "hourly_budget": _amount(job.hourly_budget),
+                "budget": _amount(job.budget),
+                "workload_name": job.workload_name,
+            },
+        }
+        self._save()
+
+    # What each step's form starts from.
+
+    def initial(self, step: str) -> dict:
+        if step == "code":
+            code = self.state.get("code")
+            if code and self.bundle():
+                return {"source": "library", "bundle": code["bundle"], "parameters": code["parameters"]}
+            return {"parameters": self.parameters}
+        if step == "data":
+            data = self.state.get("data", {})
+            if data.get("source") == "url":
+                return {"source": "url", "url": data["url"]}
+            dataset = self.dataset()
+            if dataset is None:
+                return {"builtin": "digits"}
+            if dataset.kind == Dataset.Kind.BUILTIN:
+                return {"source": "builtin", "builtin": dataset.builtin_name}
+            return {"source": "mine", "dataset": dataset.pk}
+        resource = dict(self.state.get("resource", {}))
+        default = self.default_workload()
+        return {**resource, "workload_name": resource.get("workload_name") or default, "default_workload": default}
+
+    def job_request(self, resource: dict | None = None) -> jobs.JobRequest:
+        """The JobRequest of the saved state (with `resource` in place of the saved resource step, if given)."""
+        r = resource or self.state["resource"]
+        one_type = r["algorithm"] in ONE_WORKER_TYPE
+        budget = Decimal(r["hourly_budget"]) if r["limit"] == "budget" and r["hourly_budget"] else None
+        return jobs.JobRequest(
+            bundle=self.bundle(),
+            dataset=self.dataset(),
+            parameters=dict(self.parameters),
+            provider=r["provider"],
+            region=r["region"] if r["provider"] == "aws" else "",
+            latency_ms=(r.get("latency_ms") or 0.0) if provisioner.get(r["provider"]).latency else 0.0,
+            strategy=r["strategy"],
+            # With a budget the recommendation sets the count (see `planned`).
+            workers=r["max_workers"] if budget is None else 1,
+            algorithm=r["algorithm"],
+            ps_type=r["ps_type"],
+            worker_type=r["worker_type"] if one_type else "",
+            worker_types=[] if one_type else list(r["worker_types"]),
+            catalog=r["catalog"] or service.DEFAULT_CATALOG,
+            hourly_budget=budget,
+            budget=Decimal(r["budget"]) if r.get("budget") else None,
+            workload_name=r.get("workload_name") or "",
+        )
+
+
+def _amount(value: Decimal | None) -> str | None:
+    """A stored amount as the form shows it: 0.7500 -> "0.75"."""
+    return format(value.normalize(), "f") if value is not None else None

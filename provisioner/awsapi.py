@@ -1,0 +1,190 @@
+"""boto3 behind one adaptor: every AWS call the platform makes goes through `call`, `pages` or `wait` here.
+
+- boto3 is imported lazily (a platform without AWS never loads it) and each thread has its own session and clients
+  (boto3 sessions are not thread-safe; the bootstrap and the sweep run threads).
+- Credentials are the standard boto3 chain (environment, shared files, instance profile); `AWS_ENDPOINT_URL` is
+  honoured by boto3 itself, so moto's server or LocalStack can stand in for AWS.
+- A call is retried with backoff only when AWS says the failure is on its side or a matter of rate (throttling, 5xx,
+  a dropped connection); botocore's own retries are off so that this is the one policy. Anything else is raised at
+  once as a `ProvisionError` in the user's words; capacity shortages as `CapacityError`, which launch fails over on.
+- Every API call made (waiters' polls included) is counted in `CALLS`, for benchmarks/aws_launch.py.
+
+No Django here: the provider passes settings in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from provisioner.errors import CapacityError, ProvisionError
+
+logger = logging.getLogger(__name__)
+
+# Error codes that mean "AWS, not the request": tried again with backoff.
+RETRYABLE = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "TooManyRequestsException",
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "Unavailable",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+    }
+)
+# Error codes that mean "no capacity for this type here now": launch tries another zone, then another type.
+CAPACITY = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "InsufficientCapacityOnHost",
+        "InsufficientCapacity",
+        "Unsupported",  # the type is not offered in this zone
+    }
+)
+# Error codes that mean the credentials or their rights are wrong: no retry helps, and the message says what to fix.
+AUTH = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch"})
+
+ATTEMPTS = 6
+FIRST_DELAY_S = 0.5
+MAX_DELAY_S = 20.0
+
+CALLS: Counter[str] = Counter()  # operation name -> calls made, every thread together
+_calls_lock = threading.Lock()
+_local = threading.local()
+
+
+class AwsError(ProvisionError):
+    """An AWS call failed; `code` is AWS's error code ("" when the call never got an answer)."""
+
+    def __init__(self, message: str, code: str = "", transient: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.transient = transient
+
+
+def _count(model, **_) -> None:
+    with _calls_lock:
+        CALLS[model.name] += 1
+
+
+def client(service: str, region: str):
+    """This thread's boto3 client for `service` in `region` (botocore's retries off: `call` retries). A change of
+    endpoint or credentials in the environment gets a new session."""
+    environment = tuple(os.environ.get(name, "") for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"))
+    if getattr(_local, "environment", None) != environment:
+        import boto3
+
+        _local.session = boto3.session.Session()
+        _local.clients = {}
+        _local.environment = environment
+    clients = _local.clients
+    if (service, region) not in clients:
+        from botocore.config import Config
+
+        config = Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=60)
+        made = _local.session.client(service, region_name=region, config=config)
+        made.meta.events.register("before-call", _count)
+        clients[service, region] = made
+    return clients[service, region]
+
+
+def credentials_missing() -> str | None:
+    """Why boto3 has no credentials here (and how to give it some), or None when it has."""
+    try:
+        import boto3
+    except ImportError:
+        return "boto3 is not installed"
+    if boto3.session.Session().get_credentials() is None:
+        return (
+            "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a shared "
+            "credentials file, or run the platform with an instance profile"
+        )
+    return None
+
+
+def _send(service: str, region: str, operation: str, params: dict[str, Any]) -> dict:
+    """The one place a request leaves for AWS (tests inject AWS's own errors here, and nowhere else)."""
+    return getattr(client(service, region), operation)(**params)
+
+
+def call(service: str, region: str, operation: str, **params: Any) -> dict:
+    """`client.operation(**params)`, retried with backoff while AWS says it is its fault or a matter of rate."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    delay = FIRST_DELAY_S
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return _send(service, region, operation, params)
+        except NoCredentialsError:
+            raise ProvisionError(credentials_missing() or "no AWS credentials") from None
+        except ClientError as error:
+            failure = classify(error, operation, params)
+        except BotoCoreError as error:  # no answer at all: connection refused or dropped, a response not parsed
+            failure = AwsError(f"AWS {operation} got no answer: {error}", transient=True)
+        if not failure.transient or isinstance(failure, CapacityError) or attempt == ATTEMPTS:
+            raise failure
+        logger.info(
+            "AWS %s failed (attempt %d of %d), retrying in %.1f s: %s", operation, attempt, ATTEMPTS, delay, failure
+        )
+        time.sleep(delay)
+        delay = min(delay * 2, MAX_DELAY_S)
+    raise AssertionError("unreachable")
+
+
+def classify(error, operation: str, params: dict[str, Any]) -> ProvisionError:
+    """A botocore ClientError as the platform's error: capacity, retryable, credentials or anything else."""
+    info = error.response.get("Error", {})
+    code = info.get("Code", "")
+    message = info.get("Message", "") or str(error)
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+    if code in CAPACITY:
+        zone = params.get("Placement", {}).get("AvailabilityZone", "")
+        instance_type = params.get("InstanceType", "")
+        where = f" in {zone}" if zone else ""
+        return CapacityError(
+            f"no capacity for {instance_type}{where}: {message}", instance_type, (zone,) if zone else ()
+        )
+    if code in AUTH:
+        return AwsError(f"AWS refused the credentials for {operation} ({code}): {message}", code)
+    transient = code in RETRYABLE or status >= 500
+    return AwsError(f"AWS {operation} failed ({code or status}): {message}", code, transient=transient)
+
+
+def pages(service: str, region: str, operation: str, key: str, **params: Any) -> list[dict]:
+    """Every item under `key` of every page of a paginated call (each page through `call`, so retried alike)."""
+    items: list[dict] = []
+    while True:
+        page = call(service, region, operation, **params)
+        items.extend(page.get(key, []))
+        if not page.get("NextToken"):
+            return items
+        params = {**params, "NextToken": page["NextToken"]}
+
+
+def wait(region: str, waiter: str, *, timeout_s: float, delay_s: float = 5, **params: Any) -> None:
+    """Wait with boto3's EC2 waiter `waiter` (instance_running, instance_status_ok, instance_terminated, …) for at most
+    `timeout_s`; a waiter that gives up, or meets a failure state, is a ProvisionError naming what it waited for."""
+    from botocore.exceptions import ClientError, WaiterError
+
+    attempts = max(1, int(timeout_s / delay_s))
+    try:
+        client("ec2", region).get_waiter(waiter).wait(
+            **params, WaiterConfig={"Delay": delay_s, "MaxAttempts": attempts}
+        )
+    except WaiterError as error:
+        last = error.last_response or {}
+        reason = last.get("Error", {}).get("Message") or error.kwargs.get("reason") or str(error)
+        raise AwsError(f"waiting for {waiter.replace('_', ' ')} gave up: {reason}", transient=True) from None
+    except ClientError as error:
+        raise classify(error, waiter, params) from None

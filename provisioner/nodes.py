@@ -1,0 +1,347 @@
+"""What the platform does on every cluster's nodes, whatever the provider: the bootstrap, liveness, logs, results.
+
+A provider says what each node's machine is (`machine(cluster, node)`: a command runner — subprocess on this machine
+for `local`, SSH for `lab` and `aws` — the node's directory there, the machine's Python) and how the node's command
+runs on it (`node_command`: in the sandbox on `local` and `lab`). Everything else is the same on every provider and
+lives here. On all nodes at once, each step retried with backoff while it fails transiently, each node's commands in
+its own bootstrap log:
+
+1. the node's directory; the node agent (monitor/agent.py and the module it fetches datasets with);
+2. the job's wheel, installed into a virtualenv layered on the machine's own packages (TensorFlow is part of the
+   machine's image), from wheels only (`--only-binary=:all:`: no build script of the user's runs as root). Nodes that
+   share a machine (`local`) share one install; a marker outside the env says it finished;
+3. the dataset: copied from the platform's storage (or used where it is, when the machine is the platform's), or
+   left for the agent to fetch from its URL;
+4. the report token (0600, read only by the agent) and the command's environment (TF_CONFIG for the node's role with
+   the nodes' own addresses, FC2_*);
+5. the agent, started detached from the runner's session; it starts the node's command beside it and reports.
+
+The node's directory (its `root`) holds: `fc2_agent.py`, `safe_fetch.py`, `token`, `env.json`, `node.log` (the
+command's output), `agent.log`, `result/` (the final report the agent keeps until delivered) and `data/`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import TypeVar
+
+from provisioner.errors import NodeError, ProvisionError, retry
+from provisioner.runners import Result, Runner, run_parallel
+from provisioner.types import ClusterInfo, NodeInfo, NodeResult, RunSpec, is_chief
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MONITOR_DIR = Path(__file__).resolve().parent.parent / "monitor"
+# The node agent and the module it downloads datasets with, under the names the agent runs by on a node.
+AGENT_FILES = {"agent.py": "fc2_agent.py", "safe_fetch.py": "safe_fetch.py"}
+# Environment passed through to the node's command; nothing else of the platform's (database URLs, secrets).
+PASSTHROUGH_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+INSTALL_TIMEOUT_S = 900
+READY_TIMEOUT_S = 120  # how long a node's machine may take to answer (its SSH server to come up)
+PARALLEL_NODES = 16  # nodes bootstrapped at once (benchmarks/lab_bootstrap.py sets 1 to compare)
+MAX_REPORT_BYTES = 2**20
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A node's machine as the bootstrap sees it."""
+
+    runner: Runner  # runs commands and copies files there
+    host: str  # which machine it is (nodes with the same host and install_dir share one install)
+    root: str  # the node's directory on the machine
+    python: str  # the machine's Python: makes the job's env (with the machine's packages) and runs the agent
+    install_dir: str  # where the job's env is made; nodes of one machine share it
+    platform_storage: bool = False  # the machine is the platform's: a dataset file is used where it is, not copied
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """How the node's command runs on its machine."""
+
+    argv: tuple[str, ...]  # the command as the agent starts it (inside the node's sandbox, where it has one)
+    data: str  # the dataset file's path as the command sees it (FC2_DATA)
+    output: str  # the output directory as the command sees it (FC2_OUTPUT_DIR)
+    work: str  # its working directory and HOME, as the command sees it
+    agent_output: str  # the output directory as the agent sees it (its files become artifacts)
+    agent_cwd: str  # the working directory the agent starts the command in
+    agent_args: tuple[str, ...] = field(default=())  # more agent options (e.g. --memory-cgroup)
+
+
+def _provider(cluster: ClusterInfo):
+    from provisioner import PROVIDERS
+
+    return importlib.import_module(PROVIDERS[cluster.provider].module)
+
+
+def bootstrap(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
+    """Install and start every node of the cluster in parallel; returns the cluster with each node's agent pid.
+
+    A node already started (a redelivered step) is left running as it is."""
+    provider = _provider(cluster)
+    machines = {node.name: provider.machine(cluster, node) for node in cluster.nodes}
+    try:
+        ready = {name: (lambda m=m: m.runner.wait_ready(READY_TIMEOUT_S)) for name, m in machines.items()}
+        run_parallel(ready, max_workers=PARALLEL_NODES)
+        installs: dict[str, list[NodeInfo]] = {}
+        for node in cluster.nodes:
+            machine = machines[node.name]
+            installs.setdefault(f"{machine.host}:{machine.install_dir}", []).append(node)
+        # One install per machine, by its first node; the other nodes of that machine wait for it.
+        python = run_parallel(
+            {
+                nodes[0].name: (lambda m=machines[nodes[0].name]: _step(m, "install the bundle", _install, m, run))
+                for nodes in installs.values()
+            },
+            max_workers=PARALLEL_NODES,
+        )
+        env_python = {node.name: python[nodes[0].name] for nodes in installs.values() for node in nodes}
+        started = run_parallel(
+            {
+                node.name: (lambda n=node: _start_node(provider, cluster, n, machines[n.name], run, env_python[n.name]))
+                for node in cluster.nodes
+            },
+            max_workers=PARALLEL_NODES,
+        )
+    finally:
+        for machine in machines.values():
+            machine.runner.close()
+    return replace(cluster, nodes=tuple(started[node.name] for node in cluster.nodes))
+
+
+def wait_ready(cluster: ClusterInfo, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Wait until every node's machine answers (its SSH server), all at once; raises naming a node that does not."""
+    provider = _provider(cluster)
+
+    def one(node: NodeInfo) -> None:
+        machine = provider.machine(cluster, node)
+        try:
+            machine.runner.wait_ready(timeout_s)
+        finally:
+            machine.runner.close()
+
+    run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
+
+
+def run_on(cluster: ClusterInfo, node_name: str, command: Sequence[str]) -> Result:
+    """Run `command` on one node's machine (over its SSH on lab and aws) and return what it did."""
+    node = next(n for n in cluster.nodes if n.name == node_name)
+    machine = _provider(cluster).machine(cluster, node)
+    try:
+        machine.runner.wait_ready(READY_TIMEOUT_S)
+        return machine.runner.run(command, check=False)
+    finally:
+        machine.runner.close()
+
+
+def _step(machine: Machine, what: str, action: Callable[..., T], *args) -> T:
+    try:
+        return retry(lambda: action(*args), what=f"{machine.runner.node}: {what}")
+    except NodeError:
+        raise
+    except ProvisionError as error:
+        raise NodeError(machine.runner.node, f"{what}: {error}", transient=error.transient) from error
+
+
+def _install(machine: Machine, run: RunSpec) -> str:
+    """The job's env on the machine with the wheel installed (once); returns its interpreter."""
+    runner, base = machine.runner, PurePosixPath(machine.install_dir)
+    env, marker = (
+        base / "env",
+        base / "env.installed",
+    )  # the marker outside the env: nothing the wheel installs makes it
+    env_python = str(env / "bin" / "python")
+    if runner.run(["test", "-e", str(marker)], check=False).exit_status == 0:
+        return env_python
+    wheel = base / Path(run.wheel_path).name
+    runner.run(["mkdir", "-p", str(base)])
+    runner.put(Path(run.wheel_path), str(wheel))
+    # A venv that also sees the machine's packages: a .pth file naming the machine Python's site-packages. Made
+    # afresh: an env whose install did not finish may hold half of the wheel, whose code would then run as root.
+    layered = (
+        "import site, sys, sysconfig, pathlib; "
+        "pathlib.Path(sysconfig.get_path('purelib', vars={'base': sys.argv[1], 'platbase': sys.argv[1]}))"
+        ".joinpath('fc2-platform.pth').write_text(chr(10).join(site.getsitepackages()) + chr(10))"
+    )
+    runner.run(["rm", "-rf", str(env)])
+    runner.run([machine.python, "-m", "venv", "--without-pip", str(env)])
+    runner.run([machine.python, "-c", layered, str(env)])
+    # Only wheels: pip runs no code to install one, whereas building a source distribution (a dependency's) would
+    # run its setup.py on the machine, as root.
+    pip = [machine.python, "-m", "pip", "--python", env_python, "install", "--no-input", "--only-binary=:all:"]
+    pip += ["--disable-pip-version-check", "--no-warn-script-location", "--quiet", str(wheel)]
+    result = runner.run(pip, timeout_s=INSTALL_TIMEOUT_S, check=False)
+    if result.exit_status != 0:
+        tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-5:])
+        raise NodeError(runner.node, f"installing the bundle failed: {tail}")
+    runner.run(["touch", str(marker)])
+    return env_python
+
+
+def _dataset(machine: Machine, run: RunSpec) -> tuple[str, str]:
+    """(the dataset's path on the node's machine, the URL its agent fetches it from or "")."""
+    root = PurePosixPath(machine.root)
+    if run.dataset.startswith(("http://", "https://")):
+        name = PurePosixPath(run.dataset.split("?")[0].split("#")[0]).name or "dataset"
+        return str(root / "data" / name), run.dataset
+    source = Path(run.dataset)
+    if not source.is_file():
+        raise ProvisionError(f"dataset file {run.dataset} does not exist")
+    if machine.platform_storage:
+        return str(source), ""
+    target = str(root / "data" / source.name)
+    machine.runner.put(source, target)
+    return target, ""
+
+
+def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand) -> dict[str, str]:
+    """The node's command's whole environment."""
+    tf_config = {"cluster": cluster.tf_cluster(), "task": {"type": node.role, "index": node.index}}
+    return {
+        **PASSTHROUGH_ENV,
+        "HOME": command.work,
+        "TF_CONFIG": json.dumps(tf_config),
+        "FC2_STRATEGY": cluster.strategy,
+        "FC2_ROLE": node.role,
+        "FC2_TASK_INDEX": str(node.index),
+        "FC2_IS_CHIEF": "1" if is_chief(cluster.strategy, node.role, node.index) else "0",
+        "FC2_DATA": command.data,
+        "FC2_OUTPUT_DIR": command.output,
+        "FC2_CLUSTER_ID": cluster.cluster_id,
+        "PYTHONUNBUFFERED": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+
+
+def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine, run: RunSpec, python: str):
+    if node.pid and _agent_running(machine, node):
+        return node  # started before (a redelivered step)
+    runner, root = machine.runner, PurePosixPath(machine.root)
+
+    def prepare() -> tuple[str, str]:
+        runner.run(["mkdir", "-p", str(root / "data")])
+        for source, name in AGENT_FILES.items():
+            runner.put(MONITOR_DIR / source, str(root / name))
+        return _dataset(machine, run)
+
+    dataset, url = _step(machine, "copy the agent and the dataset", prepare)
+    command = provider.node_command(cluster, node, [python, "-m", run.main_module, *run.args], dataset)
+
+    def start() -> int:
+        # The command's output and working directories: a sandbox made them already, a cloud node has none.
+        runner.run(["mkdir", "-p", command.agent_output, command.agent_cwd])
+        runner.put_bytes(run.token.encode(), str(root / "token"), 0o600)
+        runner.put_bytes(json.dumps(node_environment(cluster, node, command)).encode(), str(root / "env.json"), 0o600)
+        agent = [machine.python, str(root / AGENT_FILES["agent.py"])]
+        agent += ["--url", provider.report_url(cluster, run.report_url), "--job", str(run.job_id), "--node", node.name]
+        agent += ["--token-file", str(root / "token"), "--env-file", str(root / "env.json")]
+        agent += ["--deadline", str(int(time.time() + run.timeout_s))]
+        agent += ["--log", str(root / "node.log"), "--output", command.agent_output]
+        agent += ["--result", str(root / "result"), "--cwd", command.agent_cwd]
+        agent += ["--max-artifact-mb", str(run.max_artifact_mb), *command.agent_args]
+        if url:
+            agent += ["--fetch", url, "--fetch-to", dataset, "--fetch-max-mb", str(run.max_dataset_mb)]
+            agent += [arg for net in run.fetch_allow for arg in ("--fetch-allow", net)]
+        return runner.start_detached(
+            ["sh", "-c", f'cd {shlex.quote(str(root))} && exec "$@"', "sh", *agent, "--", *command.argv],
+            str(root / "agent.log"),
+        )
+
+    pid = _step(machine, "start the node agent", start)
+    return replace(node, pid=pid, workdir=str(root))
+
+
+def _agent_running(machine: Machine, node: NodeInfo) -> bool:
+    """Whether the node's agent (pid, running our agent file from the node's directory) is still running."""
+    agent = str(PurePosixPath(machine.root) / AGENT_FILES["agent.py"])
+    proc = f"/proc/{int(node.pid)}"
+    check = f"grep -qaF {shlex.quote(agent)} {proc}/cmdline && ! grep -q '^State:.*Z' {proc}/status"
+    return machine.runner.run(check, check=False).exit_status == 0
+
+
+def alive(cluster: ClusterInfo) -> dict[str, bool]:
+    """Node name -> whether its agent is still running."""
+    provider = _provider(cluster)
+
+    def one(node: NodeInfo) -> bool:
+        if not node.pid:
+            return False
+        machine = provider.machine(cluster, node)
+        try:
+            return _agent_running(machine, node)
+        finally:
+            machine.runner.close()
+
+    return run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
+
+
+def _read_nodes(cluster: ClusterInfo, read: Callable[[Machine, PurePosixPath], T | None]) -> dict[str, T]:
+    provider = _provider(cluster)
+
+    def one(node: NodeInfo) -> T | None:
+        machine = provider.machine(cluster, node)
+        try:
+            return read(machine, PurePosixPath(machine.root))
+        finally:
+            machine.runner.close()
+
+    found = run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def fetch_logs(cluster: ClusterInfo, max_bytes: int = 64 * 2**20) -> dict[str, str]:
+    """Node name -> its command's log (node.log), for the nodes that have one."""
+
+    def read(machine: Machine, root: PurePosixPath) -> str | None:
+        log = str(root / "node.log")
+        if machine.runner.run(["test", "-f", log], check=False).exit_status != 0:
+            return None
+        return machine.runner.get(log, max_bytes=max_bytes).decode(errors="replace")
+
+    return _read_nodes(cluster, read)
+
+
+def fetch_results(cluster: ClusterInfo, max_file_bytes: int = 2**31) -> dict[str, NodeResult]:
+    """Node name -> the final report (and output files) its agent kept on the node, for nodes whose command ended."""
+
+    def read(machine: Machine, root: PurePosixPath) -> NodeResult | None:
+        runner, kept = machine.runner, root / "result"
+        listing = runner.run(["sh", "-c", f"test -f {kept}/report.json && cd {kept}/files 2>/dev/null && ls -A; :"])
+        try:
+            report = json.loads(runner.get(str(kept / "report.json"), max_bytes=MAX_REPORT_BYTES))
+        except (ProvisionError, OSError, ValueError):
+            return None  # no final report kept: the command has not ended, or the agent died before it could keep one
+        names = [name for name in listing.stdout.splitlines() if name and "/" not in name]
+        files = {name: runner.get(str(kept / "files" / name), max_bytes=max_file_bytes) for name in names}
+        return NodeResult(report=report, files=files)
+
+    return _read_nodes(cluster, read)
+
+
+def stop_agents(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
+    """Ask every node's agent to stop its command (SIGTERM), and wait up to `grace_s` for them to go."""
+    provider = _provider(cluster)
+
+    def one(node: NodeInfo) -> None:
+        if not node.pid:
+            return
+        machine = provider.machine(cluster, node)
+        try:
+            if _agent_running(machine, node):
+                machine.runner.run(
+                    f"kill -TERM {int(node.pid)}; for i in $(seq {int(grace_s * 10)}); do "
+                    f"kill -0 {int(node.pid)} 2>/dev/null || exit 0; sleep 0.1; done",
+                    check=False,
+                )
+        finally:
+            machine.runner.close()
+
+    run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})

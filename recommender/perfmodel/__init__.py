@@ -1,0 +1,40 @@
+"""The performance model: epoch time t(n, B, l, type) fitted per workload from its records, and the `model` algorithm.
+
+Pure numpy/scipy over the shared dataclasses (recommender/types.py): no ORM, no Django.
+
+By concern, each module's docstring saying what it owns:
+
+- ``families`` — the model forms (Anwar eq. 5, Ernest), batch scalings, speed and loss modes, their design matrices,
+  and the fitted `PerfModel` that predicts;
+- ``fitting`` — `fit`: cross-validation, the choice of family and the final fit;
+- ``choice`` — `recommend_model` and `predict_fallback`: candidates, the α/β choice and the Pareto frontier;
+- ``explanation`` — the texts that explain a pick;
+- ``calibration`` — `calibration_report`, leave-one-group-out figures (Records page, benchmarks/model_calibration.py).
+
+Names with a leading underscore are shared between these modules only; callers use the names below.
+"""
+
+from recommender.perfmodel.calibration import calibration_report
+from recommender.perfmodel.choice import MAX_WORKERS_EVALUATED, pareto_front, predict_fallback, recommend_model
+from recommender.perfmodel.families import LOSSES, SCALINGS, SHAPES, SPEEDS, PerfModel
+from recommender.perfmodel.fitting import FOLDS, GROUPINGS, LOO_LIMIT, MIN_GROUPS, MIN_RECORDS, PARSIMONY_MAPE, fit
+
+__all__ = [
+    "FOLDS",
+    "GROUPINGS",
+    "LOO_LIMIT",
+    "LOSSES",
+    "MAX_WORKERS_EVALUATED",
+    "MIN_GROUPS",
+    "MIN_RECORDS",
+    "PARSIMONY_MAPE",
+    "SCALINGS",
+    "SHAPES",
+    "SPEEDS",
+    "PerfModel",
+    "calibration_report",
+    "fit",
+    "pareto_front",
+    "predict_fallback",
+    "recommend_model",
+]

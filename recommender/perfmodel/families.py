@@ -1,0 +1,196 @@
+"""The model families: their forms, batch scalings, speed and loss modes, their design matrices, and the fitted
+`PerfModel` that predicts from them.
+
+Notation: n = workers, B = batch size, l = network latency (ms), type = worker instance type, speed_t = the catalogue's
+ECU of the type (vCPU × the catalogue's median ECU per vCPU when ECU is "variable"). B enters every form through
+b = B / B_ref, B_ref = the records' most common batch size, so coefficients are seconds per epoch at B_ref.
+
+Model forms (every coefficient ≥ 0, fitted with scipy.optimize.nnls, so each term keeps its physical sign; predictions
+are therefore positive and never decrease with latency):
+
+- ``anwar-eq5`` — Anwar et al. eq. 5, t = o/x_n + l·r, generalised:
+  t = θ_fixed + κ_type·w(b)/n + s(b)·(θ_step + θ_lat·l·m(n) + θ_xfer·v(n)).
+  κ_type·w/n is compute over the cluster's throughput; s(b) counts steps per epoch; m(n) messages and v(n) bytes sent
+  per step: ring all-reduce m = 2(n−1), v = 2(n−1)/n (no traffic for n = 1); parameter server m = 2, v = n (the PS
+  link carries every worker's gradients). The pattern is the records' own: "ps" when most records name a PS or the
+  ps strategy, else ring.
+- ``ernest`` — Venkataraman et al. (NSDI'16), t = θ0 + θ1·size/n + θ2·log n + θ3·n, extended the same way:
+  t = θ0 + κ_type·w(b)/n + s(b)·(θ_logn·log2 n + θ_n·n + l·(θ_lat_logn·log2 n + θ_lat_n·n)).
+
+Each form comes with three readings of what an epoch is (the batch scaling, the part of the family name after ":"):
+``pass`` — one pass over a fixed data set: steps ∝ 1/b, compute per epoch independent of b (s = 1/b, w = 1);
+``steps`` — a fixed number of steps: s = 1, w = b; ``samples`` — work and messages both grow with b: s = w = b
+(Anwar's Table 4, where epoch time is roughly proportional to the batch size at every n).
+Speed: ``catalogue`` — one compute coefficient, κ_type = θ/speed_type; ``per-type`` — one free κ per measured type
+(GPUs and burstable t2 do not follow their ECU); a type without records is priced through the catalogue as
+median(κ_t·speed_t)/speed_type. Loss: ``absolute`` (plain NNLS) or ``relative`` (rows weighted 1/t, i.e. least
+squares on relative error, close to a log-time fit under multiplicative noise, so small epochs count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from recommender.types import InstanceSpec, RecommendationError
+
+SHAPES = ("anwar-eq5", "ernest")
+SCALINGS = ("pass", "steps", "samples")
+SPEEDS = ("catalogue", "per-type")
+LOSSES = ("relative", "absolute")
+
+
+@dataclass(frozen=True)
+class _Form:
+    shape: str  # one of SHAPES
+    scaling: str  # one of SCALINGS
+    speed: str  # one of SPEEDS
+    loss: str  # one of LOSSES
+
+    @property
+    def family(self) -> str:
+        return f"{self.shape}:{self.scaling}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.family} ({self.speed} speed, {self.loss} error)"
+
+
+@dataclass(frozen=True)
+class _Data:
+    """Successful records as arrays (latency None = 0 ms: same data centre; batch None = B_ref)."""
+
+    types: tuple[str, ...]
+    workers: np.ndarray
+    batch: np.ndarray  # B / B_ref
+    latency: np.ndarray  # ms
+    time: np.ndarray  # measured epoch time, s
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    """Epoch time of one workload as a function of worker type, worker count, batch size and latency."""
+
+    family: str  # chosen form and batch scaling, e.g. "anwar-eq5:samples" (module docstring)
+    speed: str  # "catalogue" or "per-type"
+    loss: str  # "relative" or "absolute"
+    cv_mape: float  # cross-validated mean absolute percentage error of epoch time (0.12 = 12 %)
+    cv: str  # the cross-validation actually used, e.g. "leave-one-out over 27 records"
+    coefficients: dict[str, float]  # name -> value in seconds (per ms for latency terms), for display
+    alternatives: dict[str, float]  # CV MAPE of every form considered, by label
+    records: int  # successful records fitted
+    pattern: str  # "ring" (all-reduce) or "ps": how messages grow with n
+    batch_ref: float | None  # B_ref; None when no record gives a batch size (batch then has no effect)
+    latency_ref: float  # latency used when a prediction gives none: the records' most common, ms
+    coverage: dict  # measured ranges: workers [min, max], batch_sizes, latencies_ms, worker_types
+    form: _Form = field(repr=False)
+    terms: _Fit = field(repr=False)  # the fitted coefficients as the predictor uses them
+
+    def can_price(self, worker_type: str) -> bool:
+        """True when the model can predict for this type (it has records, or a catalogue speed)."""
+        return self.terms.kappa(worker_type) is not None
+
+    def predict(self, worker_type: str, workers: int, batch_size: int | None, latency_ms: float | None) -> float:
+        """Predicted epoch time in seconds; batch_size/latency_ms None mean the records' most common values."""
+        if workers < 1:
+            raise RecommendationError(f"cannot predict for {workers} workers: at least one is needed")
+        if not self.can_price(worker_type):
+            raise RecommendationError(
+                f"the model cannot price worker type {worker_type!r}: it has no records and no catalogue speed"
+            )
+        return float(self._predict([worker_type], [workers], [batch_size], [latency_ms])[0])
+
+    def _predict(self, types, workers, batch_sizes, latencies) -> np.ndarray:
+        """Vectorised predictions; NaN for a type the model cannot price."""
+        n = np.asarray(workers, dtype=float)
+        b = np.array([self._batch(x) for x in batch_sizes], dtype=float)
+        lat = np.array([self.latency_ref if x is None else float(x) for x in latencies], dtype=float)
+        _, features = _shared_features(self.form, self.pattern, n, b, lat)
+        time = self.terms.time(types, features, _work(self.form.scaling, b) / n)
+        return np.maximum(time, 1e-9)  # a sum of non-negative terms; the floor only guards an all-zero fit
+
+    def _batch(self, batch_size: int | None) -> float:
+        if self.batch_ref is None or batch_size is None:
+            return 1.0
+        return float(batch_size) / self.batch_ref
+
+
+# --- features -----------------------------------------------------------------------------------------------------
+
+
+def _steps(scaling: str, b: np.ndarray) -> np.ndarray:
+    return {"pass": 1.0 / b, "steps": np.ones_like(b), "samples": b}[scaling]
+
+
+def _work(scaling: str, b: np.ndarray) -> np.ndarray:
+    return np.ones_like(b) if scaling == "pass" else b
+
+
+def _shared_features(form: _Form, pattern: str, n, b, lat) -> tuple[tuple[str, ...], np.ndarray]:
+    """The type-independent columns of a form (the compute column is added per speed mode)."""
+    s = _steps(form.scaling, b)
+    if form.shape == "anwar-eq5":
+        if pattern == "ps":
+            messages, volume = np.full_like(n, 2.0), n
+        else:
+            messages, volume = 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n
+        columns = {
+            "fixed_s": np.ones_like(n),
+            "step_overhead_s": s,
+            "latency_s_per_ms": s * lat * messages,
+            "transfer_s": s * volume,
+        }
+    else:
+        log_n = np.log2(n)
+        columns = {
+            "fixed_s": np.ones_like(n),
+            "log_n_s": s * log_n,
+            "n_s": s * n,
+            "latency_log_n_s_per_ms": s * lat * log_n,
+            "latency_n_s_per_ms": s * lat * n,
+        }
+    return tuple(columns), np.column_stack(list(columns.values()))
+
+
+def _catalog_speeds(catalog: Sequence[InstanceSpec]) -> dict[str, float]:
+    """speed_t per type: ECU, else vCPU × the catalogue's median ECU per vCPU (t2's "variable" ECU)."""
+    per_vcpu = [s.ecu / s.vcpu for s in catalog if s.ecu and s.vcpu]
+    ecu_per_vcpu = float(np.median(per_vcpu)) if per_vcpu else None
+    speeds = {}
+    for spec in catalog:
+        if spec.ecu:
+            speeds[spec.name] = float(spec.ecu)
+        elif spec.vcpu and ecu_per_vcpu:
+            speeds[spec.name] = spec.vcpu * ecu_per_vcpu
+    return speeds
+
+
+@dataclass(frozen=True)
+class _Fit:
+    shared: np.ndarray  # coefficients of the type-independent features
+    compute_s: dict[str, float]  # κ of each measured type (per-type speed)
+    compute_per_speed: float | None  # θ with κ = θ / speed (catalogue speed, and bridging unmeasured types)
+    speeds: dict[str, float]  # catalogue speed per type
+
+    def kappa(self, worker_type: str) -> float | None:
+        if worker_type in self.compute_s:
+            return self.compute_s[worker_type]
+        if self.compute_per_speed is not None and worker_type in self.speeds:
+            return self.compute_per_speed / self.speeds[worker_type]
+        return None
+
+    def time(self, types: Sequence[str], shared_features: np.ndarray, work_per_worker: np.ndarray) -> np.ndarray:
+        kappa = np.array([np.nan if (k := self.kappa(t)) is None else k for t in types], dtype=float)
+        return shared_features @ self.shared + kappa * work_per_worker
+
+
+def _design(form: _Form, pattern: str, data: _Data, speeds: dict[str, float], measured: tuple[str, ...]):
+    names, shared = _shared_features(form, pattern, data.workers, data.batch, data.latency)
+    work = _work(form.scaling, data.batch) / data.workers
+    if form.speed == "catalogue":
+        compute = (work / np.array([speeds[t] for t in data.types]))[:, None]
+    else:
+        compute = np.column_stack([work * np.array([t == m for t in data.types]) for m in measured])
+    return names, shared, compute

@@ -1,0 +1,205 @@
+"""Fitting a workload's model: cross-validation, the choice of family and the final fit on every record.
+
+How the family is chosen: every applicable combination (2 forms × 3 scalings × 2 speeds × 2 losses) is scored by
+cross-validated MAPE — leave-one-out (10 seeded folds above 100 records), or leave-one-group-out (one latency, worker
+count, batch size or worker type at a time) when asked and at least 3 groups exist. The chosen combination is the
+one with the fewest coefficients among those within 0.5 percentage points of the best MAPE (parsimony extrapolates
+better), then refitted on every record. Failed runs (epoch_time_s None) are never fitted as times; they only keep
+``recommend_model``/``predict_fallback`` away from a (type, n, batch size) that has only ever failed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy.optimize import nnls
+from sklearn.metrics import mean_absolute_percentage_error
+from sklearn.model_selection import KFold, LeaveOneGroupOut, LeaveOneOut
+
+from recommender.perfmodel.families import (
+    LOSSES,
+    SCALINGS,
+    SHAPES,
+    SPEEDS,
+    PerfModel,
+    _catalog_speeds,
+    _Data,
+    _design,
+    _Fit,
+    _Form,
+    _work,
+)
+from recommender.types import InstanceSpec, PerfRecord, RecommendationError
+
+MIN_RECORDS = 4  # fewer successful runs cannot cross-validate even the smallest form
+LOO_LIMIT = 100  # above this, leave-one-out becomes 10 seeded folds: nearly the same estimate, far fewer fits
+FOLDS = 10
+MIN_GROUPS = 3  # leave-one-group-out needs at least two groups left to learn the held-out axis from
+PARSIMONY_MAPE = 0.005  # forms within 0.5 pp of the best CV MAPE count as equally good: the smallest one wins
+
+# How calibration_report and fit(cv=...) group records: name -> key of a record.
+GROUPINGS: dict[str, Callable[[PerfRecord], object]] = {
+    "latency": lambda r: float(r.latency_ms or 0.0),
+    "workers": lambda r: r.workers,
+    "batch_size": lambda r: r.batch_size,
+    "type": lambda r: r.instance_type,
+}
+
+
+def _solve(matrix: np.ndarray, time: np.ndarray, loss: str) -> np.ndarray:
+    weight = 1.0 / time if loss == "relative" else np.ones_like(time)
+    a = matrix * weight[:, None]
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0  # a feature that is zero on every row (e.g. latency when all runs are at 0 ms)
+    coef, _ = nnls(a / scale, time * weight, maxiter=50 * a.shape[1])
+    return coef / scale
+
+
+def _fit_rows(form, shared, compute, data: _Data, rows: np.ndarray, measured, speeds) -> _Fit:
+    matrix = np.hstack([shared[rows], compute[rows]])
+    coef = _solve(matrix, data.time[rows], form.loss)
+    k = shared.shape[1]
+    if form.speed == "catalogue":
+        return _Fit(coef[:k], {}, float(coef[k]), speeds)
+    present = {data.types[i] for i in rows}
+    compute_s = {t: float(c) for t, c in zip(measured, coef[k:], strict=True) if t in present}
+    bridges = [c * speeds[t] for t, c in compute_s.items() if t in speeds]
+    return _Fit(coef[:k], compute_s, float(np.median(bridges)) if bridges else None, speeds)
+
+
+def _usable(records: Sequence[PerfRecord]) -> list[PerfRecord]:
+    return [r for r in records if r.epoch_time_s is not None and r.epoch_time_s > 0 and r.workers and r.workers >= 1]
+
+
+def _pattern(records: Sequence[PerfRecord]) -> str:
+    ps = sum(1 for r in records if r.strategy == "ps" or (r.ps_type and r.strategy != "mirrored"))
+    return "ps" if ps * 2 > len(records) else "ring"
+
+
+def _most_common(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(Counter(values).most_common(1)[0][0]) if values else None
+
+
+def _folds(records: list[PerfRecord], cv: str) -> tuple[list[np.ndarray], str]:
+    """The held-out index sets (scikit-learn's splitters) and how to say which cross-validation they are."""
+    count = len(records)
+    if cv != "loo":
+        keys = [str(GROUPINGS[cv](r)) for r in records]
+        groups = len(set(keys))
+        if groups >= MIN_GROUPS:
+            folds = [test for _, test in LeaveOneGroupOut().split(np.zeros(count), groups=keys)]
+            return folds, f"leave-one-{cv}-out over {groups} groups ({count} records)"
+        fallback = f" (only {groups} {cv} group{'s' * (groups != 1)}: leave-one-{cv}-out needs {MIN_GROUPS})"
+    else:
+        fallback = ""
+    if count <= LOO_LIMIT:
+        folds = [test for _, test in LeaveOneOut().split(np.zeros(count))]
+        return folds, f"leave-one-out over {count} records{fallback}"
+    folds = [test for _, test in KFold(FOLDS, shuffle=True, random_state=0).split(np.zeros(count))]
+    return folds, f"{FOLDS}-fold over {count} records{fallback}"
+
+
+def fit(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec] = (), *, cv: str = "loo") -> PerfModel:
+    """Fit every candidate form, keep the one with the best cross-validated MAPE (module docstring).
+
+    cv: "loo", or "latency" / "workers" / "batch_size" / "type" for leave-one-group-out. The same records and catalogue
+    (they are frozen, so hashable) give the same model: fits are memoised, since a request recommends from a workload
+    whose records rarely change between requests.
+    """
+    return _fit(tuple(records), tuple(catalog), cv)
+
+
+@functools.lru_cache(maxsize=64)
+def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv: str) -> PerfModel:
+    if cv != "loo" and cv not in GROUPINGS:
+        raise ValueError(f"unknown cross-validation {cv!r}: use 'loo' or one of {', '.join(GROUPINGS)}")
+    usable = _usable(records)
+    if len(usable) < MIN_RECORDS:
+        failed = sum(1 for r in records if r.epoch_time_s is None)
+        raise RecommendationError(
+            f"too few performance records to fit a model: {len(usable)} with an epoch time"
+            f"{f' ({failed} failed runs skipped)' if failed else ''}, at least {MIN_RECORDS} needed"
+        )
+    speeds = _catalog_speeds(catalog)
+    batch_ref = _most_common(r.batch_size for r in usable)
+    data = _Data(
+        types=tuple(r.instance_type for r in usable),
+        workers=np.array([r.workers for r in usable], dtype=float),
+        batch=np.array([(r.batch_size or batch_ref or 1.0) / (batch_ref or 1.0) for r in usable], dtype=float),
+        latency=np.array([r.latency_ms or 0.0 for r in usable], dtype=float),
+        time=np.array([r.epoch_time_s for r in usable], dtype=float),
+    )
+    measured = tuple(sorted(set(data.types)))
+    pattern = _pattern(usable)
+    folds, cv_text = _folds(usable, cv)
+    everything = np.arange(len(usable))
+
+    scored = []  # (coverage, mape, parameters, order, form, design)
+    for order, form in enumerate(_forms(measured, speeds)):
+        names, shared, compute = _design(form, pattern, data, speeds, measured)
+        predicted = np.full(len(usable), np.nan)
+        for test in folds:
+            train = np.setdiff1d(everything, test)
+            fold_fit = _fit_rows(form, shared, compute, data, train, measured, speeds)
+            work = _work(form.scaling, data.batch[test]) / data.workers[test]
+            predicted[test] = fold_fit.time([data.types[i] for i in test], shared[test], work)
+        priced = ~np.isnan(predicted)
+        if not priced.any():
+            continue
+        mape = float(mean_absolute_percentage_error(data.time[priced], predicted[priced]))
+        parameters = shared.shape[1] + compute.shape[1]
+        scored.append((priced.mean(), mape, parameters, order, form, (names, shared, compute)))
+    if not scored:
+        raise RecommendationError(
+            "cannot cross-validate a model: every worker type has a single record and the catalogue gives no speed"
+        )
+    coverage = max(s[0] for s in scored)
+    complete = [s for s in scored if s[0] == coverage]
+    best = min(s[1] for s in complete)
+    chosen = min((s for s in complete if s[1] <= best + PARSIMONY_MAPE), key=lambda s: (s[2], s[1], s[3]))
+    _, mape, _, _, form, (names, shared, compute) = chosen
+    if coverage < 1:
+        cv_text += f"; {coverage:.0%} of held-out records could be priced"
+
+    final = _fit_rows(form, shared, compute, data, everything, measured, speeds)
+    coefficients = {name: float(c) for name, c in zip(names, final.shared, strict=True)}
+    if form.speed == "catalogue":
+        coefficients["compute_s_x_speed"] = float(final.compute_per_speed)
+    else:
+        coefficients.update({f"compute_s[{t or 'unnamed type'}]": c for t, c in final.compute_s.items()})
+    return PerfModel(
+        family=form.family,
+        speed=form.speed,
+        loss=form.loss,
+        cv_mape=mape,
+        cv=cv_text,
+        coefficients=coefficients,
+        alternatives={s[4].label: s[1] for s in scored},
+        records=len(usable),
+        pattern=pattern,
+        batch_ref=batch_ref,
+        latency_ref=_most_common(float(r.latency_ms or 0.0) for r in usable) or 0.0,
+        coverage={
+            "workers": [int(data.workers.min()), int(data.workers.max())],
+            "batch_sizes": sorted({r.batch_size for r in usable if r.batch_size is not None}),
+            "latencies_ms": sorted({float(r.latency_ms or 0.0) for r in usable}),
+            "worker_types": list(measured),
+        },
+        form=form,
+        terms=final,
+    )
+
+
+def _forms(measured: tuple[str, ...], speeds: dict[str, float]) -> list[_Form]:
+    speed_modes = [m for m in SPEEDS if m != "catalogue" or all(t in speeds for t in measured)]
+    return [
+        _Form(shape, scaling, speed, loss)
+        for shape in SHAPES
+        for scaling in SCALINGS
+        for speed in speed_modes
+        for loss in LOSSES
+    ]

@@ -1,0 +1,204 @@
+"""The lab provider for real: network namespaces with their own sshd, bootstrapped over SSH (paramiko), training with
+TensorFlow across them, and torn down to nothing. Skipped, with the reason, where the lab cannot run (not root, tools
+missing)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from io import StringIO
+from pathlib import Path
+
+import psutil
+import pytest
+from django.core.management import call_command
+
+import provisioner
+from fc2.models import Job
+from provisioner import ClusterSpec, NodeError, RunSpec, lab, labnet, nodes
+from recommender.catalog import load_catalog
+from recommender.models import PerformanceRecord
+
+pytestmark = pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
+
+
+@pytest.fixture
+def lab_catalog(db):
+    return load_catalog("lab")
+
+
+def leftovers(cluster_id: str) -> dict:
+    """Everything of the cluster that could be left on the machine."""
+    h = labnet.cluster_hash(lab.tag(), cluster_id)
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    mounts = Path("/proc/self/mounts").read_text()
+    directory = str(lab._cluster_dir(cluster_id))
+    processes = []  # its sshds, agents, relay, delay daemons and job code: all name its directory or namespaces
+    for process in psutil.process_iter(["cmdline", "status"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            line = " ".join(process.info["cmdline"])
+            if (directory in line or h in line) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                processes.append(line)
+    return {
+        "processes": processes,
+        "namespaces": [line for line in namespaces.splitlines() if h in line],
+        "links": [line for line in links.splitlines() if h in line],
+        "rules": [line for line in rules.splitlines() if h in line],
+        "mounts": [line for line in mounts.splitlines() if str(lab._cluster_dir(cluster_id)) in line],
+        "directory": lab._cluster_dir(cluster_id).exists(),
+    }
+
+
+NOTHING = {"processes": [], "namespaces": [], "links": [], "rules": [], "mounts": [], "directory": False}
+
+
+def cluster_command(action: str, *args: str) -> tuple[int, dict]:
+    out = StringIO()
+    try:
+        call_command("cluster", action, "--json", *args, stdout=out)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, json.loads(out.getvalue())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("strategy", ["ps", "mirrored"])
+def test_a_lab_job_trains_over_ssh_bootstrapped_nodes_and_leaves_nothing(strategy, alice, example_wheel, lab_catalog):
+    out = StringIO()
+    with contextlib.suppress(SystemExit):  # --wait exits 1 unless the job succeeded; the JSON is printed first
+        call_command(
+            "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "lab",
+            "--workers", "2", "--strategy", strategy, "--worker-type", "lab-w-250",
+            "--param", "epochs=1", "--param", "steps_per_epoch=5", "--user", "alice", "--inline", "--wait", "--json",
+            stdout=out,
+        )  # fmt: skip
+    result = json.loads(out.getvalue())
+
+    assert result["status"] == "succeeded", result.get("error")
+    job = Job.objects.get(pk=result["id"])
+    assert {"model.keras", "metrics.json"} <= {a["name"] for a in result["artifacts"]}
+    assert job.catalog == "lab" and job.hourly_cost > 0  # priced from the lab's own catalogue
+    addresses = [n.address for n in job.nodes.all()]
+    assert all(a.startswith("10.") for a in addresses) and len(set(addresses)) == len(addresses)
+    assert all(n.started_at for n in job.nodes.all()), "every node's agent reported (through the bridge's relay)"
+    assert any("nodes:" in e.message and "10." in e.message for e in job.events.all())  # the timeline says where
+    assert leftovers(job.cluster_name) == NOTHING
+
+
+def test_cluster_up_twice_is_one_cluster_whose_nodes_answer_over_ssh(settings):
+    name = "fc2-lab-up-twice"
+    up = ("up", "--provider", "lab", "--worker-type", "lab-w-100", "--ps-type", "lab-ps-450", "--workers", "2")
+    try:
+        code, first = cluster_command(*up, "--name", name)
+        code_again, again = cluster_command(*up, "--name", name)
+        code_ssh, ran = cluster_command("ssh", name, "worker-1", "--", "sh", "-c", "hostname -I; exit 3")
+        _, listed = cluster_command("list", "--provider", "lab")
+
+        assert (code, code_again) == (0, 0) and first == again
+        assert [(n["name"], n["instance_type"]) for n in first["nodes"]] == [
+            ("ps-0", "lab-ps-450"), ("chief-0", "lab-w-100"), ("worker-0", "lab-w-100"), ("worker-1", "lab-w-100"),
+        ]  # fmt: skip
+        worker_1 = first["nodes"][3]
+        assert code_ssh == 3 and ran["stdout"].split() == [worker_1["address"]]  # the node's own address, only
+        assert [c["name"] for c in listed["clusters"]].count(name) == 1
+    finally:
+        code_down, down = cluster_command("down", name)
+    assert code_down == 0 and down["removed"]
+    assert leftovers(name) == NOTHING
+    assert cluster_command("down", name)[0] == 1  # gone: said so, not a traceback
+
+
+def test_a_node_whose_sshd_is_down_fails_the_bootstrap_by_name_and_leaves_nothing(monkeypatch, example_wheel):
+    monkeypatch.setattr(nodes, "READY_TIMEOUT_S", 3)
+    cluster = provisioner.launch(ClusterSpec("fc2-lab-no-sshd", "lab", "mirrored", 2, worker_type="lab-w-100"))
+    try:
+        victim = cluster.nodes[1]
+        os.kill(int((Path(victim.workdir) / "sshd" / "sshd.pid").read_text()), signal.SIGKILL)
+        run = RunSpec(1, str(example_wheel), "fc2_digits_cnn.main", dataset="", report_url="http://127.0.0.1:9")
+        with pytest.raises(NodeError) as failed:
+            provisioner.bootstrap(cluster, run)
+        assert failed.value.node == victim.name and "did not answer within 3" in str(failed.value)
+    finally:
+        provisioner.teardown("lab", cluster.cluster_id)
+    assert leftovers(cluster.cluster_id) == NOTHING
+
+
+def test_a_node_reaches_the_other_nodes_and_the_platform_port_only(settings):
+    cluster = provisioner.launch(ClusterSpec("fc2-lab-reach", "lab", "mirrored", 2, worker_type="lab-w-100"))
+    try:
+        gateway = lab.gateway_of(cluster)
+        probe = (
+            "import socket, sys\n"
+            "for host, port in [(sys.argv[1], 22), (sys.argv[2], 5432), (sys.argv[2], 6379), ('127.0.0.1', 5432)]:\n"
+            "    s = socket.socket(); s.settimeout(1)\n"
+            "    print(host, port, s.connect_ex((host, port)) == 0)\n"
+        )
+        result = provisioner.run_on(cluster, "worker-0", ["python3", "-c", probe, cluster.nodes[1].host, gateway])
+        reached = {tuple(line.split()[:2]): line.split()[2] == "True" for line in result.stdout.splitlines()}
+        assert reached == {
+            (cluster.nodes[1].host, "22"): True,  # another node of its cluster
+            (gateway, "5432"): False,  # the platform's machine: not its database,
+            (gateway, "6379"): False,  # nor its broker
+            ("127.0.0.1", "5432"): False,  # and its own loopback is its own
+        }
+    finally:
+        provisioner.teardown("lab", cluster.cluster_id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lab_sweep_records_each_cell_and_lookup_answers_from_them(alice, example_wheel, lab_catalog):
+    """A 2 × 2 grid (workers × latency) of real lab jobs: each cell a measured record the lookup then reads."""
+    out = StringIO()
+    call_command(
+        "lab_sweep", "--bundle", str(example_wheel), "--dataset", "digits", "--workers", "1,2",
+        "--batch-sizes", "16", "--latency-ms", "0,40", "--strategy", "mirrored", "--worker-type", "lab-w-1g",
+        "--workload", "digits-lab", "--param", "epochs=1", "--param", "steps_per_epoch=4", "--user", "alice",
+        "--json", stdout=out,
+    )  # fmt: skip
+    sweep = json.loads(out.getvalue())
+
+    assert [(c["workers"], c["latency_ms"], c["status"]) for c in sweep["cells"]] == [
+        (1, 0.0, "succeeded"), (2, 0.0, "succeeded"), (1, 40.0, "succeeded"), (2, 40.0, "succeeded"),
+    ]  # fmt: skip
+    records = PerformanceRecord.objects.filter(workload="digits-lab", source=PerformanceRecord.Source.MEASURED)
+    assert sorted(records.values_list("workers", "latency_ms", "batch_size", "instance_type")) == [
+        (1, 0.0, 16, "lab-w-1g"), (1, 40.0, 16, "lab-w-1g"), (2, 0.0, 16, "lab-w-1g"), (2, 40.0, 16, "lab-w-1g"),
+    ]  # fmt: skip
+    assert all(r.epoch_time_s and r.epoch_time_s > 0 for r in records)
+    times = {(r.workers, r.latency_ms): r.epoch_time_s for r in records}
+    assert times[(2, 40.0)] > times[(2, 0.0)]  # two workers talk across the delayed link every step
+
+    answer = StringIO()
+    call_command(
+        "recommend", "--algorithm", "lookup", "--catalog", "lab", "--workload", "digits-lab", "--max-workers", "2",
+        "--batch-size", "16", "--latency-ms", "40", "--json", stdout=answer,
+    )  # fmt: skip
+    chosen = json.loads(answer.getvalue())
+    assert chosen["source"] == "measured"
+    assert chosen["workers"] == min((1, 2), key=lambda n: times[(n, 40.0)])
+
+
+@pytest.mark.django_db
+def test_cluster_reap_removes_what_no_job_records_and_keeps_the_rest(job):
+    """A platform that crashed mid-job leaves a cluster named for a job no row records any more: reap finds it by
+    name and removes everything of it; a recorded job's cluster, and one made by `cluster up`, stay."""
+    orphan, kept, manual = "fc2-999-0a1b2c3d", "fc2-998-0a1b2c3d", "my-lab-cluster"
+    for name in (orphan, kept, manual):
+        provisioner.launch(ClusterSpec(name, "lab", "mirrored", 1, worker_type="lab-w-100"))
+    try:
+        Job.objects.filter(pk=job.pk).update(provider="lab", cluster={"cluster_id": kept, "nodes": []})
+
+        code, reaped = cluster_command("reap", "--provider", "lab")
+
+        assert code == 0 and reaped["removed"] == [orphan]
+        assert leftovers(orphan) == NOTHING
+        assert {kept, manual} <= set(provisioner.list_clusters("lab"))
+    finally:
+        for name in (orphan, kept, manual):
+            provisioner.teardown("lab", name)
