@@ -72,7 +72,8 @@ def main() -> None:
         leftover = ClusterSpec("fc2-999999-0badcafe", "aws", "ps", args.workers, worker_type="c4.xlarge")
         aws.launch(leftover)
         reaped = measured("reaper: find and remove a leftover", sweep.reap_orphans)
-        print(f"  reaped {[name for _, name, _ in reaped]}; left: {aws.list_clusters(REGION) or 'nothing'}")
+        names = [reaping.cluster_name for reaping in reaped]
+        print(f"  reaped {names}; left: {aws.list_clusters(REGION) or 'nothing'}")
     finally:
         for name in aws.list_clusters(REGION):
             aws.teardown(name, REGION)

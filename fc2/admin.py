@@ -10,7 +10,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils.html import format_html
 
-from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
+from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node, ReapedCluster
 
 
 class StoredFileInput(AdminFileWidget):
@@ -136,3 +136,15 @@ class ArtifactAdmin(RecordAdmin):
         return format_html(
             '<a href="{}">{}</a>', reverse("artifact-download", args=[artifact.job_id, artifact.pk]), artifact.name
         )
+
+
+@admin.register(ReapedCluster)
+class ReapedClusterAdmin(RecordAdmin):
+    list_display = ("cluster_name", "provider", "region", "job_number", "resource_count", "by", "reaped_at")
+    list_filter = ("provider", "by")
+    search_fields = ("cluster_name",)
+    date_hierarchy = "reaped_at"
+
+    @admin.display(description="resources removed")
+    def resource_count(self, reaping: ReapedCluster) -> int:
+        return len(reaping.resources)

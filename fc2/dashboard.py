@@ -128,6 +128,7 @@ def dashboard_page(request: HttpRequest) -> HttpResponse:
         "burn": dashboard.burn(),
         "running": dashboard.running_clusters(now),
         "failures": dashboard.recent_failures(),
+        "reapings": dashboard.recent_reapings(),
         "spend_by_user": dashboard.spend_by_user(jobs, totals["cost"]),
         "spend_by_week": dashboard.spend_by_week(jobs),
     }

@@ -511,3 +511,28 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ReapedCluster(models.Model):
+    """A leftover cluster the platform found and removed (fc2.services.sweep.reap): made for a job no row records
+    any more (its row deleted, or a database restored from before it), or by hand and reaped with `cluster reap
+    --all`. What its provider removed is kept, so that an operator can tell what was running and since when it is
+    gone."""
+
+    class By(models.TextChoices):
+        SWEEP = "sweep", "the sweep"
+        COMMAND = "command", "cluster reap"
+
+    provider = models.CharField(max_length=20)
+    region = models.CharField(max_length=40, blank=True)
+    cluster_name = models.CharField(max_length=100)
+    job_number = models.PositiveIntegerField(null=True, blank=True, help_text="the job it was made for, from its name")
+    resources = models.JSONField(default=list, help_text="what its provider removed, one line each")
+    reaped_at = models.DateTimeField(default=timezone.now, db_index=True)
+    by = models.CharField(max_length=10, choices=By.choices)
+
+    class Meta:
+        ordering = ["-reaped_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.provider} cluster {self.cluster_name}"

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from django.core.management import call_command
 
 import provisioner
-from fc2.models import Job
+from fc2.models import Job, ReapedCluster
 from fc2.services import sweep
 from provisioner import ClusterSpec, aws, awsapi
 from provisioner.errors import CapacityError, ProvisionError
@@ -234,9 +234,14 @@ def test_the_reaper_removes_every_kind_of_leftover_of_a_cluster_no_job_records(a
     orphan = aws.launch(spec("fc2-999999-0000dead", workers=2))
     assert all(everything_tagged("fc2-999999-0000dead")[kind] for kind in NOTHING)
 
-    removed = sweep.reap_orphans()
+    reaped = sweep.reap_orphans()
 
-    assert ("aws", "fc2-999999-0000dead") in [(p, n) for p, n, _ in removed]
+    assert [(r.provider, r.cluster_name, r.job_number, r.by) for r in reaped] == [
+        ("aws", "fc2-999999-0000dead", 999999, "sweep")
+    ]
+    assert reaped[0] == ReapedCluster.objects.get(), "what was removed is recorded"
+    kinds = {line.rsplit(" ", 1)[0] for line in reaped[0].resources}
+    assert {"instance", "vpc", "subnet", "internet gateway", "security group", "key pair"} <= kinds, reaped[0].resources
     assert everything_tagged("fc2-999999-0000dead") == NOTHING and not Path(orphan.workdir).exists()
     assert len(live_instances(kept.cluster_id)) == 1
 

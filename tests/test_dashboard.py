@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from fc2.dashboard import PAGE_SIZE
-from fc2.models import CodeBundle, Dataset, Job
+from fc2.models import CodeBundle, Dataset, Job, ReapedCluster
 from fc2.services import dashboard
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 
@@ -284,6 +284,29 @@ def test_recent_failures_newest_first_with_reasons(staff_client, make, alice, bo
     assert response.context["failures"] == [new, old]
     page = response.content.decode()
     assert "PS unreachable" in page and new.get_absolute_url() in page
+
+
+def test_removed_leftovers_newest_first_with_what_each_had(staff_client, admin_client):
+    assert "No leftover cluster has been found." in staff_client.get(URL).content.decode()
+    old = ReapedCluster.objects.create(
+        provider="lab", cluster_name="fc2-7-0a1b2c3d", job_number=7, resources=["host n0"], by="command",
+        reaped_at=MONDAY,
+    )  # fmt: skip
+    new = ReapedCluster.objects.create(
+        provider="aws", region="ap-southeast-1", cluster_name="fc2-9-deadbeef", job_number=9,
+        resources=["instance i-0abc", "vpc vpc-0def"], by="sweep", reaped_at=MONDAY + dt.timedelta(hours=1),
+    )  # fmt: skip
+
+    response = staff_client.get(URL)
+
+    assert response.context["reapings"] == [new, old]
+    page = response.content.decode()
+    assert page.index("fc2-9-deadbeef") < page.index("fc2-7-0a1b2c3d")
+    assert "2 resources removed" in page and "<li>instance i-0abc</li>" in page and "by cluster reap" in page
+    assert "All removed leftovers" not in page, "a staff user without the admin's view permission has no link"
+    assert "All removed leftovers" in admin_client.get(URL).content.decode()
+    admin_page = admin_client.get(reverse("admin:fc2_reapedcluster_change", args=[new.pk]))
+    assert admin_page.status_code == 200 and "vpc-0def" in admin_page.content.decode()
 
 
 def test_a_failure_reads_as_its_last_meaningful_log_line(staff_client, make, alice):

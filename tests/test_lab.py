@@ -17,7 +17,7 @@ import pytest
 from django.core.management import call_command
 
 import provisioner
-from fc2.models import Job
+from fc2.models import Job, ReapedCluster
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, labnet, nodes
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
@@ -196,8 +196,11 @@ def test_cluster_reap_removes_what_no_job_records_and_keeps_the_rest(job):
 
         code, reaped = cluster_command("reap", "--provider", "lab")
 
-        assert code == 0 and reaped["removed"] == [orphan]
+        assert code == 0 and reaped["removed"] == [orphan] and reaped["resources"][orphan]
         assert leftovers(orphan) == NOTHING
+        record = ReapedCluster.objects.get()
+        assert (record.provider, record.cluster_name, record.job_number, record.by) == ("lab", orphan, 999, "command")
+        assert record.resources == reaped["resources"][orphan]
         assert {kept, manual} <= set(provisioner.list_clusters("lab"))
     finally:
         for name in (orphan, kept, manual):

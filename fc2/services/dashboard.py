@@ -26,7 +26,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, TruncWeek
 from django.utils import timezone
 
-from fc2.models import Job
+from fc2.models import Job, ReapedCluster
 
 # Big JSON columns no dashboard list shows: not worth reading and decoding 50 times a page.
 UNSHOWN_FIELDS = ("cluster", "recommendation", "parameters", "metrics", "worker_types", "token_hash")
@@ -182,6 +182,11 @@ def recent_failures(limit: int = 10) -> list[Job]:
     """
     queryset = Job.objects.filter(state=Job.State.FAILED, finished_at__isnull=False)
     return list(queryset.select_related("owner").defer(*UNSHOWN_FIELDS).order_by("-finished_at", "-pk")[:limit])
+
+
+def recent_reapings(limit: int = 10) -> list[ReapedCluster]:
+    """The leftover clusters removed last (fc2.services.sweep.reap), with what each had."""
+    return list(ReapedCluster.objects.all()[:limit])
 
 
 # Spend in the charts' data keeps six decimals: a local run's estimate is fractions of a cent, and cents would draw it

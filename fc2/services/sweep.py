@@ -37,8 +37,9 @@ fails the job. A node whose agent is alive but silent is waited for: the platfor
 trying until the job's deadline. A job whose result is unknown is never called failed while the result can be fetched.
 
 Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
-records — its row deleted, or the database restored from before it — is torn down. A job records its cluster's name
-before launching it and until its teardown has succeeded, so no cluster a job may still use is ever one.
+records — its row deleted, or the database restored from before it — is torn down and recorded (ReapedCluster: what
+was removed, shown on the dashboard and in the admin). A job records its cluster's name before launching it and until
+its teardown has succeeded, so no cluster a job may still use is ever one.
 
 Limits (fc2/services/limits.py: the time limit, FC2_JOB_TIMEOUT_S, and the whole-job budget, Job.budget — one rule,
 "a limit crossed → stopped, with the reason"), in every state: the job fails with the reason on its timeline and its
@@ -59,7 +60,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 import provisioner
-from fc2.models import Job, Node
+from fc2.models import Job, Node, ReapedCluster
 from fc2.services import limits, pipeline, reports
 from fc2.services.pipeline import Lease
 from provisioner import ClusterInfo
@@ -127,25 +128,35 @@ def orphans(provider: str, region: str = "", *, every: bool = False) -> list[str
     ]
 
 
-def reap_orphans() -> list[tuple[str, str, list[str]]]:
-    """Tear down every orphaned job cluster of every provider this installation can run, in every region it makes
-    clusters in; returns (provider, name, what was removed) of each one. A teardown that fails is tried again at the
-    next sweep."""
-    removed = []
+def reap(provider: str, region: str = "", *, every: bool = False, by: str = "sweep") -> list[ReapedCluster]:
+    """Tear down the provider's orphaned clusters in the region (`orphans`) and record each with what was removed."""
+    reaped = []
+    for name in orphans(provider, region, every=every):
+        resources = provisioner.teardown(provider, name, region)
+        number = JOB_CLUSTER.match(name) and int(name.split("-")[1])
+        reaped.append(
+            ReapedCluster.objects.create(
+                provider=provider, region=region, cluster_name=name, job_number=number or None,
+                resources=resources, by=by,
+            )
+        )  # fmt: skip
+        logger.warning("%s cluster %s belonged to no job: torn down (%s)", provider, name, ", ".join(resources))
+    return reaped
+
+
+def reap_orphans() -> list[ReapedCluster]:
+    """`reap` every provider this installation can run, in every region it makes clusters in. A teardown that fails
+    is tried again at the next sweep."""
+    reaped = []
     for provider in provisioner.PROVIDERS:
         try:
             if provisioner.unavailable(provider) is not None:
                 continue
             for region in provisioner.regions(provider):
-                for name in orphans(provider, region):
-                    resources = provisioner.teardown(provider, name, region)
-                    logger.warning(
-                        "sweep: %s cluster %s belonged to no job: torn down (%s)", provider, name, ", ".join(resources)
-                    )
-                    removed.append((provider, name, resources))
+                reaped += reap(provider, region)
         except Exception:
             logger.exception("sweep: reaping %s's orphaned clusters failed", provider)
-    return removed
+    return reaped
 
 
 def reconcile(job: Job, lease: Lease) -> None:

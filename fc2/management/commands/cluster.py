@@ -20,6 +20,7 @@ import json
 import sys
 
 import provisioner
+from fc2.models import ReapedCluster
 from fc2.services import jobs, sweep
 from provisioner import ClusterSpec, ProvisionError
 from recommender.management.base import ContractCommand
@@ -144,10 +145,12 @@ class Command(ContractCommand):
     def _reap(self, *, provider, region, all: bool, **_):
         if reason := provisioner.unavailable(provider):
             raise ProvisionError(reason)
-        leftovers = sweep.orphans(provider, region, every=all)
-        for name in leftovers:
-            provisioner.teardown(provider, name, region)
-        return {"provider": provider, "removed": leftovers}
+        reaped = sweep.reap(provider, region, every=all, by=ReapedCluster.By.COMMAND)
+        return {
+            "provider": provider,
+            "removed": [reaping.cluster_name for reaping in reaped],
+            "resources": {reaping.cluster_name: reaping.resources for reaping in reaped},
+        }
 
 
 def _describe(cluster) -> dict:
