@@ -27,6 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import boto3
+
 from provisioner import labnet, sshd
 
 LOGIN_USER = "root"  # the emulated image's login user (ec2-user on Amazon Linux)
@@ -172,3 +174,35 @@ class Ec2Lab:
         self.hosts[instance["InstanceId"]] = (name, index)
         config = sshd.prepare(self.workdir / instance["InstanceId"], address, 22, key["PublicKey"])
         sshd.start(config, netns=node.netns)
+
+
+# --- what EC2 says a cluster has, by its tag -------------------------------------------------------------------
+
+
+def ec2():
+    return boto3.client("ec2", region_name=REGION)
+
+
+def live_instances(cluster_id: str | None = None) -> list[dict]:
+    filters = [{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
+    if cluster_id:
+        filters.append({"Name": "tag:fc2:cluster", "Values": [cluster_id]})
+    return [i for r in ec2().describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+
+def everything_tagged(cluster_id: str) -> dict[str, list]:
+    """Every kind of resource a cluster may have, as EC2 describes it by the cluster's tag."""
+    client, by_tag = ec2(), [{"Name": "tag:fc2:cluster", "Values": [cluster_id]}]
+    return {
+        "instances": [i["InstanceId"] for i in live_instances(cluster_id)],
+        "key_pairs": [k["KeyName"] for k in client.describe_key_pairs(Filters=by_tag)["KeyPairs"]],
+        "security_groups": [g["GroupId"] for g in client.describe_security_groups(Filters=by_tag)["SecurityGroups"]],
+        "subnets": [s["SubnetId"] for s in client.describe_subnets(Filters=by_tag)["Subnets"]],
+        "gateways": [
+            g["InternetGatewayId"] for g in client.describe_internet_gateways(Filters=by_tag)["InternetGateways"]
+        ],
+        "vpcs": [v["VpcId"] for v in client.describe_vpcs(Filters=by_tag)["Vpcs"]],
+    }
+
+
+NOTHING = {"instances": [], "key_pairs": [], "security_groups": [], "subnets": [], "gateways": [], "vpcs": []}

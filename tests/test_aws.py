@@ -13,7 +13,6 @@ import sys
 from io import StringIO
 from pathlib import Path
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from django.core.management import call_command
@@ -24,42 +23,13 @@ from fc2.services import sweep
 from provisioner import ClusterSpec, aws, awsapi
 from provisioner.errors import CapacityError, ProvisionError
 from recommender.catalog import load_catalog
-from tests.ec2lab import REGION
+from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
-def ec2():
-    return boto3.client("ec2", region_name=REGION)
-
-
 def spec(name: str, workers: int = 2, strategy: str = "ps", worker_type: str = "c4.xlarge", **more) -> ClusterSpec:
     return ClusterSpec(name, "aws", strategy, workers, ps_type="m4.large", worker_type=worker_type, **more)
-
-
-def live_instances(cluster_id: str | None = None) -> list[dict]:
-    filters = [{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
-    if cluster_id:
-        filters.append({"Name": "tag:fc2:cluster", "Values": [cluster_id]})
-    return [i for r in ec2().describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
-
-
-def everything_tagged(cluster_id: str) -> dict[str, list]:
-    """Every kind of resource a cluster may have, as EC2 describes it by the cluster's tag."""
-    client, by_tag = ec2(), [{"Name": "tag:fc2:cluster", "Values": [cluster_id]}]
-    return {
-        "instances": [i["InstanceId"] for i in live_instances(cluster_id)],
-        "key_pairs": [k["KeyName"] for k in client.describe_key_pairs(Filters=by_tag)["KeyPairs"]],
-        "security_groups": [g["GroupId"] for g in client.describe_security_groups(Filters=by_tag)["SecurityGroups"]],
-        "subnets": [s["SubnetId"] for s in client.describe_subnets(Filters=by_tag)["Subnets"]],
-        "gateways": [
-            g["InternetGatewayId"] for g in client.describe_internet_gateways(Filters=by_tag)["InternetGateways"]
-        ],
-        "vpcs": [v["VpcId"] for v in client.describe_vpcs(Filters=by_tag)["Vpcs"]],
-    }
-
-
-NOTHING = {"instances": [], "key_pairs": [], "security_groups": [], "subnets": [], "gateways": [], "vpcs": []}
 
 
 def test_launch_tags_every_resource_and_teardown_leaves_nothing(aws_env):

@@ -25,7 +25,10 @@ from django.utils import timezone
 
 from fc2.models import Job, JobEvent
 from fc2.services import jobs, sweep
+from provisioner import aws
+from recommender.catalog import load_catalog
 from tests.conftest import cluster_processes, start_worker, worker_env
+from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -154,6 +157,38 @@ def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle,
     else:
         assert "model.keras" in set(job.artifacts.values_list("name", flat=True))
     assert_nothing_left(job, runtime_dir)
+
+
+def test_a_worker_killed_while_provisioning_on_aws_makes_no_double_and_leaves_no_instance(
+    alice, bundle, digits, workers, ec2_hosts, settings
+):
+    """The worker dies with the instances launched but not recorded; the next one launches again, finds them by
+    their tag (no second set), trains on them and terminates them: moto's EC2 and its instances as lab hosts."""
+    load_catalog("fc2-2018")
+    settings.FC2_AWS_INSTALLATION = aws.installation()  # the workers' tag for this installation, as the sweep's
+    names = ["FC2_AWS_DIR", "FC2_AWS_REGION", "FC2_AWS_SSH_ADDRESS", "FC2_AWS_VPC_CIDR", "FC2_AWS_SSH_USER"]
+    names += ["FC2_AWS_NODE_DIR", "FC2_AWS_PYTHON", "FC2_AWS_INSTALLATION", "FC2_PUBLIC_URL"]
+    on_aws = {name: str(getattr(settings, name)) for name in names} | {"FC2_AWS_PLACEMENT_GROUPS": "false"}
+    on_aws |= {name: value for name, value in os.environ.items() if name.startswith("AWS_")}  # moto's, set after
+    first, first_log = workers.start(FC2_FAULT_PAUSE="provisioning=120", **on_aws)
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, provider="aws", region=REGION, strategy="mirrored", workers=1,
+        worker_type="c4.xlarge", parameters={"epochs": "1", "steps_per_epoch": "2"},
+    )  # fmt: skip
+    job = jobs.submit(alice, request, driver=Job.Driver.CELERY)
+    wait_for(lambda: f"job {job.pk}: provisioning held" in first_log.read_text(errors="replace"), "launched", workers)
+    launched = {i["InstanceId"] for i in live_instances(job.cluster_name)}
+
+    workers.kill(first)
+    workers.start(**on_aws)
+    job = sweeping(job, ended_and_released, "killed while provisioning on aws", workers)
+
+    assert job.state == State.SUCCEEDED, (job.failure_reason, workers.logs())
+    assert len(launched) == 1, "the held launch had made the cluster"
+    reservations = ec2().describe_instances(Filters=[{"Name": "tag:fc2:cluster", "Values": [job.cluster_name]}])
+    assert {i["InstanceId"] for r in reservations["Reservations"] for i in r["Instances"]} == launched, "no double"
+    assert everything_tagged(job.cluster_name) == NOTHING
+    assert job.events.filter(message="the worker running provision was lost: provision sent again").exists()
 
 
 def test_a_result_that_never_reached_the_platform_is_fetched_from_the_node(alice, bundle, digits, workers, runtime_dir):
