@@ -39,6 +39,9 @@ class Provider:
     catalog: str = ""  # the instance catalogue its types come from, when only one can be (recommender/catalogs/)
     latency: bool = False  # whether it can delay the packets between a cluster's nodes (ClusterSpec.latency_ms)
     description: str = ""  # one line on what its clusters are
+    # Seconds a teardown takes, until this installation has measured its own (the budget watchdog stops a job this
+    # much earlier: a cluster costs until its teardown has ended).
+    teardown_s: float = 0.0
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -47,6 +50,7 @@ PROVIDERS: dict[str, Provider] = {
         "Local (this machine)",
         "provisioner.local",
         max_workers=8,  # each node is a TensorFlow process of ~600 MB, all on this machine
+        teardown_s=1.0,
         description="processes on the platform's machine, each node sandboxed",
     ),
     "lab": Provider(
@@ -56,6 +60,7 @@ PROVIDERS: dict[str, Provider] = {
         max_workers=8,  # a TensorFlow process of ~600 MB per node, all on this machine
         catalog="lab",
         latency=True,
+        teardown_s=3.0,
         description="network namespaces with their own addresses, SSH servers and shaped links",
     ),
     "aws": Provider(
@@ -64,6 +69,7 @@ PROVIDERS: dict[str, Provider] = {
         "provisioner.aws",
         max_workers=64,
         regions=True,
+        teardown_s=90.0,  # terminate, wait for terminated (about a minute on EC2), then the network and the key
         description="EC2 instances in a VPC of their own, bootstrapped over SSH",
     ),
 }

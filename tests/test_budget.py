@@ -25,6 +25,7 @@ from fc2.services.bundles import store_bundle
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from tests.conftest import call_json, cluster_processes, make_job
+from tests.ec2lab import NOTHING, REGION, everything_tagged
 from tests.wheels import sleeper_wheel
 
 State = Job.State
@@ -235,14 +236,47 @@ def test_a_step_still_held_by_its_runner_is_stopped_when_its_cluster_would_cross
         ), job.failure_reason
 
 
+def test_the_watchdog_looks_ahead_by_what_the_providers_teardowns_take(job, settings):
+    """A cluster costs until its teardown has ended: the job is stopped that much earlier — the median of the
+    provider's latest teardowns here, or the provider's own figure before any was measured."""
+    settings.FC2_SWEEP_INTERVAL_S = 5
+    assert sweep.teardown_s("aws") == provisioner.get("aws").teardown_s == 90.0
+    for number, taken in enumerate([30, 40, 200]):
+        ended = make_job(job.owner, job.bundle, job.dataset)
+        Job.objects.filter(pk=ended.pk).update(
+            provider="aws", state=State.SUCCEEDED, finished_at=at(number * 1000), torn_down_at=at(number * 1000 + taken)
+        )
+    assert sweep.teardown_s("aws") == 40.0
+    assert sweep.teardown_s("lab") == 3.0
+
+    # $3.6/h is $0.001 a second: $0.046 spent; the next look in 5 s, a teardown of 40 s: $0.091 by its end.
+    Job.objects.filter(pk=job.pk).update(
+        provider="aws", state=State.RUNNING, hourly_cost=Decimal("3.6"), budget=Decimal("0.09"),
+        launched_at=timezone.now() - dt.timedelta(seconds=46), started_at=timezone.now(),
+    )  # fmt: skip
+    job.refresh_from_db()
+    assert sweep._limit_crossed(job).startswith("stopped: the job's cost would exceed its budget of $0.0900")
+    Job.objects.filter(pk=job.pk).update(budget=Decimal("0.095"))
+    job.refresh_from_db()
+    assert sweep._limit_crossed(job) is None
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_running_job_about_to_exceed_its_budget_is_stopped_and_its_cluster_torn_down(alice, digits, tmp_path, sent):
+@pytest.mark.parametrize("provider", ["local", "aws"])
+def test_a_running_job_about_to_exceed_its_budget_is_stopped_and_its_cluster_torn_down(
+    provider, alice, digits, tmp_path, sent, request
+):
+    """On aws: moto's EC2, its instances as lab hosts (tests/ec2lab.py); the instances are terminated."""
+    region = ""
+    if provider == "aws":
+        request.getfixturevalue("ec2_hosts")
+        region = REGION
     load_catalog("fc2-2018")
     with sleeper_wheel(tmp_path).open("rb") as wheel:
         bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
     job = make_job(
-        alice, bundle, digits, strategy="mirrored", workers=2, worker_type="c4.xlarge", catalog="fc2-2018",
-        budget=Decimal("1"),
+        alice, bundle, digits, provider=provider, region=region, strategy="mirrored", workers=2,
+        worker_type="c4.xlarge", catalog="fc2-2018", budget=Decimal("1"),
     )  # fmt: skip
     with inline.report_server() as url:
         for step in ("profile", "provision", "bootstrap"):
@@ -267,8 +301,10 @@ def test_a_running_job_about_to_exceed_its_budget_is_stopped_and_its_cluster_tor
     reason = job.failure_reason
     assert reason.startswith("stopped: the job's cost would exceed its budget of $0.0001 (cost so far $0.00"), reason
     assert job.events.filter(state=State.FAILED, message=reason).exists()
-    assert job.cluster is None and job.cluster_name not in provisioner.list_clusters("local")
+    assert job.cluster is None and job.cluster_name not in provisioner.list_clusters(provider, region)
     assert cluster_processes() == []
+    if provider == "aws":
+        assert everything_tagged(job.cluster_name) == NOTHING
     assert job.events.last().message == f"cluster {job.cluster_name} torn down"
     # Billed from the launch (before the run started) to the end of the teardown (after the job ended), then no more.
     assert job.launched_at < job.started_at < job.finished_at < job.torn_down_at
