@@ -1,12 +1,18 @@
 """Budget watchdog: seconds from a job's budget being crossed to the last node of its cluster gone.
 
 Each run is a real job whose code sleeps (tests/wheels.py's sleeper: a cluster that costs this machine nothing but
-its processes), on a cluster priced from the catalogue (local: fc2-2018's c4.xlarge workers, lab: its own lab-w-1g),
-its nodes reporting to a private server as under `submit_job --inline`. Once it runs, nobody drives it but the sweep
+its processes), on a cluster priced from the catalogue (local and aws: fc2-2018's c4.xlarge workers, lab: its own
+lab-w-1g), its nodes reporting to a private server as under `submit_job --inline`. On aws the EC2 API is moto's
+server and its instances are lab hosts at the addresses moto gave them (tests/ec2lab.py): the launch, the SSH
+bootstrap and the teardown (terminate, wait for terminated, then the network) are the provider's own, but moto
+terminates at once where EC2 takes about a minute — the provider's figure for its teardowns (provisioner.PROVIDERS)
+until this installation has measured its own. Once it runs, nobody drives it but the sweep
 (fc2/services/sweep.py), called every FC2_SWEEP_INTERVAL_S as Celery beat calls it, and its whole-job budget is set so
-that its cost (every node, from the launch) reaches it `--margin` seconds later. Times, from that crossing:
+that its cost (every node, from the launch) reaches it `--margin` seconds after the watchdog would stop it at
+once. Times, from that crossing:
 
-- watchdog's rule met: cost so far + $/h × the sweep interval ≥ budget, i.e. one interval before the crossing;
+- watchdog's rule met: cost so far + $/h × (the sweep interval + the expected teardown) ≥ budget, i.e. that long
+  before the crossing (the expected teardown: the median of the provider's teardowns measured so far, shown);
 - stopped: the job failed by the sweep, with the reason on its timeline;
 - last node gone: the end of its teardown (Job.torn_down_at), checked against the provider (no cluster by its name).
 
@@ -14,15 +20,16 @@ Negative is before the budget was crossed: what the watchdog is for. The wait fr
 up to one sweep interval (beat's ticks are not aligned with it: each run starts them at a random phase), then the
 teardown.
 
-Runs in a scratch FC2_VAR_DIR (SQLite), removed at the end with any cluster left in it. The lab needs root and its
-tools (`make lab`).
+Runs in a scratch FC2_VAR_DIR (SQLite), removed at the end with any cluster left in it. The lab and aws need root and
+the lab's tools (`make lab`); aws needs the dev dependencies (`moto[server]`).
 
-    .venv/bin/python benchmarks/budget_watchdog.py [--provider local|lab] [--repeat 3] [--workers 2] [--margin 8]
+    .venv/bin/python benchmarks/budget_watchdog.py [--provider local|lab|aws] [--repeat 3] [--workers 2] [--margin 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -34,9 +41,10 @@ import time
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-WORKER_TYPE = {"local": "c4.xlarge", "lab": "lab-w-1g"}
+WORKER_TYPE = {"local": "c4.xlarge", "lab": "lab-w-1g", "aws": "c4.xlarge"}
 
 
 def main() -> None:
@@ -51,19 +59,26 @@ def main() -> None:
     os.environ.update(FC2_VAR_DIR=str(scratch), DJANGO_SETTINGS_MODULE="fc2.settings", DEBUG="1")
     os.environ.pop("DATABASE_URL", None)
     sys.path.insert(0, str(PROJECT_DIR))
-    import django
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+        if args.provider == "aws":
+            from tests import ec2lab
 
-    django.setup()
-    import provisioner
+            moto = ec2lab.MotoServer(scratch / "moto.log")
+            stack.callback(moto.stop)
+            os.environ.update(ec2lab.provider_environment(moto.url, scratch / "ec2-nodes"))
+        import django
 
-    if reason := provisioner.unavailable(args.provider):
-        sys.exit(f"error: {reason}")
-    try:
-        measure(args, scratch)
-    finally:
-        for name in provisioner.list_clusters(args.provider):  # this scratch installation's only
-            provisioner.teardown(args.provider, name)
-        shutil.rmtree(scratch, ignore_errors=True)
+        django.setup()
+        import provisioner
+
+        if reason := provisioner.unavailable(args.provider) or provisioner.unavailable("lab"):
+            sys.exit(f"error: {reason}")
+        try:
+            measure(args, scratch)
+        finally:
+            for name in provisioner.list_clusters(args.provider):  # this scratch installation's only
+                provisioner.teardown(args.provider, name)
 
 
 def measure(args: argparse.Namespace, scratch: Path) -> None:
@@ -88,17 +103,29 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
     interval = settings.FC2_SWEEP_INTERVAL_S
 
     print(f"{args.provider}, {args.workers} workers (mirrored), a sweep every {interval} s: the watchdog's rule is met")
-    print(f"{interval} s before the budget is crossed; seconds from the crossing to")
-    print(f"{'run':>3} {'$/h':>6} {'budget':>8} {'stopped':>8} {'last node gone':>15} {'(teardown)':>11}")
+    print(f"{interval} s + the expected teardown before the budget is crossed; seconds from the crossing to")
+    columns = f"{'expected teardown':>18} {'stopped':>8} {'last node gone':>15} {'(teardown)':>11}"
+    print(f"{'run':>3} {'$/h':>6} {'budget':>8} {columns}")
     gone_after: list[float] = []
     teardowns: list[float] = []
+    region = settings.FC2_AWS_REGION if args.provider == "aws" else ""
     for run in range(args.repeat):
         request = jobs.JobRequest(
-            bundle=bundle, dataset=digits, provider=args.provider, strategy="mirrored", workers=args.workers,
-            worker_type=WORKER_TYPE[args.provider], catalog="fc2-2018",
+            bundle=bundle, dataset=digits, provider=args.provider, region=region, strategy="mirrored",
+            workers=args.workers, worker_type=WORKER_TYPE[args.provider], catalog="fc2-2018",
         )  # fmt: skip
         job = jobs.submit(user, request, driver=Job.Driver.INLINE)
-        with inline.report_server() as url:
+        with contextlib.ExitStack() as stack:
+            url = stack.enter_context(inline.report_server())
+            if args.provider == "aws":  # the platform at the subnet's gateway, as its instances see it
+                from tests.ec2lab import Ec2Lab
+
+                port = urlsplit(url).port
+                hosts = stack.enter_context(
+                    Ec2Lab(os.environ["AWS_ENDPOINT_URL"], settings.FC2_AWS_VPC_CIDR, port, scratch / "ec2-hosts")
+                )
+                settings.FC2_PUBLIC_URL = f"http://{hosts.gateway(0)}:{port}"
+                settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, hosts.gateway(0)]
             # The nodes' last reports, sent after the watchdog ended the job, are refused (409): expected, not news.
             # (Set here: the server's WSGI app sets Django's logging up again.)
             logging.getLogger("django.request").setLevel(logging.ERROR)
@@ -109,7 +136,8 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
             Job.objects.filter(pk=job.pk).update(driver=Job.Driver.CELERY, lease_until=None)
             job.refresh_from_db()
             hourly = float(job.hourly_cost)
-            budget = Decimal(str(round(job.cost_so_far + hourly * args.margin / 3600, 4)))
+            ahead = sweep.teardown_s(args.provider)  # what the watchdog expects this teardown to take
+            budget = Decimal(str(round(job.cost_so_far + hourly * (args.margin + ahead) / 3600, 4)))
             Job.objects.filter(pk=job.pk).update(budget=budget)
             crossed = job.launched_at + timedelta(seconds=float(budget) / hourly * 3600)
             tick = time.monotonic() + random.uniform(0, interval)  # beat's ticks keep their own phase
@@ -125,7 +153,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
         gone_after.append(after[1])
         teardowns.append(after[1] - after[0])
         print(
-            f"{run + 1:>3} {hourly:>6.3f} {float(budget):>8.4f} {after[0]:>+8.2f} {after[1]:>+15.2f} "
+            f"{run + 1:>3} {hourly:>6.3f} {float(budget):>8.4f} {ahead:>17.2f}s {after[0]:>+8.2f} {after[1]:>+15.2f} "
             f"{teardowns[-1]:>10.2f}s"
         )
     print(

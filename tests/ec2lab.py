@@ -85,6 +85,25 @@ def free_vpc_cidr() -> str:
     raise RuntimeError("no free /16 under 10.128.0.0/9 for the emulated VPC")
 
 
+def provider_environment(endpoint: str, node_dir: Path) -> dict[str, str]:
+    """The environment a process needs to run the aws provider against moto at `endpoint` with its instances as
+    `Ec2Lab` hosts (the tests' fixtures set the same as settings; benchmarks and Celery workers take these)."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "FC2_AWS_REGION": REGION,
+        "FC2_AWS_PLACEMENT_GROUPS": "false",  # moto has none
+        "FC2_AWS_SSH_ADDRESS": "private",  # moto's instances have private addresses only
+        "FC2_AWS_VPC_CIDR": free_vpc_cidr(),
+        "FC2_AWS_SSH_USER": LOGIN_USER,
+        "FC2_AWS_NODE_DIR": str(node_dir),
+        "FC2_AWS_PYTHON": sys.executable,  # the emulated image's Python (with TensorFlow, as a DL AMI has)
+        "FC2_PUBLIC_URL": "http://fc2-platform.invalid",  # not loopback; an Ec2Lab's gateway(0) once one is up
+    }
+
+
 class Ec2Lab:
     """Lab hosts for moto's running instances in `vpc_cidr`; `platform_port` relayed from every subnet's gateway."""
 
