@@ -42,6 +42,7 @@ class Provider:
     # Seconds a teardown takes, until this installation has measured its own (the budget watchdog stops a job this
     # much earlier: a cluster costs until its teardown has ended).
     teardown_s: float = 0.0
+    needs_worker_type: bool = False  # whether a cluster must be given its instance types (no default machine)
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -69,6 +70,7 @@ PROVIDERS: dict[str, Provider] = {
         "provisioner.aws",
         max_workers=64,
         regions=True,
+        needs_worker_type=True,
         teardown_s=90.0,  # terminate, wait for terminated (about a minute on EC2), then the network and the key
         description="EC2 instances in a VPC of their own, bootstrapped over SSH",
     ),

@@ -227,3 +227,14 @@ def ec2_hosts(aws_env, settings, tmp_path):
             settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, hosts.gateway(0)]
             yield hosts
             assert not hosts.errors
+
+
+def aws_worker_env(settings) -> dict[str, str]:
+    """What a `celery worker` process needs to run the aws provider as this test's settings do (aws_env,
+    ec2_hosts): the same EC2 endpoint, credentials, installation tag, network and node layout."""
+    settings.FC2_AWS_INSTALLATION = aws.installation()  # the tag the workers' clusters carry, as this process's
+    names = ["FC2_AWS_DIR", "FC2_AWS_REGION", "FC2_AWS_SSH_ADDRESS", "FC2_AWS_VPC_CIDR", "FC2_AWS_SSH_USER"]
+    names += ["FC2_AWS_NODE_DIR", "FC2_AWS_PYTHON", "FC2_AWS_INSTALLATION", "FC2_PUBLIC_URL"]
+    env = {name: str(getattr(settings, name)) for name in names}
+    env["FC2_AWS_PLACEMENT_GROUPS"] = "true" if settings.FC2_AWS_PLACEMENT_GROUPS else "false"
+    return env | {name: value for name, value in os.environ.items() if name.startswith("AWS_")}  # moto's

@@ -19,7 +19,7 @@ from django.core.management import call_command
 
 import provisioner
 from fc2.models import Job, ReapedCluster
-from fc2.services import sweep
+from fc2.services import jobs, sweep
 from provisioner import ClusterSpec, aws, awsapi
 from provisioner.errors import CapacityError, ProvisionError
 from recommender.catalog import load_catalog
@@ -254,3 +254,13 @@ def test_an_aws_job_trains_over_ssh_at_the_addresses_ec2_gave_and_leaves_nothing
         assert node.started_at, "its agent reported, through the subnet's gateway"
     assert everything_tagged(job.cluster_name) == NOTHING
     assert all(i["State"]["Name"] == "terminated" for i in instances.values())
+
+
+@pytest.mark.django_db
+def test_a_cluster_by_hand_with_no_worker_type_is_refused_at_submit(aws_env, alice, bundle, digits):
+    """EC2 has no default machine: the job is refused with the reason, before anything is queued or made."""
+    request = jobs.JobRequest(bundle=bundle, dataset=digits, provider="aws", region=REGION, workers=1)
+    with pytest.raises(jobs.SubmitError) as refused:
+        jobs.submit(alice, request)
+    assert refused.value.field == "worker_type" and "needs its worker type" in str(refused.value)
+    assert not Job.objects.exists() and live_instances() == []

@@ -25,9 +25,8 @@ from django.utils import timezone
 
 from fc2.models import Job, JobEvent
 from fc2.services import jobs, sweep
-from provisioner import aws
 from recommender.catalog import load_catalog
-from tests.conftest import cluster_processes, start_worker, worker_env
+from tests.conftest import aws_worker_env, cluster_processes, start_worker, worker_env
 from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -165,11 +164,7 @@ def test_a_worker_killed_while_provisioning_on_aws_makes_no_double_and_leaves_no
     """The worker dies with the instances launched but not recorded; the next one launches again, finds them by
     their tag (no second set), trains on them and terminates them: moto's EC2 and its instances as lab hosts."""
     load_catalog("fc2-2018")
-    settings.FC2_AWS_INSTALLATION = aws.installation()  # the workers' tag for this installation, as the sweep's
-    names = ["FC2_AWS_DIR", "FC2_AWS_REGION", "FC2_AWS_SSH_ADDRESS", "FC2_AWS_VPC_CIDR", "FC2_AWS_SSH_USER"]
-    names += ["FC2_AWS_NODE_DIR", "FC2_AWS_PYTHON", "FC2_AWS_INSTALLATION", "FC2_PUBLIC_URL"]
-    on_aws = {name: str(getattr(settings, name)) for name in names} | {"FC2_AWS_PLACEMENT_GROUPS": "false"}
-    on_aws |= {name: value for name, value in os.environ.items() if name.startswith("AWS_")}  # moto's, set after
+    on_aws = aws_worker_env(settings)
     first, first_log = workers.start(FC2_FAULT_PAUSE="provisioning=120", **on_aws)
     request = jobs.JobRequest(
         bundle=bundle, dataset=digits, provider="aws", region=REGION, strategy="mirrored", workers=1,

@@ -117,10 +117,23 @@ def check_workers(provider: str, workers: int) -> None:
         raise SubmitError(f"the {provider} provider runs at most {limit} workers", "workers")
 
 
+def worker_type_missing(provider: str, algorithm: str, worker_type: str) -> str | None:
+    """Why a cluster chosen by hand on `provider` cannot be made without a worker type, or None."""
+    if algorithm == "manual" and not worker_type and (chosen := provisioner.get(provider)).needs_worker_type:
+        return (
+            f"{chosen.label} has no default machine: a cluster chosen by hand needs its worker type "
+            "(or a resource configuration that recommends one)"
+        )
+    return None
+
+
 def check_instance_types(request: JobRequest) -> None:
     """The PS and worker types asked for exist in the catalogue the job is priced from (for the lab: the only types
-    its nodes can have)."""
+    its nodes can have); a provider with no default machine is given its worker type."""
     from recommender.models import InstanceType
+
+    if reason := worker_type_missing(request.provider, request.algorithm, request.worker_type):
+        raise SubmitError(reason, "worker_type")
 
     for name, field_name in ((request.ps_type, "ps_type"), (request.worker_type, "worker_type")):
         if name and not InstanceType.objects.filter(catalog__name=request.catalog, name=name).exists():

@@ -428,6 +428,9 @@ class ResourceForm(StepForm):
             )
         if algorithm == "scala-opt-m" and not cleaned.get("worker_type"):
             self.add_error("worker_type", "Scala-Opt-M needs your worker type.")
+        known = provider in provisioner.PROVIDERS and algorithm and "worker_type" not in self.errors
+        if known and (reason := jobs.worker_type_missing(provider, algorithm, cleaned.get("worker_type", ""))):
+            self.add_error("worker_type", f"{reason}.")
         if cleaned.get("limit") == "budget":
             if algorithm == "manual":
                 self.add_error(

@@ -4,9 +4,11 @@ end, download the model. Plus: a bad upload shows its reason; an admin sees ever
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import time
+import uuid
 import zipfile
 
 import pytest
@@ -15,7 +17,8 @@ from playwright.sync_api import expect
 from fc2.models import CodeBundle, Job
 from recommender.catalog import load_catalog
 from tests.browser.conftest import log_in
-from tests.conftest import cluster_processes, make_job
+from tests.conftest import aws_worker_env, cluster_processes, make_job, start_worker, worker_env
+from tests.ec2lab import NOTHING, REGION, everything_tagged
 from tests.wheels import FILENAME, GOOD, make_wheel
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -175,3 +178,61 @@ def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
         expect(page.get_by_text(node.address).first).to_be_visible()
         assert node.address.startswith("10.") and node.started_at  # its own address; its reports arrived
     expect(page.get_by_text("10 ms between nodes").first).to_be_visible()
+
+
+def test_the_wizards_aws_choice_trains_on_ec2_instances_through_the_workers(
+    page, shot, alice, example_wheel, ec2_hosts, live_server, runtime_dir, settings, tmp_path
+):
+    """AWS from the wizard once credentials are configured (moto's EC2 here, its instances lab hosts), through a real
+    Celery worker: the job runs in the region chosen, on the instances' own addresses, and nothing is left."""
+    load_catalog("fc2-2018")
+    queue = f"fc2-test-{uuid.uuid4().hex[:8]}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    worker = start_worker(worker_env(live_server, runtime_dir, queue) | aws_worker_env(settings), tmp_path / "w.log")
+    try:
+        log_in(page, "alice", "alice-password-1")
+        page.goto("/jobs/new/")
+        page.get_by_label("Wheel bundle (.whl)").set_input_files(str(example_wheel))
+        page.get_by_role("textbox", name="Name of parameter 1").fill("epochs")
+        page.get_by_role("textbox", name="Value of parameter 1").fill("1")
+        page.get_by_role("button", name=re.compile("^Next")).click()
+        page.wait_for_url(re.compile(r"/jobs/new/data/"))
+        page.locator("label.wz-card", has_text="Digits").click()
+        page.get_by_role("button", name=re.compile("^Next")).click()
+
+        page.wait_for_url(re.compile(r"/jobs/new/resource/"))
+        expect(page.get_by_label("AWS EC2")).to_be_enabled()
+        page.get_by_label("AWS EC2").check()
+        page.get_by_label("AWS region").select_option(REGION)
+        page.get_by_label("All-Reduce").check()
+        page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
+        page.wait_for_load_state("networkidle")
+        page.get_by_role("button", name=re.compile("^Next")).click()  # by hand, with no type: EC2 has no default
+        expect(page.get_by_text("AWS EC2 has no default machine").first).to_be_visible()
+        page.get_by_label("Resource configuration").select_option("cost-opt")
+        page.wait_for_load_state("networkidle")
+        expect(page.locator("#recommendation")).to_contain_text("2 workers")
+        shot("wizard-resource-aws")
+        page.get_by_role("button", name=re.compile("^Next")).click()
+        page.wait_for_url(re.compile(r"/jobs/new/review/"))
+        expect(page.get_by_text(REGION).first).to_be_visible()
+        page.get_by_role("button", name="Run job").click()
+
+        page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+        expect(page.locator("#job-state")).to_contain_text(re.compile("succeeded|failed"), timeout=180_000)
+        job = Job.objects.get()
+        assert job.state == Job.State.SUCCEEDED, (job.failure_reason, (tmp_path / "w.log").read_text()[-3000:])
+        shot("job-succeeded-aws")
+        assert (job.provider, job.region, job.workers, job.worker_type) == ("aws", REGION, 2, "c4.xlarge")
+        vpc = ipaddress.ip_network(settings.FC2_AWS_VPC_CIDR)
+        for node in job.nodes.all():
+            expect(page.get_by_text(node.address).first).to_be_visible()
+            assert ipaddress.ip_address(node.address.split(":")[0]) in vpc and node.started_at
+        deadline = time.monotonic() + 60
+        while Job.objects.get(pk=job.pk).cluster is not None:
+            assert time.monotonic() < deadline, "the cluster was never released"
+            time.sleep(0.5)
+        assert everything_tagged(job.cluster_name) == NOTHING
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
