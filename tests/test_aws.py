@@ -264,3 +264,71 @@ def test_a_cluster_by_hand_with_no_worker_type_is_refused_at_submit(aws_env, ali
         jobs.submit(alice, request)
     assert refused.value.field == "worker_type" and "needs its worker type" in str(refused.value)
     assert not Job.objects.exists() and live_instances() == []
+
+
+class PlacementGroups:
+    """EC2's placement-group calls, which moto does not serve (it answers CreatePlacementGroup with HTTP 500),
+    answered at the adaptor's boundary as EC2 documents them: create (a name taken is
+    InvalidPlacementGroup.Duplicate), describe by tag filters, delete; every other call goes to moto."""
+
+    def __init__(self, monkeypatch):
+        self.groups: dict[str, dict] = {}
+        self.run_instances: list[dict] = []
+        send = awsapi._send
+
+        def answer(service, region, operation, params):
+            if operation == "create_placement_group":
+                if params["GroupName"] in self.groups:
+                    error = {"Code": "InvalidPlacementGroup.Duplicate", "Message": "already exists"}
+                    raise ClientError({"Error": error}, "CreatePlacementGroup")
+                tags = [t for spec in params.get("TagSpecifications", []) for t in spec["Tags"]]
+                self.groups[params["GroupName"]] = {
+                    "GroupName": params["GroupName"], "Strategy": params["Strategy"], "State": "available",
+                    "Tags": tags,
+                }  # fmt: skip
+                return {"PlacementGroup": self.groups[params["GroupName"]]}
+            if operation == "describe_placement_groups":
+                return {"PlacementGroups": [g for g in self.groups.values() if self._matches(g, params)]}
+            if operation == "delete_placement_group":
+                if self.groups.pop(params["GroupName"], None) is None:
+                    error = {"Code": "InvalidPlacementGroup.Unknown", "Message": "unknown"}
+                    raise ClientError({"Error": error}, "DeletePlacementGroup")
+                return {}
+            if operation == "run_instances":
+                self.run_instances.append(params)
+            return send(service, region, operation, params)
+
+        monkeypatch.setattr(awsapi, "_send", answer)
+
+    @staticmethod
+    def _matches(group: dict, params: dict) -> bool:
+        tags = {t["Key"]: t["Value"] for t in group["Tags"]}
+        return all(tags.get(f["Name"].removeprefix("tag:")) in f["Values"] for f in params.get("Filters", []))
+
+
+def test_a_cluster_placement_group_holds_the_instances_where_the_types_allow_and_goes_with_the_teardown(
+    aws_env, settings, monkeypatch
+):
+    settings.FC2_AWS_PLACEMENT_GROUPS = True
+    ec2_groups = PlacementGroups(monkeypatch)
+    said: list[str] = []
+
+    cluster = aws.launch(spec("fc2-placed", workers=2), notify=said.append)
+    aws.launch(spec("fc2-placed", workers=2))  # again: the group is found, not made twice
+
+    assert list(ec2_groups.groups) == ["fc2-placed"] and ec2_groups.groups["fc2-placed"]["Strategy"] == "cluster"
+    tags = {t["Key"]: t["Value"] for t in ec2_groups.groups["fc2-placed"]["Tags"]}
+    assert tags["fc2:cluster"] == "fc2-placed" and tags["fc2:installation"] == aws.installation()
+    assert len(ec2_groups.run_instances) == len(cluster.nodes)
+    assert all(call["Placement"]["GroupName"] == "fc2-placed" for call in ec2_groups.run_instances)
+
+    burstable = aws.launch(spec("fc2-burst", workers=1, worker_type="t2.xlarge"), notify=said.append)
+    assert "fc2-burst" not in ec2_groups.groups and len(ec2_groups.run_instances) == len(cluster.nodes) + len(
+        burstable.nodes
+    )
+    assert "no placement group: m4.large, t2.xlarge cannot be placed in one" in said
+    assert "GroupName" not in ec2_groups.run_instances[-1]["Placement"]
+
+    assert "placement group fc2-placed" in aws.teardown("fc2-placed", REGION)
+    assert ec2_groups.groups == {} and everything_tagged("fc2-placed") == NOTHING
+    assert aws.teardown("fc2-placed", REGION) == []  # twice: nothing left, nothing failing
