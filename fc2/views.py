@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
+import provisioner
 from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
 from fc2.services import pipeline
@@ -81,7 +82,9 @@ def job_live(request: HttpRequest, job_id: int) -> HttpResponse:
 
 def _job_context(job: Job) -> dict:
     # A fixed number of queries however many nodes and samples: each node's latest two samples come in one query.
-    latest = Prefetch("samples", queryset=NodeSample.objects.order_by("-at", "-pk")[:2], to_attr="latest_samples")
+    latest = Prefetch(
+        "samples", queryset=NodeSample.objects.order_by("-measured_at", "-pk")[:2], to_attr="latest_samples"
+    )
     nodes = list(job.nodes.prefetch_related(latest))
     for node in nodes:
         node.latest, node.sent_mbps, node.recv_mbps = series.latest_reading(node.latest_samples)
@@ -93,6 +96,7 @@ def _job_context(job: Job) -> dict:
         "artifacts": job.artifacts.all(),
         "charts": JOB_CHARTS,
         "can_cancel": job.state in pipeline.CANCELLABLE,
+        "provider": provisioner.PROVIDERS.get(job.provider),
     }
 
 

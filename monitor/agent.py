@@ -6,7 +6,8 @@ no Django. It:
 
 - starts the node's command, writes its stdout/stderr to the node log, and parses `FC2_PROGRESS {json}` lines;
 - reports `started`, then `running` with progress, every progress line since the previous report (`progress_log`, so
-  a chief printing many lines a second loses none of its losses) and a resource sample every interval, to
+  a chief printing many lines a second loses none of its losses) and the resource samples taken since (one a second by
+  default; kept, up to an hour's, while the platform cannot be reached — see Sampler), to
   `POST <url>/api/jobs/<job>/report` with the job-scoped token (read from a file only the agent can read: never on
   the command line, never in the environment of the node's command);
 - when the command exits, keeps its final report — `succeeded` or `failed` with the exit code, the log tail — and the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import io
 import json
 import os
@@ -55,6 +57,7 @@ LOG_TAIL_LINE_CHARS = 1000  # of each line kept in the log tail
 MAX_LINE_BYTES = 64 * 1024  # a longer line is read in pieces: the agent never holds more of the output at once
 MIN_REPORT_GAP_S = 1.0
 MAX_PROGRESS_LOG = 1000  # progress lines one report carries: the newest, when a chief prints faster than that
+MAX_BUFFERED_SAMPLES = 3600  # resource samples kept while the platform cannot be reached: an hour at 1 Hz
 
 
 class Reporter:
@@ -147,43 +150,102 @@ def parse_progress(line: bytes) -> dict | None:
 
 
 class Sampler:
-    """CPU and memory of the node's process tree, network bytes of the host (or network namespace), GPU if any."""
+    """What the node uses, sampled every `interval` seconds by a thread of its own into a bounded buffer that
+    reports drain (`take`) and give back when they could not be delivered (`give_back`): a platform unreachable for
+    a while loses no sample until the buffer is full, then the oldest.
 
-    def __init__(self, pid: int):
+    Each sample: `at` (unix time), CPU and memory of the node's process tree (100 % = one core); with
+    `own_machine` (the node is a machine of its own: EC2) the whole machine's CPU; GPU utilisation and memory where
+    `nvidia-smi` answers; and with `own_network` (the agent runs in the node's own network namespace or machine:
+    lab and EC2 nodes) the bytes in and out of the node, its interfaces' counters without loopback. Nodes that share
+    the machine's network (the local provider) have no per-node bytes: they are left unknown, never the machine's."""
+
+    def __init__(
+        self, pid: int, *, interval: float = 1.0, own_network: bool = False, own_machine: bool = False,
+        buffered: int = MAX_BUFFERED_SAMPLES,
+    ):  # fmt: skip
         self.process = psutil.Process(pid) if psutil else None
+        self.interval = interval
+        self.own_network, self.own_machine = own_network, own_machine
         self.nvidia_smi = shutil.which("nvidia-smi")
+        self.buffer: collections.deque[dict] = collections.deque(maxlen=buffered)
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self._children: dict[int, psutil.Process] = {}
+        if psutil:
+            self.sample()  # cpu_percent measures from its previous call: the first one only sets the mark
+            psutil.cpu_percent(None)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="fc2-sampler", daemon=True).start()
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self.stopped.is_set():
+            next_at += self.interval
+            if (sample := self.sample()) is not None:
+                with self.lock:
+                    self.buffer.append(sample)
+            self.stopped.wait(max(0.0, next_at - time.monotonic()))
+
+    def take(self) -> list[dict]:
+        """Every buffered sample, oldest first; the buffer is emptied."""
+        with self.lock:
+            samples = list(self.buffer)
+            self.buffer.clear()
+        return samples
+
+    def give_back(self, samples: list[dict]) -> None:
+        """Samples a report could not deliver, before the ones taken since (the oldest go when it is full)."""
+        with self.lock:
+            newer = list(self.buffer)
+            self.buffer.clear()
+            self.buffer.extend(samples + newer)
 
     def sample(self) -> dict | None:
         if self.process is None:
             return None
         try:
-            procs = [self.process, *self.process.children(recursive=True)]
-            cpu = sum(p.cpu_percent(None) for p in procs)
-            memory = sum(p.memory_info().rss for p in procs)
+            # The same Process objects from one sample to the next: cpu_percent measures since its previous call.
+            current = {p.pid: p for p in self.process.children(recursive=True)}
+            self._children = {pid: self._children.get(pid, p) for pid, p in current.items()}
+            # The command itself gone (or a zombie not yet waited for): no sample. A child gone meanwhile: skipped.
+            if self.process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            cpu, memory = self.process.cpu_percent(None), float(self.process.memory_info().rss)
+            for p in self._children.values():
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    cpu += p.cpu_percent(None)
+                    memory += p.memory_info().rss
         except psutil.Error:
             return None
-        net = psutil.net_io_counters()
-        return {
-            "cpu_percent": round(cpu, 1),
-            "memory_mb": round(memory / 2**20, 1),
-            "bytes_sent": net.bytes_sent,
-            "bytes_recv": net.bytes_recv,
-            "gpu_percent": self.gpu_percent(),
-        }
+        sample = {"at": round(time.time(), 3), "cpu_percent": round(cpu, 1), "memory_mb": round(memory / 2**20, 1)}
+        if self.own_machine:
+            sample["node_cpu_percent"] = round(psutil.cpu_percent(None) * (psutil.cpu_count() or 1), 1)
+        if self.own_network:
+            counters = psutil.net_io_counters(pernic=True)
+            sample["bytes_sent"] = sum(c.bytes_sent for name, c in counters.items() if name != "lo")
+            sample["bytes_recv"] = sum(c.bytes_recv for name, c in counters.items() if name != "lo")
+        sample.update(self.gpu())
+        return sample
 
-    def gpu_percent(self) -> float | None:
+    def gpu(self) -> dict:
+        """Mean utilisation (%) and total memory used (MB) of the node's GPUs, when nvidia-smi answers."""
         if not self.nvidia_smi:
-            return None
+            return {}
         try:
             out = subprocess.run(
-                [self.nvidia_smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                [self.nvidia_smi, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
                 capture_output=True,
                 text=True,
                 timeout=5,
-            ).stdout.split()
-            return sum(float(v) for v in out) / len(out) if out else None
+            ).stdout
+            rows = [[float(v) for v in line.split(",")] for line in out.splitlines() if line.strip()]
         except (OSError, ValueError, subprocess.SubprocessError):
-            return None
+            return {}
+        if not rows:
+            return {}
+        return {"gpu_percent": sum(r[0] for r in rows) / len(rows), "gpu_memory_mb": sum(r[1] for r in rows)}
 
 
 class OutputsTooLarge(Exception):
@@ -390,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", type=Path, help="working directory of the command")
     parser.add_argument("--env-file", type=Path, help="JSON object: the command's whole environment (default: ours)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between reports")
+    parser.add_argument("--sample-interval", type=float, default=1.0, help="seconds between resource samples")
+    parser.add_argument(
+        "--own-network", action="store_true", help="the node's network is its own: report its bytes in and out"
+    )
+    parser.add_argument("--own-machine", action="store_true", help="the node is a machine: report its whole CPU")
     parser.add_argument("--max-artifact-mb", type=int, default=200)
     parser.add_argument("--max-log-mb", type=int, default=16, help="node log size past which output is dropped")
     parser.add_argument("--memory-cgroup", type=Path, help="the command's memory cgroup (to tell an OOM kill)")
@@ -430,8 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     # own: whatever the agent was started with (an SSH session's) stays out of the user's code.
     env = json.loads(args.env_file.read_text()) if args.env_file else dict(os.environ)
     run = NodeRun(command, args.log, env, cwd=args.cwd, max_log_bytes=args.max_log_mb * 2**20)
-    sampler = Sampler(run.process.pid)
-    sampler.sample()  # psutil's cpu_percent needs a first call to measure against
+    sampler = Sampler(
+        run.process.pid, interval=args.sample_interval, own_network=args.own_network, own_machine=args.own_machine
+    )
+    sampler.start()
     last_report = time.monotonic()
     while run.process.poll() is None:
         run.progress_changed.wait(args.interval)
@@ -442,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
             break
         # A report that cannot be delivered takes its progress lines with it: training is never held up for them.
         report = {"status": "running", "progress": dict(run.progress), "progress_log": run.take_progress_log()}
-        reporter.send({**report, "sample": sampler.sample()}, attempts=2)
+        samples = sampler.take()
+        if not reporter.send({**report, "samples": samples}, attempts=2) and not reporter.closed:
+            sampler.give_back(samples)
         last_report = time.monotonic()
 
     try:
@@ -464,11 +535,13 @@ def main(argv: list[str] | None = None) -> int:
             run.tail.append(f"fc2-agent: {reason}")
             with open(args.log, "ab") as log:
                 log.write(f"fc2-agent: {reason}\n".encode())
+    sampler.stopped.set()
     final = {
         "status": "succeeded" if code == 0 else "failed",
         "exit_code": code,
         "progress": dict(run.progress),
         "progress_log": run.take_progress_log(),
+        "samples": sampler.take(),
         "log_tail": run.log_tail(),
     }
     files = collect_outputs(args.output, args.max_artifact_mb * 2**20) if code == 0 else {}

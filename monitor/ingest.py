@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 
 from monitor.models import LossPoint, NodeSample
 
@@ -19,16 +19,34 @@ def finite_or_none(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def record_sample(node, sample: dict) -> NodeSample:
-    """Store one resource sample of `node` (a fc2.Node)."""
-    return NodeSample.objects.create(
-        node=node,
-        cpu_percent=finite_or_none(sample.get("cpu_percent")),
-        memory_mb=finite_or_none(sample.get("memory_mb")),
-        gpu_percent=finite_or_none(sample.get("gpu_percent")),
-        bytes_sent=sample.get("bytes_sent"),
-        bytes_recv=sample.get("bytes_recv"),
-    )
+# How far an agent's clock may be from the platform's before its sample times are taken as received instead.
+CLOCK_SLACK = timedelta(days=1)
+
+
+def record_samples(node, samples: Sequence[dict], received: datetime) -> list[NodeSample]:
+    """Store resource samples of `node` (a fc2.Node) received at `received`, in one insert; each sample's `at` is
+    the unix time the agent took it (never later than received)."""
+    rows = []
+    for sample in samples:
+        measured = received
+        if sample.get("at") is not None:
+            measured = min(datetime.fromtimestamp(sample["at"], UTC), received)
+            if received - measured > CLOCK_SLACK:
+                measured = received
+        rows.append(
+            NodeSample(
+                node=node,
+                at=received,
+                measured_at=measured,
+                **{name: finite_or_none(sample.get(name)) for name in READINGS},
+                bytes_sent=sample.get("bytes_sent"),
+                bytes_recv=sample.get("bytes_recv"),
+            )
+        )
+    return NodeSample.objects.bulk_create(rows)
+
+
+READINGS = ("cpu_percent", "node_cpu_percent", "memory_mb", "gpu_percent", "gpu_memory_mb")
 
 
 def record_losses(node, progress_lines: Iterable[dict]) -> list[LossPoint]:

@@ -29,12 +29,13 @@ class Sample:
     """One agent sample, as the series need it."""
 
     node_id: int
-    at: datetime
+    at: datetime  # when the agent took it
     cpu_percent: float | None = None
     memory_mb: float | None = None
     gpu_percent: float | None = None
-    bytes_sent: int | None = None  # cumulative, as the node's counters say
+    bytes_sent: int | None = None  # cumulative, as the node's counters say; None where not measured per node
     bytes_recv: int | None = None
+    received: datetime | None = None  # when the platform got it (the cursor); None: when taken
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,8 @@ def latest_reading(newest_first: Sequence) -> tuple[object | None, float | None,
     prev = newest_first[1]
     return (
         latest,
-        rate_mbps(prev.bytes_sent, prev.at, latest.bytes_sent, latest.at),
-        rate_mbps(prev.bytes_recv, prev.at, latest.bytes_recv, latest.at),
+        rate_mbps(prev.bytes_sent, prev.measured_at, latest.bytes_sent, latest.measured_at),
+        rate_mbps(prev.bytes_recv, prev.measured_at, latest.bytes_recv, latest.measured_at),
     )
 
 
@@ -143,27 +144,31 @@ def downsample(points: Sequence[dict], limit: int = MAX_POINTS) -> list[dict]:
 
 
 def shape(samples: Sequence[Sample], since: datetime | None = None, limit: int = MAX_POINTS) -> dict[int, list[dict]]:
-    """Per-node resource points, only points newer than `since`, each node's downsampled.
+    """Per-node resource points of the samples received after `since`, each node's downsampled.
 
-    `samples` are ordered by node then time and may include, per node, the last sample at or before `since`: it is
-    the base the first new rate is measured from, and is itself not sent again.
+    `samples` are ordered by node then the time they were taken and may include, per node, the last sample received
+    at or before `since`: it is the base the first new rate is measured from, and is itself not sent again.
     """
     per_node: dict[int, list[dict]] = {}
     for node_id, group in itertools.groupby(samples, key=lambda s: s.node_id):
-        new = [p for p in resource_points(list(group)) if since is None or p["at"] > since]
+        group = list(group)
+        points = resource_points(group)
+        new = [p for s, p in zip(group, points, strict=True) if since is None or (s.received or s.at) > since]
         per_node[node_id] = downsample(new, limit)
     return per_node
 
 
 def load_samples(job_id: int, since: datetime | None = None) -> list[Sample]:
-    """A job's samples newer than `since`, plus each node's latest one at or before it; one query, node then time."""
+    """A job's samples received after `since`, plus each node's latest one received at or before it; one query,
+    node then the time each was taken."""
     queryset = NodeSample.objects.filter(node__job_id=job_id)
     if since is not None:
-        base = NodeSample.objects.filter(node=OuterRef("pk"), at__lte=since).order_by("-at").values("pk")[:1]
+        received = NodeSample.objects.filter(node=OuterRef("pk"), at__lte=since)
+        base = received.order_by("-measured_at", "-pk").values("pk")[:1]
         bases = Node.objects.filter(job_id=job_id).annotate(base=Subquery(base)).values("base")
         queryset = queryset.filter(Q(at__gt=since) | Q(pk__in=bases))
-    rows = queryset.order_by("node_id", "at", "pk").values_list(
-        "node_id", "at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv"
+    rows = queryset.order_by("node_id", "measured_at", "pk").values_list(
+        "node_id", "measured_at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv", "at"
     )
     # Rows stored before reports turned NaN and ±inf into unknowns may hold them; JSON cannot carry them.
     return [Sample(*map(finite_or_none, row)) for row in rows]
@@ -189,7 +194,7 @@ def job_series(job: Job, since: datetime | None = None, limit: int = MAX_POINTS)
     losses, losses_until = load_losses((n.pk for n in nodes if is_chief(job.strategy, n.role, n.index)), since)
     loss = downsample(loss_points(losses), limit)
     # The cursor never goes back: a node's base sample is at or before `since`.
-    latest = max([s.at for s in samples] + [t for t in (since, losses_until) if t], default=None)
+    latest = max([s.received or s.at for s in samples] + [t for t in (since, losses_until) if t], default=None)
     return {
         "until": iso(latest, "microseconds") if latest else None,
         "nodes": [

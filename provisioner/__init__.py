@@ -43,6 +43,10 @@ class Provider:
     # much earlier: a cluster costs until its teardown has ended).
     teardown_s: float = 0.0
     needs_worker_type: bool = False  # whether a cluster must be given its instance types (no default machine)
+    # What of a node is its own, for the agent to measure as the node's: its network (a namespace or machine of its
+    # own: its interfaces' counters are its traffic) and its machine (the whole CPU is its).
+    own_network: bool = False
+    own_machine: bool = False
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -61,6 +65,7 @@ PROVIDERS: dict[str, Provider] = {
         max_workers=8,  # a TensorFlow process of ~600 MB per node, all on this machine
         catalog="lab",
         latency=True,
+        own_network=True,
         teardown_s=3.0,
         description="network namespaces with their own addresses, SSH servers and shaped links",
     ),
@@ -71,6 +76,8 @@ PROVIDERS: dict[str, Provider] = {
         max_workers=64,
         regions=True,
         needs_worker_type=True,
+        own_network=True,
+        own_machine=True,
         teardown_s=90.0,  # terminate, wait for terminated (about a minute on EC2), then the network and the key
         description="EC2 instances in a VPC of their own, bootstrapped over SSH",
     ),

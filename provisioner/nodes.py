@@ -76,10 +76,15 @@ class NodeCommand:
     agent_args: tuple[str, ...] = field(default=())  # more agent options (e.g. --memory-cgroup)
 
 
-def _provider(cluster: ClusterInfo):
+def _entry(cluster: ClusterInfo):
+    """The cluster's provider as the registry describes it (provisioner.Provider)."""
     from provisioner import PROVIDERS
 
-    return importlib.import_module(PROVIDERS[cluster.provider].module)
+    return PROVIDERS[cluster.provider]
+
+
+def _provider(cluster: ClusterInfo):
+    return importlib.import_module(_entry(cluster).module)
 
 
 def bootstrap(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
@@ -234,6 +239,7 @@ def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine
 
     dataset, url = _step(machine, "copy the agent and the dataset", prepare)
     command = provider.node_command(cluster, node, [python, "-m", run.main_module, *run.args], dataset)
+    entry = _entry(cluster)
 
     def start() -> int:
         # The command's output and working directories: a sandbox made them already, a cloud node has none.
@@ -247,6 +253,9 @@ def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine
         agent += ["--log", str(root / "node.log"), "--output", command.agent_output]
         agent += ["--result", str(root / "result"), "--cwd", command.agent_cwd]
         agent += ["--max-artifact-mb", str(run.max_artifact_mb), *command.agent_args]
+        agent += [
+            flag for flag, own in (("--own-network", entry.own_network), ("--own-machine", entry.own_machine)) if own
+        ]
         if url:
             agent += ["--fetch", url, "--fetch-to", dataset, "--fetch-max-mb", str(run.max_dataset_mb)]
             agent += [arg for net in run.fetch_allow for arg in ("--fetch-allow", net)]

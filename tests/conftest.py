@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import uuid
 from io import StringIO
 from pathlib import Path
@@ -238,3 +241,55 @@ def aws_worker_env(settings) -> dict[str, str]:
     env = {name: str(getattr(settings, name)) for name in names}
     env["FC2_AWS_PLACEMENT_GROUPS"] = "true" if settings.FC2_AWS_PLACEMENT_GROUPS else "false"
     return env | {name: value for name, value in os.environ.items() if name.startswith("AWS_")}  # moto's
+
+
+class Outage:
+    """A TCP proxy in front of the live server that the test can take down (connections refused, open ones cut) and
+    bring back on the same port: the platform's web server, as its nodes see it, down for a while."""
+
+    def __init__(self, upstream: str):
+        host, port = upstream.removeprefix("http://").rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.port = 0
+        self.listener: socket.socket | None = None
+        self.open: list[socket.socket] = []
+        self.up()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self.port, self.listener = listener.getsockname()[1], listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        listener, self.listener = self.listener, None
+        for sock in [listener, *self.open]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # taken down
+            server = socket.create_connection(self.upstream)
+            self.open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                target.sendall(data)
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)

@@ -6,6 +6,7 @@ standing in for TensorFlow, so the agent's reports are checked against the serve
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -18,14 +19,15 @@ from unittest import mock
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from fc2.celery import app as celery_app
 from fc2.models import Artifact, Job, Node
 from fc2.services import pipeline
-from monitor.agent import MAX_PROGRESS_LOG, NodeRun, encode_multipart
+from monitor.agent import MAX_PROGRESS_LOG, NodeRun, Sampler, encode_multipart
 from monitor.models import LossPoint, NodeSample
 from provisioner import ClusterSpec, local
-from tests.conftest import PROJECT_DIR, make_job
+from tests.conftest import PROJECT_DIR, Outage, make_job
 
 AGENT = PROJECT_DIR / "monitor" / "agent.py"
 PS_NODES = [("ps", 0), ("chief", 0), ("worker", 0), ("worker", 1)]
@@ -560,3 +562,59 @@ def test_agent_reports_failure_to_the_server(live_server, job, tmp_path):
     node = Node.objects.get(job=job, name="worker-1")
     assert (node.status, node.exit_code) == ("failed", 3)
     assert not job.artifacts.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_agent_samples_every_second_and_keeps_them_while_the_platform_is_down(live_server, job, tmp_path):
+    """The platform is unreachable for the first seconds of the run: the samples taken meanwhile arrive once it is
+    back, each with the time it was taken; a node that shares the machine's network has no bytes, never the
+    machine's."""
+    token = start_running(job)
+    outage = Outage(live_server.url)
+    outage.down()
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    (tmp_path / "output").mkdir()
+    agent = subprocess.Popen(
+        [
+            sys.executable, str(AGENT), "--url", outage.url, "--job", str(job.pk), "--node", "worker-0",
+            "--token-file", str(token_file), "--deadline", str(time.time() + 60), "--log", str(tmp_path / "node.log"),
+            "--output", str(tmp_path / "output"), "--result", str(tmp_path / "result"),
+            "--interval", "0.5", "--sample-interval", "0.25", "--", sys.executable, "-c", "import time; time.sleep(5)",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "node.log").exists():  # the command has started (after the undelivered `started`)
+        assert time.monotonic() < deadline and agent.poll() is None, agent.stderr.read()
+        time.sleep(0.05)
+    time.sleep(2)
+    back = timezone.now()
+    outage.up()
+    _, stderr = agent.communicate(timeout=60)
+
+    assert agent.returncode == 0, stderr
+    samples = list(NodeSample.objects.filter(node__name="worker-0").order_by("measured_at"))
+    taken_while_down = [s for s in samples if s.measured_at < back]
+    assert len(samples) >= 14, len(samples)  # 5 s at 4 a second, less the first and the start-up
+    assert len(taken_while_down) >= 6, "what was sampled while the platform was down was kept"
+    assert all(s.at >= back for s in taken_while_down), "... and received once it was back"
+    gaps = [(b.measured_at - a.measured_at).total_seconds() for a, b in itertools.pairwise(samples)]
+    assert max(gaps) < 0.75, gaps  # none lost
+    assert all(s.bytes_sent is None and s.bytes_recv is None for s in samples)
+    assert [(s.memory_mb, s.cpu_percent) for s in samples if not s.memory_mb or s.cpu_percent is None] == []
+
+
+def test_sampler_buffer_gives_back_undelivered_samples_first_and_drops_the_oldest_when_full():
+    sampler = Sampler(os.getpid(), buffered=5, own_network=True)
+    first = [sampler.sample() for _ in range(3)]
+    sampler.buffer.extend(first)
+    taken = sampler.take()
+    later = [sampler.sample() for _ in range(3)]
+    sampler.buffer.extend(later)
+
+    sampler.give_back(taken)  # the report that took them was not delivered
+
+    kept = sampler.take()
+    assert kept == [*first, *later][-5:]  # in the order taken; the oldest went when the buffer was full
+    assert all(s["bytes_sent"] >= 0 and s["bytes_recv"] >= 0 for s in kept)  # its own network: counted

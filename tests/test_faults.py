@@ -8,12 +8,9 @@ give it back only after an hour). The figures are printed (`pytest -s`); benchma
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -26,7 +23,7 @@ from django.utils import timezone
 from fc2.models import Job, JobEvent
 from fc2.services import jobs, sweep
 from recommender.catalog import load_catalog
-from tests.conftest import aws_worker_env, cluster_processes, start_worker, worker_env
+from tests.conftest import Outage, aws_worker_env, cluster_processes, start_worker, worker_env
 from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -238,58 +235,6 @@ def test_a_ps_job_does_not_wait_in_collecting_for_its_servers(alice, bundle, dig
     print(
         f"\nFIGURE PS job: {collecting_s:.1f} s in collecting; cluster torn down {torn_down_s:.1f} s after succeeding"
     )
-
-
-class Outage:
-    """A TCP proxy in front of the live server that the test can take down (connections refused, open ones cut) and
-    bring back on the same port: the platform's web server, as its nodes see it, down for a while."""
-
-    def __init__(self, upstream: str):
-        host, port = upstream.removeprefix("http://").rsplit(":", 1)
-        self.upstream = (host, int(port))
-        self.port = 0
-        self.listener: socket.socket | None = None
-        self.open: list[socket.socket] = []
-        self.up()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def up(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self.port, self.listener = listener.getsockname()[1], listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def down(self) -> None:
-        listener, self.listener = self.listener, None
-        for sock in [listener, *self.open]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        self.open.clear()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # taken down
-            server = socket.create_connection(self.upstream)
-            self.open += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, target: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                target.sendall(data)
-        with contextlib.suppress(OSError):
-            target.shutdown(socket.SHUT_WR)
 
 
 OUTAGE_S = 60

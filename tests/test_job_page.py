@@ -79,7 +79,8 @@ def add_samples(node: Node, count: int, *, start: float = 0, every: float = 2, m
     NodeSample.objects.bulk_create(
         [
             NodeSample(
-                node=node, at=sec(start + i * every), cpu_percent=50.0 + i, memory_mb=600.0, gpu_percent=None,
+                node=node, at=sec(start + i * every), measured_at=sec(start + i * every), cpu_percent=50.0 + i,
+                memory_mb=600.0, gpu_percent=None,
                 bytes_sent=int(i * every * mbps * MB), bytes_recv=int(i * every * mbps * MB / 2),
             )
             for i in range(count)

@@ -17,7 +17,7 @@ from fc2.models import Artifact, Dataset, Job, Node
 from fc2.results import LOG_INTRO
 from fc2.services import pipeline
 from monitor.agent import DATASET_FETCH_FAILED
-from monitor.ingest import finite_or_none, record_losses, record_sample
+from monitor.ingest import finite_or_none, record_losses, record_samples
 
 # Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
 Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
@@ -25,6 +25,7 @@ ByteCount = Annotated[int, Field(ge=0, le=2**63 - 1)]
 # Longest artifact file name, in UTF-8 bytes: file systems allow 255, and storage may add "_<7 characters>" on a clash.
 ARTIFACT_FILE_NAME_BYTES = 200
 MAX_PROGRESS_LOG = 1000  # progress lines in one report, as monitor/agent.py bounds them
+MAX_BUFFERED_SAMPLES = 3600  # resource samples in one report, as monitor/agent.py's buffer holds them
 
 
 # Reports are read with json.loads, which accepts NaN and ±Infinity: such a number (a diverging run, a broken counter)
@@ -50,14 +51,21 @@ class ProgressLine(Progress):
 
 
 class Sample(BaseModel):
+    """One resource sample (monitor/agent.py's Sampler), `at` its unix time (the agent's clock)."""
+
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    at: float | None = Field(None, ge=0, le=2**33)
     cpu_percent: float | None = Field(None, ge=0)
+    node_cpu_percent: float | None = Field(None, ge=0)
     memory_mb: float | None = Field(None, ge=0)
     gpu_percent: float | None = Field(None, ge=0, le=100)
+    gpu_memory_mb: float | None = Field(None, ge=0)
     bytes_sent: ByteCount | None = None
     bytes_recv: ByteCount | None = None
 
-    _finite_readings = field_validator("cpu_percent", "memory_mb", "gpu_percent", mode="before")(finite_or_none)
+    _finite_readings = field_validator(
+        "cpu_percent", "node_cpu_percent", "memory_mb", "gpu_percent", "gpu_memory_mb", mode="before"
+    )(finite_or_none)
 
 
 class Report(BaseModel):
@@ -68,7 +76,9 @@ class Report(BaseModel):
     progress: Progress | None = None
     # Every progress line since the node's previous report (the agent bounds it); agents before it sent only `progress`.
     progress_log: list[ProgressLine] | None = Field(None, max_length=MAX_PROGRESS_LOG)
-    sample: Sample | None = None
+    sample: Sample | None = None  # agents before `samples` sent one per report
+    # The samples taken since the node's previous report (an hour's at most: the agent's buffer).
+    samples: list[Sample] | None = Field(None, max_length=MAX_BUFFERED_SAMPLES)
     log_tail: str | None = Field(None, max_length=100_000)
 
 
@@ -125,8 +135,9 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
             if key in progress:
                 setattr(node, key, progress[key])
         node.save()
-        if report.sample:
-            record_sample(node, report.sample.model_dump())
+        samples = [*([report.sample] if report.sample else []), *(report.samples or [])]
+        if samples:
+            record_samples(node, [sample.model_dump() for sample in samples], now)
         if report.progress_log is not None:
             record_losses(node, (line.model_dump() for line in report.progress_log))
         elif progress:
