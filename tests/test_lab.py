@@ -21,6 +21,7 @@ from fc2.models import Job, ReapedCluster
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, labnet, nodes
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
+from tests.wheels import GOOD, make_wheel
 
 pytestmark = pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
 
@@ -89,6 +90,71 @@ def test_a_lab_job_trains_over_ssh_bootstrapped_nodes_and_leaves_nothing(strateg
     assert all(n.started_at for n in job.nodes.all()), "every node's agent reported (through the bridge's relay)"
     assert any("nodes:" in e.message and "10." in e.message for e in job.events.all())  # the timeline says where
     assert leftovers(job.cluster_name) == NOTHING
+
+
+TRANSFER_BYTES = 30 * 2**20
+# Two mirrored workers: the first listens on its own address, the second sends it TRANSFER_BYTES; both wait before
+# and after, so that the agents' samples (one a second) bracket the transfer.
+TRANSFER = f"""
+import json, os, socket, time
+config = json.loads(os.environ["TF_CONFIG"])
+cluster, task = config["cluster"], config["task"]
+hosts = [address for role in ("chief", "worker") for address in cluster.get(role, [])]
+me, receiver = cluster[task["type"]][task["index"]], hosts[0]
+host, port = receiver.rsplit(":", 1)
+listener = socket.create_server((host, int(port))) if me == receiver else None
+time.sleep(3)
+if listener:
+    connection, _ = listener.accept()
+    got = 0
+    while chunk := connection.recv(1 << 16):
+        got += len(chunk)
+    print("received", got, flush=True)
+else:
+    for _ in range(100):
+        try:
+            sender = socket.create_connection((host, int(port)))
+            break
+        except OSError:
+            time.sleep(0.1)
+    sender.sendall(b"x" * {TRANSFER_BYTES})
+    sender.close()
+    print("sent", {TRANSFER_BYTES}, flush=True)
+time.sleep(3)
+""".encode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_known_transfer_between_two_nodes_is_what_both_agents_report(alice, lab_catalog, tmp_path):
+    """Each lab node's agent counts its own namespace's traffic: 30 MiB from one node to the other is within 5 % of
+    the sender's bytes out and the receiver's bytes in (TCP/IP headers, ACKs and the agents' own reports are the
+    rest), and the node that sent nothing shows nearly nothing out."""
+    wheel = make_wheel(tmp_path, {**GOOD, "demo/main.py": TRANSFER})
+    out = StringIO()
+    with contextlib.suppress(SystemExit):
+        call_command(
+            "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", "lab", "--workers", "2",
+            "--strategy", "mirrored", "--worker-type", "lab-w-1g", "--user", "alice", "--inline", "--wait", "--json",
+            stdout=out,
+        )  # fmt: skip
+    result = json.loads(out.getvalue())
+    assert result["status"] == "succeeded", result.get("error")
+
+    job = Job.objects.get(pk=result["id"])
+    moved = {}
+    for node in job.nodes.all():
+        samples = list(node.samples.order_by("measured_at"))
+        assert len(samples) >= 5, f"{node.name}: {len(samples)} samples"
+        first, last = samples[0], samples[-1]
+        moved[node.log_tail.split("\n")[-1].split()[0]] = (
+            last.bytes_sent - first.bytes_sent,
+            last.bytes_recv - first.bytes_recv,
+        )
+    (sent_out, sent_in), (received_out, received_in) = moved["sent"], moved["received"]
+    print(f"\nFIGURE {TRANSFER_BYTES} B sent: sender out {sent_out} B, receiver in {received_in} B")
+    assert TRANSFER_BYTES <= sent_out <= TRANSFER_BYTES * 1.05
+    assert TRANSFER_BYTES <= received_in <= TRANSFER_BYTES * 1.05
+    assert received_out < TRANSFER_BYTES * 0.05 and sent_in < TRANSFER_BYTES * 0.05  # ACKs and the reports
 
 
 def test_cluster_up_twice_is_one_cluster_whose_nodes_answer_over_ssh(settings):
