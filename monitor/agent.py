@@ -69,6 +69,7 @@ class Reporter:
         self.token = token
         self.timeout = timeout
         self.closed = False  # the platform said the job is over: stop reporting
+        self.refused = False  # the platform refused the last report as it was (sending it again would not help)
         self.stopping = threading.Event()  # set on SIGTERM: give up waiting between tries
 
     def send(
@@ -78,6 +79,7 @@ class Reporter:
         exponential backoff capped at 30 s. False when it was not delivered or the platform refused it."""
         if self.closed:
             return False
+        self.refused = False
         report = {"node": self.node, **report}
         if files:
             body, content_type = encode_multipart(report, files)
@@ -103,6 +105,7 @@ class Reporter:
                     return False
                 if exc.code < 500 and exc.code != 429:
                     print(f"fc2-agent: report refused ({exc.code}): {detail}", file=sys.stderr, flush=True)
+                    self.refused = True
                     return False
             except (urllib.error.URLError, OSError) as exc:
                 detail = str(exc)
@@ -512,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         # A report that cannot be delivered takes its progress lines with it: training is never held up for them.
         report = {"status": "running", "progress": dict(run.progress), "progress_log": run.take_progress_log()}
         samples = sampler.take()
-        if not reporter.send({**report, "samples": samples}, attempts=2) and not reporter.closed:
+        # Undelivered samples go back for the next report; refused ones do not (they would be refused again).
+        if not reporter.send({**report, "samples": samples}, attempts=2) and not (reporter.closed or reporter.refused):
             sampler.give_back(samples)
         last_report = time.monotonic()
 

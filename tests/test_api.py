@@ -6,6 +6,7 @@ standing in for TensorFlow, so the agent's reports are checked against the serve
 
 from __future__ import annotations
 
+import http.server
 import itertools
 import json
 import math
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from unittest import mock
@@ -618,3 +620,46 @@ def test_sampler_buffer_gives_back_undelivered_samples_first_and_drops_the_oldes
     kept = sampler.take()
     assert kept == [*first, *later][-5:]  # in the order taken; the oldest went when the buffer was full
     assert all(s["bytes_sent"] >= 0 and s["bytes_recv"] >= 0 for s in kept)  # its own network: counted
+
+
+def test_samples_of_a_refused_report_are_not_sent_again(tmp_path):
+    """A report the platform refuses as it is (a 4xx) would be refused again: its samples are dropped, and the
+    reports after it carry only newer ones."""
+    bodies: list[dict] = []
+
+    class Platform(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            bodies.append(body)
+            refuse = body["status"] == "running" and len([b for b in bodies if b["status"] == "running"]) == 1
+            self.send_response(400 if refuse else 200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Platform)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "out").mkdir()
+    try:
+        result = subprocess.run(
+            [
+                sys.executable, str(AGENT), "--url", f"http://127.0.0.1:{server.server_address[1]}", "--job", "1",
+                "--node", "worker-0", "--token-file", str(tmp_path / "token"), "--log", str(tmp_path / "node.log"),
+                "--output", str(tmp_path / "out"), "--result", str(tmp_path / "result"), "--interval", "0.5",
+                "--sample-interval", "0.2", "--", sys.executable, "-c", "import time; time.sleep(3)",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert result.returncode == 0, result.stderr
+    running_reports = [b for b in bodies if b["status"] == "running"]
+    assert len(running_reports) >= 2 and "report refused (400)" in result.stderr
+    refused = {sample["at"] for sample in running_reports[0]["samples"]}
+    later = [sample["at"] for b in bodies[bodies.index(running_reports[0]) + 1 :] for sample in b.get("samples", [])]
+    assert refused and later and not refused & set(later) and min(later) > max(refused)
