@@ -19,6 +19,7 @@ def finite_or_none(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+READINGS = ("cpu_percent", "node_cpu_percent", "memory_mb", "gpu_percent", "gpu_memory_mb")  # a sample's floats
 # How far an agent's clock may be from the platform's before its sample times are taken as received instead.
 CLOCK_SLACK = timedelta(days=1)
 
@@ -44,9 +45,6 @@ def record_samples(node, samples: Sequence[dict], received: datetime) -> list[No
             )
         )
     return NodeSample.objects.bulk_create(rows)
-
-
-READINGS = ("cpu_percent", "node_cpu_percent", "memory_mb", "gpu_percent", "gpu_memory_mb")
 
 
 def record_losses(node, progress_lines: Iterable[dict]) -> list[LossPoint]:

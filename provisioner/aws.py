@@ -40,6 +40,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -541,22 +542,37 @@ def list_clusters(region: str = "") -> list[str]:
     """Every cluster of this installation that has anything left in the region, however far its launch got."""
     region = region_of(region)
     found: set[str] = set()
-    for operation, key in _KINDS:
+    for operation, key in [("describe_instances", "Reservations"), *((k.describe, k.key) for k in _KINDS)]:
         for item in _described(region, operation, key, None):
             found.add(_tag(item, "fc2:cluster"))
     found.discard("")
     return sorted(found)
 
 
-# What a cluster may have, in the order teardown removes it: (describe operation, key of its items).
+class _Kind(NamedTuple):
+    """A kind of resource a cluster may have besides its instances: how it is described, named and removed."""
+
+    label: str  # as teardown reports it: "<label> <id>"
+    describe: str
+    key: str  # of its items in the describe answer
+    delete: str
+    id_field: str  # the item's field the delete takes (as the same parameter)
+
+
+# What a cluster may have besides its instances, in the order teardown removes it (after the instances).
 _KINDS = (
-    ("describe_instances", "Reservations"),
-    ("describe_placement_groups", "PlacementGroups"),
-    ("describe_key_pairs", "KeyPairs"),
-    ("describe_security_groups", "SecurityGroups"),
-    ("describe_subnets", "Subnets"),
-    ("describe_internet_gateways", "InternetGateways"),
-    ("describe_vpcs", "Vpcs"),
+    _Kind("placement group", "describe_placement_groups", "PlacementGroups", "delete_placement_group", "GroupName"),
+    _Kind("key pair", "describe_key_pairs", "KeyPairs", "delete_key_pair", "KeyName"),
+    _Kind("security group", "describe_security_groups", "SecurityGroups", "delete_security_group", "GroupId"),
+    _Kind("subnet", "describe_subnets", "Subnets", "delete_subnet", "SubnetId"),
+    _Kind(
+        "internet gateway",
+        "describe_internet_gateways",
+        "InternetGateways",
+        "delete_internet_gateway",
+        "InternetGatewayId",
+    ),  # fmt: skip
+    _Kind("vpc", "describe_vpcs", "Vpcs", "delete_vpc", "VpcId"),
 )
 
 
@@ -567,9 +583,7 @@ def _described(region: str, operation: str, key: str, cluster_id: str | None) ->
     if operation == "describe_instances":
         filters.append({"Name": "instance-state-name", "Values": LIVE_STATES})
         return [i for r in pages("ec2", region, operation, key, Filters=filters) for i in r["Instances"]]
-    if operation in ("describe_key_pairs", "describe_placement_groups"):  # not paginated
-        return call("ec2", region, operation, Filters=filters).get(key, [])
-    return pages("ec2", region, operation, key, Filters=filters)
+    return pages("ec2", region, operation, key, Filters=filters)  # (an unpaginated answer is one page)
 
 
 def teardown(cluster_id: str, region: str = "") -> list[str]:
@@ -581,33 +595,14 @@ def teardown(cluster_id: str, region: str = "") -> list[str]:
     ids = [instance["InstanceId"] for instance in instances]
     _terminate(region, ids)
     removed += [f"instance {i}" for i in ids]
-    for group in _described(region, "describe_placement_groups", "PlacementGroups", cluster_id):
-        _quietly(call, "ec2", region, "delete_placement_group", GroupName=group["GroupName"])
-        removed.append(f"placement group {group['GroupName']}")
-    for pair in _described(region, "describe_key_pairs", "KeyPairs", cluster_id):
-        _quietly(call, "ec2", region, "delete_key_pair", KeyName=pair["KeyName"])
-        removed.append(f"key pair {pair['KeyName']}")
-    for group in _described(region, "describe_security_groups", "SecurityGroups", cluster_id):
-        _quietly(call, "ec2", region, "delete_security_group", GroupId=group["GroupId"])
-        removed.append(f"security group {group['GroupId']}")
-    for subnet in _described(region, "describe_subnets", "Subnets", cluster_id):
-        _quietly(call, "ec2", region, "delete_subnet", SubnetId=subnet["SubnetId"])
-        removed.append(f"subnet {subnet['SubnetId']}")
-    for gateway in _described(region, "describe_internet_gateways", "InternetGateways", cluster_id):
-        for attachment in gateway.get("Attachments") or []:
-            _quietly(
-                call,
-                "ec2",
-                region,
-                "detach_internet_gateway",
-                InternetGatewayId=gateway["InternetGatewayId"],
-                VpcId=attachment["VpcId"],
-            )
-        _quietly(call, "ec2", region, "delete_internet_gateway", InternetGatewayId=gateway["InternetGatewayId"])
-        removed.append(f"internet gateway {gateway['InternetGatewayId']}")
-    for vpc in _described(region, "describe_vpcs", "Vpcs", cluster_id):
-        _quietly(call, "ec2", region, "delete_vpc", VpcId=vpc["VpcId"])
-        removed.append(f"vpc {vpc['VpcId']}")
+    for kind in _KINDS:
+        for item in _described(region, kind.describe, kind.key, cluster_id):
+            ident = item[kind.id_field]
+            for attachment in item.get("Attachments") or []:  # a gateway is detached from its VPC first
+                vpc = attachment["VpcId"]
+                _quietly(call, "ec2", region, "detach_internet_gateway", InternetGatewayId=ident, VpcId=vpc)
+            _quietly(call, "ec2", region, kind.delete, **{kind.id_field: ident})
+            removed.append(f"{kind.label} {ident}")
     shutil.rmtree(_cluster_dir(cluster_id), ignore_errors=True)
     return removed
 

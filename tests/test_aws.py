@@ -4,7 +4,6 @@ gave them (tests/ec2lab.py), a real job bootstrapped over SSH and trained with T
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from fc2.services import jobs, sweep
 from provisioner import ClusterSpec, aws, awsapi
 from provisioner.errors import CapacityError, ProvisionError
 from recommender.catalog import load_catalog
+from tests.conftest import call_json
 from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -235,15 +235,11 @@ def test_cluster_up_twice_is_one_cluster_and_down_leaves_no_instance(aws_env):
 @pytest.mark.django_db(transaction=True)
 def test_an_aws_job_trains_over_ssh_at_the_addresses_ec2_gave_and_leaves_nothing(ec2_hosts, alice, example_wheel):
     load_catalog("fc2-2018")
-    out = StringIO()
-    with contextlib.suppress(SystemExit):  # --wait exits 1 unless the job succeeded; the JSON is printed first
-        call_command(
-            "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "aws",
-            "--region", REGION, "--workers", "2", "--strategy", "mirrored", "--worker-type", "c4.xlarge",
-            "--param", "epochs=1", "--param", "steps_per_epoch=5", "--user", "alice", "--inline", "--wait", "--json",
-            stdout=out,
-        )  # fmt: skip
-    result = json.loads(out.getvalue())
+    _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
+        "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "aws",
+        "--region", REGION, "--workers", "2", "--strategy", "mirrored", "--worker-type", "c4.xlarge",
+        "--param", "epochs=1", "--param", "steps_per_epoch=5", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
 
     assert result["status"] == "succeeded", result.get("error")
     job = Job.objects.get(pk=result["id"])

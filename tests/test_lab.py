@@ -21,6 +21,7 @@ from fc2.models import Job, ReapedCluster
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, labnet, nodes
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
+from tests.conftest import call_json
 from tests.wheels import GOOD, make_wheel
 
 pytestmark = pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
@@ -71,15 +72,11 @@ def cluster_command(action: str, *args: str) -> tuple[int, dict]:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("strategy", ["ps", "mirrored"])
 def test_a_lab_job_trains_over_ssh_bootstrapped_nodes_and_leaves_nothing(strategy, alice, example_wheel, lab_catalog):
-    out = StringIO()
-    with contextlib.suppress(SystemExit):  # --wait exits 1 unless the job succeeded; the JSON is printed first
-        call_command(
-            "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "lab",
-            "--workers", "2", "--strategy", strategy, "--worker-type", "lab-w-250",
-            "--param", "epochs=1", "--param", "steps_per_epoch=5", "--user", "alice", "--inline", "--wait", "--json",
-            stdout=out,
-        )  # fmt: skip
-    result = json.loads(out.getvalue())
+    _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
+        "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "lab",
+        "--workers", "2", "--strategy", strategy, "--worker-type", "lab-w-250",
+        "--param", "epochs=1", "--param", "steps_per_epoch=5", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
 
     assert result["status"] == "succeeded", result.get("error")
     job = Job.objects.get(pk=result["id"])
@@ -130,14 +127,10 @@ def test_a_known_transfer_between_two_nodes_is_what_both_agents_report(alice, la
     the sender's bytes out and the receiver's bytes in (TCP/IP headers, ACKs and the agents' own reports are the
     rest), and the node that sent nothing shows nearly nothing out."""
     wheel = make_wheel(tmp_path, {**GOOD, "demo/main.py": TRANSFER})
-    out = StringIO()
-    with contextlib.suppress(SystemExit):
-        call_command(
-            "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", "lab", "--workers", "2",
-            "--strategy", "mirrored", "--worker-type", "lab-w-1g", "--user", "alice", "--inline", "--wait", "--json",
-            stdout=out,
-        )  # fmt: skip
-    result = json.loads(out.getvalue())
+    _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
+        "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", "lab", "--workers", "2",
+        "--strategy", "mirrored", "--worker-type", "lab-w-1g", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
     assert result["status"] == "succeeded", result.get("error")
 
     job = Job.objects.get(pk=result["id"])

@@ -110,7 +110,7 @@ def sweep() -> int:
 
 
 # pipeline.cluster_name's names: a cluster so named belongs to a job, and is an orphan when no job records it.
-JOB_CLUSTER = re.compile(r"^fc2-\d+-[0-9a-f]{8}$")
+JOB_CLUSTER = re.compile(r"^fc2-(\d+)-[0-9a-f]{8}$")
 
 
 def orphans(provider: str, region: str = "", *, every: bool = False) -> list[str]:
@@ -134,10 +134,10 @@ def reap(provider: str, region: str = "", *, every: bool = False, by: str = "swe
     reaped = []
     for name in orphans(provider, region, every=every):
         resources = provisioner.teardown(provider, name, region)
-        number = JOB_CLUSTER.match(name) and int(name.split("-")[1])
+        job_name = JOB_CLUSTER.match(name)
         reaped.append(
             ReapedCluster.objects.create(
-                provider=provider, region=region, cluster_name=name, job_number=number or None,
+                provider=provider, region=region, cluster_name=name, job_number=int(job_name[1]) if job_name else None,
                 resources=resources, by=by,
             )
         )  # fmt: skip

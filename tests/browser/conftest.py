@@ -91,3 +91,18 @@ def log_in(page: Page, username: str, password: str) -> None:
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(re.compile(r"^(?!.*/accounts/login/).*$"))
+
+
+def to_resource_step(page: Page, wheel: Path, parameters: dict[str, str] | None = None) -> None:
+    """Through the wizard's first two steps: `wheel` with its `parameters` (in the rows the page shows), then the
+    built-in digits; ends on the Resource step."""
+    page.goto("/jobs/new/")
+    page.get_by_label("Wheel bundle (.whl)").set_input_files(str(wheel))
+    for number, (name, value) in enumerate((parameters or {}).items(), start=1):
+        page.get_by_role("textbox", name=f"Name of parameter {number}").fill(name)
+        page.get_by_role("textbox", name=f"Value of parameter {number}").fill(value)
+    page.get_by_role("button", name=re.compile("^Next")).click()
+    page.wait_for_url(re.compile(r"/jobs/new/data/"))
+    page.locator("label.wz-card", has_text="Digits").click()
+    page.get_by_role("button", name=re.compile("^Next")).click()
+    page.wait_for_url(re.compile(r"/jobs/new/resource/"))

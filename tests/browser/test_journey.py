@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from fc2.models import CodeBundle, Job
 from recommender.catalog import load_catalog
-from tests.browser.conftest import log_in
+from tests.browser.conftest import log_in, to_resource_step
 from tests.conftest import aws_worker_env, cluster_processes, make_job, start_worker, worker_env
 from tests.ec2lab import NOTHING, REGION, everything_tagged
 from tests.wheels import FILENAME, GOOD, make_wheel
@@ -142,16 +142,7 @@ def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
         pytest.skip(reason)
     load_catalog("lab")
     log_in(page, "alice", "alice-password-1")
-    page.goto("/jobs/new/")
-    page.get_by_label("Wheel bundle (.whl)").set_input_files(str(example_wheel))
-    page.get_by_role("textbox", name="Name of parameter 1").fill("epochs")
-    page.get_by_role("textbox", name="Value of parameter 1").fill("1")
-    page.get_by_role("button", name=re.compile("^Next")).click()
-    page.wait_for_url(re.compile(r"/jobs/new/data/"))
-    page.locator("label.wz-card", has_text="Digits").click()
-    page.get_by_role("button", name=re.compile("^Next")).click()
-
-    page.wait_for_url(re.compile(r"/jobs/new/resource/"))
+    to_resource_step(page, example_wheel, {"epochs": "1"})
     page.get_by_label("Lab (emulated cloud on this machine)").check()
     page.get_by_label("Latency between nodes (ms)").fill("10")
     page.get_by_label("All-Reduce").check()
@@ -191,16 +182,7 @@ def test_the_wizards_aws_choice_trains_on_ec2_instances_through_the_workers(
     worker = start_worker(worker_env(live_server, runtime_dir, queue) | aws_worker_env(settings), tmp_path / "w.log")
     try:
         log_in(page, "alice", "alice-password-1")
-        page.goto("/jobs/new/")
-        page.get_by_label("Wheel bundle (.whl)").set_input_files(str(example_wheel))
-        page.get_by_role("textbox", name="Name of parameter 1").fill("epochs")
-        page.get_by_role("textbox", name="Value of parameter 1").fill("1")
-        page.get_by_role("button", name=re.compile("^Next")).click()
-        page.wait_for_url(re.compile(r"/jobs/new/data/"))
-        page.locator("label.wz-card", has_text="Digits").click()
-        page.get_by_role("button", name=re.compile("^Next")).click()
-
-        page.wait_for_url(re.compile(r"/jobs/new/resource/"))
+        to_resource_step(page, example_wheel, {"epochs": "1"})
         expect(page.get_by_label("AWS EC2")).to_be_enabled()
         page.get_by_label("AWS EC2").check()
         page.get_by_label("AWS region").select_option(REGION)

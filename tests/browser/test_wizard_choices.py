@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 import provisioner
 from recommender.catalog import load_catalog
-from tests.browser.conftest import log_in
+from tests.browser.conftest import log_in, to_resource_step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,16 +20,6 @@ NEEDS = {
     "manual": {"Worker type": "c4.xlarge"},
     "scala-opt-m": {"Worker type": "c4.xlarge"},
 }
-
-
-def to_resource_step(page, example_wheel) -> None:
-    page.goto("/jobs/new/")
-    page.get_by_label("Wheel bundle (.whl)").set_input_files(str(example_wheel))
-    page.get_by_role("button", name=re.compile("^Next")).click()
-    page.wait_for_url(re.compile(r"/jobs/new/data/"))
-    page.locator("label.wz-card", has_text="Digits").click()
-    page.get_by_role("button", name=re.compile("^Next")).click()
-    page.wait_for_url(re.compile(r"/jobs/new/resource/"))
 
 
 def test_every_resource_choice_gives_a_cluster_or_says_why_not(page, shot, alice, example_wheel):
