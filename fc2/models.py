@@ -42,7 +42,7 @@ class JobQuerySet(OwnedQuerySet):
         """$ these jobs' clusters cost inside [start, end): each job's $/h over the part of its cluster's life in the
         window."""
         jobs = self.ran_between(start, end).filter(hourly_cost__isnull=False)
-        rows = jobs.only("hourly_cost", "launched_at", "torn_down_at")
+        rows = jobs.only("hourly_cost", "launched_at", "torn_down_at", "profiling_runs")
         return sum((job.cost_between(start, end, now) for job in rows), 0.0)
 
 
@@ -53,6 +53,10 @@ class DatasetQuerySet(OwnedQuerySet):
 
     def visible_to(self, user):
         return self if is_platform_admin(user) else self.usable_by(user)
+
+
+def _moment(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
 
 
 def bundle_upload_to(instance: CodeBundle, filename: str) -> str:
@@ -137,7 +141,21 @@ def epochs_parameter(parameters: dict) -> int | None:
     >>> epochs_parameter({"epochs": "5"}), epochs_parameter({"epochs": "0"}), epochs_parameter({"epochs": "1.5"})
     (5, None, None)
     """
-    value = str(parameters.get("epochs", ""))
+    return _whole_parameter(parameters, "epochs")
+
+
+def batch_size_parameter(parameters: dict) -> int | None:
+    """The `batch_size` parameter when it is a whole number of at least 1: the batch size a job asks its script for
+    (what its performance is recorded and looked up by).
+
+    >>> batch_size_parameter({"batch_size": "128"}), batch_size_parameter({"batch_size": "big"})
+    (128, None)
+    """
+    return _whole_parameter(parameters, "batch_size")
+
+
+def _whole_parameter(parameters: dict, name: str) -> int | None:
+    value = str(parameters.get(name, ""))
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
@@ -233,6 +251,11 @@ class Job(models.Model):
     steps = models.PositiveIntegerField(null=True, blank=True)
     loss = models.FloatField(null=True, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
+    # What its nodes' samples said once it ended (monitor/figures.py): bandwidth, saturation, idleness, alerts.
+    figures = models.JSONField(null=True, blank=True, help_text="The run's figures and alerts, kept once it ended")
+    # Scala-Opt's bandwidth profiling runs made for it (monitor/profiling.py): each with its types, start, end, $/h and
+    # what it measured. Their cost is part of the job's.
+    profiling_runs = models.JSONField(default=list, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -296,8 +319,9 @@ class Job(models.Model):
     @property
     def cost_so_far(self) -> float | None:
         """$ at the catalogue's price: the cluster's hourly cost (every node, the PS included) per second it has been
-        up, from its launch to its teardown (an estimate, not a bill)."""
-        if self.hourly_cost is None or self.launched_at is None:
+        up, from its launch to its teardown, plus its profiling runs' (an estimate, not a bill); None while nothing
+        of it has been priced and launched."""
+        if (self.hourly_cost is None or self.launched_at is None) and not self.profiling_runs:
             return None
         return self.cost_between()
 
@@ -316,14 +340,22 @@ class Job(models.Model):
     def cost_between(
         self, start: datetime | None = None, end: datetime | None = None, now: datetime | None = None
     ) -> float:
-        """$ of the part of its cluster's life (launched → torn down, or `now` while it is up) inside [start, end)."""
-        if self.hourly_cost is None or self.launched_at is None:
-            return 0.0
-        up_from = max(self.launched_at, start) if start else self.launched_at
-        up_to = self.torn_down_at or now or timezone.now()
-        up_to = min(up_to, end) if end else up_to
-        seconds = max(0.0, (up_to - up_from).total_seconds())
-        return float(self.hourly_cost) * seconds / 3600
+        """$ of the parts of its clusters' lives inside [start, end): its cluster's (launched → torn down, or `now`
+        while it is up) and its profiling runs' (monitor/profiling.py), each at its own $/h."""
+        now = now or timezone.now()
+        spans = [
+            # A run cut off (its worker lost) ended with its cluster's teardown.
+            (_moment(run["started_at"]), _moment(run.get("ended_at")) or self.torn_down_at or now, run["hourly_cost"])
+            for run in self.profiling_runs or []
+        ]
+        if self.hourly_cost is not None and self.launched_at is not None:
+            spans.append((self.launched_at, self.torn_down_at or now, self.hourly_cost))
+        total = 0.0
+        for up_from, up_to, hourly in spans:
+            up_from = max(up_from, start) if start else up_from
+            up_to = min(up_to, end) if end else up_to
+            total += float(hourly) * max(0.0, (up_to - up_from).total_seconds()) / 3600
+        return total
 
     @property
     def time_limit_from(self) -> datetime:

@@ -125,12 +125,20 @@ FC2_LOCAL_CLUSTER_MEMORY_MB = envint("FC2_LOCAL_CLUSTER_MEMORY_MB", _machine_mb 
 # Lost workers (fc2/services/sweep.py): whoever runs a job's step holds a lease on the job, renewed every third of
 # FC2_LEASE_S, so a lease left to expire means its worker is gone. A step sent to the workers and not started within
 # FC2_STEP_PICKUP_S was lost with its message (generous: a busy queue must not look like a lost message). Nodes report
-# every ~2 s; one silent for FC2_NODE_SILENCE_S has its kept result looked for. The sweep runs every
+# every ~2 s; one silent for FC2_NODE_SILENCE_S has its kept result looked for, and one silent for FC2_NODE_LOST_S,
+# alive or not, fails its job naming it (a node that cannot reach the platform, or a machine nobody can reach, must
+# not hold a cluster until the time limit; its agent keeps an hour of samples, so a platform down for minutes loses
+# nothing). The sweep runs every
 # FC2_SWEEP_INTERVAL_S (Celery beat), enforces FC2_JOB_TIMEOUT_S in every state, and sends a lost step again at most
 # FC2_STEP_RESENDS times.
 FC2_LEASE_S = envint("FC2_LEASE_S", 30)
 FC2_STEP_PICKUP_S = envint("FC2_STEP_PICKUP_S", 120)
 FC2_NODE_SILENCE_S = envint("FC2_NODE_SILENCE_S", 20)
+FC2_NODE_LOST_S = envint("FC2_NODE_LOST_S", 600)
+# Scala-Opt's profiling run (monitor/profiling.py): it ends once its worker has communicated for FC2_PROFILE_BUSY_S,
+# and at the latest FC2_PROFILE_S after its nodes started.
+FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)
+FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
 FC2_STEP_RESENDS = envint("FC2_STEP_RESENDS", 2)
 # Attempts of a resumable step that fails transiently (a node's SSH not up yet, a cloud API throttling), with backoff.

@@ -19,7 +19,7 @@ import provisioner
 from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
 from fc2.services import pipeline
-from monitor import series
+from monitor import figures, series
 from monitor.models import NodeSample
 
 
@@ -97,13 +97,14 @@ def _job_context(job: Job) -> dict:
         "charts": JOB_CHARTS,
         "can_cancel": job.state in pipeline.CANCELLABLE,
         "provider": provisioner.PROVIDERS.get(job.provider),
+        "figures": figures.job_figures(job),
     }
 
 
 @login_required
 def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
     """The charts' data: per-node resource points and the loss curve, newer than `?since=` (the last `until`); the
-    job's progress and its costs so far and projected."""
+    job's progress, its costs so far and projected, and its run figures and alerts (monitor/figures.py)."""
     job = _visible_job(request, job_id)
     since = None
     if request.GET.get("since"):
@@ -124,6 +125,7 @@ def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
                 **{key: getattr(job, key) for key in ("epoch", "epochs", "step", "steps", "loss")},
             },
             "cost": job.cost_summary(),
+            "figures": figures.job_figures(job),
         }
     )
 

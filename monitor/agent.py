@@ -58,6 +58,7 @@ MAX_LINE_BYTES = 64 * 1024  # a longer line is read in pieces: the agent never h
 MIN_REPORT_GAP_S = 1.0
 MAX_PROGRESS_LOG = 1000  # progress lines one report carries: the newest, when a chief prints faster than that
 MAX_BUFFERED_SAMPLES = 3600  # resource samples kept while the platform cannot be reached: an hour at 1 Hz
+MAX_KEPT_SAMPLES = 86400  # samples --keep-samples writes: a day's at 1 Hz (about 10 MB)
 
 
 class Reporter:
@@ -68,7 +69,9 @@ class Reporter:
         self.node = node
         self.token = token
         self.timeout = timeout
-        self.closed = False  # the platform said the job is over: stop reporting
+        # The platform said the job is over: stop reporting. No URL: a run that reports to nobody (Scala-Opt's
+        # profiling run, which reads the samples the agent keeps on the node, --keep-samples).
+        self.closed = not url
         self.refused = False  # the platform refused the last report as it was (sending it again would not help)
         self.stopping = threading.Event()  # set on SIGTERM: give up waiting between tries
 
@@ -165,7 +168,7 @@ class Sampler:
 
     def __init__(
         self, pid: int, *, interval: float = 1.0, own_network: bool = False, own_machine: bool = False,
-        buffered: int = MAX_BUFFERED_SAMPLES,
+        buffered: int = MAX_BUFFERED_SAMPLES, keep: Path | None = None,
     ):  # fmt: skip
         self.process = psutil.Process(pid) if psutil else None
         self.interval = interval
@@ -175,6 +178,8 @@ class Sampler:
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self._children: dict[int, psutil.Process] = {}
+        self.keep = keep  # a JSON-lines file every sample is also appended to (up to a day's)
+        self.kept = 0
         if psutil:
             self.sample()  # cpu_percent measures from its previous call: the first one only sets the mark
             psutil.cpu_percent(None)
@@ -189,6 +194,10 @@ class Sampler:
             if (sample := self.sample()) is not None:
                 with self.lock:
                     self.buffer.append(sample)
+                if self.keep and self.kept < MAX_KEPT_SAMPLES:
+                    with self.keep.open("a") as kept:
+                        kept.write(json.dumps(sample) + "\n")
+                    self.kept += 1
             self.stopped.wait(max(0.0, next_at - time.monotonic()))
 
     def take(self) -> list[dict]:
@@ -444,7 +453,7 @@ def fetch_dataset(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="platform base URL")
+    parser.add_argument("--url", required=True, help="platform base URL (empty: report to nobody)")
     parser.add_argument("--job", type=int, required=True)
     parser.add_argument("--node", required=True, help="node name, e.g. chief-0")
     parser.add_argument("--token-file", required=True, type=Path, help="file holding the job's report token")
@@ -460,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         "--own-network", action="store_true", help="the node's network is its own: report its bytes in and out"
     )
     parser.add_argument("--own-machine", action="store_true", help="the node is a machine: report its whole CPU")
+    parser.add_argument("--keep-samples", type=Path, help="also append every resource sample to this JSON-lines file")
     parser.add_argument("--max-artifact-mb", type=int, default=200)
     parser.add_argument("--max-log-mb", type=int, default=16, help="node log size past which output is dropped")
     parser.add_argument("--memory-cgroup", type=Path, help="the command's memory cgroup (to tell an OOM kill)")
@@ -501,8 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     env = json.loads(args.env_file.read_text()) if args.env_file else dict(os.environ)
     run = NodeRun(command, args.log, env, cwd=args.cwd, max_log_bytes=args.max_log_mb * 2**20)
     sampler = Sampler(
-        run.process.pid, interval=args.sample_interval, own_network=args.own_network, own_machine=args.own_machine
-    )
+        run.process.pid, interval=args.sample_interval, own_network=args.own_network, own_machine=args.own_machine,
+        keep=args.keep_samples,
+    )  # fmt: skip
     sampler.start()
     last_report = time.monotonic()
     while run.process.poll() is None:

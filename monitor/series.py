@@ -158,10 +158,12 @@ def shape(samples: Sequence[Sample], since: datetime | None = None, limit: int =
     return per_node
 
 
-def load_samples(job_id: int, since: datetime | None = None) -> list[Sample]:
+def load_samples(job_id: int, since: datetime | None = None, taken_after: datetime | None = None) -> list[Sample]:
     """A job's samples received after `since`, plus each node's latest one received at or before it; one query,
-    node then the time each was taken."""
+    node then the time each was taken. `taken_after`: only those the agents took after then."""
     queryset = NodeSample.objects.filter(node__job_id=job_id)
+    if taken_after is not None:
+        queryset = queryset.filter(measured_at__gt=taken_after)
     if since is not None:
         received = NodeSample.objects.filter(node=OuterRef("pk"), at__lte=since)
         base = received.order_by("-measured_at", "-pk").values("pk")[:1]

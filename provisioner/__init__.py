@@ -47,6 +47,9 @@ class Provider:
     # own: its interfaces' counters are its traffic) and its machine (the whole CPU is its).
     own_network: bool = False
     own_machine: bool = False
+    # Whether its nodes are the instance types they are given (their CPU and links are the type's): what a job
+    # measures on them is a performance record of those types.
+    typed_nodes: bool = False
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -66,6 +69,7 @@ PROVIDERS: dict[str, Provider] = {
         catalog="lab",
         latency=True,
         own_network=True,
+        typed_nodes=True,
         teardown_s=3.0,
         description="network namespaces with their own addresses, SSH servers and shaped links",
     ),
@@ -78,6 +82,7 @@ PROVIDERS: dict[str, Provider] = {
         needs_worker_type=True,
         own_network=True,
         own_machine=True,
+        typed_nodes=True,
         teardown_s=90.0,  # terminate, wait for terminated (about a minute on EC2), then the network and the key
         description="EC2 instances in a VPC of their own, bootstrapped over SSH",
     ),
@@ -101,6 +106,7 @@ __all__ = [
     "fetch_results",
     "get",
     "get_cluster",
+    "kept_samples",
     "launch",
     "list_clusters",
     "regions",
@@ -169,4 +175,5 @@ run_on = _nodes.run_on
 alive = _nodes.alive
 fetch_logs = _nodes.fetch_logs
 fetch_results = _nodes.fetch_results
+kept_samples = _nodes.kept_samples
 stop_agents = _nodes.stop_agents

@@ -17,7 +17,8 @@ its own bootstrap log:
 5. the agent, started detached from the runner's session; it starts the node's command beside it and reports.
 
 The node's directory (its `root`) holds: `fc2_agent.py`, `safe_fetch.py`, `token`, `env.json`, `node.log` (the
-command's output), `agent.log`, `result/` (the final report the agent keeps until delivered) and `data/`.
+command's output), `agent.log`, `result/` (the final report the agent keeps until delivered), `data/` and, for a run
+that reports to nobody (RunSpec.report_url empty: Scala-Opt's profiling run), `samples.jsonl` (`kept_samples`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ INSTALL_TIMEOUT_S = 900
 READY_TIMEOUT_S = 120  # how long a node's machine may take to answer (its SSH server to come up)
 PARALLEL_NODES = 16  # nodes bootstrapped at once (benchmarks/lab_bootstrap.py sets 1 to compare)
 MAX_REPORT_BYTES = 2**20
+SAMPLES_FILE = "samples.jsonl"  # where the agent of a run that reports to nobody keeps its samples
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,7 @@ def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine
             runner.put(MONITOR_DIR / source, str(root / name))
         return _dataset(machine, run)
 
-    dataset, url = _step(machine, "copy the agent and the dataset", prepare)
+    dataset, fetch = _step(machine, "copy the agent and the dataset", prepare)
     command = provider.node_command(cluster, node, [python, "-m", run.main_module, *run.args], dataset)
     entry = _entry(cluster)
 
@@ -247,7 +249,10 @@ def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine
         runner.put_bytes(run.token.encode(), str(root / "token"), 0o600)
         runner.put_bytes(json.dumps(node_environment(cluster, node, command)).encode(), str(root / "env.json"), 0o600)
         agent = [machine.python, str(root / AGENT_FILES["agent.py"])]
-        agent += ["--url", provider.report_url(cluster, run.report_url), "--job", str(run.job_id), "--node", node.name]
+        # No report URL: a run that reports to nobody, whose agents keep their samples on the node (samples.jsonl).
+        url = provider.report_url(cluster, run.report_url) if run.report_url else ""
+        agent += ["--url", url, "--job", str(run.job_id), "--node", node.name]
+        agent += [] if url else ["--keep-samples", str(root / SAMPLES_FILE)]
         agent += ["--token-file", str(root / "token"), "--env-file", str(root / "env.json")]
         agent += ["--deadline", str(int(time.time() + run.timeout_s))]
         agent += ["--log", str(root / "node.log"), "--output", command.agent_output]
@@ -256,8 +261,8 @@ def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine
         agent += [
             flag for flag, own in (("--own-network", entry.own_network), ("--own-machine", entry.own_machine)) if own
         ]
-        if url:
-            agent += ["--fetch", url, "--fetch-to", dataset, "--fetch-max-mb", str(run.max_dataset_mb)]
+        if fetch:
+            agent += ["--fetch", fetch, "--fetch-to", dataset, "--fetch-max-mb", str(run.max_dataset_mb)]
             agent += [arg for net in run.fetch_allow for arg in ("--fetch-allow", net)]
         return runner.start_detached(
             ["sh", "-c", f'cd {shlex.quote(str(root))} && exec "$@"', "sh", *agent, "--", *command.argv],
@@ -333,6 +338,28 @@ def fetch_results(cluster: ClusterInfo, max_file_bytes: int = 2**31) -> dict[str
         return NodeResult(report=report, files=files)
 
     return _read_nodes(cluster, read)
+
+
+def kept_samples(cluster: ClusterInfo, node_name: str, max_bytes: int = 16 * 2**20) -> list[dict]:
+    """The resource samples the node's agent kept on the node (a run that reports to nobody), oldest first."""
+    node = next(n for n in cluster.nodes if n.name == node_name)
+    machine = _provider(cluster).machine(cluster, node)
+    path = str(PurePosixPath(machine.root) / SAMPLES_FILE)
+    try:
+        if machine.runner.run(["test", "-f", path], check=False).exit_status != 0:
+            return []
+        text = machine.runner.get(path, max_bytes=max_bytes).decode(errors="replace")
+    finally:
+        machine.runner.close()
+    samples = []
+    for line in text.splitlines():
+        try:
+            sample = json.loads(line)
+        except ValueError:
+            continue  # the line being written as it was read
+        if isinstance(sample, dict):
+            samples.append(sample)
+    return samples
 
 
 def stop_agents(cluster: ClusterInfo, grace_s: float = 5.0) -> None:

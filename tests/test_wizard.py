@@ -779,7 +779,8 @@ def test_resource_page_has_a_live_accessible_recommendation(client, alice, bundl
             "the budget of $0.2/h cannot buy a PS plus one worker",
             id="infeasible",
         ),
-        pytest.param({"algorithm": "scala-opt"}, "missing bandwidth profiles", id="no-profiles"),
+        # On the local provider, whose nodes share the machine's network, no profiling run can measure them.
+        pytest.param({"algorithm": "scala-opt"}, "and nothing has measured it", id="no-profiles"),
         pytest.param({"max_workers": "12"}, "the local provider runs at most 8 workers", id="too-many"),
     ],
 )
@@ -925,15 +926,12 @@ def test_resource_step_shows_the_workload_and_disables_algorithms_without_its_re
 
     page = response.content.decode()
     assert f'name="workload_name" value="{workload}"' in page
-    assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == [
-        "scala-opt",
-        "scala-opt-m",
-        "model",
-    ]
+    # Scala-Opt measures the bandwidth it lacks in a profiling run first: never disabled for want of records.
+    assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == ["model"]
     how = f"add them with `manage.py import_perf_data PATH --format csv --workload {workload}`"
     model_reason = f"no performance records with an epoch time for workload {workload!r}: {how}"
     assert f"<strong>Model</strong> cannot answer: {escape(model_reason)}." in page
-    assert "<strong>Scala-Opt</strong> cannot answer: no measured bandwidth (bandwidth_mbps) for workload" in page
+    assert "<strong>Scala-Opt</strong> cannot answer" not in page
 
 
 def test_a_workload_with_records_makes_model_available_and_is_what_the_job_is_filed_under(
@@ -950,7 +948,7 @@ def test_a_workload_with_records_makes_model_available_and_is_what_the_job_is_fi
     with mock.patch.object(celery_app, "send_task"):
         client.post(step_url("review"))
 
-    assert not algorithm_disabled(shown, "model") and algorithm_disabled(shown, "scala-opt")
+    assert not algorithm_disabled(shown, "model") and not algorithm_disabled(shown, "scala-opt")
     assert "no performance records" not in recommendation.content.decode()
     assert recommendation.context["plan"].source == "predicted"
     assert saved.status_code == 302 and wizard_state(client) == {}

@@ -16,8 +16,9 @@ from fc2.services import datasets, pipeline, pricing
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
 from fc2.templatetags.fc2_ui import usd
+from monitor import profiling
 from recommender import service
-from recommender.types import ALGORITHMS, DEFAULT_CATALOG, RecommendationError
+from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MissingProfilesError, RecommendationError
 
 WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
@@ -210,7 +211,21 @@ def plan(request: JobRequest) -> Plan:
             explanation=f"Manual: the {request.workers} {where}workers{ps} you chose.",
             recommendation=None,
         )
-    answer = service.recommend(pricing.recommend_request(request), request.catalog)
+    try:
+        answer = service.recommend(pricing.recommend_request(request), request.catalog)
+    except MissingProfilesError as missing:  # the job's profile step measures them first (monitor/profiling.py)
+        if reason := profiling.cannot_profile(request.provider, missing.missing):
+            raise SubmitError(reason, "algorithm") from missing
+        return Plan(
+            ps_type=missing.missing[0].ps_type,
+            worker_type=request.worker_type,
+            workers=request.workers,
+            hourly_cost=_trimmed(request.hourly_budget or pricing.hourly_cost(request)),
+            predicted_epoch_time_s=None,
+            source="profiling",
+            explanation=profiling.plan_text(missing.missing),
+            recommendation=None,
+        )
     try:
         check_workers(request.provider, answer.workers)
     except SubmitError as exc:

@@ -34,9 +34,11 @@ from django.utils import timezone
 import provisioner
 from fc2.models import Artifact, Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import datasets, pricing
+from fc2.services import datasets, feedback, pricing
+from monitor import figures, profiling
 from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
+from recommender.types import MissingProfilesError
 
 logger = logging.getLogger(__name__)
 State = Job.State
@@ -158,14 +160,21 @@ def _hold(job: Job, state: str) -> None:
 
 
 def profile(job_id: int, *, resume: bool = False, **_) -> bool:
-    """Choose the cluster. It only reads and writes the job's row, so a lost profile is simply done again."""
+    """Choose the cluster — for Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it
+    (monitor/profiling.py). A lost profile is done again: it reads and writes the job's row, and a profiling cluster
+    the lost one left is torn down first."""
     job = _job(job_id)
     if not _begin(job, State.QUEUED, State.PROFILING, "choosing the cluster", resume):
         return False
     _hold(job, State.PROFILING)
+    profiling.tear_down_stale(job)
     datasets.ready(job.dataset)
     if job.algorithm != "manual":
-        _recommend(job)
+        try:
+            _recommend(job)
+        except MissingProfilesError as missing:  # Scala-Opt without b_t: measure it, then ask again
+            profiling.measure(job, missing.missing, run_spec(job))
+            _recommend(job)
     Job.objects.filter(pk=job.pk).update(hourly_cost=pricing.hourly_cost(job))
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
@@ -267,6 +276,22 @@ def _launch(job: Job) -> ClusterInfo:
             job.refresh_from_db()
 
 
+def run_spec(job: Job) -> RunSpec:
+    """What the job's nodes run: its bundle, parameters and dataset, within the platform's limits (no report URL or
+    token: the bootstrap adds the job's; a profiling run reports to nobody)."""
+    return RunSpec(
+        job_id=job.pk,
+        wheel_path=job.bundle.wheel.path,
+        main_module=job.bundle.main_module,
+        args=tuple(f"--{key}={value}" for key, value in job.parameters.items()),
+        dataset=job.dataset.path,
+        timeout_s=settings.FC2_JOB_TIMEOUT_S,
+        max_artifact_mb=settings.FC2_MAX_ARTIFACT_MB,
+        max_dataset_mb=settings.FC2_MAX_DATASET_MB,
+        fetch_allow=tuple(settings.FC2_DATASET_ALLOWED_NETWORKS),
+    )
+
+
 def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
     """Install the bundle and start the nodes. Not resumable: nodes a lost bootstrap started hold a report token that
     nobody knows any more, so the sweep fails such a job rather than run the user's code twice."""
@@ -277,19 +302,7 @@ def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
     token = job.issue_token()
     if not Job.objects.filter(pk=job.pk, state=State.BOOTSTRAPPING).update(token_hash=job.token_hash):
         return False  # cancelled before anything started
-    run = RunSpec(
-        job_id=job.pk,
-        wheel_path=job.bundle.wheel.path,
-        main_module=job.bundle.main_module,
-        args=tuple(f"--{key}={value}" for key, value in job.parameters.items()),
-        dataset=job.dataset.path,
-        report_url=report_url or settings.FC2_PUBLIC_URL,
-        token=token,
-        timeout_s=settings.FC2_JOB_TIMEOUT_S,
-        max_artifact_mb=settings.FC2_MAX_ARTIFACT_MB,
-        max_dataset_mb=settings.FC2_MAX_DATASET_MB,
-        fetch_allow=tuple(settings.FC2_DATASET_ALLOWED_NETWORKS),
-    )
+    run = replace(run_spec(job), report_url=report_url or settings.FC2_PUBLIC_URL, token=token)
     cluster = provisioner.bootstrap(cluster_info(job), run)
     _hold(job, State.BOOTSTRAPPING)  # nodes started, not yet recorded
     # Recorded whatever happened meanwhile, with the processes just started: a job cancelled during the start is torn
@@ -323,7 +336,10 @@ def collect(job_id: int, **_) -> bool:
     _hold(job, State.COLLECTING)
     if cluster := cluster_info(job):
         _keep_logs(job, cluster)
-    return job.transition(State.COLLECTING, State.SUCCEEDED, "results stored")
+    if not job.transition(State.COLLECTING, State.SUCCEEDED, "results stored"):
+        return False
+    ended(job)
+    return True
 
 
 def fail(job: Job, reason: str, *, release_now: bool = False) -> bool:
@@ -331,6 +347,7 @@ def fail(job: Job, reason: str, *, release_now: bool = False) -> bool:
     runner when its step ends; `release_now` releases here instead, for a caller that holds no lease and may wait."""
     if not job.transition(ACTIVE, State.FAILED, reason[:2000], failure_reason=reason):
         return False
+    ended(job)
     if release_now:
         release(job.pk)
     else:
@@ -343,8 +360,22 @@ def cancel(job: Job, by: str) -> bool:
     release task, or the runner holding the job), the job shown as cancelling until it is gone."""
     if not job.transition(CANCELLABLE, State.CANCELLED, f"cancelled by {by}"):
         return False
+    ended(job)
     enqueue(job, "release")
     return True
+
+
+def ended(job: Job) -> None:
+    """What a job that has just ended leaves: its run figures, kept on it (monitor/figures.py: no report is taken
+    any more), and its performance record (feedback.record_job), which the recommender reads at once. Neither may
+    stop the job from ending: a failure is logged (in a savepoint of its own, so a caller's transaction goes on)."""
+    try:
+        with transaction.atomic():
+            Job.objects.filter(pk=job.pk).update(figures=figures.compute(job))
+            job.refresh_from_db()
+            feedback.record_job(job)
+    except Exception:
+        logger.exception("job %s: its figures or its performance record could not be kept", job.pk)
 
 
 def release(job_id: int, lease: Lease | None = None) -> bool:

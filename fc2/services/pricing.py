@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from fc2.models import Job
+from fc2.models import Job, batch_size_parameter
 from recommender import algorithms
 from recommender.models import InstanceType
 from recommender.types import RecommendRequest
@@ -46,4 +46,5 @@ def recommend_request(job: Job | JobRequest) -> RecommendRequest:
         worker_types=tuple(job.worker_types),
         worker_type=job.worker_type or None,
         parameter_server=job.strategy == Job.Strategy.PS,
+        batch_size=batch_size_parameter(job.parameters),
     )

@@ -34,7 +34,8 @@ Running jobs (check_running; run_inline calls it too): a node without a final st
 been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node fetched (provisioner.fetch_results) and
 applied as if reported — the chief's success completes the job with its model. A node that is gone and left no result
 fails the job. A node whose agent is alive but silent is waited for: the platform was unreachable for it, and it keeps
-trying until the job's deadline. A job whose result is unknown is never called failed while the result can be fetched.
+trying — for FC2_NODE_LOST_S; a node silent that long, alive or unreachable, fails the job with its name. A job
+whose result is unknown is never called failed while the result can be fetched.
 
 Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
 records — its row deleted, or the database restored from before it — is torn down and recorded (ReapedCluster: what
@@ -64,6 +65,7 @@ import provisioner
 from fc2.models import Job, Node, ReapedCluster
 from fc2.services import limits, pipeline, reports
 from fc2.services.pipeline import Lease
+from monitor import figures
 from provisioner import ClusterInfo
 
 logger = logging.getLogger(__name__)
@@ -208,9 +210,12 @@ def check_running(job: Job) -> None:
     # The agents' reports are the heartbeat (every few seconds while the command runs): only a node silent for
     # FC2_NODE_SILENCE_S — or every node of a job past a limit — is looked at on its machine, which over SSH costs a
     # connection.
-    quiet_since = timezone.now() - timedelta(seconds=settings.FC2_NODE_SILENCE_S)
+    now = timezone.now()
+    quiet_since = now - timedelta(seconds=settings.FC2_NODE_SILENCE_S)
     suspects = [
-        node for node in job.nodes.exclude(status__in=Node.FINISHED) if crossed or _last_heard(job, node) < quiet_since
+        node
+        for node in job.nodes.exclude(status__in=Node.FINISHED)
+        if crossed or figures.last_heard(job, node) < quiet_since
     ]
     if not suspects:
         return
@@ -218,10 +223,8 @@ def check_running(job: Job) -> None:
         alive = provisioner.alive(cluster)
     except Exception:
         logger.exception("job %s: cannot tell whether its nodes are alive", job.pk)  # e.g. SSH: look again next time
-        if not crossed:
-            return
-        alive = {}  # past a limit, it is stopped all the same: its cluster is billed while it waits
-    rescued = rescue_results(job, cluster, suspects)
+        alive = None  # past a limit, or silent too long, it is stopped all the same: its cluster is billed meanwhile
+    rescued = rescue_results(job, cluster, suspects) if alive is not None else set()
     job.refresh_from_db()
     if job.state != State.RUNNING:
         return  # a fetched result ended it
@@ -229,8 +232,18 @@ def check_running(job: Job) -> None:
         pipeline.fail(job, crossed)
         return
     for node in suspects:
-        if not alive.get(node.name, False) and node.name not in rescued:
+        if node.name in rescued:
+            continue
+        if alive is not None and not alive.get(node.name, False):
             pipeline.fail(job, f"{node.name} stopped without reporting a result{pipeline.node_tail(job, node.name)}")
+            return
+        if (quiet := (now - figures.last_heard(job, node)).total_seconds()) >= settings.FC2_NODE_LOST_S:
+            state = "its agent is running" if alive else "it cannot be reached"
+            pipeline.fail(
+                job,
+                f"{node.name} has not reported for {quiet:.0f} s ({state}; FC2_NODE_LOST_S is "
+                f"{settings.FC2_NODE_LOST_S} s): it cannot reach the platform, or it hangs",
+            )
             return
 
 
@@ -259,10 +272,6 @@ def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str
             continue
         applied.add(node.name)
     return applied
-
-
-def _last_heard(job: Job, node: Node) -> datetime:
-    return node.last_report_at or job.started_at or job.created_at
 
 
 def _limit_crossed(job: Job, now: datetime | None = None) -> str | None:

@@ -49,6 +49,7 @@ ESTIMATE_NOTE = (
 )
 
 register.filter("metric", results.rounded)
+register.filter("share", _dash_when_missing(results.percent))  # a fraction (0.95) as "95 %"
 
 
 @register.filter

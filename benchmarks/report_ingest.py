@@ -1,0 +1,474 @@
+"""Report endpoint on PostgreSQL: the resource samples a second POST /api/jobs/<id>/report stores while every node of
+a 64-node job reports at once, against the 64 samples/s such a cluster sends at 1 Hz.
+
+A real server — gunicorn as the Dockerfile runs it (3 sync workers, `--workers` to change; `manage.py runserver
+--noreload` where gunicorn is missing) — on a scratch PostgreSQL database beside DATABASE_URL's (default
+postgres://postgres@127.0.0.1:5432/postgres): `fc2_bench_<pid>`, created, migrated and dropped here, also on Ctrl-C or
+failure. A mirrored job of `--nodes` running nodes; one client thread per node posts what monitor/agent.py posts (its
+samples as an EC2 node takes them, the chief's progress and loss lines), a new connection per report as the agent's
+urllib opens. Three phases:
+
+- paced: each node reports every `--interval` s (2) the samples it took at 1 Hz since its last report, and waits
+  `--interval` s after each report, as agents do — the load a real cluster puts on the platform;
+- flat out: each node posts 2-sample reports back to back — the rate the endpoint sustains;
+- catch-up: every node posts an hour's buffer (3600 samples, the most one report may carry) at the same moment, as
+  when a cluster comes back after an outage, `--catch-up-rounds` times.
+
+Each prints reports/s, samples/s, p50/p95 latency and samples/s over the 64 a second a 64-node cluster sends. The
+clients run on the same machine as the server and the database (their CPU share is printed): the figures are a floor.
+`--explain` then fills the job's table to `--explain-rows` samples (a long run at 1 Hz) and prints PostgreSQL's plans,
+with timings, of the job page's series query (monitor.series.load_samples): the first load and a poll with a `since`
+cursor.
+
+    .venv/bin/python benchmarks/report_ingest.py [--nodes 64] [--seconds 20] [--interval 2] [--workers 3]
+        [--conn-max-age 0] [--catch-up-rounds 2] [--explain [--explain-rows 3000000]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dj_database_url
+import psutil
+import psycopg2
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+CLUSTER_SAMPLES_PER_S = 64  # a 64-node cluster at 1 Hz: the figure the endpoint must sustain
+CATCH_UP_SAMPLES = 3600  # an hour at 1 Hz: the agent's buffer, and the most a report may carry
+
+
+# --- the scratch database and the server ------------------------------------------------------------------------
+
+
+def admin_sql(url: str, *statements: tuple[str, list]) -> None:
+    """Run statements on the database `url` names, outside a transaction (as CREATE and DROP DATABASE must)."""
+    db = dj_database_url.parse(url)
+    connection = psycopg2.connect(
+        dbname=db["NAME"] or "postgres", user=db["USER"], password=db["PASSWORD"], host=db["HOST"], port=db["PORT"]
+    )
+    try:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            for sql, params in statements:
+                cursor.execute(sql, params)
+    finally:
+        connection.close()
+
+
+def create_database(server_url: str, name: str) -> str:
+    """A new, empty database on the server of `server_url`; its URL."""
+    admin_sql(server_url, (f'CREATE DATABASE "{name}"', []))
+    return urllib.parse.urlsplit(server_url)._replace(path=f"/{name}").geturl()
+
+
+def drop_database(server_url: str, name: str) -> None:
+    """Drop `name`, whoever is still connected to it."""
+    admin_sql(
+        server_url,
+        ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]),
+        (f'DROP DATABASE IF EXISTS "{name}"', []),
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(env: dict[str, str], port: int, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+    """The platform's web server on 127.0.0.1:`port`, in a session of its own (stopping its group stops its workers);
+    waits until /healthz answers."""
+    gunicorn = BIN / "gunicorn"
+    if gunicorn.exists():
+        command = [
+            str(gunicorn), "fc2.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+            "--timeout", "120", "--worker-tmp-dir", "/dev/shm", "--access-logfile", str(log.with_suffix(".access")),
+        ]  # fmt: skip
+        label = f"gunicorn, {workers} sync workers"
+    else:
+        command = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
+        label = "manage.py runserver (no gunicorn in the venv)"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            command, cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if request(port, "GET", "/healthz", b"", {})[0] == 200:
+                return server, label
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server did not answer /healthz within 60 s:\n{log.read_text()[-3000:]}")
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    if server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def request(port: int, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    """One request on a connection of its own, as the agent's urllib makes it."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+# --- the job and its nodes' reports --------------------------------------------------------------------------------
+
+
+def seed_job(nodes: int) -> tuple[int, str, list[str]]:
+    """A mirrored job running on `nodes` nodes, as bootstrap leaves it: (its id, the agents' token, node names)."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from fc2.models import CodeBundle, Dataset, Job, Node
+
+    owner = get_user_model().objects.create_user("bench-researcher", password="!")
+    bundle = CodeBundle.objects.create(
+        owner=owner, wheel="bundles/bench/bench-1.0-py3-none-any.whl", filename="bench-1.0-py3-none-any.whl",
+        distribution="bench", version="1.0", main_script="bench/main.py", size_bytes=1, sha256="0" * 64,
+    )  # fmt: skip
+    dataset = Dataset.objects.create(owner=owner, name="bench.npz", kind=Dataset.Kind.UPLOAD, path="/data/bench.npz")
+    now = timezone.now()
+    job = Job.objects.create(
+        owner=owner, bundle=bundle, dataset=dataset, strategy=Job.Strategy.MIRRORED, workers=nodes,
+        state=Job.State.RUNNING, started_at=now, launched_at=now, epochs=10, steps=1000,
+    )  # fmt: skip
+    token = job.issue_token()
+    job.save()
+    names = [f"worker-{i}" for i in range(nodes)]
+    Node.objects.bulk_create(
+        Node(job=job, name=name, role="worker", index=i, status=Node.Status.RUNNING) for i, name in enumerate(names)
+    )
+    return job.pk, token, names
+
+
+class Agent:
+    """What one node's agent would send: samples at 1 Hz with growing counters; the chief's progress and losses."""
+
+    def __init__(self, name: str, chief: bool):
+        self.name, self.chief = name, chief
+        self.sent = self.recv = 0
+        self.step = 0
+
+    def sample(self, at: float) -> dict:
+        self.sent += 3_000_000 + int(at * 7919) % 1_000_000  # ~28 Mbps each way, varying
+        self.recv += 2_900_000 + int(at * 6271) % 1_000_000
+        return {
+            "at": round(at, 3), "cpu_percent": 180.0 + at % 20, "node_cpu_percent": 190.0 + at % 17,
+            "memory_mb": 612.4 + at % 3, "bytes_sent": self.sent, "bytes_recv": self.recv,
+        }  # fmt: skip
+
+    def report(self, sample_times: list[float]) -> bytes:
+        body = {"node": self.name, "status": "running", "progress": {}, "progress_log": []}
+        if self.chief:  # a training step a second, each printed
+            lines = []
+            for at in sample_times:
+                self.step += 1
+                lines.append({"at": at, "epoch": 1 + self.step // 1000, "step": self.step, "loss": 2.0 / self.step})
+            body["progress_log"] = lines
+            body["progress"] = {k: v for k, v in (lines[-1] if lines else {}).items() if k != "at"}
+        body["samples"] = [self.sample(at) for at in sample_times]
+        return json.dumps(body).encode()
+
+
+@dataclass
+class Tally:
+    """One phase's outcome, every client's reports together."""
+
+    latencies: list[float] = field(default_factory=list)  # seconds, of each report answered 200
+    samples: int = 0  # in those reports
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def post(self, port: int, path: str, token: str, body: bytes, samples: int) -> None:
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+        started = time.perf_counter()
+        try:
+            status, answer = request(port, "POST", path, body, headers)
+        except OSError as exc:
+            status, answer = None, str(exc).encode()
+        latency = time.perf_counter() - started
+        with self.lock:
+            if status == 200:
+                self.latencies.append(latency)
+                self.samples += samples
+            else:
+                self.errors.append(f"{status}: {answer[:200]!r}")
+
+
+def run_clients(agents: list[Agent], client) -> float:
+    """Run `client(agent, start)` in a thread per agent, all released at once; the seconds until the last ended."""
+    barrier = threading.Barrier(len(agents) + 1)
+
+    def released(agent: Agent) -> None:
+        barrier.wait()
+        client(agent, time.time())
+
+    threads = [threading.Thread(target=released, args=(agent,), daemon=True) for agent in agents]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
+def paced(agents, port, path, token, seconds: float, interval: float) -> tuple[Tally, float]:
+    """Every agent reports the samples it took at 1 Hz since its last report, then waits `interval` s; the first
+    reports are spread over one interval, as independent agents' are."""
+    tally = Tally()
+
+    def client(agent: Agent, start: float) -> None:
+        offset = interval * agents.index(agent) / len(agents)
+        next_sample = start - interval + offset  # its first report carries an interval's samples
+        time.sleep(offset)
+        while time.time() < start + seconds:
+            now = time.time()
+            times = []
+            while next_sample <= now:
+                times.append(next_sample)
+                next_sample += 1.0
+            tally.post(port, path, token, agent.report(times), len(times))
+            time.sleep(interval)
+
+    return tally, run_clients(agents, client)
+
+
+def flat_out(agents, port, path, token, seconds: float) -> tuple[Tally, float]:
+    """Every agent posts 2-sample reports back to back."""
+    tally = Tally()
+
+    def client(agent: Agent, start: float) -> None:
+        while (now := time.time()) < start + seconds:
+            tally.post(port, path, token, agent.report([now - 1, now]), 2)
+
+    return tally, run_clients(agents, client)
+
+
+def catch_up(agents, port, path, token, rounds: int) -> tuple[Tally, float]:
+    """Every agent posts an hour's buffer in one report, all at once, `rounds` times."""
+    tally = Tally()
+    buffers = {}
+    for agent in agents:  # built before the clock starts: the agent has it ready when the platform is back
+        now = time.time()
+        buffers[agent.name] = [agent.report([now - CATCH_UP_SAMPLES + i for i in range(CATCH_UP_SAMPLES)])]
+        buffers[agent.name] += [
+            agent.report([now - CATCH_UP_SAMPLES + i + 0.5 for i in range(CATCH_UP_SAMPLES)]) for _ in range(rounds - 1)
+        ]
+
+    def client(agent: Agent, start: float) -> None:
+        for body in buffers[agent.name]:
+            tally.post(port, path, token, body, CATCH_UP_SAMPLES)
+
+    return tally, run_clients(agents, client)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def print_phase(label: str, tally: Tally, wall: float, client_cpu: float) -> None:
+    reports = len(tally.latencies)
+    if not reports:
+        print(f"{label:<34} no report answered 200: {tally.errors[:3]}")
+        return
+    rate = tally.samples / wall
+    print(
+        f"{label:<34} {reports:>7} {reports / wall:>9.1f} {rate:>10,.0f} {rate / CLUSTER_SAMPLES_PER_S:>7.1f}x "
+        f"{percentile(tally.latencies, 50) * 1000:>8.1f} {percentile(tally.latencies, 95) * 1000:>8.1f} "
+        f"{len(tally.errors):>6} {client_cpu:>6.0%}"
+    )
+    for error in tally.errors[:3]:
+        print(f"    {error}")
+
+
+def measured(phase, *args) -> tuple[Tally, float, float]:
+    """Run a phase; (tally, wall seconds, this process's CPU over the wall time as a share of the machine)."""
+    process = psutil.Process()
+    before = process.cpu_times()
+    tally, wall = phase(*args)
+    after = process.cpu_times()
+    used = (after.user - before.user) + (after.system - before.system)
+    return tally, wall, used / wall / (psutil.cpu_count() or 1)
+
+
+# --- the series query's plans -------------------------------------------------------------------------------------
+
+
+def explain(job_id: int, rows: int) -> None:
+    """Fill the job's samples to `rows` (its nodes at 1 Hz, reported every 2 s) and print the plans of the series
+    query: the first load, and a poll for what came in the last 10 s."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from fc2.models import Node
+    from monitor.series import load_samples
+
+    nodes = Node.objects.filter(job_id=job_id).count()
+    seconds = rows // nodes
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO monitor_nodesample (node_id, at, measured_at, cpu_percent, node_cpu_percent, memory_mb,
+                                            bytes_sent, bytes_recv)
+            SELECT n.id, now() - make_interval(secs => %(s)s - s - s %% 2), now() - make_interval(secs => %(s)s - s),
+                   100 + random() * 300, 100 + random() * 300, 600 + random() * 100, s * 3500000, s * 3400000
+            FROM fc2_node n CROSS JOIN generate_series(1, %(s)s) AS s
+            WHERE n.job_id = %(job)s
+            """,
+            {"s": seconds, "job": job_id},
+        )
+        cursor.execute("ANALYZE monitor_nodesample")
+        cursor.execute(
+            "SELECT count(*), pg_size_pretty(pg_total_relation_size('monitor_nodesample')) FROM monitor_nodesample"
+        )
+        total, size = cursor.fetchone()
+    print(
+        f"\n--explain: {total:,} samples ({size} with indexes) of {nodes} nodes, {seconds / 3600:.1f} h at 1 Hz, "
+        f"added in {time.perf_counter() - started:.0f} s"
+    )
+    for label, since in (
+        ("first load (no cursor)", None),
+        ("poll: since = 10 s ago", timezone.now() - timedelta(seconds=10)),
+    ):
+        with CaptureQueriesContext(connection) as queries:
+            loaded = load_samples(job_id, since)
+        (query,) = [q["sql"] for q in queries.captured_queries if "monitor_nodesample" in q["sql"]]
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {query}")
+            plan = [line for (line,) in cursor.fetchall()]
+        print(f"\n{label}: {len(loaded):,} rows\n  {query}\n" + "\n".join(f"    {line}" for line in plan))
+
+
+# --- main ----------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=64, help="nodes of the job, one client thread each (64)")
+    parser.add_argument("--seconds", type=float, default=20, help="length of the paced and flat-out phases (20)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between an agent's reports (2)")
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn sync workers (3, as the Dockerfile)")
+    parser.add_argument(
+        "--conn-max-age", type=int, default=None, help="DB_CONN_MAX_AGE of the server (default: as set here, else 0)"
+    )
+    parser.add_argument("--catch-up-rounds", type=int, default=2, help="hour-long buffers each node sends (2)")
+    parser.add_argument("--explain", action="store_true", help="then print the series query's plans on a full table")
+    parser.add_argument("--explain-rows", type=int, default=3_000_000, help="samples in the table for --explain")
+    args = parser.parse_args()
+
+    server_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    name = f"fc2_bench_{os.getpid()}"
+    if not dj_database_url.parse(server_url)["ENGINE"].endswith("postgresql"):
+        sys.exit(f"error: DATABASE_URL must name a PostgreSQL server, not {server_url}")
+    server = None
+    # SIGTERM too goes through the cleanup below, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    bench_url = create_database(server_url, name)
+    var_dir = Path(tempfile.mkdtemp(prefix="fc2-ingestbench-"))
+    try:
+        env = {
+            **os.environ,
+            "DATABASE_URL": bench_url,
+            "FC2_VAR_DIR": str(var_dir),
+            "DJANGO_SETTINGS_MODULE": "fc2.settings",
+            "DEBUG": "false",
+            "SECRET_KEY": "report-ingest-benchmark-only",
+            "ALLOWED_HOSTS": "127.0.0.1",
+        }
+        if args.conn_max_age is not None:
+            env["DB_CONN_MAX_AGE"] = str(args.conn_max_age)
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput"], cwd=PROJECT_DIR, env=env, check=True,
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        os.environ.update(env)
+        sys.path.insert(0, str(PROJECT_DIR))
+        import django
+
+        django.setup()
+        from django.db import connection
+
+        from monitor.models import NodeSample
+
+        job_id, token, names = seed_job(args.nodes)
+        port = free_port()
+        server, label = start_server(env, port, args.workers, var_dir / "server.log")
+        path = f"/api/jobs/{job_id}/report"
+        agents = [Agent(n, chief=i == 0) for i, n in enumerate(names)]
+        version = ".".join(map(str, connection.get_database_version()))
+        print(
+            f"PostgreSQL {version}, {label}, DB_CONN_MAX_AGE={env.get('DB_CONN_MAX_AGE', '0')}; job of {args.nodes} "
+            f"nodes, a client thread each; {psutil.cpu_count()} CPUs shared by clients, server and database"
+        )
+        print(
+            f"{'phase':<34} {'reports':>7} {'reports/s':>9} {'samples/s':>10} {'÷ 64/s':>8} {'p50 ms':>8} "
+            f"{'p95 ms':>8} {'errors':>6} {'client':>6}"
+        )
+        phases = [
+            (f"paced (every {args.interval:g} s, 1 Hz)", paced, (args.seconds, args.interval)),
+            ("flat out (2 samples a report)", flat_out, (args.seconds,)),
+            (f"catch-up ({CATCH_UP_SAMPLES} samples a report)", catch_up, (args.catch_up_rounds,)),
+        ]
+        sent = 0
+        for label, phase, extra in phases:
+            tally, wall, client_cpu = measured(phase, agents, port, path, token, *extra)
+            sent += tally.samples
+            print_phase(label, tally, wall, client_cpu)
+        stored = NodeSample.objects.count()
+        print(
+            f"stored {stored:,} samples of the {sent:,} in reports answered 200" + (" (all)" if stored == sent else "")
+        )
+        stop_server(server)
+        if args.explain:
+            explain(job_id, args.explain_rows)
+    finally:
+        if server is not None:
+            stop_server(server)
+        if "django" in sys.modules:
+            from django.db import connections
+
+            connections.close_all()
+        drop_database(server_url, name)
+        shutil.rmtree(var_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""What a run's samples say about it: each node's bandwidth (mean and peak) and CPU, the parameter server's
+saturation, the workers' idleness, the run's epoch time and throughput — and the alerts they call for (FC² §4.4, §6;
+Jia et al. on idle workers and a loaded PS).
+
+Definitions (the job page says them too):
+
+- A node's **bandwidth** is the busier of its two directions (in or out), since a link is full duplex and the
+  parameter server's saturates in whichever direction fills first: n workers send it n gradients and receive n
+  copies of the parameters. Its **mean** is over the seconds the node was communicating (above BUSY_MBPS: start-up,
+  evaluation and waiting for the others are not communication), its **peak** the highest one-interval rate.
+- **PS saturation** is the PS's mean bandwidth over its type's network capacity (the catalogue's figure: on the lab,
+  the rate its link is shaped to).
+- A worker's **idleness** is the share of the CPU it can use that it did not use during the training (the chief's
+  first to last progress line): 1 − mean CPU ÷ the CPU it used at its busiest (its 95th percentile over the whole run,
+  start-up included, capped at its type's vCPUs). A worker waiting on the PS or the network computes nothing.
+
+The functions that shape are pure (dataclasses in, dicts out); `job_figures` is the one that queries.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
+
+from fc2.models import Job, Node
+from monitor.series import Sample, load_losses, load_samples, rate_mbps
+from provisioner.types import is_chief
+
+BUSY_MBPS = 1.0  # a node moving less than this (either way) is not communicating
+MIN_INTERVAL_S = 0.5  # a peak is a rate over at least this long: two samples closer than that are not a rate
+SATURATED = 0.9  # the PS's mean bandwidth at or over this share of its capacity: its link is the bottleneck
+IDLE = 0.5  # workers idle for at least this share of their CPU on average: they mostly wait
+MIN_BUSY_S = 5.0  # fewer seconds of traffic than this say nothing about a link
+LIVE_WINDOW = timedelta(hours=1)  # a running job's figures are over its last hour (an ended job's over all of it)
+LIVE_CACHE_S = 10  # a running job's figures are computed at most this often
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    name: str
+    role: str
+    instance_type: str
+    mean_mbps: float | None  # busier direction, over the seconds it communicated; None: not measured per node
+    peak_mbps: float | None
+    mean_sent_mbps: float | None
+    mean_recv_mbps: float | None
+    busy_s: float  # seconds it communicated
+    cpu_percent: float | None  # mean over the training (100 = one core)
+    capacity_mbps: float | None = None  # its type's network capacity, where the catalogue gives one
+    idleness: float | None = None  # workers only (0–1)
+
+    @property
+    def saturation(self) -> float | None:
+        if self.mean_mbps is None or not self.capacity_mbps:
+            return None
+        return self.mean_mbps / self.capacity_mbps
+
+
+@dataclass(frozen=True)
+class Alert:
+    code: str  # "ps-saturated", "workers-idle", "node-silent"
+    message: str
+
+
+def node_figures(
+    name: str,
+    role: str,
+    instance_type: str,
+    samples: Sequence[Sample],
+    window: tuple[datetime, datetime] | None = None,
+    capacity_mbps: float | None = None,
+    vcpu: int | None = None,
+) -> NodeFigures:
+    """One node's figures from its samples (oldest first); `window` is the training's span (None: all of them)."""
+    busy_s = sent_bytes_s = recv_bytes_s = 0.0
+    peak = None
+    measured = False
+    for prev, now in itertools.pairwise(samples):
+        seconds = (now.at - prev.at).total_seconds()
+        sent = rate_mbps(prev.bytes_sent, prev.at, now.bytes_sent, now.at)
+        recv = rate_mbps(prev.bytes_recv, prev.at, now.bytes_recv, now.at)
+        if sent is None or recv is None or seconds < MIN_INTERVAL_S:
+            continue
+        measured = True
+        if max(sent, recv) >= BUSY_MBPS:
+            busy_s += seconds
+            sent_bytes_s += sent * seconds
+            recv_bytes_s += recv * seconds
+            peak = max(peak or 0.0, sent, recv)
+    mean_sent = sent_bytes_s / busy_s if busy_s else (0.0 if measured else None)
+    mean_recv = recv_bytes_s / busy_s if busy_s else (0.0 if measured else None)
+
+    cpu_all = [s.cpu_percent for s in samples if s.cpu_percent is not None]
+    training = [s for s in samples if window is None or window[0] <= s.at <= window[1]]
+    in_window = [s.cpu_percent for s in training if s.cpu_percent is not None]
+    cpu = statistics.fmean(in_window) if in_window else None
+    idleness = None
+    if role == "worker" and cpu is not None and len(cpu_all) >= 2:
+        busiest = statistics.quantiles(cpu_all, n=20)[-1] if len(cpu_all) >= 20 else max(cpu_all)
+        if vcpu:
+            busiest = min(busiest, vcpu * 100.0)
+        idleness = min(1.0, max(0.0, 1 - cpu / busiest)) if busiest > 0 else None
+    return NodeFigures(
+        name=name,
+        role=role,
+        instance_type=instance_type,
+        mean_mbps=None if mean_sent is None else max(mean_sent, mean_recv),
+        peak_mbps=peak if peak is not None else (0.0 if measured else None),
+        mean_sent_mbps=mean_sent,
+        mean_recv_mbps=mean_recv,
+        busy_s=busy_s,
+        cpu_percent=cpu,
+        capacity_mbps=capacity_mbps,
+        idleness=idleness,
+    )
+
+
+def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[str, float] = ()) -> dict:
+    """The run's figures and alerts from its nodes' figures, the chief's metrics.json and the nodes silent for
+    longer than they should be (name → seconds)."""
+    from fc2.services.feedback import epoch_time_s  # the same rule as the job's performance record
+
+    nodes = list(nodes)
+    ps = next((n for n in nodes if n.role == "ps"), None)
+    workers = [n for n in nodes if n.role == "worker" or (n.role == "chief" and not ps)]
+    idle = [n.idleness for n in workers if n.idleness is not None]
+    worker_mbps = [n.mean_mbps for n in workers if n.mean_mbps is not None and n.busy_s >= MIN_BUSY_S]
+    figures = {
+        "epoch_time_s": epoch_time_s(dict(metrics)),
+        "throughput": throughput(metrics),
+        "ps": _node_dict(ps) if ps else None,
+        "worker_bandwidth_mbps": statistics.fmean(worker_mbps) if worker_mbps else None,
+        "worker_cpu_percent": _mean(n.cpu_percent for n in workers),
+        "worker_idleness": statistics.fmean(idle) if idle else None,
+        "nodes": [_node_dict(n) for n in nodes],
+    }
+    alerts = []
+    if ps and ps.saturation is not None and ps.saturation >= SATURATED and ps.busy_s >= MIN_BUSY_S:
+        alerts.append(
+            Alert(
+                "ps-saturated",
+                f"The parameter server's link is saturated: {ps.name} moved {ps.mean_mbps:.0f} Mbps on average while "
+                f"communicating, {ps.saturation:.0%} of the {ps.capacity_mbps:.0f} Mbps its {ps.instance_type} has. "
+                "More workers would wait on it: choose a PS type with more network capacity, or fewer workers "
+                "(Scala-Opt sizes the cluster to the PS's capacity).",
+            )
+        )
+    if figures["worker_idleness"] is not None and figures["worker_idleness"] >= IDLE:
+        alerts.append(
+            Alert(
+                "workers-idle",
+                f"The workers were idle {figures['worker_idleness']:.0%} of the time they could compute: they mostly "
+                "wait on communication (the parameter server, the network, or each other). Fewer or faster-linked "
+                "workers, or a larger batch size, would cost less for about the same time.",
+            )
+        )
+    for name, seconds in sorted(silent.items()):
+        alerts.append(
+            Alert(
+                "node-silent",
+                f"{name} has not reported for {seconds:.0f} s. Its kept result is looked for; silent for "
+                f"{settings.FC2_NODE_LOST_S} s, it fails the job and the cluster is torn down.",
+            )
+        )
+    return {**figures, "alerts": [asdict(a) for a in alerts]}
+
+
+def throughput(metrics: Mapping) -> float | None:
+    """Training examples a second, as the chief's metrics.json says (`examples_per_s`), else its steps × global batch
+    over its training time.
+
+    >>> throughput({"examples_per_s": 812.5}), throughput({"steps": 100, "global_batch_size": 64, "duration_s": 8})
+    (812.5, 800.0)
+    >>> throughput({}) is None
+    True
+    """
+    if isinstance(value := metrics.get("examples_per_s"), int | float) and value > 0:
+        return float(value)
+    steps, batch, duration = (metrics.get(k) for k in ("steps", "global_batch_size", "duration_s"))
+    if all(isinstance(v, int | float) and v > 0 for v in (steps, batch, duration)):
+        return steps * batch / duration
+    return None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _node_dict(node: NodeFigures) -> dict:
+    return {**asdict(node), "saturation": node.saturation}
+
+
+def job_figures(job: Job) -> dict:
+    """The job's run figures and alerts: stored once it has ended (Job.figures), computed — at most every
+    LIVE_CACHE_S, over its last hour — while it runs."""
+    if job.figures is not None:
+        return job.figures
+    if job.is_terminal:
+        return compute(job)
+    key = f"fc2:job-figures:{job.pk}"
+    if (cached := cache.get(key)) is None:
+        cached = compute(job, since=timezone.now() - LIVE_WINDOW)
+        cache.set(key, cached, LIVE_CACHE_S)
+    return cached
+
+
+def compute(job: Job, since: datetime | None = None) -> dict:
+    """The figures from the job's samples taken after `since` (None: all of them)."""
+    from recommender.models import InstanceType
+
+    nodes = list(job.nodes.all())
+    types = {n.instance_type for n in nodes}
+    specs = dict(
+        (name, (mbps, vcpu))
+        for name, mbps, vcpu in InstanceType.objects.filter(catalog__name=job.catalog, name__in=types).values_list(
+            "name", "network_mbps", "vcpu"
+        )
+    )
+    samples = load_samples(job.pk, taken_after=since)
+    losses, _ = load_losses(n.pk for n in nodes if is_chief(job.strategy, n.role, n.index))
+    window = (losses[0].at, losses[-1].at) if len(losses) >= 2 else None
+    per_node = {node_id: list(group) for node_id, group in itertools.groupby(samples, key=lambda s: s.node_id)}
+    figures = [
+        node_figures(n.name, n.role, n.instance_type, per_node.get(n.pk, []), window, *specs.get(n.instance_type, ()))
+        for n in nodes
+    ]
+    return run_figures(figures, job.metrics or {}, silent_nodes(job, nodes))
+
+
+def silent_nodes(job: Job, nodes: Sequence[Node], now: datetime | None = None) -> dict[str, float]:
+    """Name → seconds since it last reported, for the nodes of a running job silent past FC2_NODE_SILENCE_S."""
+    if job.state != Job.State.RUNNING:
+        return {}
+    now = now or timezone.now()
+    silent = {}
+    for node in nodes:
+        if node.status in Node.FINISHED:
+            continue
+        if (quiet := (now - last_heard(job, node)).total_seconds()) > settings.FC2_NODE_SILENCE_S:
+            silent[node.name] = quiet
+    return silent
+
+
+def last_heard(job: Job, node: Node) -> datetime:
+    """When the node last reported (before its first report: when the job started running, or was submitted)."""
+    return node.last_report_at or job.started_at or job.created_at

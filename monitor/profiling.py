@@ -1,0 +1,189 @@
+"""Scala-Opt's profiling run (FC² §5.2.4, §6): the bandwidth b_t one worker of type t uses for a workload, measured on
+the smallest cluster there is — 1 PS + 1 worker — for a short, bounded time, and kept as a performance record
+(source: profiled) that this job and every later job of the workload reuse.
+
+It runs the user's own code (the job's bundle, dataset and parameters) on the job's provider, as a cluster of the
+job's (named `fc2-<job>-<hex>` and recorded on the job before anything is made, so that a lost worker's sweep or the
+job's release tears it down like any of its clusters). Its agents report to nobody: each keeps its samples on its
+node (provisioner.kept_samples), and the worker's are read every few seconds until it has communicated for
+FC2_PROFILE_BUSY_S, its training has ended, or FC2_PROFILE_S has passed since its start. b_t is the worker's mean
+bandwidth as the job page defines it (monitor/figures.py: the busier direction, over the seconds it communicated).
+The run's time and $/h are kept on the job (Job.profiling_runs): its cost is part of the job's.
+
+Only where a node's network is its own (lab namespaces, EC2 instances: Provider.own_network) can one worker's
+traffic be told apart; elsewhere the job fails with the reason rather than store a wrong figure.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+import provisioner
+from fc2.models import Job
+from monitor.figures import MIN_BUSY_S, node_figures
+from monitor.series import Sample
+from provisioner import ClusterInfo, ClusterSpec, ProvisionError, RunSpec
+from recommender import algorithms
+from recommender.models import InstanceType, PerformanceRecord
+from recommender.types import MissingProfile
+
+logger = logging.getLogger(__name__)
+POLL_S = 3.0  # how often the worker's kept samples are read
+WORKER = "worker-0"  # the profiled node: the one worker of a 1 PS + 1 worker cluster (provisioner.types.node_layout)
+
+
+def measure(job: Job, missing: Sequence[MissingProfile], run: RunSpec) -> list[PerformanceRecord]:
+    """Run a profiling run for each missing profile, one after the other; their records. `run` is what the job's
+    nodes would run (its report URL and token are not used: the profiling run reports to nobody)."""
+    if reason := cannot_profile(job.provider, missing):
+        raise ProvisionError(reason)
+    return [_profile(job, profile, run) for profile in missing]
+
+
+def cannot_profile(provider: str, missing: Sequence[MissingProfile]) -> str | None:
+    """Why the provider cannot measure these profiles (None: it can)."""
+    entry = provisioner.get(provider)
+    if entry.own_network:
+        return None
+    return (
+        f"Scala-Opt needs the bandwidth one worker uses ({'; '.join(map(str, missing))}) and nothing has measured it; "
+        f"{entry.label}'s nodes share the machine's network, so one worker's traffic cannot be told apart there: run "
+        "this workload once on the lab or AWS (its profile is kept for every later job), or import a record with "
+        "bandwidth_mbps"
+    )
+
+
+def plan_text(missing: Sequence[MissingProfile]) -> str:
+    """What a job lacking these profiles will do first, as its plan says it."""
+    return (
+        f"Scala-Opt first measures the bandwidth one worker uses, on a profiling run of 1 PS + 1 worker for each of "
+        f"{'; '.join(map(str, missing))} (at most {settings.FC2_PROFILE_S} s of training each, billed to the job), "
+        "then chooses the cluster within your limit; later jobs of this workload reuse what it measured."
+    )
+
+
+def _profile(job: Job, profile: MissingProfile, run: RunSpec) -> PerformanceRecord:
+    name = f"fc2-{job.pk}-{secrets.token_hex(4)}"
+    prices = dict(
+        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[profile.worker_type, profile.ps_type])
+        .values_list("name", "hourly_price")
+    )  # fmt: skip
+    hourly = algorithms.hourly_cost(1, prices.get(profile.worker_type, 0), prices.get(profile.ps_type, 0))
+    entry = {
+        "worker_type": profile.worker_type,
+        "ps_type": profile.ps_type,
+        "batch_size": profile.batch_size,
+        "cluster": name,
+        "hourly_cost": float(hourly),
+        "started_at": timezone.now().isoformat(),
+        "ended_at": None,
+        "bandwidth_mbps": None,
+    }
+    # Recorded before anything is made: whatever happens to this process, the cluster is found and torn down.
+    empty = ClusterInfo(name, job.provider, Job.Strategy.PS, nodes=(), region=job.region)
+    _update(job, entry, cluster=empty.to_dict())
+    job.log(
+        f"profiling run: 1 {profile.ps_type} PS + 1 {profile.worker_type} worker, to measure the bandwidth one "
+        f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {hourly}/h)"
+    )
+    spec = ClusterSpec(
+        cluster_id=name,
+        provider=job.provider,
+        strategy=Job.Strategy.PS,
+        workers=1,
+        ps_type=profile.ps_type,
+        worker_type=profile.worker_type,
+        region=job.region,
+        latency_ms=job.latency_ms,
+        job_id=job.pk,
+    )
+    try:
+        cluster = provisioner.launch(spec, notify=job.log)
+        _update(job, entry, cluster=cluster.to_dict())
+        cluster = provisioner.bootstrap(cluster, replace(run, report_url="", token=""))
+        _update(job, entry, cluster=cluster.to_dict())
+        figures = node_figures(WORKER, "worker", profile.worker_type, _watch(job, cluster))
+    finally:
+        provisioner.teardown(job.provider, name, job.region)
+        entry["ended_at"] = timezone.now().isoformat()
+        _update(job, entry, cluster=None)
+    if figures.mean_mbps is None or figures.busy_s < MIN_BUSY_S:
+        raise ProvisionError(
+            f"the profiling run of a {profile.worker_type} worker measured {figures.busy_s:.0f} s of traffic, too "
+            f"little to tell its bandwidth (at least {MIN_BUSY_S:.0f} s): its training ended, or did not start "
+            f"communicating, within {settings.FC2_PROFILE_S} s"
+        )
+    entry["bandwidth_mbps"] = round(figures.mean_mbps, 3)
+    _update(job, entry)
+    job.log(
+        f"profiling run: one {profile.worker_type} worker uses {figures.mean_mbps:.1f} Mbps "
+        f"(mean over {figures.busy_s:.0f} s of traffic, peak {figures.peak_mbps:.1f} Mbps)"
+    )
+    return PerformanceRecord.objects.create(
+        workload=profile.workload,
+        instance_type=profile.worker_type,
+        ps_type=profile.ps_type,
+        workers=1,
+        batch_size=profile.batch_size,
+        latency_ms=job.latency_ms,
+        strategy=Job.Strategy.PS,
+        bandwidth_mbps=round(figures.mean_mbps, 3),
+        cpu_util=None if figures.idleness is None else round(100 * (1 - figures.idleness), 1),
+        source=PerformanceRecord.Source.PROFILED,
+        origin=f"profiling run of job {job.pk} on {job.provider}",
+        job=job,
+    )
+
+
+def _watch(job: Job, cluster: ClusterInfo) -> list[Sample]:
+    """The worker's samples once it has communicated long enough, its training has ended, the run's time is up, or
+    the job is no longer profiling (cancelled, failed by a limit)."""
+    deadline = time.monotonic() + settings.FC2_PROFILE_S
+    while True:
+        kept = provisioner.kept_samples(cluster, WORKER)
+        samples = [_sample(s) for s in kept if isinstance(s.get("at"), int | float)]
+        busy = node_figures(WORKER, "worker", "", samples).busy_s
+        if busy >= settings.FC2_PROFILE_BUSY_S or time.monotonic() >= deadline:
+            return samples
+        if not provisioner.alive(cluster).get(WORKER, False):
+            return samples  # its training ended (or failed): what it measured is all there is
+        if Job.objects.filter(pk=job.pk).values_list("state", flat=True).get() != Job.State.PROFILING:
+            raise ProvisionError("the job ended while its profiling run ran")
+        time.sleep(POLL_S)
+
+
+def _sample(kept: dict) -> Sample:
+    counters = {k: v if isinstance(v := kept.get(k), int) else None for k in ("bytes_sent", "bytes_recv")}
+    cpu = kept.get("cpu_percent")
+    return Sample(
+        node_id=0,
+        at=datetime.fromtimestamp(kept["at"], UTC),
+        cpu_percent=float(cpu) if isinstance(cpu, int | float) else None,
+        **counters,
+    )
+
+
+def _update(job: Job, entry: dict, **fields) -> None:
+    """Keep the run's entry (and `fields`) on the job."""
+    runs = [run for run in job.profiling_runs if run.get("cluster") != entry["cluster"]] + [dict(entry)]
+    Job.objects.filter(pk=job.pk).update(profiling_runs=runs, **fields)
+    job.profiling_runs = runs
+
+
+def tear_down_stale(job: Job) -> None:
+    """A profile step done again (its worker was lost mid-run): the profiling cluster it left is torn down and its
+    run ended, before anything new is made."""
+    if job.cluster and any(run.get("cluster") == job.cluster.get("cluster_id") for run in job.profiling_runs):
+        provisioner.teardown(job.provider, job.cluster["cluster_id"], job.region)
+        now = timezone.now().isoformat()
+        runs = [run if run.get("ended_at") else {**run, "ended_at": now} for run in job.profiling_runs]
+        Job.objects.filter(pk=job.pk).update(profiling_runs=runs, cluster=None)
+        job.profiling_runs, job.cluster = runs, None
