@@ -48,9 +48,11 @@ import psutil
 import psycopg2
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_DIR))
+from monitor.agent import MAX_BUFFERED_SAMPLES, MAX_PROGRESS_LOG  # noqa: E402 - the agent's own bounds (stdlib only)
+
 BIN = Path(sys.executable).parent
 CLUSTER_SAMPLES_PER_S = 64  # a 64-node cluster at 1 Hz: the figure the endpoint must sustain
-CATCH_UP_SAMPLES = 3600  # an hour at 1 Hz: the agent's buffer, and the most a report may carry
 
 
 # --- the scratch database and the server ------------------------------------------------------------------------
@@ -197,7 +199,7 @@ class Agent:
             for at in sample_times:
                 self.step += 1
                 lines.append({"at": at, "epoch": 1 + self.step // 1000, "step": self.step, "loss": 2.0 / self.step})
-            body["progress_log"] = lines
+            body["progress_log"] = lines[-MAX_PROGRESS_LOG:]  # the newest, as the agent keeps them
             body["progress"] = {k: v for k, v in (lines[-1] if lines else {}).items() if k != "at"}
         body["samples"] = [self.sample(at) for at in sample_times]
         return json.dumps(body).encode()
@@ -205,10 +207,9 @@ class Agent:
 
 @dataclass
 class Tally:
-    """One phase's outcome, every client's reports together."""
+    """One phase's reports, every client's together."""
 
-    latencies: list[float] = field(default_factory=list)  # seconds, of each report answered 200
-    samples: int = 0  # in those reports
+    answered: list[tuple[float, float, int]] = field(default_factory=list)  # (done at, latency s, samples) of 200s
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -219,17 +220,31 @@ class Tally:
             status, answer = request(port, "POST", path, body, headers)
         except OSError as exc:
             status, answer = None, str(exc).encode()
-        latency = time.perf_counter() - started
+        done = time.perf_counter()
         with self.lock:
             if status == 200:
-                self.latencies.append(latency)
-                self.samples += samples
+                self.answered.append((done, done - started, samples))
             else:
                 self.errors.append(f"{status}: {answer[:200]!r}")
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A phase's figures over its measured window."""
+
+    label: str
+    reports: int
+    samples: int
+    seconds: float
+    latencies: list[float]
+    errors: list[str]
+    client_cpu: float  # the clients' CPU over the phase, as a share of the machine's
+    answered_samples: int  # in every report answered 200, inside the window or not
+
+
 def run_clients(agents: list[Agent], client) -> float:
-    """Run `client(agent, start)` in a thread per agent, all released at once; the seconds until the last ended."""
+    """Run `client(agent, start)` in a thread per agent, all released at once (`start`: unix time); returns the
+    perf_counter time they were released at, once every one has ended."""
     barrier = threading.Barrier(len(agents) + 1)
 
     def released(agent: Agent) -> None:
@@ -243,17 +258,18 @@ def run_clients(agents: list[Agent], client) -> float:
     started = time.perf_counter()
     for thread in threads:
         thread.join()
-    return time.perf_counter() - started
+    return started
 
 
-def paced(agents, port, path, token, seconds: float, interval: float) -> tuple[Tally, float]:
+def paced(agents, port, path, token, seconds: float, interval: float) -> tuple[Tally, float, float]:
     """Every agent reports the samples it took at 1 Hz since its last report, then waits `interval` s; the first
-    reports are spread over one interval, as independent agents' are."""
+    reports are spread over one interval, as independent agents' are. Measured once every agent has reported once:
+    from the first interval's end to the phase's."""
     tally = Tally()
 
     def client(agent: Agent, start: float) -> None:
         offset = interval * agents.index(agent) / len(agents)
-        next_sample = start - interval + offset  # its first report carries an interval's samples
+        next_sample = start - interval + offset  # as if it had been running: its first report carries an interval's
         time.sleep(offset)
         while time.time() < start + seconds:
             now = time.time()
@@ -264,65 +280,86 @@ def paced(agents, port, path, token, seconds: float, interval: float) -> tuple[T
             tally.post(port, path, token, agent.report(times), len(times))
             time.sleep(interval)
 
-    return tally, run_clients(agents, client)
+    started = run_clients(agents, client)
+    return tally, started + interval, started + seconds
 
 
-def flat_out(agents, port, path, token, seconds: float) -> tuple[Tally, float]:
-    """Every agent posts 2-sample reports back to back."""
+def flat_out(agents, port, path, token, seconds: float) -> tuple[Tally, float, float]:
+    """Every agent posts 2-sample reports back to back, for `seconds`."""
     tally = Tally()
 
     def client(agent: Agent, start: float) -> None:
         while (now := time.time()) < start + seconds:
             tally.post(port, path, token, agent.report([now - 1, now]), 2)
 
-    return tally, run_clients(agents, client)
+    started = run_clients(agents, client)
+    return tally, started, max(done for done, _, _ in tally.answered) if tally.answered else started + seconds
 
 
-def catch_up(agents, port, path, token, rounds: int) -> tuple[Tally, float]:
+def catch_up(agents, port, path, token, rounds: int) -> tuple[Tally, float, float]:
     """Every agent posts an hour's buffer in one report, all at once, `rounds` times."""
     tally = Tally()
     buffers = {}
-    for agent in agents:  # built before the clock starts: the agent has it ready when the platform is back
+    for agent in agents:  # built before the clock starts: the agent has them ready when the platform is back
         now = time.time()
-        buffers[agent.name] = [agent.report([now - CATCH_UP_SAMPLES + i for i in range(CATCH_UP_SAMPLES)])]
-        buffers[agent.name] += [
-            agent.report([now - CATCH_UP_SAMPLES + i + 0.5 for i in range(CATCH_UP_SAMPLES)]) for _ in range(rounds - 1)
-        ]
+        hour = [now - MAX_BUFFERED_SAMPLES + i for i in range(MAX_BUFFERED_SAMPLES)]
+        buffers[agent.name] = [agent.report([at + r / rounds for at in hour]) for r in range(rounds)]
 
     def client(agent: Agent, start: float) -> None:
         for body in buffers[agent.name]:
-            tally.post(port, path, token, body, CATCH_UP_SAMPLES)
+            tally.post(port, path, token, body, MAX_BUFFERED_SAMPLES)
 
-    return tally, run_clients(agents, client)
+    started = run_clients(agents, client)
+    return tally, started, max(done for done, _, _ in tally.answered) if tally.answered else time.perf_counter()
 
 
-def percentile(values: list[float], q: float) -> float:
+def measure(label: str, phase, *args) -> Phase:
+    """Run a phase; its figures over its window (reports answered within it)."""
+    process = psutil.Process()
+    before, wall_before = process.cpu_times(), time.perf_counter()
+    tally, window_start, window_end = phase(*args)
+    after, wall = process.cpu_times(), time.perf_counter() - wall_before
+    used = (after.user - before.user) + (after.system - before.system)
+    inside = [(latency, samples) for done, latency, samples in tally.answered if window_start <= done <= window_end]
+    return Phase(
+        label=label,
+        reports=len(inside),
+        samples=sum(samples for _, samples in inside),
+        seconds=window_end - window_start,
+        latencies=[latency for latency, _ in inside],
+        errors=tally.errors,
+        client_cpu=used / wall / (psutil.cpu_count() or 1),
+        answered_samples=sum(samples for _, _, samples in tally.answered),
+    )
+
+
+def warm_up(agents: list[Agent], port: int, path: str, token: str, workers: int) -> None:
+    """A few reports per server worker first: a worker's first requests load what Django loads lazily."""
+    tally = Tally()
+    for _ in range(4 * workers):
+        for agent in agents[:8]:
+            now = time.time()
+            tally.post(port, path, token, agent.report([now]), 1)
+    if tally.errors:
+        raise RuntimeError(f"reports refused while warming up: {tally.errors[:3]}")
+
+
+def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def print_phase(label: str, tally: Tally, wall: float, client_cpu: float) -> None:
-    reports = len(tally.latencies)
-    if not reports:
-        print(f"{label:<34} no report answered 200: {tally.errors[:3]}")
+def print_phase(phase: Phase) -> None:
+    if not phase.reports:
+        print(f"{phase.label:<34} no report answered 200: {phase.errors[:3]}")
         return
-    rate = tally.samples / wall
+    rate = phase.samples / phase.seconds
     print(
-        f"{label:<34} {reports:>7} {reports / wall:>9.1f} {rate:>10,.0f} {rate / CLUSTER_SAMPLES_PER_S:>7.1f}x "
-        f"{percentile(tally.latencies, 50) * 1000:>8.1f} {percentile(tally.latencies, 95) * 1000:>8.1f} "
-        f"{len(tally.errors):>6} {client_cpu:>6.0%}"
+        f"{phase.label:<34} {phase.reports:>7} {phase.reports / phase.seconds:>9.1f} {rate:>10,.0f} "
+        f"{rate / CLUSTER_SAMPLES_PER_S:>7.1f}x {percentile(phase.latencies, 50) * 1000:>8.1f} "
+        f"{percentile(phase.latencies, 95) * 1000:>8.1f} {len(phase.errors):>6} {phase.client_cpu:>6.0%}"
     )
-    for error in tally.errors[:3]:
+    for error in phase.errors[:3]:
         print(f"    {error}")
-
-
-def measured(phase, *args) -> tuple[Tally, float, float]:
-    """Run a phase; (tally, wall seconds, this process's CPU over the wall time as a share of the machine)."""
-    process = psutil.Process()
-    before = process.cpu_times()
-    tally, wall = phase(*args)
-    after = process.cpu_times()
-    used = (after.user - before.user) + (after.system - before.system)
-    return tally, wall, used / wall / (psutil.cpu_count() or 1)
 
 
 # --- the series query's plans -------------------------------------------------------------------------------------
@@ -420,7 +457,6 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         os.environ.update(env)
-        sys.path.insert(0, str(PROJECT_DIR))
         import django
 
         django.setup()
@@ -436,7 +472,8 @@ def main() -> None:
         version = ".".join(map(str, connection.get_database_version()))
         print(
             f"PostgreSQL {version}, {label}, DB_CONN_MAX_AGE={env.get('DB_CONN_MAX_AGE', '0')}; job of {args.nodes} "
-            f"nodes, a client thread each; {psutil.cpu_count()} CPUs shared by clients, server and database"
+            f"nodes, a client thread each; {psutil.cpu_count()} CPUs shared by clients, server and database "
+            f"(load average {os.getloadavg()[0]:.1f} before)"
         )
         print(
             f"{'phase':<34} {'reports':>7} {'reports/s':>9} {'samples/s':>10} {'÷ 64/s':>8} {'p50 ms':>8} "
@@ -445,14 +482,15 @@ def main() -> None:
         phases = [
             (f"paced (every {args.interval:g} s, 1 Hz)", paced, (args.seconds, args.interval)),
             ("flat out (2 samples a report)", flat_out, (args.seconds,)),
-            (f"catch-up ({CATCH_UP_SAMPLES} samples a report)", catch_up, (args.catch_up_rounds,)),
+            (f"catch-up ({MAX_BUFFERED_SAMPLES} samples a report)", catch_up, (args.catch_up_rounds,)),
         ]
-        sent = 0
+        warm_up(agents, port, path, token, args.workers)
+        already, sent = NodeSample.objects.count(), 0
         for label, phase, extra in phases:
-            tally, wall, client_cpu = measured(phase, agents, port, path, token, *extra)
-            sent += tally.samples
-            print_phase(label, tally, wall, client_cpu)
-        stored = NodeSample.objects.count()
+            measured = measure(label, phase, agents, port, path, token, *extra)
+            sent += measured.answered_samples
+            print_phase(measured)
+        stored = NodeSample.objects.count() - already
         print(
             f"stored {stored:,} samples of the {sent:,} in reports answered 200" + (" (all)" if stored == sent else "")
         )

@@ -30,6 +30,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from fc2.models import Job, Node
+from fc2.results import percent
 from monitor.series import Sample, load_losses, load_samples, rate_mbps
 from provisioner.types import is_chief
 
@@ -122,7 +123,7 @@ def node_figures(
     )
 
 
-def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[str, float] = ()) -> dict:
+def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[str, float] | None = None) -> dict:
     """The run's figures and alerts from its nodes' figures, the chief's metrics.json and the nodes silent for
     longer than they should be (name → seconds)."""
     from fc2.services.feedback import epoch_time_s  # the same rule as the job's performance record
@@ -146,8 +147,9 @@ def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[
         alerts.append(
             Alert(
                 "ps-saturated",
-                f"The parameter server's link is saturated: {ps.name} moved {ps.mean_mbps:.0f} Mbps on average while "
-                f"communicating, {ps.saturation:.0%} of the {ps.capacity_mbps:.0f} Mbps its {ps.instance_type} has. "
+                f"The parameter server's link is saturated: {ps.name} moved {ps.mean_mbps:.0f} Mbps on average "
+                f"while communicating, {percent(ps.saturation)} of the {ps.capacity_mbps:.0f} Mbps its "
+                f"{ps.instance_type} has. "
                 "More workers would wait on it: choose a PS type with more network capacity, or fewer workers "
                 "(Scala-Opt sizes the cluster to the PS's capacity).",
             )
@@ -156,12 +158,12 @@ def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[
         alerts.append(
             Alert(
                 "workers-idle",
-                f"The workers were idle {figures['worker_idleness']:.0%} of the time they could compute: they mostly "
-                "wait on communication (the parameter server, the network, or each other). Fewer or faster-linked "
-                "workers, or a larger batch size, would cost less for about the same time.",
+                f"The workers were idle {percent(figures['worker_idleness'])} of the time they could compute: they "
+                "mostly wait on communication (the parameter server, the network, or each other). Fewer or "
+                "faster-linked workers, or a larger batch size, would cost less for about the same time.",
             )
         )
-    for name, seconds in sorted(silent.items()):
+    for name, seconds in sorted((silent or {}).items()):
         alerts.append(
             Alert(
                 "node-silent",

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+from datetime import datetime
 from io import StringIO
 from pathlib import Path
 
@@ -264,3 +265,109 @@ def test_cluster_reap_removes_what_no_job_records_and_keeps_the_rest(job):
     finally:
         for name in (orphan, kept, manual):
             provisioner.teardown("lab", name)
+
+
+# Every node but the PS sends to the PS as fast as its link lets it for SEND_S seconds; the PS drains them all.
+SATURATE_S = 10
+SATURATE = f"""
+import json, os, socket, threading, time
+config = json.loads(os.environ["TF_CONFIG"])
+cluster, task = config["cluster"], config["task"]
+host, port = cluster["ps"][0].rsplit(":", 1)
+if task["type"] == "ps":
+    listener = socket.create_server((host, int(port)))
+    def drain(connection):
+        while connection.recv(1 << 16):
+            pass
+    threads = []
+    for _ in range(len(cluster.get("chief", [])) + len(cluster.get("worker", []))):
+        connection, _ = listener.accept()
+        threads.append(threading.Thread(target=drain, args=(connection,)))
+        threads[-1].start()
+    for thread in threads:
+        thread.join()
+    print("drained", flush=True)
+else:
+    time.sleep(2)
+    for _ in range(200):
+        try:
+            sender = socket.create_connection((host, int(port)))
+            break
+        except OSError:
+            time.sleep(0.1)
+    end, chunk = time.monotonic() + {SATURATE_S}, b"x" * (1 << 16)
+    while time.monotonic() < end:
+        sender.sendall(chunk)
+    sender.close()
+    time.sleep(3)
+    print("sent", flush=True)
+""".encode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_ps_shaped_to_100_mbits_shows_at_most_that_and_a_saturation_alert(alice, lab_catalog, tmp_path, client):
+    """The PS on a type whose link is shaped to 100 Mbit/s (tc tbf), two nodes sending to it flat out: its agent's
+    figures stay within the shaping, and the job page says its link is saturated."""
+    wheel = make_wheel(tmp_path, {**GOOD, "demo/main.py": SATURATE})
+    _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
+        "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", "lab", "--workers", "1",
+        "--strategy", "ps", "--ps-type", "lab-w-100", "--worker-type", "lab-w-1g", "--user", "alice", "--inline",
+        "--wait",
+    )  # fmt: skip
+    assert result["status"] == "succeeded", result.get("error")
+
+    job = Job.objects.get(pk=result["id"])
+    ps = job.figures["ps"]
+    print(f"\nFIGURE PS shaped to 100 Mbit/s: mean {ps['mean_mbps']:.1f} Mbps, peak {ps['peak_mbps']:.1f} Mbps")
+    assert ps["capacity_mbps"] == 100 and 85 <= ps["mean_mbps"] <= 100
+    assert ps["peak_mbps"] <= 105  # one second may carry the bucket's burst
+    assert ps["busy_s"] >= SATURATE_S - 2
+    assert [a["code"] for a in job.figures["alerts"]] == ["ps-saturated"]
+    client.force_login(alice)
+    assert 'data-alert="ps-saturated"' in client.get(job.get_absolute_url()).content.decode()
+    assert leftovers(job.cluster_name) == NOTHING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_scala_opt_with_no_profile_runs_its_profiling_run_then_the_cluster_it_chose(
+    alice, example_wheel, lab_catalog, settings
+):
+    """FC² §5.2.4 end to end: nothing knows the bandwidth of a lab-w-1g worker for this workload, so the job's profile
+    step runs the user's code on 1 PS + 1 worker, measures it, keeps it, and sizes the cluster by it; later jobs of
+    the workload find it and run no profiling run."""
+    settings.FC2_PROFILE_BUSY_S = 6
+    settings.FC2_PROFILE_S = 90
+    _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
+        "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "lab",
+        "--algorithm", "scala-opt-m", "--worker-type", "lab-w-1g", "--ps-type", "lab-ps-450", "--workers", "2",
+        "--strategy", "ps", "--workload", "digits-profiled", "--param", "epochs=1", "--param", "steps_per_epoch=300",
+        "--param", "batch_size=16", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
+    assert result["status"] == "succeeded", result.get("error")
+
+    job = Job.objects.get(pk=result["id"])
+    (run,) = job.profiling_runs
+    profile = PerformanceRecord.objects.get(workload="digits-profiled", source=PerformanceRecord.Source.PROFILED)
+    took = (datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    print(f"\nFIGURE profiling run of lab-w-1g: {took:.0f} s, b_t {profile.bandwidth_mbps} Mbps")
+    assert (profile.instance_type, profile.ps_type, profile.workers, profile.batch_size) == (
+        "lab-w-1g",
+        "lab-ps-450",
+        1,
+        16,
+    )
+    assert profile.bandwidth_mbps == run["bandwidth_mbps"] and profile.bandwidth_mbps > 1
+    expected = max(1, min(2, int(450 * 0.95 // profile.bandwidth_mbps)))
+    assert (job.recommendation["source"], job.workers) == ("rule", expected)
+    assert job.cost_so_far > job.cost_between(start=job.launched_at)  # the profiling run is billed to the job
+    timeline = " | ".join(job.events.values_list("message", flat=True))
+    assert "profiling run: 1 lab-ps-450 PS + 1 lab-w-1g worker" in timeline and "Mbps (mean over" in timeline
+    assert leftovers(run["cluster"]) == NOTHING and leftovers(job.cluster_name) == NOTHING
+
+    again = StringIO()
+    call_command(
+        "recommend", "--algorithm", "scala-opt-m", "--catalog", "lab", "--workload", "digits-profiled",
+        "--worker-type", "lab-w-1g", "--ps-type", "lab-ps-450", "--max-workers", "2", "--batch-size", "16", "--json",
+        stdout=again,
+    )  # fmt: skip
+    assert json.loads(again.getvalue())["workers"] == expected  # what the next job of the workload is told at once

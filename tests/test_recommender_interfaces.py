@@ -215,14 +215,16 @@ def test_job_cluster_comes_from_the_algorithm(alice, bundle, digits):
     assert job.events.filter(message__startswith="recommendation: ").exists()
 
 
-def test_job_with_missing_profiles_fails_saying_which(alice, bundle, digits):
+def test_a_local_job_with_missing_profiles_fails_saying_which_and_why_it_cannot_measure_them(alice, bundle, digits):
+    """Local nodes share the machine's network: no profiling run there could tell one worker's traffic apart."""
     job = make_job(alice, bundle, digits, algorithm="scala-opt", worker_types=["c4.xlarge"], workers=2)
 
     pipeline.advance("profile", job.pk)
 
     job.refresh_from_db()
-    assert job.state == "failed" and "missing bandwidth profiles" in job.failure_reason
-    assert "c4.xlarge" in job.failure_reason
+    assert job.state == "failed" and "c4.xlarge worker against a m4.10xlarge PS" in job.failure_reason
+    assert "nothing has measured it" in job.failure_reason and "share the machine's network" in job.failure_reason
+    assert job.cluster is None and job.profiling_runs == []
 
 
 def test_cli_model_on_records_that_name_no_type(table4):

@@ -20,7 +20,7 @@ from django.utils import timezone
 from fc2.celery import app as celery_app
 from fc2.models import Job, Node
 from fc2.services import pipeline, sweep
-from provisioner import ClusterSpec, NodeResult, local
+from provisioner import ClusterSpec, NodeError, NodeResult, local
 from tests.conftest import launch_cluster, make_job
 
 State = Job.State
@@ -290,6 +290,32 @@ def test_a_silent_node_whose_agent_is_alive_is_waited_for(job, sent, settings):
     job.refresh_from_db()
     assert job.state == State.RUNNING
     fetch_results.assert_called_once()  # looked for a kept result: none yet
+
+
+@pytest.mark.parametrize("reachable", [True, False], ids=["agent-alive", "machine-unreachable"])
+def test_a_node_silent_past_the_lost_limit_fails_the_job_by_name_and_is_torn_down(job, sent, settings, reachable):
+    """Alive but unable to reach the platform, or on a machine nobody can reach: after FC2_NODE_LOST_S the job fails
+    naming the node, and its cluster goes — no hang until the time limit."""
+    settings.FC2_NODE_LOST_S = 240
+    job = lost(job, State.RUNNING, started_at=timezone.now() - LONG_AGO, lease_until=None)
+    cluster = launch_cluster(job, workers=1)
+    Node.objects.filter(job=job).update(last_report_at=timezone.now())
+    Node.objects.filter(job=job, name="worker-0").update(last_report_at=timezone.now() - timedelta(minutes=5))
+    answer = (
+        alive(**{n.name: True for n in cluster.nodes})
+        if reachable
+        else mock.patch("provisioner.alive", side_effect=NodeError("worker-0", "ssh: connection timed out"))
+    )
+
+    with answer, kept():
+        sweep.sweep()
+        sweep.sweep()  # the release it sent
+
+    job.refresh_from_db()
+    assert job.state == State.FAILED
+    assert job.failure_reason.startswith("worker-0 has not reported for 300 s")
+    assert ("its agent is running" if reachable else "it cannot be reached") in job.failure_reason
+    assert job.cluster is None and not Path(cluster.workdir).exists()
 
 
 def test_a_silent_node_whose_command_ended_has_its_kept_result_applied(job, sent):
