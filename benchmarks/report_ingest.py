@@ -21,7 +21,8 @@ with timings, of the job page's series query (monitor.series.load_samples): the 
 cursor.
 
     .venv/bin/python benchmarks/report_ingest.py [--nodes 64] [--seconds 20] [--interval 2] [--workers 3]
-        [--conn-max-age 0] [--catch-up-rounds 2] [--explain [--explain-rows 3000000]]
+        [--conn-max-age 0] [--catch-up-rounds 2] [--phases paced,flat-out,catch-up]
+        [--explain [--explain-rows 3000000]]
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from monitor.agent import MAX_BUFFERED_SAMPLES, MAX_PROGRESS_LOG  # noqa: E402 -
 
 BIN = Path(sys.executable).parent
 CLUSTER_SAMPLES_PER_S = 64  # a 64-node cluster at 1 Hz: the figure the endpoint must sustain
+PHASES = ["paced", "flat-out", "catch-up"]
 
 
 # --- the scratch database and the server ------------------------------------------------------------------------
@@ -365,17 +367,12 @@ def print_phase(phase: Phase) -> None:
 # --- the series query's plans -------------------------------------------------------------------------------------
 
 
-def explain(job_id: int, rows: int) -> None:
-    """Fill the job's samples to `rows` (its nodes at 1 Hz, reported every 2 s) and print the plans of the series
-    query: the first load, and a poll for what came in the last 10 s."""
-    from datetime import timedelta
-
+def fill(job_id: int, rows: int) -> str:
+    """Add about `rows` samples to the job's nodes (a run at 1 Hz up to now, reported every 2 s) and ANALYZE; says
+    what the table then holds."""
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-    from django.utils import timezone
 
     from fc2.models import Node
-    from monitor.series import load_samples
 
     nodes = Node.objects.filter(job_id=job_id).count()
     seconds = rows // nodes
@@ -386,32 +383,54 @@ def explain(job_id: int, rows: int) -> None:
             INSERT INTO monitor_nodesample (node_id, at, measured_at, cpu_percent, node_cpu_percent, memory_mb,
                                             bytes_sent, bytes_recv)
             SELECT n.id, now() - make_interval(secs => %(s)s - s - s %% 2), now() - make_interval(secs => %(s)s - s),
-                   100 + random() * 300, 100 + random() * 300, 600 + random() * 100, s * 3500000, s * 3400000
+                   100 + random() * 300, 100 + random() * 300, 600 + random() * 100,
+                   s::bigint * 3500000, s::bigint * 3400000
             FROM fc2_node n CROSS JOIN generate_series(1, %(s)s) AS s
             WHERE n.job_id = %(job)s
             """,
             {"s": seconds, "job": job_id},
         )
-        cursor.execute("ANALYZE monitor_nodesample")
+        cursor.execute("ANALYZE")  # every table: the planner must know how many nodes a job has too
         cursor.execute(
             "SELECT count(*), pg_size_pretty(pg_total_relation_size('monitor_nodesample')) FROM monitor_nodesample"
         )
         total, size = cursor.fetchone()
-    print(
-        f"\n--explain: {total:,} samples ({size} with indexes) of {nodes} nodes, {seconds / 3600:.1f} h at 1 Hz, "
+    return (
+        f"{total:,} samples ({size} with indexes) of {nodes} nodes, {seconds / 3600:.1f} h at 1 Hz, "
         f"added in {time.perf_counter() - started:.0f} s"
     )
+
+
+def plan(sql: str) -> list[str]:
+    """PostgreSQL's plan of `sql`, run (EXPLAIN ANALYZE, BUFFERS)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
+        return [line for (line,) in cursor.fetchall()]
+
+
+def explain(job_id: int, rows: int) -> None:
+    """Fill the table and print the plans of the series query: the job page's first load, and a poll for what came
+    in during the last 10 s."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from monitor.models import NodeSample
+    from monitor.series import load_samples
+
+    print(f"\n--explain: {fill(job_id, rows)}")
+    newest = NodeSample.objects.filter(node__job_id=job_id).latest("at").at
     for label, since in (
         ("first load (no cursor)", None),
-        ("poll: since = 10 s ago", timezone.now() - timedelta(seconds=10)),
+        ("poll: since = 10 s before the newest", newest - timedelta(seconds=10)),
     ):
         with CaptureQueriesContext(connection) as queries:
             loaded = load_samples(job_id, since)
         (query,) = [q["sql"] for q in queries.captured_queries if "monitor_nodesample" in q["sql"]]
-        with connection.cursor() as cursor:
-            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {query}")
-            plan = [line for (line,) in cursor.fetchall()]
-        print(f"\n{label}: {len(loaded):,} rows\n  {query}\n" + "\n".join(f"    {line}" for line in plan))
+        print(f"\n{label}: {len(loaded):,} rows\n  {query}\n" + "\n".join(f"    {line}" for line in plan(query)))
 
 
 # --- main ----------------------------------------------------------------------------------------------------------
@@ -427,9 +446,18 @@ def main() -> None:
         "--conn-max-age", type=int, default=None, help="DB_CONN_MAX_AGE of the server (default: as set here, else 0)"
     )
     parser.add_argument("--catch-up-rounds", type=int, default=2, help="hour-long buffers each node sends (2)")
+    parser.add_argument(
+        "--phases",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=PHASES,
+        metavar="P,P,…",
+        help=f"which load phases, in order (default: {','.join(PHASES)}; empty: none)",
+    )
     parser.add_argument("--explain", action="store_true", help="then print the series query's plans on a full table")
     parser.add_argument("--explain-rows", type=int, default=3_000_000, help="samples in the table for --explain")
     args = parser.parse_args()
+    if unknown := set(args.phases) - set(PHASES):
+        parser.error(f"unknown phases {sorted(unknown)}: choose from {', '.join(PHASES)}")
 
     server_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     name = f"fc2_bench_{os.getpid()}"
@@ -479,14 +507,14 @@ def main() -> None:
             f"{'phase':<34} {'reports':>7} {'reports/s':>9} {'samples/s':>10} {'÷ 64/s':>8} {'p50 ms':>8} "
             f"{'p95 ms':>8} {'errors':>6} {'client':>6}"
         )
-        phases = [
-            (f"paced (every {args.interval:g} s, 1 Hz)", paced, (args.seconds, args.interval)),
-            ("flat out (2 samples a report)", flat_out, (args.seconds,)),
-            (f"catch-up ({MAX_BUFFERED_SAMPLES} samples a report)", catch_up, (args.catch_up_rounds,)),
-        ]
+        phases = {
+            "paced": (f"paced (every {args.interval:g} s, 1 Hz)", paced, (args.seconds, args.interval)),
+            "flat-out": ("flat out (2 samples a report)", flat_out, (args.seconds,)),
+            "catch-up": (f"catch-up ({MAX_BUFFERED_SAMPLES} samples a report)", catch_up, (args.catch_up_rounds,)),
+        }
         warm_up(agents, port, path, token, args.workers)
         already, sent = NodeSample.objects.count(), 0
-        for label, phase, extra in phases:
+        for label, phase, extra in (phases[name] for name in args.phases):
             measured = measure(label, phase, agents, port, path, token, *extra)
             sent += measured.answered_samples
             print_phase(measured)
