@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 
 import psutil
 import pytest
+from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
@@ -34,6 +35,12 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 def runtime_dir(tmp_path) -> Path:
     """Uploads, artifacts and local clusters of one test (never the developer's var/)."""
     return tmp_path / "fc2var"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Every test starts with an empty cache (a running job's figures are cached by its id, which tests reuse)."""
+    cache.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -272,8 +272,8 @@ def test_series_query_count_does_not_grow_with_nodes_or_samples(client, alice, r
         add_samples(node, 40)
     client.force_login(alice)
 
-    # session, user, job, nodes, samples, losses
-    with django_assert_max_num_queries(6):
+    # session, user, job, nodes, samples, losses; the figures: nodes, their types, samples, losses (then cached)
+    with django_assert_max_num_queries(10):
         assert client.get(series_url(running)).status_code == 200
     with django_assert_max_num_queries(6):
         assert client.get(series_url(running, "2026-11-03T10:00:30Z")).status_code == 200
@@ -387,7 +387,7 @@ def test_live_part_query_count_does_not_grow_with_nodes_or_samples(client, alice
     client.force_login(alice)
 
     def queries(job: Job) -> int:
-        cache.clear()  # a running job's figures are cached for a few seconds: count the polls that compute them
+        cache.clear()  # a running job's figures are cached for a few seconds: count polls that compute them
         with CaptureQueriesContext(connection) as captured:
             assert client.get(reverse("job-live", args=[job.pk])).status_code == 200
         return len(captured)
