@@ -340,7 +340,7 @@ def test_scala_opt_with_no_profile_runs_its_profiling_run_then_the_cluster_it_ch
     _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
         "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "lab",
         "--algorithm", "scala-opt-m", "--worker-type", "lab-w-1g", "--ps-type", "lab-ps-450", "--workers", "2",
-        "--strategy", "ps", "--workload", "digits-profiled", "--param", "epochs=1", "--param", "steps_per_epoch=300",
+        "--strategy", "ps", "--workload", "digits-profiled", "--param", "epochs=1", "--param", "steps_per_epoch=1000",
         "--param", "batch_size=16", "--user", "alice", "--inline", "--wait",
     )  # fmt: skip
     assert result["status"] == "succeeded", result.get("error")
