@@ -14,11 +14,15 @@ urllib opens. Three phases:
 - catch-up: every node posts an hour's buffer (3600 samples, the most one report may carry) at the same moment, as
   when a cluster comes back after an outage, `--catch-up-rounds` times.
 
-Each prints reports/s, samples/s, p50/p95 latency and samples/s over the 64 a second a 64-node cluster sends. The
-clients run on the same machine as the server and the database (their CPU share is printed): the figures are a floor.
-`--explain` then fills the job's table to `--explain-rows` samples (a long run at 1 Hz) and prints PostgreSQL's plans,
-with timings, of the job page's series query (monitor.series.load_samples): the first load and a poll with a `since`
-cursor.
+Each prints reports/s, samples/s, p50/p95 latency, samples/s over the 64 a second a 64-node cluster sends, the
+reports answered later than an agent waits (monitor.agent.Reporter's timeout: it would have sent them again), the web
+server's CPU time per report (its processes only, not the database's), and the share of the machine's CPU the clients
+used and that was in use at all. The clients run on the machine that runs the server and the database, and so may
+anything else: the rates are a floor; the server's CPU per report does not depend on what else runs.
+`--explain` then fills the job's table to `--explain-rows` samples (a long run at 1 Hz) and prints how long the job
+page's series take (monitor.series.job_series) and PostgreSQL's plans, with timings, of their samples' query: the first
+load and a poll with a `since` cursor; then it ends the job long ago, compacts its samples (monitor/retention.py) and
+times the first load again.
 
     .venv/bin/python benchmarks/report_ingest.py [--nodes 64] [--seconds 20] [--interval 2] [--workers 3]
         [--conn-max-age 0] [--catch-up-rounds 2] [--phases paced,flat-out,catch-up]
@@ -28,7 +32,9 @@ cursor.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
+import inspect
 import json
 import os
 import shutil
@@ -50,11 +56,13 @@ import psycopg2
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
-from monitor.agent import MAX_BUFFERED_SAMPLES, MAX_PROGRESS_LOG  # noqa: E402 - the agent's own bounds (stdlib only)
+from monitor.agent import MAX_BUFFERED_SAMPLES, MAX_PROGRESS_LOG, Reporter  # noqa: E402 - the agent's own (stdlib)
 
 BIN = Path(sys.executable).parent
 CLUSTER_SAMPLES_PER_S = 64  # a 64-node cluster at 1 Hz: the figure the endpoint must sustain
 PHASES = ["paced", "flat-out", "catch-up"]
+# How long an agent waits for its report's answer before it gives up and sends the report again.
+AGENT_TIMEOUT_S = inspect.signature(Reporter).parameters["timeout"].default
 
 
 # --- the scratch database and the server ------------------------------------------------------------------------
@@ -241,6 +249,8 @@ class Phase:
     latencies: list[float]
     errors: list[str]
     client_cpu: float  # the clients' CPU over the phase, as a share of the machine's
+    machine_busy: float  # the machine's CPU in use over the phase (clients, server, database, anything else)
+    server_cpu_per_report: float  # CPU seconds the web server's processes used, per report answered 200
     answered_samples: int  # in every report answered 200, inside the window or not
 
 
@@ -315,13 +325,16 @@ def catch_up(agents, port, path, token, rounds: int) -> tuple[Tally, float, floa
     return tally, started, max(done for done, _, _ in tally.answered) if tally.answered else time.perf_counter()
 
 
-def measure(label: str, phase, *args) -> Phase:
+def measure(label: str, phase, server_pid: int, *args) -> Phase:
     """Run a phase; its figures over its window (reports answered within it)."""
     process = psutil.Process()
-    before, wall_before = process.cpu_times(), time.perf_counter()
+    before, machine_before, wall_before = process.cpu_times(), psutil.cpu_times(), time.perf_counter()
+    server_before = tree_cpu(server_pid)
     tally, window_start, window_end = phase(*args)
-    after, wall = process.cpu_times(), time.perf_counter() - wall_before
+    after, machine_after, wall = process.cpu_times(), psutil.cpu_times(), time.perf_counter() - wall_before
+    server_after = tree_cpu(server_pid)
     used = (after.user - before.user) + (after.system - before.system)
+    server_used = sum(seconds - server_before.get(pid, 0.0) for pid, seconds in server_after.items())
     inside = [(latency, samples) for done, latency, samples in tally.answered if window_start <= done <= window_end]
     return Phase(
         label=label,
@@ -331,8 +344,28 @@ def measure(label: str, phase, *args) -> Phase:
         latencies=[latency for latency, _ in inside],
         errors=tally.errors,
         client_cpu=used / wall / (psutil.cpu_count() or 1),
+        machine_busy=busy(machine_before, machine_after),
+        server_cpu_per_report=server_used / max(1, len(tally.answered)),
         answered_samples=sum(samples for _, _, samples in tally.answered),
     )
+
+
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds a process and each of its descendants has used so far, by pid."""
+    root = psutil.Process(pid)
+    used = {}
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            used[process.pid] = times.user + times.system
+    return used
+
+
+def busy(before, after) -> float:
+    """The share of the machine's CPU time that was not idle between two psutil.cpu_times()."""
+    spent = {name: getattr(after, name) - getattr(before, name) for name in after._fields}
+    idle = spent["idle"] + spent.get("iowait", 0.0)
+    return 1 - idle / sum(spent.values()) if sum(spent.values()) else 0.0
 
 
 def warm_up(agents: list[Agent], port: int, path: str, token: str, workers: int) -> None:
@@ -358,7 +391,9 @@ def print_phase(phase: Phase) -> None:
     print(
         f"{phase.label:<34} {phase.reports:>7} {phase.reports / phase.seconds:>9.1f} {rate:>10,.0f} "
         f"{rate / CLUSTER_SAMPLES_PER_S:>7.1f}x {percentile(phase.latencies, 50) * 1000:>8.1f} "
-        f"{percentile(phase.latencies, 95) * 1000:>8.1f} {len(phase.errors):>6} {phase.client_cpu:>6.0%}"
+        f"{percentile(phase.latencies, 95) * 1000:>8.1f} {sum(t > AGENT_TIMEOUT_S for t in phase.latencies):>7} "
+        f"{len(phase.errors):>6} {phase.server_cpu_per_report * 1000:>9.1f} {phase.client_cpu:>6.0%} "
+        f"{phase.machine_busy:>5.0%}"
     )
     for error in phase.errors[:3]:
         print(f"    {error}")
@@ -395,8 +430,13 @@ def fill(job_id: int, rows: int) -> str:
             "SELECT count(*), pg_size_pretty(pg_total_relation_size('monitor_nodesample')) FROM monitor_nodesample"
         )
         total, size = cursor.fetchone()
+        cursor.execute(
+            "SELECT indexrelid::regclass, pg_size_pretty(pg_relation_size(indexrelid)) FROM pg_index "
+            "WHERE indrelid = 'monitor_nodesample'::regclass ORDER BY 1"
+        )
+        indexes = ", ".join(f"{name} {index_size}" for name, index_size in cursor.fetchall())
     return (
-        f"{total:,} samples ({size} with indexes) of {nodes} nodes, {seconds / 3600:.1f} h at 1 Hz, "
+        f"{total:,} samples ({size} with indexes: {indexes}) of {nodes} nodes, {seconds / 3600:.1f} h at 1 Hz, "
         f"added in {time.perf_counter() - started:.0f} s"
     )
 
@@ -411,26 +451,50 @@ def plan(sql: str) -> list[str]:
 
 
 def explain(job_id: int, rows: int) -> None:
-    """Fill the table and print the plans of the series query: the job page's first load, and a poll for what came
-    in during the last 10 s."""
+    """Fill the table and print the plans of the series query, and how long the job page's whole series takes in
+    this process: the first load, and a poll for what came in during the last 10 s. Then end the job long ago,
+    compact its samples (monitor.retention) and time the first load again."""
     from datetime import timedelta
 
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
 
+    from fc2.models import Job
+    from monitor import retention
     from monitor.models import NodeSample
-    from monitor.series import load_samples
 
     print(f"\n--explain: {fill(job_id, rows)}")
     newest = NodeSample.objects.filter(node__job_id=job_id).latest("at").at
-    for label, since in (
-        ("first load (no cursor)", None),
-        ("poll: since = 10 s before the newest", newest - timedelta(seconds=10)),
-    ):
-        with CaptureQueriesContext(connection) as queries:
-            loaded = load_samples(job_id, since)
-        (query,) = [q["sql"] for q in queries.captured_queries if "monitor_nodesample" in q["sql"]]
-        print(f"\n{label}: {len(loaded):,} rows\n  {query}\n" + "\n".join(f"    {line}" for line in plan(query)))
+    series_plans(job_id, "first load (no cursor)", None)
+    series_plans(job_id, "poll: since = 10 s before the newest", newest - timedelta(seconds=10))
+
+    ended = timezone.now() - timedelta(days=retention.full_days() + 1)
+    Job.objects.filter(pk=job_id).update(state=Job.State.SUCCEEDED, finished_at=ended)
+    started = time.perf_counter()
+    result = retention.compact_ended_jobs()
+    print(
+        f"\ncompacted (the job ended {retention.full_days() + 1} days ago): {result.rows_before:,} samples of "
+        f"{result.nodes} nodes to {result.rows_after:,} in {time.perf_counter() - started:.0f} s"
+    )
+    series_plans(job_id, "first load, compacted", None)
+
+
+def series_plans(job_id: int, label: str, since) -> None:
+    """Time the job page's series (monitor.series.job_series) and print the plans of its samples' queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from fc2.models import Job
+    from monitor.series import job_series
+
+    job = Job.objects.get(pk=job_id)
+    started = time.perf_counter()
+    with CaptureQueriesContext(connection) as queries:
+        series = job_series(job, since)
+    took = time.perf_counter() - started
+    points = sum(len(node["points"]) for node in series["nodes"])
+    print(f"\n{label}: job_series {took * 1000:,.0f} ms in all ({points:,} points); its samples' queries:")
+    for query in [q["sql"] for q in queries.captured_queries if 'FROM "monitor_nodesample"' in q["sql"]]:
+        print(f"  {query}\n" + "\n".join(f"    {line}" for line in plan(query)))
 
 
 # --- main ----------------------------------------------------------------------------------------------------------
@@ -505,7 +569,7 @@ def main() -> None:
         )
         print(
             f"{'phase':<34} {'reports':>7} {'reports/s':>9} {'samples/s':>10} {'÷ 64/s':>8} {'p50 ms':>8} "
-            f"{'p95 ms':>8} {'errors':>6} {'client':>6}"
+            f"{'p95 ms':>8} {f'> {AGENT_TIMEOUT_S:g} s':>7} {'errors':>6} {'server ms':>9} {'client':>6} {'busy':>5}"
         )
         phases = {
             "paced": (f"paced (every {args.interval:g} s, 1 Hz)", paced, (args.seconds, args.interval)),
@@ -515,7 +579,7 @@ def main() -> None:
         warm_up(agents, port, path, token, args.workers)
         already, sent = NodeSample.objects.count(), 0
         for label, phase, extra in (phases[name] for name in args.phases):
-            measured = measure(label, phase, agents, port, path, token, *extra)
+            measured = measure(label, phase, server.pid, agents, port, path, token, *extra)
             sent += measured.answered_samples
             print_phase(measured)
         stored = NodeSample.objects.count() - already
@@ -537,4 +601,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: the server is stopped and the scratch database dropped", file=sys.stderr)
+        sys.exit(130)

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_FULL_DAYS = 7  # days after its job ended that a node's samples stay at full rate
 FIELDS = ("at", "measured_at", *READINGS, "bytes_sent", "bytes_recv")  # what a compacted sample is made of
 KEPT_FROM_LAST = {"at", "measured_at", "bytes_sent", "bytes_recv"}  # the rest (the readings) is averaged
+MINUTE = timedelta(minutes=1)
 MINUTES_PER_BATCH = 120  # minutes read, merged and rewritten at once: a bounded number of rows in memory
 
 
@@ -116,21 +117,34 @@ def compact_node(node_id: int, dry_run: bool = False) -> tuple[int, int]:
 def _compact_minutes(node_id: int, minutes: list[datetime]) -> None:
     """Merge each of `minutes` (sorted; each holds more than one sample of the node) into one sample."""
     wanted = set(minutes)
-    rows = (
-        NodeSample.objects.filter(
-            node_id=node_id, measured_at__gte=minutes[0], measured_at__lt=minutes[-1] + timedelta(minutes=1)
-        )
-        .order_by("measured_at", "pk")
-        .values("pk", *FIELDS)
-    )
+    rows = NodeSample.objects.filter(
+        node_id=node_id, measured_at__gte=minutes[0], measured_at__lt=minutes[-1] + MINUTE
+    ).order_by("measured_at", "pk")
     groups: dict[datetime, list[dict]] = {}
-    for row in rows:
-        minute = minute_of(row["measured_at"])
+    for values in rows.values_list(*FIELDS):
+        minute = minute_of(values[1])
         if minute in wanted:
-            groups.setdefault(minute, []).append(row)
-    stale = [row.pop("pk") for group in groups.values() for row in group]
-    NodeSample.objects.filter(pk__in=stale).delete()
+            groups.setdefault(minute, []).append(dict(zip(FIELDS, values, strict=True)))
+    # Every sample in a run of crowded minutes is merged: a range, which the (node, measured_at) index serves.
+    for start, end in runs(minutes):
+        NodeSample.objects.filter(node_id=node_id, measured_at__gte=start, measured_at__lt=end).delete()
     NodeSample.objects.bulk_create(NodeSample(node_id=node_id, **merge(group)) for group in groups.values())
+
+
+def runs(minutes: Sequence[datetime]) -> list[tuple[datetime, datetime]]:
+    """Sorted minutes as the fewest [start, end) ranges that cover them and nothing else.
+
+    >>> t = datetime(2026, 11, 1, tzinfo=UTC)
+    >>> [(a.minute, b.minute) for a, b in runs([t, t + MINUTE, t + 2 * MINUTE, t + 5 * MINUTE])]
+    [(0, 3), (5, 6)]
+    """
+    ranges: list[tuple[datetime, datetime]] = []
+    for minute in minutes:
+        if ranges and ranges[-1][1] == minute:
+            ranges[-1] = (ranges[-1][0], minute + MINUTE)
+        else:
+            ranges.append((minute, minute + MINUTE))
+    return ranges
 
 
 def compact_ended_jobs(days: int | None = None, dry_run: bool = False) -> Compaction:
@@ -156,5 +170,8 @@ def compact_ended_jobs(days: int | None = None, dry_run: bool = False) -> Compac
             rows_after += after
     result = Compaction(days, dry_run, len(jobs), compacted, rows_before, rows_after)
     if compacted:
-        logger.info("%s %s", "would compact" if dry_run else "compacted", result)
+        logger.info(
+            "%s the samples of %d nodes of %d jobs that ended more than %d days ago: %d samples to %d",
+            "would compact" if dry_run else "compacted", compacted, len(jobs), days, rows_before, rows_after,
+        )  # fmt: skip
     return result

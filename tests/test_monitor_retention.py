@@ -7,10 +7,12 @@ import datetime as dt
 import math
 import random
 import statistics
+import threading
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
 
 from fc2.models import Job, Node
@@ -115,10 +117,12 @@ def test_a_minute_is_merged_into_its_readings_known_means_and_its_last_counters_
     )
     store(node, [{"at": minute.timestamp() + 61, "cpu_percent": 70.0, "bytes_sent": 7_000}])  # alone in its minute
     alone = NodeSample.objects.get(measured_at=minute + dt.timedelta(seconds=61))
+    store(node, [{"at": minute.timestamp() + s, "cpu_percent": 80.0, "bytes_sent": 8_000 + s} for s in (120, 179)])
 
     retention.compact_ended_jobs()
 
-    merged, kept = NodeSample.objects.filter(node=node).order_by("measured_at")
+    merged, kept, later = NodeSample.objects.filter(node=node).order_by("measured_at")
+    assert (later.cpu_percent, later.bytes_sent, later.measured_at) == (80.0, 8_179, minute + dt.timedelta(seconds=179))
     assert (merged.cpu_percent, merged.memory_mb, merged.gpu_percent) == (20.0, 600.0, None)
     assert (merged.bytes_sent, merged.bytes_recv) == (400, None)
     assert (merged.measured_at, merged.at) == (minute + dt.timedelta(seconds=50), minute + dt.timedelta(seconds=55))
@@ -194,3 +198,30 @@ def test_command_says_what_it_did(alice, dry):
 
     verb = "would compact (dry run)" if dry else "compacted"
     assert out.getvalue().strip() == f"{verb} 1 node of 1 job that ended more than 7 days ago: 120 samples → 2"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_compactions_at_once_compact_each_minute_once(alice):
+    """A beat tick and an operator's command on the same node at the same moment: the second waits for the node's
+    row, then finds its minutes done (without that, both would write each minute's merged sample)."""
+    job, nodes = job_with_nodes(alice, "worker-0", "worker-1", **ended(days_ago=8))
+    for node in nodes:
+        store(node, every_second(dt.datetime(2026, 9, 1, tzinfo=UTC), 600, random.Random(node.pk)))
+    start = threading.Barrier(2)
+    results = []
+
+    def compact() -> None:
+        try:
+            start.wait()
+            results.append(retention.compact_ended_jobs())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=compact) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sum(r.nodes for r in results) == 2  # each node by one of them
+    assert [NodeSample.objects.filter(node=node).count() for node in nodes] == [10, 10]
