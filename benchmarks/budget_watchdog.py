@@ -129,7 +129,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
             # The nodes' last reports, sent after the watchdog ended the job, are refused (409): expected, not news.
             # (Set here: the server's WSGI app sets Django's logging up again.)
             logging.getLogger("django.request").setLevel(logging.ERROR)
-            for step in ("profile", "provision", "bootstrap"):
+            for step in ("recommend", "provision", "bootstrap"):
                 if not pipeline.run_step(step, job.pk, report_url=url):
                     raise SystemExit(f"error: job {job.pk}: {Job.objects.get(pk=job.pk).failure_reason}")
             # Driven by the workers from now on: the sweep watches it.

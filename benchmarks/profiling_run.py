@@ -1,7 +1,7 @@
 """Scala-Opt's profiling run on the lab: its duration and the b_t it measures, for each worker type asked.
 
 A real Scala-Opt job of the example bundle (examples/digits_cnn) on the lab, for a workload with no bandwidth
-records, L^w = the types given: its profile step runs one profiling run per type (1 PS + 1 worker of that type, the
+records, L^w = the types given: its recommend step runs one profiling run per type (1 PS + 1 worker of that type, the
 user's code, monitor/profiling.py), keeps each b_t as a record (source: profiled) and chooses the cluster by them —
 the step is run here as the pipeline runs it, and stops there (no cluster is launched after it). Prints, per type:
 the profiling run's wall time (launch to teardown), its $/h, what it cost the job, and b_t; then Scala-Opt's answer.
@@ -80,7 +80,7 @@ def measure(args: argparse.Namespace) -> None:
         parameters={"epochs": "1", "steps_per_epoch": "2000", "batch_size": str(args.batch_size)},
     )  # fmt: skip
     job = jobs.submit(user, request, driver=Job.Driver.INLINE)
-    if not pipeline.run_step("profile", job.pk):
+    if not pipeline.run_step("recommend", job.pk):
         raise SystemExit(f"error: {Job.objects.get(pk=job.pk).failure_reason}")
     job.refresh_from_db()
 

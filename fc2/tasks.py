@@ -14,9 +14,9 @@ from fc2.services import sweep as sweeping
 RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": True, "max_retries": 5}
 
 
-@shared_task(name="fc2.tasks.profile", **RETRY)
-def profile(job_id: int, lease: str | None = None, resume: bool = False) -> None:
-    pipeline.advance("profile", job_id, lease, resume)
+@shared_task(name="fc2.tasks.recommend", **RETRY)
+def recommend(job_id: int, lease: str | None = None, resume: bool = False) -> None:
+    pipeline.advance("recommend", job_id, lease, resume)
 
 
 @shared_task(name="fc2.tasks.provision", **RETRY)
@@ -29,9 +29,9 @@ def bootstrap(job_id: int, lease: str | None = None, resume: bool = False) -> No
     pipeline.advance("bootstrap", job_id, lease, resume)
 
 
-@shared_task(name="fc2.tasks.collect", **RETRY)
-def collect(job_id: int, lease: str | None = None, resume: bool = False) -> None:
-    pipeline.advance("collect", job_id, lease, resume)
+@shared_task(name="fc2.tasks.finish", **RETRY)
+def finish(job_id: int, lease: str | None = None, resume: bool = False) -> None:
+    pipeline.advance("finish", job_id, lease, resume)
 
 
 @shared_task(name="fc2.tasks.release", **RETRY)

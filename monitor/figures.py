@@ -129,15 +129,13 @@ def node_figures(
 def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[str, float] | None = None) -> dict:
     """The run's figures and alerts from its nodes' figures, the chief's metrics.json and the nodes silent for
     longer than they should be (name → seconds)."""
-    from fc2.services.feedback import epoch_time_s  # the same rule as the job's performance record
-
     nodes = list(nodes)
     ps = next((n for n in nodes if n.role == "ps"), None)
     workers = [n for n in nodes if n.role == "worker" or (n.role == "chief" and not ps)]
     idle = [n.idleness for n in workers if n.idleness is not None]
     worker_mbps = [n.mean_mbps for n in workers if n.mean_mbps is not None and n.busy_s >= MIN_BUSY_S]
     figures = {
-        "epoch_time_s": epoch_time_s(dict(metrics)),
+        "epoch_time_s": epoch_time_s(metrics),
         "throughput": throughput(metrics),
         "ps": _node_dict(ps) if ps else None,
         "worker_bandwidth_mbps": statistics.fmean(worker_mbps) if worker_mbps else None,
@@ -175,6 +173,24 @@ def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[
             )
         )
     return {**figures, "alerts": [asdict(a) for a in alerts]}
+
+
+def epoch_time_s(metrics: Mapping) -> float | None:
+    """The run's epoch time from its metrics, or None when they do not say.
+
+    >>> epoch_time_s({"epoch_time_s": 2.5})
+    2.5
+    >>> epoch_time_s({"duration_s": 6.0, "epochs": 3})
+    2.0
+    >>> epoch_time_s({"duration_s": 6.0}) is None
+    True
+    """
+    if isinstance(value := metrics.get("epoch_time_s"), int | float) and value > 0:
+        return float(value)
+    duration, epochs = metrics.get("duration_s"), metrics.get("epochs")
+    if isinstance(duration, int | float) and isinstance(epochs, int) and duration > 0 and epochs > 0:
+        return duration / epochs
+    return None
 
 
 def throughput(metrics: Mapping) -> float | None:

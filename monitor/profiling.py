@@ -179,7 +179,7 @@ def _update(job: Job, entry: dict, **fields) -> None:
 
 
 def tear_down_stale(job: Job) -> None:
-    """A profile step done again (its worker was lost mid-run): the profiling cluster it left is torn down and its
+    """A recommend step done again (its worker was lost mid-run): the profiling cluster it left is torn down and its
     run ended, before anything new is made."""
     if job.cluster and any(run.get("cluster") == job.cluster.get("cluster_id") for run in job.profiling_runs):
         provisioner.teardown(job.provider, job.cluster["cluster_id"], job.region)

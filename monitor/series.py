@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Avg, Count, F, FloatField, Func, Max, Min, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Floor
 
 from fc2.models import Job, Node
 from monitor.ingest import finite_or_none
@@ -21,6 +22,7 @@ from monitor.models import LossPoint, NodeSample
 from provisioner.types import is_chief
 
 MAX_POINTS = 500  # per node and per curve: more than a chart a few hundred pixels wide can show
+SLACK_S = 0.001  # how far apart the database's and Python's seconds of one timestamp may be
 KEPT_FROM_LAST = {"at", "step"}  # what a downsampled point takes from its bucket's last point; the rest is averaged
 
 
@@ -176,6 +178,52 @@ def load_samples(job_id: int, since: datetime | None = None, taken_after: dateti
     return [Sample(*map(finite_or_none, row)) for row in rows]
 
 
+class Epoch(Func):
+    """A timestamp column as seconds since 1970 (a float), in the database."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        template = "((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+def load_first(job_id: int, nodes: int, limit: int = MAX_POINTS) -> list[Sample]:
+    """A job's samples (its `nodes` nodes') for a first load of its charts: every one where there are few; else, for
+    a long run, each node's in at most `limit` time buckets, merged in the database (a day at 1 Hz is 86,400 rows a
+    node, too many to carry to Python to draw 500 points). A merged sample is at its bucket's last time, has the mean
+    of its readings and the last (largest) value of each cumulative counter, so that the rates between buckets are
+    the buckets' mean rates (a counter reset inside a bucket blurs that bucket's rate)."""
+    samples = NodeSample.objects.filter(node__job_id=job_id)
+    span = samples.aggregate(rows=Count("pk"), first=Min("measured_at"), last=Max("measured_at"))
+    if span["rows"] <= limit * max(nodes, 1):
+        return load_samples(job_id)
+    first, seconds = span["first"].timestamp(), (span["last"] - span["first"]).total_seconds()
+    # SQLite's julianday is exact to about 20 µs: a millisecond's slack keeps the first sample in the first bucket and
+    # the last in the last.
+    width = (seconds + 2 * SLACK_S) / limit
+    bucket = Floor((Epoch(F("measured_at")) - Value(first - SLACK_S)) / Value(width))
+    rows = (
+        samples.annotate(bucket=bucket)
+        .values("node_id", "bucket")
+        .annotate(
+            last=Max("measured_at"),
+            cpu=Avg("cpu_percent"),
+            memory=Avg("memory_mb"),
+            gpu=Avg("gpu_percent"),
+            sent=Max("bytes_sent"),
+            recv=Max("bytes_recv"),
+            received=Max("at"),
+        )
+        .order_by("node_id", "bucket")
+        .values_list("node_id", "last", "cpu", "memory", "gpu", "sent", "recv", "received")
+    )
+    return [Sample(*map(finite_or_none, row)) for row in rows]
+
+
 def load_losses(node_ids: Iterable[int], since: datetime | None = None) -> tuple[list[Loss], datetime | None]:
     """The losses the nodes printed, received after `since`, in the order they were printed; and when the newest of
     them was received (the cursor: the time a node printed a line may be older than a report received before it)."""
@@ -191,7 +239,7 @@ def job_series(job: Job, since: datetime | None = None, limit: int = MAX_POINTS)
     """What the job page's charts need (newer than `since`): every node with its points, the loss curve, and the
     cursor to ask from next time. Three queries: the nodes, the samples and the chief's losses."""
     nodes = list(job.nodes.all())
-    samples = load_samples(job.pk, since)
+    samples = load_samples(job.pk, since) if since is not None else load_first(job.pk, len(nodes), limit)
     per_node = shape(samples, since, limit)
     losses, losses_until = load_losses((n.pk for n in nodes if is_chief(job.strategy, n.role, n.index)), since)
     loss = downsample(loss_points(losses), limit)

@@ -279,7 +279,7 @@ def test_a_running_job_about_to_exceed_its_budget_is_stopped_and_its_cluster_tor
         worker_type="c4.xlarge", catalog="fc2-2018", budget=Decimal("1"),
     )  # fmt: skip
     with inline.report_server() as url:
-        for step in ("profile", "provision", "bootstrap"):
+        for step in ("recommend", "provision", "bootstrap"):
             assert pipeline.run_step(step, job.pk, report_url=url), Job.objects.get(pk=job.pk).failure_reason
         # A running job driven by the workers: nobody holds it between its nodes' reports, the sweep watches it.
         Job.objects.filter(pk=job.pk).update(driver=Job.Driver.CELERY, lease_until=None)

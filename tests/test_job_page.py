@@ -267,13 +267,33 @@ def test_series_downsamples_a_long_run(client, alice, running):
     assert {p["sent_mbps"] for p in points[1:]} == {8.0}
 
 
+def test_a_run_too_long_to_carry_is_merged_into_time_buckets_by_the_database(alice, running):
+    """More samples than the points the charts draw (here: limit 10, 4 nodes): each node's are merged per time bucket
+    in the database, each bucket at its last time with its readings' mean and its rates over the whole bucket."""
+    chief, worker = running.nodes.get(name="chief-0"), running.nodes.get(name="worker-0")
+    add_samples(chief, 300, every=1)  # 0..299 s, cpu 50..349
+    add_samples(worker, 30, every=10, mbps=4)  # 0..290 s, sparser
+
+    nodes = {node["name"]: node["points"] for node in series.job_series(running, limit=10)["nodes"]}
+
+    chief_points, worker_points = nodes["chief-0"], nodes["worker-0"]
+    assert len(chief_points) == len(worker_points) == 10
+    assert chief_points[-1]["at"] == "2026-11-03T10:04:59.000Z"  # the last sample, 299 s in
+    assert chief_points[0]["cpu_percent"] == pytest.approx(50 + 14.5, abs=0.5)  # the first 30 s: cpu 50..79
+    assert {p["sent_mbps"] for p in chief_points[1:]} == {8.0}
+    assert {p["recv_mbps"] for p in chief_points[1:]} == {4.0}
+    assert {p["sent_mbps"] for p in worker_points[1:]} == {4.0}
+    assert nodes["ps-0"] == []
+
+
 def test_series_query_count_does_not_grow_with_nodes_or_samples(client, alice, running, django_assert_max_num_queries):
     for node in running.nodes.all():
         add_samples(node, 40)
     client.force_login(alice)
 
-    # session, user, job, nodes, samples, losses; the figures: nodes, their types, samples, losses (then cached)
-    with django_assert_max_num_queries(10):
+    # session, user, job, nodes, the samples' count and span, samples, losses; the figures: nodes, their types,
+    # samples, losses (then cached)
+    with django_assert_max_num_queries(11):
         assert client.get(series_url(running)).status_code == 200
     with django_assert_max_num_queries(6):
         assert client.get(series_url(running, "2026-11-03T10:00:30Z")).status_code == 200

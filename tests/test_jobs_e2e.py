@@ -116,7 +116,7 @@ def test_job_runs_through_a_real_celery_worker(alice, example_wheel, celery_work
     assert job.driver == Job.Driver.CELERY
     assert "model.keras" in {a["name"] for a in result["artifacts"]}
     worker_log = celery_worker.read_text()
-    for step in ("profile", "provision", "bootstrap", "collect"):
+    for step in ("recommend", "provision", "bootstrap", "finish"):
         assert f"fc2.tasks.{step}" in worker_log
     assert_cluster_gone(job, runtime_dir)
 

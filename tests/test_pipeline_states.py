@@ -91,10 +91,10 @@ def test_every_successful_transition_logs_one_event(job):
 
 
 def test_redelivered_profile_does_nothing(job):
-    assert pipeline.profile(job.pk) is True
+    assert pipeline.recommend(job.pk) is True
     count = JobEvent.objects.filter(job=job).count()
 
-    assert pipeline.profile(job.pk) is False
+    assert pipeline.recommend(job.pk) is False
 
     job.refresh_from_db()
     assert job.state == State.PROFILING
@@ -143,7 +143,7 @@ def test_provision_cancelled_while_launching_keeps_the_cluster_recorded_for_rele
     assert not Path(job.cluster["workdir"]).exists()
 
 
-@pytest.mark.parametrize("step", ["provision", "bootstrap", "collect"])
+@pytest.mark.parametrize("step", ["provision", "bootstrap", "finish"])
 def test_step_out_of_order_does_nothing(job, step):
     """A step that finds the job elsewhere than its source state (e.g. cancelled meanwhile) changes nothing."""
     set_state(job, State.CANCELLED)
@@ -179,7 +179,7 @@ def test_a_collecting_job_is_not_cancelled(job):
 
     job.refresh_from_db()
     assert job.state == State.COLLECTING
-    assert pipeline.collect(job.pk) is True
+    assert pipeline.finish(job.pk) is True
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED
 
@@ -257,8 +257,8 @@ def test_complete_then_collect_succeeds_before_the_teardown(job):
 
     assert pipeline.complete(job) is True
     assert pipeline.complete(job) is False
-    assert pipeline.collect(job.pk) is True
-    assert pipeline.collect(job.pk) is False
+    assert pipeline.finish(job.pk) is True
+    assert pipeline.finish(job.pk) is False
 
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED
@@ -375,13 +375,13 @@ def test_advance_turns_an_exception_into_a_failed_job(job):
     def broken(job_id, **_):
         raise OSError("disk full")
 
-    with mock.patch.dict(pipeline.STEPS, {"profile": broken}):
-        pipeline.advance("profile", job.pk)
+    with mock.patch.dict(pipeline.STEPS, {"recommend": broken}):
+        pipeline.advance("recommend", job.pk)
 
     job.refresh_from_db()
     assert job.state == State.FAILED
-    assert job.failure_reason == "profile failed: disk full"
-    assert events(job)[-1] == (State.FAILED, "profile failed: disk full")
+    assert job.failure_reason == "recommend failed: disk full"
+    assert events(job)[-1] == (State.FAILED, "recommend failed: disk full")
     assert job.lease_until is None
 
 
@@ -391,7 +391,7 @@ def celery_job(job: Job) -> Job:
     return job
 
 
-@pytest.mark.parametrize(("step", "next_step"), [("profile", "provision"), ("provision", "bootstrap")])
+@pytest.mark.parametrize(("step", "next_step"), [("recommend", "provision"), ("provision", "bootstrap")])
 def test_advance_hands_the_lease_to_the_next_step(job, settings, django_capture_on_commit_callbacks, step, next_step):
     settings.FC2_STEP_PICKUP_S = 60
     celery_job(job)
@@ -416,22 +416,22 @@ def test_a_step_whose_message_was_replaced_does_nothing(job, django_capture_on_c
     """The sweep sent the step again (a new lease): the first message, turning up late, must not run it too."""
     celery_job(job)
     with mock.patch.object(celery_app, "send_task") as send_task, django_capture_on_commit_callbacks(execute=True):
-        pipeline.enqueue(job, "profile")
-        pipeline.enqueue(job, "profile")
+        pipeline.enqueue(job, "recommend")
+        pipeline.enqueue(job, "recommend")
     (first, second) = (call.kwargs["kwargs"]["lease"] for call in send_task.call_args_list)
     ran = []
 
     with (
-        mock.patch.dict(pipeline.STEPS, {"profile": lambda job_id, **_: ran.append(job_id)}),
+        mock.patch.dict(pipeline.STEPS, {"recommend": lambda job_id, **_: ran.append(job_id)}),
         mock.patch.object(celery_app, "send_task"),
     ):
-        pipeline.advance("profile", job.pk, first)
+        pipeline.advance("recommend", job.pk, first)
         assert ran == []
-        pipeline.advance("profile", job.pk, second)
+        pipeline.advance("recommend", job.pk, second)
         assert ran == [job.pk]
 
 
-@pytest.mark.parametrize("step", ["profile", "collect"])
+@pytest.mark.parametrize("step", ["recommend", "finish"])
 def test_advance_stops_when_the_step_did_nothing(job, django_capture_on_commit_callbacks, step):
     celery_job(job)
 
@@ -448,7 +448,7 @@ def test_advance_stops_when_the_step_did_nothing(job, django_capture_on_commit_c
 
 def test_inline_jobs_send_no_tasks(job, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks() as callbacks:
-        pipeline.advance("profile", job.pk)
+        pipeline.advance("recommend", job.pk)
 
     assert job.driver == Job.Driver.INLINE
     assert callbacks == []

@@ -205,7 +205,7 @@ def test_model_report_prints_calibration(table4):
 def test_job_cluster_comes_from_the_algorithm(alice, bundle, digits):
     job = make_job(alice, bundle, digits, algorithm="cost-opt", worker_types=["m4.xlarge", "c4.xlarge"], workers=3)
 
-    assert pipeline.profile(job.pk)
+    assert pipeline.recommend(job.pk)
 
     job.refresh_from_db()
     # No budget: the job's 3 workers are the limit; the PS is the largest-capacity one (DESIGN.md's PS selection).
@@ -219,7 +219,7 @@ def test_a_local_job_with_missing_profiles_fails_saying_which_and_why_it_cannot_
     """Local nodes share the machine's network: no profiling run there could tell one worker's traffic apart."""
     job = make_job(alice, bundle, digits, algorithm="scala-opt", worker_types=["c4.xlarge"], workers=2)
 
-    pipeline.advance("profile", job.pk)
+    pipeline.advance("recommend", job.pk)
 
     job.refresh_from_db()
     assert job.state == "failed" and "c4.xlarge worker against a m4.10xlarge PS" in job.failure_reason
@@ -259,7 +259,7 @@ def test_all_reduce_clusters_have_no_ps():
 def test_mirrored_job_recommendation_matches_its_cost(alice, bundle, digits):
     job = make_job(alice, bundle, digits, algorithm="cost-opt", strategy="mirrored", workers=2)
 
-    assert pipeline.profile(job.pk)
+    assert pipeline.recommend(job.pk)
 
     job.refresh_from_db()
     assert (job.ps_type, job.worker_type, job.workers) == ("", "c4.xlarge", 2)

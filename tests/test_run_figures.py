@@ -144,7 +144,7 @@ def test_an_ended_job_keeps_its_figures_and_its_record_changes_the_next_lookup(a
     before = lookup(2)
     job = running_lab_job(alice, bundle, digits, metrics={"epoch_time_s": 3.5, "batch_size": 16}, state="collecting")
 
-    assert pipeline.collect(job.pk)
+    assert pipeline.finish(job.pk)
 
     job.refresh_from_db()
     record = job.perf_records.get()
@@ -166,7 +166,7 @@ def test_a_local_job_is_no_record_of_the_types_it_named(alice, bundle, digits):
     job = make_job(alice, bundle, digits, worker_type="c4.xlarge")
     Job.objects.filter(pk=job.pk).update(state=Job.State.COLLECTING, metrics={"epoch_time_s": 1})
 
-    assert pipeline.collect(job.pk)
+    assert pipeline.finish(job.pk)
 
     assert not PerformanceRecord.objects.exists()
     assert Job.objects.get(pk=job.pk).figures is not None

@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 
 from fc2.models import Job
-from fc2.services import pipeline
+from fc2.services import artifacts
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from tests.conftest import make_job
@@ -42,7 +42,7 @@ def site(alice, bob, bundle, digits, catalogue, records):
     """A little of everything a page can link to: alice's ended job with an artifact, a queued one, bob's job."""
     ended = make_job(alice, bundle, digits)
     Job.objects.filter(pk=ended.pk).update(state=Job.State.SUCCEEDED)
-    pipeline.store_artifact(ended, "logs/chief-0.log", b"epoch 1 done\n")
+    artifacts.store_artifact(ended, "logs/chief-0.log", b"epoch 1 done\n")
     make_job(alice, bundle, digits)
     make_job(bob, bundle, digits)
 

@@ -87,16 +87,16 @@ def test_a_queued_job_nobody_picked_up_is_sent_again_once(job, sent):
     assert sweep.sweep() == 0  # the step sent again holds the lease until it is picked up
 
     ((name, args, kwargs),) = sent
-    assert (name, args) == ("fc2.tasks.profile", [job.pk])
+    assert (name, args) == ("fc2.tasks.recommend", [job.pk])
     assert "resume" not in kwargs
     job.refresh_from_db()
     assert job.lease_until == datetime.fromisoformat(kwargs["lease"]) > timezone.now()
-    assert messages(job)[-1] == "no worker started the job within 60 s: profile sent again"
+    assert messages(job)[-1] == "no worker started the job within 60 s: recommend sent again"
 
 
 @pytest.mark.parametrize(
     ("state", "step"),
-    [(State.PROFILING, "profile"), (State.PROVISIONING, "provision"), (State.COLLECTING, "collect")],
+    [(State.PROFILING, "recommend"), (State.PROVISIONING, "provision"), (State.COLLECTING, "finish")],
 )
 def test_a_lost_step_that_is_safe_to_redo_is_resumed(job, sent, state, step):
     lost(job, state)
@@ -147,8 +147,8 @@ def test_a_step_lost_again_and_again_fails_the_job(job, sent):
     sweep.sweep()
 
     job.refresh_from_db()
-    assert (job.state, job.failure_reason) == (State.FAILED, "the worker running profile was lost")
-    assert [name for name, _, _ in sent] == ["fc2.tasks.profile", "fc2.tasks.profile", "fc2.tasks.release"]
+    assert (job.state, job.failure_reason) == (State.FAILED, "the worker running recommend was lost")
+    assert [name for name, _, _ in sent] == ["fc2.tasks.recommend", "fc2.tasks.recommend", "fc2.tasks.release"]
 
 
 def test_a_step_whose_lease_is_renewed_is_left_alone(job, sent):
@@ -170,7 +170,7 @@ def test_a_just_submitted_inline_job_is_not_taken_for_a_lost_one(job, sent):
     assert sweep.sweep() == 1
     job.refresh_from_db()
     assert job.driver == Job.Driver.CELERY  # its process never claimed it: the workers take it over
-    assert sent[0][0] == "fc2.tasks.profile"
+    assert sent[0][0] == "fc2.tasks.recommend"
 
 
 def test_an_inline_job_whose_process_died_is_adopted_by_the_workers(job, sent):
@@ -275,7 +275,7 @@ def test_a_chief_whose_success_never_arrived_completes_the_job_with_its_model(jo
     assert job.metrics == {"test_accuracy": 0.975}
     assert job.nodes.get(name="chief-0").status == Node.Status.SUCCEEDED
     assert "chief-0 succeeded; its report never arrived: the result kept on the node was fetched" in messages(job)
-    assert sent[-1][0] == "fc2.tasks.collect"
+    assert sent[-1][0] == "fc2.tasks.finish"
 
 
 def test_a_silent_node_whose_agent_is_alive_is_waited_for(job, sent, settings):

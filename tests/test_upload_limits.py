@@ -24,7 +24,8 @@ from numpy.lib import format as npy_format
 from fc2.bundles import MB
 from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
 from fc2.services import datasets
-from fc2.services.reports import Report, apply_report, artifact_name
+from fc2.services.artifacts import artifact_name
+from fc2.services.reports import Report, apply_report
 from monitor.models import LossPoint, NodeSample
 from tests.wheels import FILENAME, GOOD, make_wheel
 

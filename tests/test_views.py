@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from fc2.models import Job
-from fc2.services import pipeline
+from fc2.services import artifacts
 from fc2.services.bundles import store_bundle
 from tests.conftest import make_job
 
@@ -20,7 +20,7 @@ def bob_job(bob, digits, example_wheel) -> Job:
 
 @pytest.fixture
 def artifact(job):
-    return pipeline.store_artifact(job, "logs/chief-0.log", b"epoch 1 done\n")
+    return artifacts.store_artifact(job, "logs/chief-0.log", b"epoch 1 done\n")
 
 
 def job_urls(job: Job, artifact) -> dict[str, str]:
@@ -75,7 +75,7 @@ def test_other_user_cannot_cancel(client, bob, job):
 
 def test_other_users_artifact_is_404_even_through_own_job(client, alice, job, bob_job):
     """An artifact id is looked up within the job in the URL: bob's job id does not open alice's artifact."""
-    theirs = pipeline.store_artifact(bob_job, "metrics.json", b"{}")
+    theirs = artifacts.store_artifact(bob_job, "metrics.json", b"{}")
     client.force_login(alice)
 
     response = client.get(reverse("artifact-download", args=[job.pk, theirs.pk]))
@@ -124,6 +124,23 @@ def test_job_list_filters_by_state(client, alice, job, bundle, digits):
     assert [j.pk for j in response.context["page"]] == [other.pk]
 
 
+def test_job_list_pager_and_chips_keep_the_filter_and_restart_the_pages(client, alice, job, bundle, digits):
+    for _ in range(25):
+        make_job(alice, bundle, digits)
+    Job.objects.update(state=Job.State.FAILED)
+    client.force_login(alice)
+
+    first = client.get(reverse("job-list"), {"state": "failed"}).content.decode()
+    second = client.get(reverse("job-list"), {"state": "failed", "page": 2}).content.decode()
+    unfiltered = client.get(reverse("job-list")).content.decode()
+
+    assert 'href="?state=failed&amp;page=2#jobs" rel="next"' in first
+    assert 'href="?state=failed&amp;page=1#jobs" rel="prev"' in second
+    assert 'href="?state=succeeded#jobs" class="chip"' in second  # another state starts on its first page
+    assert 'href="?#jobs" class="chip"' in second  # "all" clears the state and the page
+    assert 'href="#jobs" class="chip on" aria-current="true">all<' in unfiltered
+
+
 # --- cancel, health, results ---
 
 
@@ -162,7 +179,7 @@ def test_healthz(client, db):
 
 def test_succeeded_job_page_offers_downloads(client, alice, job):
     files = {"model.keras": b"\x00weights\xff" * 50, "logs/chief-0.log": b"epoch 1/1 loss 0.3\n"}
-    artifacts = {name: pipeline.store_artifact(job, name, data) for name, data in files.items()}
+    stored = {name: artifacts.store_artifact(job, name, data) for name, data in files.items()}
     Job.objects.filter(pk=job.pk).update(state=Job.State.SUCCEEDED, metrics={"accuracy": 0.93})
     client.force_login(alice)
 
@@ -170,11 +187,11 @@ def test_succeeded_job_page_offers_downloads(client, alice, job):
 
     assert "Cancel job" not in page
     assert "accuracy: 0.93" in page
-    for name, artifact in artifacts.items():
+    for name, artifact in stored.items():
         assert name in page
         assert reverse("artifact-download", args=[job.pk, artifact.pk]) in page
     for name, data in files.items():
-        response = client.get(reverse("artifact-download", args=[job.pk, artifacts[name].pk]))
+        response = client.get(reverse("artifact-download", args=[job.pk, stored[name].pk]))
         assert response.status_code == 200
         assert b"".join(response.streaming_content) == data
         expected_name = name.replace("/", "_")

@@ -217,7 +217,7 @@ def test_whole_flow_queues_the_job_and_sends_its_first_step_on_commit(
     assert bundle_files(settings) - before == {Path(bundle.wheel.path)}
     assert len(callbacks) == 1
     (sent,) = send_task.call_args_list
-    assert sent.args == ("fc2.tasks.profile",)
+    assert sent.args == ("fc2.tasks.recommend",)
     assert (sent.kwargs["args"], sent.kwargs.get("countdown")) == ([job.pk], None)
     assert SESSION_KEY not in client.session  # a finished wizard starts afresh
 

@@ -1,10 +1,11 @@
 """A finished job becomes a performance record: what the recommender's lookup and model learn from (FC² §4.4: the
 monitor feeds the empirical data back).
 
-The epoch time is the training code's own figure when it reports one (`epoch_time_s` in its metrics), else its
-training time over its epochs (`duration_s / epochs`, which the platform's example bundles report) — never the job's
-wall time, which counts the bootstrap. A job that failed is recorded too, with no time: a configuration that did not
-run is information (Anwar's empty rows), counted and never used as a time. The pipeline records every job that ends
+The epoch time (monitor.figures.epoch_time_s, the job page's figure too) is the training code's own figure when it
+reports one (`epoch_time_s` in its metrics), else its training time over its epochs (`duration_s / epochs`, which the
+platform's example bundles report) — never the job's wall time, which counts the bootstrap. A job that failed is
+recorded too, with no time: a configuration that did not run is information (Anwar's empty rows), counted and never
+used as a time. The pipeline records every job that ends
 (pipeline.ended), so the lookup and the model learn from it at once (FC² §4.2).
 """
 
@@ -13,25 +14,8 @@ from __future__ import annotations
 import provisioner
 from fc2.models import Job, batch_size_parameter
 from fc2.services.pricing import ps_node_type
+from monitor.figures import epoch_time_s
 from recommender.models import PerformanceRecord
-
-
-def epoch_time_s(metrics: dict) -> float | None:
-    """The run's epoch time from its metrics, or None when they do not say.
-
-    >>> epoch_time_s({"epoch_time_s": 2.5})
-    2.5
-    >>> epoch_time_s({"duration_s": 6.0, "epochs": 3})
-    2.0
-    >>> epoch_time_s({"duration_s": 6.0}) is None
-    True
-    """
-    if isinstance(value := metrics.get("epoch_time_s"), int | float) and value > 0:
-        return float(value)
-    duration, epochs = metrics.get("duration_s"), metrics.get("epochs")
-    if isinstance(duration, int | float) and isinstance(epochs, int) and duration > 0 and epochs > 0:
-        return duration / epochs
-    return None
 
 
 def batch_size_of(job: Job) -> int | None:

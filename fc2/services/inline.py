@@ -24,12 +24,12 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
         raise RuntimeError(f"job {job_id} is driven by another process")
     with report_server() as url, lease.renewing():
         try:
-            for step in ("profile", "provision", "bootstrap"):
+            for step in ("recommend", "provision", "bootstrap"):
                 if not lease.held or not pipeline.run_step(step, job_id, report_url=url):
                     break
             while lease.held and not (job := Job.objects.get(pk=job_id)).is_terminal:
                 if job.state == State.COLLECTING:
-                    pipeline.run_step("collect", job_id)
+                    pipeline.run_step("finish", job_id)
                 elif job.state == State.RUNNING:
                     sweep.check_running(job)
                 else:
@@ -47,7 +47,7 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
 def _interrupted(job_id: int) -> None:
     job = Job.objects.get(pk=job_id)
     if job.state == State.COLLECTING:
-        pipeline.collect(job_id)  # the chief has succeeded: finishing is quicker than anything else, and right
+        pipeline.finish(job_id)  # the chief has succeeded: finishing is quicker than anything else, and right
     else:
         pipeline.cancel(job, "interrupt")
 

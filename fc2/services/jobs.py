@@ -213,7 +213,7 @@ def plan(request: JobRequest) -> Plan:
         )
     try:
         answer = service.recommend(pricing.recommend_request(request), request.catalog)
-    except MissingProfilesError as missing:  # the job's profile step measures them first (monitor/profiling.py)
+    except MissingProfilesError as missing:  # the job's recommend step measures them first (monitor/profiling.py)
         if reason := profiling.cannot_profile(request.provider, missing.missing):
             raise SubmitError(reason, "algorithm") from missing
         return Plan(
@@ -252,7 +252,7 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_
     """Create the job and start its pipeline (on commit, so the worker sees the row).
 
     With `plan_first`, a recommender that cannot answer (e.g. `model` for a workload with no records) refuses the job
-    now, with its reason, instead of failing it in its profile step. A job with a whole-job budget is planned first
+    now, with its reason, instead of failing it in its recommend step. A job with a whole-job budget is planned first
     too: refused when its plan's projected total cost already exceeds the budget.
     """
     validate(request)
@@ -285,7 +285,7 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_
             driver=driver,
         )
         job.events.create(state=job.state, message=f"submitted by {owner}")
-        pipeline.enqueue(job, "profile")
+        pipeline.enqueue(job, "recommend")
     return job
 
 

@@ -32,9 +32,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 import provisioner
-from fc2.models import Artifact, Job, Node
+from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import datasets, feedback, pricing
+from fc2.services import artifacts, datasets, feedback, pricing
 from monitor import figures, profiling
 from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
@@ -159,7 +159,7 @@ def _hold(job: Job, state: str) -> None:
         time.sleep(pause)
 
 
-def profile(job_id: int, *, resume: bool = False, **_) -> bool:
+def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
     """Choose the cluster — for Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it
     (monitor/profiling.py). A lost profile is done again: it reads and writes the job's row, and a profiling cluster
     the lost one left is torn down first."""
@@ -171,10 +171,10 @@ def profile(job_id: int, *, resume: bool = False, **_) -> bool:
     datasets.ready(job.dataset)
     if job.algorithm != "manual":
         try:
-            _recommend(job)
+            _take_recommendation(job)
         except MissingProfilesError as missing:  # Scala-Opt without b_t: measure it, then ask again
             profiling.measure(job, missing.missing, run_spec(job))
-            _recommend(job)
+            _take_recommendation(job)
     Job.objects.filter(pk=job.pk).update(hourly_cost=pricing.hourly_cost(job))
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
@@ -183,7 +183,7 @@ def profile(job_id: int, *, resume: bool = False, **_) -> bool:
     return True
 
 
-def _recommend(job: Job, exclude: Collection[str] = ()) -> None:
+def _take_recommendation(job: Job, exclude: Collection[str] = ()) -> None:
     """Ask the recommender for the cluster and take its answer; `exclude`: worker types it may not choose (no
     capacity for them)."""
     from recommender import service
@@ -271,7 +271,7 @@ def _launch(job: Job) -> ClusterInfo:
                 raise
             unavailable.append(job.worker_type)
             job.log(f"{error}: asking the recommender for its next worker type")
-            _recommend(job, exclude=unavailable)
+            _take_recommendation(job, exclude=unavailable)
             Job.objects.filter(pk=job.pk).update(hourly_cost=pricing.hourly_cost(job))
             job.refresh_from_db()
 
@@ -322,11 +322,11 @@ def complete(job: Job) -> bool:
     """The chief reported success: collect the results (the completion report moves the job on, FC² §6)."""
     if not job.transition((State.BOOTSTRAPPING, State.RUNNING), State.COLLECTING, "the chief finished training"):
         return False
-    enqueue(job, "collect")
+    enqueue(job, "finish")
     return True
 
 
-def collect(job_id: int, **_) -> bool:
+def finish(job_id: int, **_) -> bool:
     """Keep the nodes' logs beside the chief's stored results: the job has succeeded. The cluster is torn down after
     (release, by the same runner), so that the job does not wait in `collecting` while its servers stop. Done again
     as it is when its worker was lost."""
@@ -410,7 +410,7 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
 def _keep_logs(job: Job, cluster: ClusterInfo) -> None:
     nodes = {node.name: node for node in job.nodes.all()}
     for name, log in provisioner.fetch_logs(cluster).items():
-        store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
+        artifacts.store_artifact(job, f"logs/{name}.log", log.encode(), node=nodes.get(name))
 
 
 def _let_workers_finish(job: Job, cluster: ClusterInfo) -> bool:
@@ -429,8 +429,6 @@ def _let_workers_finish(job: Job, cluster: ClusterInfo) -> bool:
 def _keep_late_outputs(job: Job, cluster: ClusterInfo) -> None:
     """The output files of nodes that finished but whose report came too late to be taken (after the chief's ended
     the job), from the results their agents kept on the nodes: nothing a node produced is lost to the teardown."""
-    from fc2.services.reports import artifact_name
-
     late = {node.name: node for node in job.nodes.exclude(status__in=Node.FINISHED)}
     if not late:
         return
@@ -438,22 +436,9 @@ def _keep_late_outputs(job: Job, cluster: ClusterInfo) -> None:
     for name, result in provisioner.fetch_results(cluster).items():
         if name in late and result.report.get("status") == "succeeded":
             for filename, data in result.files.items():
-                stored = artifact_name(filename, None if name in chiefs else name)
+                stored = artifacts.artifact_name(filename, None if name in chiefs else name)
                 if not job.artifacts.filter(name=stored).exists():
-                    store_artifact(job, stored, data, node=late[name])
-
-
-def store_artifact(job: Job, name: str, data: bytes, node: Node | None = None) -> Artifact:
-    from django.core.files.base import ContentFile
-
-    with transaction.atomic():
-        for old in Artifact.objects.filter(job=job, name=name):
-            old.file.delete(save=False)
-            old.delete()
-        artifact = Artifact(job=job, node=node, name=name, size_bytes=len(data))
-        artifact.file.save(name.rsplit("/", 1)[-1], ContentFile(data), save=False)
-        artifact.save()
-    return artifact
+                    artifacts.store_artifact(job, stored, data, node=late[name])
 
 
 def chief_names(job: Job) -> set[str]:
@@ -462,15 +447,15 @@ def chief_names(job: Job) -> set[str]:
 
 # The steps a message sends to the workers; a running job has none (its nodes' reports move it on, the sweep watches).
 STEPS = {
-    "profile": profile,
+    "recommend": recommend,
     "provision": provision,
     "bootstrap": bootstrap,
-    "collect": collect,
+    "finish": finish,
 }
-NEXT = {"profile": "provision", "provision": "bootstrap"}
+NEXT = {"recommend": "provision", "provision": "bootstrap"}
 # The steps that may be done again when their worker was lost or they failed transiently (see `bootstrap` for why it
 # may not).
-RESUMABLE = {"profile", "provision", "collect"}
+RESUMABLE = {"recommend", "provision", "finish"}
 
 
 def advance(step: str, job_id: int, lease: str | None = None, resume: bool = False) -> None:

@@ -1,5 +1,5 @@
 """What a job's (or a job request's) cluster costs and what the recommender is asked for it — shared by the job
-service (planning, before a job exists) and the pipeline (its profile step)."""
+service (planning, before a job exists) and the pipeline (its recommend step)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from django.conf import settings
@@ -13,17 +11,15 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fc2.models import Artifact, Dataset, Job, Node
+from fc2.models import Dataset, Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import pipeline
+from fc2.services import artifacts, pipeline
 from monitor.agent import DATASET_FETCH_FAILED
 from monitor.ingest import finite_or_none, record_losses, record_samples
 
 # Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
 Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
 ByteCount = Annotated[int, Field(ge=0, le=2**63 - 1)]
-# Longest artifact file name, in UTF-8 bytes: file systems allow 255, and storage may add "_<7 characters>" on a clash.
-ARTIFACT_FILE_NAME_BYTES = 200
 MAX_PROGRESS_LOG = 1000  # progress lines in one report, as monitor/agent.py bounds them
 MAX_BUFFERED_SAMPLES = 3600  # resource samples in one report, as monitor/agent.py's buffer holds them
 
@@ -145,8 +141,8 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
         if chief and progress:
             Job.objects.filter(pk=job.pk).update(**progress)
         for upload in files:
-            name = artifact_name(upload.name, None if chief else node.name)
-            pipeline.store_artifact(job, name, upload.read(), node=node)
+            name = artifacts.artifact_name(upload.name, None if chief else node.name)
+            artifacts.store_artifact(job, name, upload.read(), node=node)
             if chief and upload.name == "metrics.json":
                 Job.objects.filter(pk=job.pk).update(metrics=_metrics(upload))
 
@@ -164,30 +160,6 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
         pipeline.complete(job)
     job.refresh_from_db()
     return job
-
-
-def artifact_name(filename: str, node: str | None = None) -> str:
-    """The name an artifact is stored under: the chief's files by their own name, another node's under `node/`.
-
-    A name too long for its column (PostgreSQL refuses, SQLite would not) or for a file name on disk is shortened,
-    keeping its extension, and marked with a digest of the full name, so that two long names stay two artifacts.
-
-    >>> artifact_name("model.keras"), artifact_name("log.txt", "worker-0")
-    ('model.keras', 'worker-0/log.txt')
-    >>> name = artifact_name("x" * 300 + ".keras", "worker-0")
-    >>> len(name), name[-21:]
-    (209, 'xxx~8d43f7c74e3.keras')
-    """
-    prefix = f"{node}/" if node else ""
-    max_chars = Artifact._meta.get_field("name").max_length - len(prefix)
-    if len(filename) <= max_chars and len(filename.encode()) <= ARTIFACT_FILE_NAME_BYTES:
-        return prefix + filename
-    suffix = PurePosixPath(filename).suffix
-    tail = f"~{hashlib.sha256(filename.encode()).hexdigest()[:11]}{suffix if len(suffix) <= 16 else ''}"
-    stem = filename[: max_chars - len(tail)]
-    while len(f"{stem}{tail}".encode()) > ARTIFACT_FILE_NAME_BYTES:
-        stem = stem[:-1]
-    return f"{prefix}{stem}{tail}"
 
 
 def _metrics(upload: UploadedFile) -> dict:

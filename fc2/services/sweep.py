@@ -14,13 +14,14 @@ its step again finds the lease changed and does nothing.
 
 What it does with a job whose lease expired, by state:
 
-- queued — the profile message was lost: profile is sent again.
-- profiling — profile (or the provision message) was lost: profile again; it only reads and writes the job's row.
+- queued — the recommend message was lost: recommend is sent again.
+- profiling — recommend (or the provision message) was lost: recommend again; it reads and writes the job's row,
+  and tears down a profiling run's cluster the lost one left before it starts another.
 - provisioning — provision (or the bootstrap message) was lost: provision again; launch is idempotent by the
   cluster's name, so it finds what the lost one made.
 - bootstrapping — bootstrap was lost midway: the job fails and its cluster is torn down. Nodes it started hold a
   report token nobody knows any more, and running the user's code twice is worse than a clear failure.
-- collecting — collect (or its message) was lost: collect again; the chief's results are stored, collect only keeps
+- collecting — finish (or its message) was lost: finish again; the chief's results are stored, finish only keeps
   the logs and marks the success.
 - running — nobody drives it: every sweep looks at its nodes (check_running).
 - ended with its cluster still recorded — its release was lost, or the teardown failed: released again, until the
@@ -73,11 +74,11 @@ State = Job.State
 
 # The step that owns each state before `running`, and those that may be done again when their worker was lost.
 STEP_OF = {
-    State.QUEUED: "profile",
-    State.PROFILING: "profile",
+    State.QUEUED: "recommend",
+    State.PROFILING: "recommend",
     State.PROVISIONING: "provision",
     State.BOOTSTRAPPING: "bootstrap",
-    State.COLLECTING: "collect",
+    State.COLLECTING: "finish",
 }
 
 
