@@ -167,7 +167,7 @@ def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> I
         affordable = [ps for ps in options if _count(request, ps, cheapest) >= 1]
         if not affordable:
             ps = min(options, key=_price_order)
-            together = _dec(ps.hourly_price) + _dec(cheapest.hourly_price)
+            together = hourly_cost(1, cheapest.hourly_price, ps.hourly_price)
             raise RecommendationError(
                 f"the budget of ${_fmt(request.budget)}/h cannot buy a PS plus one worker: the cheapest PS, {ps.name}, "
                 f"costs ${_fmt(ps.hourly_price)}/h and the cheapest worker, {cheapest.name}, "

@@ -1,7 +1,10 @@
 """Importing performance records from files (DESIGN.md's `import_perf_data` contract).
 
-Every row is parsed and checked before anything is written; a bad row is an ImportError_ with its line number and
+Every row is parsed and checked before anything is written; a bad row is a PerfDataError with its line number and
 nothing of the file is imported. Re-importing the same file replaces its earlier records (idempotent).
+
+A row's shape is a pydantic model (AnwarRow, CsvRow). An empty field is an absent one: it takes the field's default
+(None: not measured, or a failed run's missing time), or is refused as required when the field has none.
 """
 
 from __future__ import annotations
@@ -9,28 +12,18 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from django.db import transaction
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from recommender.models import PerformanceRecord
 
-ANWAR_COLUMNS = ("workers", "batch_size", "latency_ms", "step_time_s", "epoch_time_s", "loss")
-CSV_COLUMNS = (
-    "workload",
-    "instance_type",
-    "ps_type",
-    "workers",
-    "batch_size",
-    "latency_ms",
-    "epoch_time_s",
-    "bandwidth_mbps",
-    "cpu_util",
-    "strategy",
-)
 FORMATS = ("anwar2021", "csv")
 DEFAULT_ANWAR_WORKLOAD = "anwar2021"
 SAMPLES_DIR = Path(__file__).resolve().parent / "data"
@@ -49,42 +42,86 @@ class ImportResult:
     replaced: int  # records of an earlier import of the same file that were replaced
 
 
-def _int(value: str, field: str, line: int, minimum: int = 1) -> int | None:
-    if value == "":
-        return None
+def _max_length(field: str) -> int:
+    return PerformanceRecord._meta.get_field(field).max_length
+
+
+class _Row(BaseModel):
+    # NaN and ±inf are refused: a time or a bandwidth has to be a number the algorithms can compare.
+    model_config = ConfigDict(allow_inf_nan=False, frozen=True)
+
+
+class AnwarRow(_Row):
+    """One row of Anwar et al.'s Table 4; without the times it is a failed run (e.g. one machine out of memory)."""
+
+    workers: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    latency_ms: float = Field(ge=0)
+    step_time_s: float | None = Field(None, gt=0)
+    epoch_time_s: float | None = Field(None, gt=0)
+    loss: float | None = Field(None, ge=0)
+
+
+class CsvRow(_Row):
+    """One row of the `csv` format: a run, a failed run (no epoch time) or a bandwidth profile (no workers)."""
+
+    workload: str = Field(max_length=_max_length("workload"))
+    instance_type: str = Field("", max_length=_max_length("instance_type"))
+    ps_type: str = Field("", max_length=_max_length("ps_type"))
+    workers: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    latency_ms: float | None = Field(None, ge=0)
+    epoch_time_s: float | None = Field(None, gt=0)
+    bandwidth_mbps: float | None = Field(None, gt=0)
+    cpu_util: float | None = Field(None, ge=0, le=100)
+    strategy: Literal["", "ps", "mirrored"] = ""
+
+
+ANWAR_COLUMNS = tuple(AnwarRow.model_fields)  # in the file's order
+CSV_COLUMNS = tuple(CsvRow.model_fields)
+
+
+def _validate(model: type[_Row], fields: dict[str, str], line: int) -> _Row:
+    """The row as `model`, or a PerfDataError naming the line, the first bad field and why."""
     try:
-        number = int(value)
-    except ValueError:
-        try:
-            as_float = float(value)
-        except ValueError:
-            raise PerfDataError(f"line {line}: {field} must be a whole number, got {value!r}") from None
-        if not as_float.is_integer():
-            raise PerfDataError(f"line {line}: {field} must be a whole number, got {value!r}") from None
-        number = int(as_float)
-    if number < minimum:
-        raise PerfDataError(f"line {line}: {field} must be at least {minimum}, got {value!r}")
-    return number
+        return model.model_validate({name: value for name, value in fields.items() if value != ""})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = str(error["loc"][0])
+        raise PerfDataError(f"line {line}: {name} {_reason(model.model_fields[name], error)}") from None
 
 
-def _float(value: str, field: str, line: int, positive: bool = False, maximum: float | None = None) -> float | None:
-    if value == "":
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise PerfDataError(f"line {line}: {field} must be a number, got {value!r}") from None
-    if not math.isfinite(number) or number < 0 or (positive and number == 0):
-        raise PerfDataError(f"line {line}: {field} must be a {'positive' if positive else 'non-negative'} number")
-    if maximum is not None and number > maximum:
-        raise PerfDataError(f"line {line}: {field} must be at most {maximum}, got {value!r}")
-    return number
+def _reason(field: FieldInfo, error: ErrorDetails) -> str:
+    """pydantic's complaint about a field in the words of this module's messages."""
+    got, context = error["input"], error.get("ctx", {})
+    match error["type"]:
+        case "missing":
+            return "is required"
+        case "int_parsing" | "int_from_float":
+            return f"must be a whole number, got {got!r}"
+        case "float_parsing":
+            return f"must be a number, got {got!r}"
+        case "greater_than" | "greater_than_equal" | "finite_number":
+            return f"must be {_lower_bound(field)}, got {got!r}"
+        case "less_than_equal":
+            return f"must be at most {context['le']:g}, got {got!r}"
+        case "string_too_long":
+            return f"is longer than {context['max_length']} characters"
+        case "literal_error":
+            return f"must be {context['expected']}, got {got!r}"
+    return f"{error['msg']}, got {got!r}"
 
 
-def _text(value: str, field: str, line: int, limit: int) -> str:
-    if len(value) > limit:
-        raise PerfDataError(f"line {line}: {field} is longer than {limit} characters")
-    return value
+def _lower_bound(field: FieldInfo) -> str:
+    """A number field's lower bound in words, from its constraint (gt=0, ge=0 or ge=n)."""
+    for constraint in field.metadata:
+        if getattr(constraint, "gt", None) == 0:
+            return "a positive number"
+        if getattr(constraint, "ge", None) == 0:
+            return "a non-negative number"
+        if getattr(constraint, "ge", None) is not None:
+            return f"at least {constraint.ge}"
+    return "a finite number"
 
 
 def parse_anwar2021(text: str, workload: str) -> list[PerformanceRecord]:
@@ -92,6 +129,8 @@ def parse_anwar2021(text: str, workload: str) -> list[PerformanceRecord]:
 
     >>> [(r.workers, r.batch_size, r.latency_ms, r.epoch_time_s) for r in parse_anwar2021("4,64000,0,,419,\\n", "w")]
     [(4, 64000, 0.0, 419.0)]
+    >>> parse_anwar2021("1,64000,0,,,\\n", "w")[0].epoch_time_s is None  # a failed run, kept as such
+    True
     """
     records = []
     for line, row in _rows(text):
@@ -99,28 +138,17 @@ def parse_anwar2021(text: str, workload: str) -> list[PerformanceRecord]:
             raise PerfDataError(
                 f"line {line}: expected {len(ANWAR_COLUMNS)} fields ({','.join(ANWAR_COLUMNS)}), got {len(row)}"
             )
-        workers, batch, latency, step_time, epoch_time, loss = row
-        records.append(
-            PerformanceRecord(
-                workload=workload,
-                workers=_int(workers, "workers", line) or _missing("workers", line),
-                batch_size=_int(batch, "batch_size", line) or _missing("batch_size", line),
-                latency_ms=_float(latency, "latency_ms", line) if latency else _missing("latency_ms", line),
-                step_time_s=_float(step_time, "step_time_s", line, positive=True),
-                epoch_time_s=_float(epoch_time, "epoch_time_s", line, positive=True),
-                loss=_float(loss, "loss", line),
-                strategy="mirrored",
-            )
-        )
+        fields = _validate(AnwarRow, dict(zip(ANWAR_COLUMNS, row, strict=True)), line)
+        records.append(PerformanceRecord(workload=workload, strategy="mirrored", **fields.model_dump()))
     return records
 
 
-def _missing(field: str, line: int):
-    raise PerfDataError(f"line {line}: {field} is required")
-
-
 def parse_csv(text: str, workload: str | None = None) -> list[PerformanceRecord]:
-    """A header row naming columns of CSV_COLUMNS (any order, any subset with `workload` unless given)."""
+    """A header row naming columns of CSV_COLUMNS (any order, any subset with `workload` unless given).
+
+    >>> [(r.workload, r.workers, r.bandwidth_mbps) for r in parse_csv("workers,bandwidth_mbps\\n,420\\n", "w")]
+    [('w', None, 420.0)]
+    """
     rows = _rows(text)
     try:
         line, header = next(rows)
@@ -138,27 +166,8 @@ def parse_csv(text: str, workload: str | None = None) -> list[PerformanceRecord]
     for line, row in rows:
         if len(row) != len(header):
             raise PerfDataError(f"line {line}: expected {len(header)} fields, got {len(row)}")
-        value = dict(zip(header, row, strict=True))
-        name = workload or value.get("workload", "")
-        if not name:
-            raise PerfDataError(f"line {line}: workload is required")
-        strategy = value.get("strategy", "")
-        if strategy not in ("", "ps", "mirrored"):
-            raise PerfDataError(f"line {line}: strategy must be 'ps', 'mirrored' or empty, got {strategy!r}")
-        records.append(
-            PerformanceRecord(
-                workload=_text(name, "workload", line, 100),
-                instance_type=_text(value.get("instance_type", ""), "instance_type", line, 40),
-                ps_type=_text(value.get("ps_type", ""), "ps_type", line, 40),
-                workers=_int(value.get("workers", ""), "workers", line),
-                batch_size=_int(value.get("batch_size", ""), "batch_size", line),
-                latency_ms=_float(value.get("latency_ms", ""), "latency_ms", line),
-                epoch_time_s=_float(value.get("epoch_time_s", ""), "epoch_time_s", line, positive=True),
-                bandwidth_mbps=_float(value.get("bandwidth_mbps", ""), "bandwidth_mbps", line, positive=True),
-                cpu_util=_float(value.get("cpu_util", ""), "cpu_util", line, maximum=100),
-                strategy=strategy,
-            )
-        )
+        fields = dict(zip(header, row, strict=True)) | ({"workload": workload} if workload else {})
+        records.append(PerformanceRecord(**_validate(CsvRow, fields, line).model_dump()))
     return records
 
 

@@ -9,13 +9,14 @@ MODULES = [
     "fc2.bundles",
     "fc2.models",
     "fc2.results",
-    "fc2.services.feedback",
+    "fc2.services.artifacts",
     "fc2.services.limits",
-    "fc2.services.reports",
     "fc2.templatetags.fc2_ui",
     "monitor.agent",
     "monitor.figures",
     "monitor.ingest",
+    "monitor.retention",
+    "monitor.safe_fetch",
     "monitor.series",
     "provisioner.labnet",
     "provisioner.types",
@@ -23,6 +24,7 @@ MODULES = [
     "recommender.algorithms",
     "recommender.perfmodel.choice",
     "recommender.pricing",
+    "recommender.views",
 ]
 
 

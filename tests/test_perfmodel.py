@@ -119,6 +119,15 @@ def test_unpriceable_type_is_an_error():
         model.predict("p2.xlarge", 2, 256, 0)
 
 
+def test_predict_many_is_predict_for_each_configuration():
+    model = fit(grid(), catalog=())
+    configurations = [("c4.xlarge", 1, 256, 0.0), ("g3.4xlarge", 6, 4096, 100.0), ("m4.xlarge", 3, None, None)]
+    times = model.predict_many(*zip(*configurations, strict=True))
+    assert times.tolist() == [model.predict(*c) for c in configurations]
+    unpriced = model.predict_many(["p2.xlarge", "c4.xlarge"], [2, 2], [256, 256], [0.0, 0.0])
+    assert math.isnan(unpriced[0]) and unpriced[1] > 0  # no error: NaN marks the type the model cannot price
+
+
 @pytest.mark.parametrize("count", [0, 1, 3])
 def test_too_few_records(count):
     records = grid()[:count] + [PerfRecord("truth", "c4.xlarge", workers=2, epoch_time_s=None)]
@@ -314,6 +323,26 @@ def test_calibration_report_figures(group_by):
     assert report["predicted"] == report["records"] == len(grid())
     assert report["cells"] > 0
     assert {"measured_s", "predicted_s", "workers", "latency_ms"} <= set(report["pairs"][0])
+
+
+def test_calibration_with_a_single_group_skips_it():
+    report = calibration_report(grid(latencies=(0.0,)), CATALOG, group_by="latency")
+    assert report["groups"] == [0.0] and report["predicted"] == 0
+    assert report["mape"] is None and report["mean_regret"] is None
+    assert report["skipped"] == [
+        {
+            "group": 0.0,
+            "records": len(grid(latencies=(0.0,))),
+            "reason": "too few performance records to fit a model: 0 with an epoch time, at least 4 needed",
+        }
+    ]
+
+
+def test_calibration_mape_is_the_mean_of_the_pairs_errors():
+    report = calibration_report(grid(), CATALOG, group_by="workers")
+    errors = [abs(p["predicted_s"] - p["measured_s"]) / p["measured_s"] for p in report["pairs"]]
+    assert report["groups"] == [1, 2, 3, 4, 5, 6]
+    assert report["mape"] == pytest.approx(np.mean(errors)) and report["median_ape"] == pytest.approx(np.median(errors))
 
 
 def test_regret_is_zero_when_the_model_is_perfect():

@@ -3,14 +3,12 @@ parameter-server capacity (FC² Figs. 8–11), one batch size at a time, failed 
 
 from __future__ import annotations
 
-import doctest
 import json
 import re
 
 import pytest
 from django.urls import reverse
 
-import recommender.views
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from recommender.views import chosen_batch_size, epoch_time_series
@@ -48,11 +46,7 @@ def lines(chart: dict) -> dict[str, list[tuple[int, float | None]]]:
     return {s["label"]: [(p["workers"], p["epoch_time_s"]) for p in s["points"]] for s in chart["series"]}
 
 
-# --- the pure function ---
-
-
-def test_the_views_docstring_examples():
-    assert doctest.testmod(recommender.views).failed == 0
+# --- the pure function (its docstring examples run in tests/test_doctests.py) ---
 
 
 R = {"workers": 1, "latency_ms": 0.0, "ps_type": "lab-ps-450", "instance_type": "lab-w-100", "strategy": "ps"}

@@ -9,7 +9,6 @@ play every connect is intercepted before it leaves (`connects`).
 from __future__ import annotations
 
 import datetime
-import doctest
 import http.server
 import shutil
 import socket
@@ -281,10 +280,6 @@ def test_operator_allowed_networks(dns):
         check_url("http://10.1.2.3/x.npz", ["10.2.0.0/16"])
     with pytest.raises(FetchError, match="not a network"):
         check_url("http://10.1.2.3/x.npz", ["10.0.0.0/33"])
-
-
-def test_docstring_examples():
-    assert doctest.testmod(safe_fetch).failed == 0
 
 
 # --- fetching from a local server ---

@@ -5,7 +5,7 @@ Pure numpy/scipy over the shared dataclasses (recommender/types.py): no ORM, no 
 By concern, each module's docstring saying what it owns:
 
 - ``families`` — the model forms (Anwar eq. 5, Ernest), batch scalings, speed and loss modes, their design matrices,
-  and the fitted `PerfModel` that predicts;
+  and the fitted `PerfModel` that predicts (`predict`, `predict_many`);
 - ``fitting`` — `fit`: cross-validation, the choice of family and the final fit;
 - ``choice`` — `recommend_model` and `predict_fallback`: candidates, the α/β choice and the Pareto frontier;
 - ``explanation`` — the texts that explain a pick;

@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
+from sklearn.metrics import mean_absolute_percentage_error
+from sklearn.model_selection import LeaveOneGroupOut
 
 from recommender.perfmodel.fitting import GROUPINGS, _usable, fit
 from recommender.types import InstanceSpec, PerfRecord, RecommendationError
@@ -27,11 +29,17 @@ def calibration_report(
     usable = _usable(records)
     full = fit(usable, catalog)  # raises when there are too few records
     key = GROUPINGS[group_by]
-    groups = sorted({key(r) for r in usable}, key=str)
-    pairs, skipped, families = [], [], {}
-    for group in groups:
-        train = [r for r in usable if key(r) != group]
-        held_out = [r for r in usable if key(r) == group]
+    labels = [str(key(r)) for r in usable]  # one type per grouping; None (no batch size) is a group of its own
+    if len(set(labels)) > 1:
+        folds = LeaveOneGroupOut().split(np.zeros(len(usable)), groups=labels)  # groups in sorted order of their labels
+    else:  # LeaveOneGroupOut refuses a single group: holding it out leaves nothing to fit, a skip like any other
+        folds = [(np.arange(0), np.arange(len(usable)))]
+    groups, pairs, skipped, families = [], [], [], {}
+    for train_rows, test_rows in folds:
+        train = [usable[i] for i in train_rows]
+        held_out = [usable[i] for i in test_rows]
+        group = key(held_out[0])
+        groups.append(group)
         try:
             model = fit(train, catalog, cv=group_by)
         except RecommendationError as error:
@@ -43,7 +51,7 @@ def calibration_report(
             skipped.append({"group": _json(group), "records": len(held_out) - len(priced), "reason": "type unpriced"})
         if not priced:
             continue
-        predicted = model._predict(
+        predicted = model.predict_many(
             [r.instance_type for r in priced],
             [r.workers for r in priced],
             [r.batch_size for r in priced],
@@ -61,7 +69,8 @@ def calibration_report(
             }
             for r, p in zip(priced, predicted, strict=True)
         ]
-    errors = [abs(p["predicted_s"] - p["measured_s"]) / p["measured_s"] for p in pairs]
+    measured = np.array([p["measured_s"] for p in pairs])
+    predicted = np.array([p["predicted_s"] for p in pairs])
     regrets = _regrets(pairs)
     return {
         "group_by": group_by,
@@ -69,8 +78,8 @@ def calibration_report(
         "records": len(usable),
         "failed_runs": sum(1 for r in records if r.epoch_time_s is None),
         "predicted": len(pairs),
-        "mape": float(np.mean(errors)) if errors else None,
-        "median_ape": float(np.median(errors)) if errors else None,
+        "mape": float(mean_absolute_percentage_error(measured, predicted)) if pairs else None,
+        "median_ape": float(np.median(np.abs(predicted - measured) / measured)) if pairs else None,
         "cells": len(regrets),
         "mean_regret": float(np.mean(regrets)) if regrets else None,
         "max_regret": float(np.max(regrets)) if regrets else None,

@@ -68,7 +68,7 @@ def _evaluate(model: PerfModel, request: RecommendRequest, types, prices, ps: In
     if not pairs:
         return [], unaffordable, skip
     names, workers = zip(*pairs, strict=True)
-    times = model._predict(names, workers, [request.batch_size] * len(pairs), [request.latency_ms] * len(pairs))
+    times = model.predict_many(names, workers, [request.batch_size] * len(pairs), [request.latency_ms] * len(pairs))
     ps_price = ps.hourly_price if ps else 0.0
     candidates = [
         Candidate(

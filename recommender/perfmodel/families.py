@@ -100,15 +100,22 @@ class PerfModel:
             raise RecommendationError(
                 f"the model cannot price worker type {worker_type!r}: it has no records and no catalogue speed"
             )
-        return float(self._predict([worker_type], [workers], [batch_size], [latency_ms])[0])
+        return float(self.predict_many([worker_type], [workers], [batch_size], [latency_ms])[0])
 
-    def _predict(self, types, workers, batch_sizes, latencies) -> np.ndarray:
-        """Vectorised predictions; NaN for a type the model cannot price."""
+    def predict_many(
+        self,
+        worker_types: Sequence[str],
+        workers: Sequence[int],
+        batch_sizes: Sequence[int | None],
+        latencies_ms: Sequence[float | None],
+    ) -> np.ndarray:
+        """`predict` for many configurations at once (the i-th of each sequence), unchecked: NaN for a type the model
+        cannot price (see can_price); workers must be at least 1."""
         n = np.asarray(workers, dtype=float)
         b = np.array([self._batch(x) for x in batch_sizes], dtype=float)
-        lat = np.array([self.latency_ref if x is None else float(x) for x in latencies], dtype=float)
+        lat = np.array([self.latency_ref if x is None else float(x) for x in latencies_ms], dtype=float)
         _, features = _shared_features(self.form, self.pattern, n, b, lat)
-        time = self.terms.time(types, features, _work(self.form.scaling, b) / n)
+        time = self.terms.time(worker_types, features, _work(self.form.scaling, b) / n)
         return np.maximum(time, 1e-9)  # a sum of non-negative terms; the floor only guards an all-zero fit
 
     def _batch(self, batch_size: int | None) -> float:
