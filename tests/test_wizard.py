@@ -29,6 +29,7 @@ from fc2.services import datasets, jobs
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm, planned
+from fc2.wizard.forms import SIZED_BY_THE_PS_REASON
 from provisioner import local, sandbox
 from recommender.catalog import load_catalog
 from recommender.perfdata import import_samples
@@ -932,6 +933,20 @@ def test_resource_step_shows_the_workload_and_disables_algorithms_without_its_re
     model_reason = f"no performance records with an epoch time for workload {workload!r}: {how}"
     assert f"<strong>Model</strong> cannot answer: {escape(model_reason)}." in page
     assert "<strong>Scala-Opt</strong> cannot answer" not in page
+
+
+@pytest.mark.parametrize("algorithm", ["scala-opt", "scala-opt-m"])
+def test_scala_opt_with_all_reduce_is_refused_beside_the_algorithm(client, alice, bundle, fc2_2018, algorithm):
+    client.force_login(alice)
+    through_data(client, bundle)
+    form = resource_form(algorithm=algorithm, strategy="mirrored", catalog="fc2-2018", worker_type="c4.xlarge")
+
+    response = client.post(step_url("resource"), form)
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["algorithm"] == [SIZED_BY_THE_PS_REASON]
+    with_a_ps = client.post(step_url("resource"), {**form, "strategy": "ps"})
+    assert SIZED_BY_THE_PS_REASON not in with_a_ps.context["form"].errors.get("algorithm", [])
 
 
 def test_a_workload_with_records_makes_model_available_and_is_what_the_job_is_filed_under(

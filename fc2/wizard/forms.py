@@ -28,6 +28,12 @@ ALGORITHMS = [
     ("scala-opt-m", "Scala-Opt-M"),
     ("model", "Model"),
 ]
+# Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
+SIZED_BY_THE_PS = ("scala-opt", "scala-opt-m")
+SIZED_BY_THE_PS_REASON = (
+    "Scala-Opt sizes the cluster by its parameter server's network and an All-Reduce cluster has none: choose the "
+    "Parameter server strategy, or another algorithm."
+)
 HOW_TO_ADD_RECORDS = "add them with `manage.py import_perf_data PATH --format csv --workload {workload}`"
 
 
@@ -239,7 +245,8 @@ class DataForm(StepForm):
 
     @property
     def builtin_cards(self) -> list[tuple]:
-        """(radio, Dataset row, Builtin) per built-in: FC² Fig. 4's path, size, features and rows beside each."""
+        """(radio, Dataset row, Builtin) per built-in: whether it is ready or downloaded on first use, and FC² Fig. 4's
+        size, features and rows beside each (never the server path it is stored at)."""
         return [
             (radio, self.builtin_rows.get(radio.data["value"]), datasets.BUILTINS[radio.data["value"]])
             for radio in self["builtin"]
@@ -383,6 +390,8 @@ class ResourceForm(StepForm):
         """The workload the fields name (the default one when left empty); "" before the code and data are chosen."""
         return self["workload_name"].value() or self.initial.get("default_workload", "")
 
+    sized_by_the_ps_reason = SIZED_BY_THE_PS_REASON
+
     @property
     def unavailable_algorithms(self) -> list[tuple[str, str]]:
         """(label, reason) of each algorithm drawn disabled: those that cannot answer for this workload."""
@@ -426,6 +435,8 @@ class ResourceForm(StepForm):
             self.add_error(
                 "catalog", "No instance catalogue is loaded; an administrator loads them with setup_platform."
             )
+        if algorithm in SIZED_BY_THE_PS and cleaned.get("strategy") == Job.Strategy.MIRRORED:
+            self.add_error("algorithm", SIZED_BY_THE_PS_REASON)
         if algorithm == "scala-opt-m" and not cleaned.get("worker_type"):
             self.add_error("worker_type", "Scala-Opt-M needs your worker type.")
         known = provider in provisioner.PROVIDERS and algorithm and "worker_type" not in self.errors

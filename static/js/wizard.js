@@ -4,13 +4,15 @@
 (function () {
   "use strict";
 
-  // <div data-show-when="algorithm=manual|scala-opt-m"> is shown only while that field has one of those values.
+  // <div data-show-when="algorithm=manual|scala-opt-m"> is shown only while that field has one of those values;
+  // rules joined by "&" must all hold.
   function showWhen(form) {
     form.querySelectorAll("[data-show-when]").forEach(function (element) {
-      var rule = element.dataset.showWhen.split("=");
-      var field = form.elements[rule[0]];
-      if (!field) return;
-      element.hidden = rule[1].split("|").indexOf(field.value) === -1;
+      var rules = element.dataset.showWhen.split("&").map(function (rule) { return rule.split("="); });
+      if (rules.some(function (rule) { return !form.elements[rule[0]]; })) return;
+      element.hidden = !rules.every(function (rule) {
+        return rule[1].split("|").indexOf(form.elements[rule[0]].value) !== -1;
+      });
     });
   }
 

@@ -63,6 +63,21 @@ def test_every_resource_choice_gives_a_cluster_or_says_why_not(page, shot, alice
     assert {"manual", "cost-opt", "time-opt", "scala-opt"} <= set(seen["usable"])
     assert "model" in seen["disabled"]
 
+    # All-Reduce: every usable configuration but Scala-Opt's gives a cluster; Scala-Opt says at once why it cannot.
+    page.get_by_label("All-Reduce").check()
+    reason = page.locator(".wz-reason", has_text="an All-Reduce cluster has none")
+    for value in seen["usable"]:
+        algorithm.select_option(value)
+        page.wait_for_load_state("networkidle")
+        for field, choice in NEEDS.get(value, {}).items():
+            page.get_by_label(field, exact=True).select_option(choice)
+            page.wait_for_load_state("networkidle")
+        if value in ("scala-opt", "scala-opt-m"):
+            expect(reason).to_be_visible()
+        else:
+            expect(reason).to_be_hidden()
+            expect(page.locator("#recommendation")).to_contain_text(re.compile(r"\d+ (× \S+ )?workers?"))
+
 
 def provider_chosen(page) -> str:
     return page.locator("input[name='provider']:checked").get_attribute("value")
