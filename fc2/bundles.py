@@ -24,16 +24,20 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
 from django.conf import settings
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.metadata import parse_email
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 MB = 1024 * 1024
 REQUIRED_DIST_INFO_FILES = ("WHEEL", "METADATA", "RECORD")
+# Longest values CodeBundle stores; fc2.models sizes its columns from these, so a wheel that passes fits its row.
+DISTRIBUTION_MAX_LENGTH = 200
+VERSION_MAX_LENGTH = 100
+MAIN_SCRIPT_MAX_LENGTH = 300
 
 # Errors zipfile and its decompressors raise on a corrupt, encrypted or exotic archive or member: ValueError covers
 # a member name flagged UTF-8 that is not (UnicodeDecodeError) and a central directory whose offset points before the
@@ -129,10 +133,10 @@ def validate_wheel(
 
 
 def parse_wheel_name(filename: str) -> tuple[str, Version]:
-    """The distribution and version a wheel file name names, parsed as pip parses it (pip refuses what does not parse).
+    """The distribution (canonicalised) and version a wheel file name names, parsed by packaging as pip parses it.
 
     >>> parse_wheel_name("fc2_digits_cnn-0.1.0-py3-none-any.whl")
-    ('fc2_digits_cnn', <Version('0.1.0')>)
+    ('fc2-digits-cnn', <Version('0.1.0')>)
     >>> parse_wheel_name("demo-1.0-1-cp311-cp311-manylinux_2_17_x86_64.whl")
     ('demo', <Version('1.0')>)
     >>> parse_wheel_name("demo.zip")
@@ -149,14 +153,13 @@ def parse_wheel_name(filename: str) -> tuple[str, Version]:
         case = ", in lower case" if name.lower().endswith(".whl") else ""
         raise BundleError(f"{name} is not a wheel: the file name must end in .whl{case}")
     try:
-        _, version, _, _ = parse_wheel_filename(name)
+        distribution, version, _, _ = parse_wheel_filename(name)
     except InvalidWheelFilename:
         raise BundleError(
             f"{name} is not a valid wheel file name: expected distribution-version-python-abi-platform.whl, "
             "e.g. mypkg-0.1.0-py3-none-any.whl as built by `python -m build --wheel`"
         ) from None
-    # packaging gives the distribution canonicalised; the researcher is shown it as spelled.
-    return name.split("-")[0], version
+    return distribution, version
 
 
 def check_main_script_arg(main_script: str) -> None:
@@ -230,17 +233,27 @@ def find_dist_info(names: Sequence[str]) -> str:
 
 
 def parse_metadata(data: bytes) -> tuple[str, str]:
-    """Name and Version from a wheel's METADATA file.
+    """Name and Version from a wheel's METADATA file, as its author wrote them, read by packaging's parser.
 
     >>> parse_metadata(b"Metadata-Version: 2.1\\nName: fc2-digits\\nVersion: 0.1.0\\n\\nDescription.\\n")
     ('fc2-digits', '0.1.0')
+    >>> parse_metadata(b"Name: demo\\nName: other\\nVersion: 1.0\\n")
+    Traceback (most recent call last):
+    ...
+    fc2.bundles.BundleError: the wheel's METADATA gives Name more than once
     """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise BundleError("the wheel's METADATA is not UTF-8 text") from None
-    headers = HeaderParser().parsestr(text)
-    name, version = (str(headers.get(field, "")).strip() for field in ("Name", "Version"))
+    # Only the two fields the platform relies on are judged, not the whole file (`Metadata.from_email` validating):
+    # pip installs wheels packaging's full validation refuses, e.g. License-File under Metadata-Version 2.1, which
+    # setuptools wrote for years. The version is kept as written; `Metadata.version` would normalise it.
+    raw, unparsed = parse_email(text)
+    for field in ("Name", "Version"):
+        if field.lower() in unparsed:  # a field given twice is left unparsed
+            raise BundleError(f"the wheel's METADATA gives {field} more than once")
+    name, version = (raw.get(field, "").strip() for field in ("name", "version"))
     missing = [field for field, value in (("Name", name), ("Version", version)) if not value]
     if missing:
         raise BundleError(f"the wheel's METADATA has no {' or '.join(missing)}")
@@ -301,15 +314,6 @@ def dist_info_distribution(dist_info: str) -> str:
     return dist_info.removesuffix(".dist-info").rsplit("-", 1)[0]
 
 
-def canonical_name(name: str) -> str:
-    """A distribution name as pip compares it (PEP 503).
-
-    >>> canonical_name("FC2_Digits.CNN")
-    'fc2-digits-cnn'
-    """
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def format_bytes(size: int) -> str:
     """A size for a human, in binary units.
 
@@ -348,8 +352,11 @@ def _check_member(info: zipfile.ZipInfo, limits: ZipLimits) -> None:
 
 
 def _check_same_distribution(name: str, file_distribution: str, what: str) -> None:
-    """pip refuses a wheel whose .dist-info directory or METADATA names another distribution than its file name."""
-    if canonical_name(name) != canonical_name(file_distribution):
+    """pip refuses a wheel whose .dist-info directory or METADATA names another distribution than its file name.
+
+    Names are compared as pip compares them, canonicalised (PEP 503): `FC2_Digits.CNN` is `fc2-digits-cnn`.
+    """
+    if canonicalize_name(name) != canonicalize_name(file_distribution):
         raise BundleError(f"the file name says distribution {file_distribution!r} but {what} says {name!r}")
 
 
@@ -365,11 +372,12 @@ def _check_same_version(version: str, file_version: Version) -> None:
 
 def _check_fits_columns(info: WheelInfo) -> None:
     """Refuse a name, version or main script path too long for the column it is stored in."""
-    from fc2.models import CodeBundle  # fc2.models imports this module
-
-    for field, what in (("distribution", "name"), ("version", "version"), ("main_script", "main script path")):
-        limit = CodeBundle._meta.get_field(field).max_length
-        if len(getattr(info, field)) > limit:
+    for value, limit, what in (
+        (info.distribution, DISTRIBUTION_MAX_LENGTH, "name"),
+        (info.version, VERSION_MAX_LENGTH, "version"),
+        (info.main_script, MAIN_SCRIPT_MAX_LENGTH, "main script path"),
+    ):
+        if len(value) > limit:
             raise BundleError(f"the wheel's {what} is longer than {limit} characters")
 
 

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fc2 import results
-from fc2.bundles import module_name
+from fc2.bundles import DISTRIBUTION_MAX_LENGTH, MAIN_SCRIPT_MAX_LENGTH, VERSION_MAX_LENGTH, module_name
 from recommender.types import DEFAULT_CATALOG
 
 
@@ -70,9 +70,11 @@ class CodeBundle(models.Model):
     name = models.CharField(max_length=200, help_text="The owner's name for it; the distribution unless renamed")
     wheel = models.FileField(upload_to=bundle_upload_to, max_length=300)
     filename = models.CharField(max_length=255)
-    distribution = models.CharField(max_length=200, help_text="Name from the wheel's METADATA")
-    version = models.CharField(max_length=100)
-    main_script = models.CharField(max_length=300, help_text="Path of the main script inside the wheel")
+    distribution = models.CharField(max_length=DISTRIBUTION_MAX_LENGTH, help_text="Name from the wheel's METADATA")
+    version = models.CharField(max_length=VERSION_MAX_LENGTH)
+    main_script = models.CharField(
+        max_length=MAIN_SCRIPT_MAX_LENGTH, help_text="Path of the main script inside the wheel"
+    )
     size_bytes = models.BigIntegerField()
     sha256 = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)

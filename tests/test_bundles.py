@@ -497,6 +497,18 @@ HOSTILE_WHEELS = [
         id="version-invalid",
     ),
     pytest.param(
+        FILENAME,
+        good_wheel_bytes({**GOOD, f"{DIST_INFO}/METADATA": b"Name: demo\nVersion: 1.0\nName: other\n"}),
+        "the wheel's METADATA gives Name more than once",
+        id="name-twice",
+    ),
+    pytest.param(
+        FILENAME,
+        good_wheel_bytes({**GOOD, f"{DIST_INFO}/METADATA": b"Name: d\xe9mo\nVersion: 1.0\n"}),
+        "the wheel's METADATA is not UTF-8 text",
+        id="metadata-not-utf8",
+    ),
+    pytest.param(
         "demo-1.0-py3-none-any.whl",
         good_wheel_bytes({**GOOD, "demo/main.py": None, f"demo/{'d' * 300}/main.py": b""}),
         "the wheel's main script path is longer than 300 characters",
@@ -518,6 +530,35 @@ def test_same_version_spelled_differently_passes(tmp_path):
     path = make_wheel(tmp_path, GOOD, filename="demo-1.0.0-py3-none-any.whl")
 
     assert check(path).version == "1.0"
+
+
+def test_same_name_spelled_differently_passes(tmp_path):
+    """pip compares names canonicalised (PEP 503); the platform keeps the name as METADATA spells it."""
+    metadata = b"Metadata-Version: 2.1\nName: Demo.Pkg\nVersion: 1.0\n"
+    members = {**{name.replace(DIST_INFO, "demo_pkg-1.0.dist-info"): data for name, data in GOOD.items()}}
+    members["demo_pkg-1.0.dist-info/METADATA"] = metadata
+
+    path = make_wheel(tmp_path, members, filename="demo_pkg-1.0-py3-none-any.whl")
+
+    assert check(path).distribution == "Demo.Pkg"
+
+
+def test_metadata_with_fields_newer_than_its_version_passes(tmp_path):
+    """setuptools wrote License-File under Metadata-Version 2.1 for years; pip installs such wheels, so do we."""
+    metadata = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nLicense-File: LICENSE\nX-Custom: yes\n"
+
+    path = make_wheel(tmp_path, {**GOOD, f"{DIST_INFO}/METADATA": metadata})
+
+    assert check(path).version == "1.0"
+
+
+def test_validator_does_not_import_the_models():
+    """fc2.models imports fc2.bundles for its column sizes, so the validator must not import the models back."""
+    code = "import sys, fc2.bundles; print('fc2.models' in sys.modules)"
+
+    result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
+
+    assert (result.returncode, result.stdout) == (0, "False\n")
 
 
 @pytest.mark.parametrize(("filename", "content", "reason"), HOSTILE_WHEELS)

@@ -62,6 +62,8 @@ USER_ERRORS = [
      "a job's budget must be more than $0 (not 0)"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--budget-total", "-2.5"],
      "a job's budget must be more than $0 (not -2.5)"),
+    ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--provider", "aws"],
+     "aws clusters need AWS credentials: no AWS credentials"),  # see without_aws_credentials
     ("cluster", ["down", "no-such-cluster", "--provider", "local"], "no cluster named 'no-such-cluster' on local"),
     ("cluster", ["up", "--provider", "local", "--worker-type", "x", "--workers", "99", "--name", "big"],
      "the local provider runs at most 8 workers"),
@@ -78,7 +80,19 @@ USER_ERRORS = [
 ]  # fmt: skip
 
 
+@pytest.fixture
+def without_aws_credentials(monkeypatch, tmp_path):
+    """An installation where aws is unavailable: boto3 finds no credentials (no AWS_* variable, no shared files, no
+    instance metadata), whatever the machine running the tests has configured."""
+    for name in [name for name in os.environ if name.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
 @pytest.mark.django_db
+@pytest.mark.usefixtures("without_aws_credentials")
 @pytest.mark.parametrize(("command", "args", "reason"), USER_ERRORS, ids=lambda v: v if isinstance(v, str) else None)
 def test_a_users_error_is_one_json_object_with_the_reason(command, args, reason, alice, example_wheel, tmp_path):
     load_catalog("fc2-2018")

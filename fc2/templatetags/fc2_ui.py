@@ -9,6 +9,7 @@ from functools import wraps
 from typing import Any
 
 from django import template
+from django.template.defaulttags import querystring
 
 from fc2 import results
 
@@ -149,28 +150,20 @@ def duration(seconds) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def _query_url(query, anchor: str = "", **changes) -> str:
-    """The current query string with `changes` applied (None removes a key), and an #anchor."""
-    params = query.copy()
-    for key, value in changes.items():
-        if value is None:
-            params.pop(key, None)
-        else:
-            params[key] = str(value)
-    return f"?{params.urlencode()}" + (f"#{anchor}" if anchor else "")
+def _link(context, anchor: str, **changes) -> str:
+    """Django's {% querystring %} with `changes` (None removes a key), then the #anchor. Called from Python because a
+    template cannot hand {% querystring %} a key held in a variable (`param`, `page_param`)."""
+    return querystring(context, **changes) + (f"#{anchor}" if anchor else "")
 
 
 @register.inclusion_tag("fc2/_pager.html", takes_context=True)
 def pager(context, page, param: str = "page", anchor: str = "") -> dict:
     """Newer/older links for `page` that change only `param` in the current query string (other lists on the same
     page keep their filters and pages)."""
-    query = context["request"].GET
     return {
         "page": page,
-        "previous_url": _query_url(query, anchor, **{param: page.previous_page_number()})
-        if page.has_previous()
-        else None,
-        "next_url": _query_url(query, anchor, **{param: page.next_page_number()}) if page.has_next() else None,
+        "previous_url": _link(context, anchor, **{param: page.previous_page_number()}) if page.has_previous() else None,
+        "next_url": _link(context, anchor, **{param: page.next_page_number()}) if page.has_next() else None,
         "label": anchor or "results",
     }
 
@@ -179,12 +172,11 @@ def pager(context, page, param: str = "page", anchor: str = "") -> dict:
 def filter_chips(context, param: str, choices, current: str, page_param: str, anchor: str, label: str) -> dict:
     """One link per choice (values, or (value, label) pairs) setting `param`, and "all" clearing it; each goes back
     to the first page of its list (`page_param`) and leaves the page's other lists as they are."""
-    query = context["request"].GET
     pairs = [c if isinstance(c, list | tuple) else (c, c) for c in choices]
     return {
         "label": label,
         "chips": [
-            {"text": text, "url": _query_url(query, anchor, **{param: value or None, page_param: None}),
+            {"text": text, "url": _link(context, anchor, **{param: value or None, page_param: None}),
              "on": value == current}
             for value, text in [("", "all"), *pairs]
         ],
