@@ -143,25 +143,57 @@ def _count(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceS
     return math.floor((_dec(request.budget) - ps_price) / _dec(worker.hourly_price))
 
 
-def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> InstanceSpec | None:
-    """The PS: the user's type, else the type of L^p with the largest network capacity that still leaves budget for one
-    worker of the cheapest type in L^w (without a budget, simply the largest capacity); ties go to the cheaper type.
+def select_ps(
+    request: RecommendRequest,
+    catalog: Collection[InstanceSpec],
+    records: Collection[PerfRecord] = (),
+    worker_types: Collection[str] | None = None,
+) -> InstanceSpec | None:
+    """The PS (`choose_ps` without its reason).
 
     >>> small = InstanceSpec("small", 0.1, "ps", network_mbps=500)
     >>> big = InstanceSpec("big", 1.0, "ps", network_mbps=5000)
     >>> catalog = [small, big, InstanceSpec("w", 0.2, "worker")]
+    >>> select_ps(RecommendRequest("cost-opt", max_workers=2), catalog).name  # 2 × 213.75 Mbps (FC² §8.3) ≤ 475
+    'small'
     >>> select_ps(RecommendRequest("cost-opt", max_workers=4), catalog).name
     'big'
     >>> select_ps(RecommendRequest("cost-opt", budget=1.1), catalog).name  # big + one w = $1.2/h
     'small'
+    >>> profile = PerfRecord("wl", "w", workers=1, bandwidth_mbps=100.0)
+    >>> select_ps(RecommendRequest("cost-opt", max_workers=4, workload="wl"), catalog, [profile]).name
+    'small'
+    >>> select_ps(RecommendRequest("cost-opt", max_workers=5, workload="wl"), catalog, [profile]).name  # 500 > 475
+    'big'
     """
+    return choose_ps(request, catalog, records, worker_types)[0]
+
+
+def choose_ps(
+    request: RecommendRequest,
+    catalog: Collection[InstanceSpec],
+    records: Collection[PerfRecord] = (),
+    worker_types: Collection[str] | None = None,
+) -> tuple[InstanceSpec | None, str]:
+    """The PS and why: the user's type; else, where a budget binds, FC²'s rule — the type of L^p with the largest
+    network capacity that still leaves budget for one worker of the cheapest type in L^w; else (a worker limit) the
+    cheapest type of L^p whose capacity × p covers the traffic of the limit's workers, each sending what one worker of
+    the busiest type that may run (`worker_types`, default L^w) was measured to send for this workload and batch size
+    — or, where that is not measured, an estimate (`_worker_traffic`). No type that covers it: the largest capacity,
+    as FC² does. Ties go to the cheaper type."""
     _check_limit(request, required=False)
     if not request.parameter_server:
-        return None  # an all-reduce cluster: workers only
+        return None, ""  # an all-reduce cluster: workers only
     index = _index(catalog)
     if request.ps_type:
-        return _known([request.ps_type], index, "ps")[0]
+        return _known([request.ps_type], index, "ps")[0], "your choice"
     options = _considered(request.ps_types, index, "ps")
+    largest = "the largest network capacity"
+    if request.budget is None:
+        workers = _considered(worker_types or request.worker_types, index, "worker")
+        if traffic := _worker_traffic(request, records, workers):
+            return _ps_for_traffic(request, options, *traffic)
+        return min(options, key=lambda ps: (-(ps.network_mbps or 0), *_price_order(ps))), largest
     if request.budget is not None:
         cheapest = min(_considered(request.worker_types, index, "worker"), key=_price_order)
         affordable = [ps for ps in options if _count(request, ps, cheapest) >= 1]
@@ -174,7 +206,67 @@ def select_ps(request: RecommendRequest, catalog: Collection[InstanceSpec]) -> I
                 f"${_fmt(cheapest.hourly_price)}/h (${_fmt(together)}/h together)"
             )
         options = affordable
-    return min(options, key=lambda ps: (-(ps.network_mbps or 0), *_price_order(ps)))
+    return min(options, key=lambda ps: (-(ps.network_mbps or 0), *_price_order(ps))), f"{largest} the budget allows"
+
+
+# What one worker sends when nothing about the workload is measured: the most FC² §8.3 saw — two p2.xlarge workers at
+# batch size 128 saturated its 450 Mbps PS at p = 0.95 (a CNN of over a million parameters), 213.75 Mbps each — unless
+# the worker's own link is slower. An estimate until a run of the workload measures its own (every lab or EC2 job does).
+PRIOR_WORKER_MBPS = 450 * 0.95 / 2
+
+
+def _worker_traffic(
+    request: RecommendRequest,
+    records: Collection[PerfRecord],
+    workers: Collection[InstanceSpec],
+) -> tuple[float, str] | None:
+    """The traffic the limit's workers (of the types `workers`) put on the PS in Mbps, and how it is known: measured
+    for those types; else estimated from the most any worker of the workload sent, else from FC²'s figure (or the
+    workers' link, if slower). None without a worker limit."""
+    if request.max_workers is None:
+        return None
+    names = [t.name for t in workers]
+    measured = {t: b for t in names if (b := _measured(records, "bandwidth_mbps", request, t, "")) is not None}
+    others = [
+        (record.bandwidth_mbps, record.instance_type)
+        for record in records
+        if request.workload and record.workload == request.workload and record.bandwidth_mbps is not None
+    ]
+    if measured and len(measured) == len(names):
+        busiest = max(measured, key=measured.__getitem__)
+        per_worker, how = measured[busiest], f"{_fmt(measured[busiest])} Mbps measured for one {busiest} worker"
+    elif others:
+        per_worker, source = max(others)
+        missing = ", ".join(t for t in names if t not in measured)
+        how = (
+            f"{_fmt(per_worker)} Mbps a worker, estimated as the most one {source} worker of this workload sent "
+            f"({missing} not measured)"
+        )
+    else:
+        links = [t.network_mbps for t in workers if t.network_mbps]
+        per_worker = min([PRIOR_WORKER_MBPS, max(links)] if links and len(links) == len(names) else [PRIOR_WORKER_MBPS])
+        how = (
+            f"{_fmt(per_worker)} Mbps a worker, estimated (nothing of this workload is measured yet: "
+            + ("its workers' links" if per_worker < PRIOR_WORKER_MBPS else "the most FC² §8.3 saw one worker send")
+            + "; its first run on the lab or EC2 measures its own)"
+        )
+    n = request.max_workers
+    return per_worker * n, f"{n} {'worker' if n == 1 else 'workers'} × {how}"
+
+
+def _ps_for_traffic(
+    request: RecommendRequest, options: Collection[InstanceSpec], traffic_mbps: float, how: str
+) -> tuple[InstanceSpec, str]:
+    p = _dec(request.saturation)
+    covering = [ps for ps in options if ps.network_mbps and _dec(ps.network_mbps) * p >= _dec(traffic_mbps)]
+    if covering:
+        ps = min(covering, key=lambda ps: (*_price_order(ps), -(ps.network_mbps or 0)))
+        return ps, (
+            f"the cheapest whose {_fmt(_dec(ps.network_mbps) * p)} Mbps (× p {_fmt(request.saturation)}) covers "
+            f"{_fmt(traffic_mbps)} Mbps: {how}"
+        )
+    ps = min(options, key=lambda ps: (-(ps.network_mbps or 0), *_price_order(ps)))
+    return ps, f"the largest network capacity: none covers {_fmt(traffic_mbps)} Mbps ({how})"
 
 
 def workers_from_limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec) -> int:
@@ -225,13 +317,10 @@ def _limit_text(request: RecommendRequest, ps: InstanceSpec | None, worker: Inst
     return f"{_limit_name(request)}: ⌊{prices}⌋ = {n}"
 
 
-def _ps_text(request: RecommendRequest, ps: InstanceSpec | None) -> str:
+def _ps_text(ps: InstanceSpec | None, why: str) -> str:
     if ps is None:
         return "no PS (All-Reduce: the workers average their gradients among themselves)"
     mbps = f"{_fmt(ps.network_mbps)} Mbps" if ps.network_mbps else "capacity unknown"
-    why = "your choice" if request.ps_type else "the largest network capacity"
-    if not request.ps_type and request.budget is not None:
-        why += " the budget allows"
     return f"PS {ps.name} ({mbps}, ${_fmt(ps.hourly_price)}/h, {why})"
 
 
@@ -284,14 +373,16 @@ def _rule_answer(
     algorithm: str,
     request: RecommendRequest,
     records: Collection[PerfRecord],
-    ps: InstanceSpec | None,
+    ps: tuple[InstanceSpec | None, str],
     counts: list[tuple[InstanceSpec, int]],
     chosen: InstanceSpec,
     n: int,
     why: str,
     extra: dict | None = None,
 ) -> Recommendation:
-    """The Recommendation of an FC² rule: `counts` are the (type, n) it considered, `why` its reasoning."""
+    """The Recommendation of an FC² rule: `ps` the PS and why, `counts` the (type, n) it considered, `why` its
+    reasoning."""
+    ps, ps_why = ps
     epoch = _epoch_time(records, request, ps, chosen, n)
     cost = _hourly_cost(n, chosen.hourly_price, ps)
     tail = f"; measured epoch time {_fmt(epoch)} s" if epoch is not None else ""
@@ -309,7 +400,7 @@ def _rule_answer(
         hourly_cost=cost,
         predicted_epoch_time_s=epoch,
         source=RULE,
-        explanation=f"{why}; {_ps_text(request, ps)}; ${_fmt(cost)}/h in all{tail}.",
+        explanation=f"{why}; {_ps_text(ps, ps_why)}; ${_fmt(cost)}/h in all{tail}.",
         candidates=candidates,
         extra=extra or {},
     )
@@ -323,10 +414,10 @@ def _by_price(
 ) -> Recommendation:
     """Cost-Opt (the cheapest type of L^w) or Time-Opt (the most expensive), n from the limit."""
     _check_limit(request, required=True)
-    ps = select_ps(request, catalog)
     types = _considered(request.worker_types, _index(catalog), "worker")
     ordered = sorted(types, key=_price_order)
     chosen = ordered[0] if algorithm == "cost-opt" else ordered[-1]
+    ps, ps_why = choose_ps(request, catalog, records, [chosen.name])
     n = workers_from_limit(request, ps, chosen)
     counts = [(t, _count(request, ps, t)) for t in types]
     label, rank = ("Cost-Opt", "cheapest") if algorithm == "cost-opt" else ("Time-Opt", "most expensive")
@@ -334,7 +425,8 @@ def _by_price(
         f"{label}: {chosen.name} is the {rank} of {', '.join(t.name for t in types)} "
         f"(${_fmt(chosen.hourly_price)}/h); {n} workers from {_limit_text(request, ps, chosen, n)}"
     )
-    return _rule_answer(algorithm, request, records, ps, [(t, c) for t, c in counts if c >= 1], chosen, n, why)
+    counts = [(t, c) for t, c in counts if c >= 1]
+    return _rule_answer(algorithm, request, records, (ps, ps_why), counts, chosen, n, why)
 
 
 def cost_opt(
@@ -366,7 +458,7 @@ def _scala(
         raise RecommendationError(f"the saturation margin p must be above 0 and at most 1, not {p}")
     if not request.workload:
         raise RecommendationError(f"{label} needs a workload: its measured bandwidth decides the worker count")
-    ps = select_ps(request, catalog)
+    ps, ps_why = choose_ps(request, catalog, records)
     if ps is None:
         raise RecommendationError(
             f"{label} sizes the cluster by its parameter server's network capacity; an All-Reduce cluster has no PS "
@@ -417,7 +509,7 @@ def _scala(
         "saturation": p,
         "bandwidth_mbps": dict(bandwidth),
     }
-    return _rule_answer(algorithm, request, records, ps, counts, chosen, n, why, extra)
+    return _rule_answer(algorithm, request, records, (ps, ps_why), counts, chosen, n, why, extra)
 
 
 def scala_opt(

@@ -326,9 +326,66 @@ def test_select_ps_tie_goes_to_the_cheaper_type():
         InstanceSpec("fast-dear", 3.0, role="ps", network_mbps=10_000),
         InstanceSpec("fast-cheap", 2.0, role="any", network_mbps=10_000),  # "any": offered as PS and as worker
     )
-    assert select_ps(RecommendRequest("cost-opt", max_workers=2), catalog).name == "fast-cheap"
-    listed = RecommendRequest("cost-opt", max_workers=2, ps_types=("fast-dear", "m4.10xlarge"))
+    assert select_ps(RecommendRequest("cost-opt", budget=3.0, worker_types=CPU), catalog).name == "fast-cheap"
+    assert select_ps(RecommendRequest("cost-opt", max_workers=10), catalog).name == "fast-cheap"  # 10 Gbps needed
+    listed = RecommendRequest("cost-opt", max_workers=10, ps_types=("fast-dear", "m4.10xlarge"))
     assert select_ps(listed, catalog).name == "m4.10xlarge"
+
+
+# Without a budget, a worker limit: the cheapest PS whose capacity × p covers the workers' traffic (not FC²'s largest
+# capacity at any price: a 2-worker Cost-Opt cluster once carried a $2.5/h m4.10xlarge, 84 % of its price).
+# B_ps·p: m4.large 427.5, m4.2xlarge 950, m4.10xlarge 9500 Mbps.
+NO_BUDGET_PS = [
+    # algorithm, max workers, worker types, bandwidth records (type, Mbps, batch size) → PS, how the traffic is known
+    ("cost-opt", 2, CPU, [], "m4.large", "estimated"),  # 2 × 213.75 (FC² §8.3's figure) = 427.5
+    ("cost-opt", 3, CPU, [], "m4.2xlarge", "estimated"),
+    ("cost-opt", 6, CPU, [], "m4.10xlarge", "estimated"),  # 1282.5 > 950
+    ("cost-opt", 4, CPU, [("c4.xlarge", 100.0, 128)], "m4.large", "measured"),  # the type Cost-Opt runs: 400
+    ("cost-opt", 5, CPU, [("c4.xlarge", 100.0, 128)], "m4.2xlarge", "measured"),  # 500
+    ("cost-opt", 12, CPU, [("c4.xlarge", 100.0, 128)], "m4.10xlarge", "measured"),  # 1200
+    ("time-opt", 2, HIGH, [("p2.xlarge", 200.0, 128)], "m4.large", "measured"),  # Time-Opt runs p2.xlarge: 400
+    # Another type of the workload was measured, not the one that runs: its figure is the estimate.
+    ("cost-opt", 4, CPU, [("t2.xlarge", 150.0, 128)], "m4.2xlarge", "estimated"),  # 600
+    # Another batch size only: an estimate from it.
+    ("cost-opt", 4, CPU, [("c4.xlarge", 100.0, 512)], "m4.large", "estimated"),
+    # Scala-Opt: every type of L^w may run, so the busiest sizes the PS (and every type then reaches the limit).
+    ("scala-opt", 3, CPU, [("m4.xlarge", 90.0, 128), ("t2.xlarge", 140.0, 128), ("c4.xlarge", 120.0, 128)],
+     "m4.large", "measured"),  # 3 × 140 = 420
+    ("scala-opt", 4, CPU, [("m4.xlarge", 90.0, 128), ("t2.xlarge", 140.0, 128), ("c4.xlarge", 120.0, 128)],
+     "m4.2xlarge", "measured"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("algorithm", "limit", "types", "measured", "want", "how"), NO_BUDGET_PS)
+def test_without_a_budget_the_ps_is_the_cheapest_that_covers_the_workers_traffic(
+    algorithm, limit, types, measured, want, how
+):
+    records = [profile(t, "m4.large", batch, mbps) for t, mbps, batch in measured]
+    request = ask(algorithm, max_workers=limit, worker_types=types, batch_size=128)
+
+    answer = recommend(request, CATALOG, records)
+
+    assert answer.ps_type == want
+    assert f"PS {want} (" in answer.explanation and "covers" in answer.explanation
+    assert how in answer.explanation
+    if algorithm == "scala-opt":
+        assert answer.workers == limit
+
+
+def test_a_worker_limit_no_ps_covers_keeps_the_largest_capacity_and_says_so():
+    records = [profile("c4.xlarge", "m4.large", 128, 1000.0)]  # 12 × 1 Gbps: more than any PS carries
+
+    answer = recommend(ask("cost-opt", max_workers=12, worker_types=CPU, batch_size=128), CATALOG, records)
+
+    assert answer.ps_type == "m4.10xlarge"
+    assert "none covers 12000 Mbps" in answer.explanation
+
+
+@pytest.mark.parametrize("fields", [{"budget": 3.0}, {"max_workers": 2, "ps_type": "m4.10xlarge"}])
+def test_a_budget_or_the_users_ps_keeps_fc2s_choice(fields):
+    """FC² §5.2.1 where a budget binds (the paper's picks do not change), and the user's own PS always."""
+    answer = recommend(ask("cost-opt", worker_types=CPU, **fields), CATALOG, [])
+    assert answer.ps_type == "m4.10xlarge"
 
 
 # --- predicted epoch times from measured records ---------------------------------------------------------------------
