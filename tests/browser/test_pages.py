@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from playwright.sync_api import expect
 
 from fc2.models import Job, Node
 from monitor.models import LossPoint, NodeSample
@@ -13,6 +15,7 @@ from tests.browser.conftest import log_in
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
+TABLE_4 = Path(__file__).resolve().parents[2] / "recommender" / "data" / "anwar2021-table4.csv"
 
 
 def test_second_researcher_cannot_open_the_first_ones_job(page, shot, alice, bob, bundle, digits):
@@ -43,8 +46,22 @@ def test_anwar_page_answers_from_the_sample_setup_loads(page, shot, alice):
     assert page.get_by_text("c4.8xlarge").count() == 1
     shot("catalogue")
     page.goto("/recommender/records/")
-    page.wait_for_function("document.querySelector('#calibration') && document.querySelector('#calibration').width > 0")
+    assert page.get_by_label("Workload", exact=True).input_value() == "anwar2021-mnist"
+    page.wait_for_function("Chart.getChart('calibration')?.data.datasets[0].data.length > 0")
+    # Every held-out record of Table 4 is a point of the calibration chart, and the table lists the shipped rows.
+    held_out = page.evaluate("Chart.getChart('calibration').data.datasets[0].data.length")
+    assert held_out == int(page.locator("#calibration-pairs").evaluate("e => JSON.parse(e.textContent).length")) > 0
+    shipped = [line for line in TABLE_4.read_text().splitlines() if line and not line.startswith("#")]
+    expect(page.locator("table:not(.visually-hidden) tbody tr")).to_have_count(len(shipped))
     shot("records-and-calibration")
+    page.get_by_label("Batch size", exact=True).select_option(label="64000 (3 records)")
+    page.get_by_role("button", name="Show").click()
+    # The epoch-time chart's table at 64,000: 4 and 3 machines measured, the single machine's failed run.
+    points = page.locator("table.visually-hidden tbody tr")
+    expect(points).to_have_count(3)
+    assert [row.split("\t") for row in points.all_inner_texts()] == [
+        ["latency 0 ms · mirrored", n, time] for n, time in (("1", "failed"), ("3", "503 s"), ("4", "419 s"))
+    ]  # fmt: skip
 
 
 def ended_job_with_chart_data(owner, bundle, dataset, losses: int) -> Job:
