@@ -161,7 +161,7 @@ def test_the_pipeline_answers_no_capacity_with_the_recommenders_next_worker_type
         worker_types=["c4.xlarge", "t2.xlarge", "m4.xlarge"], strategy="ps", ps_type="m4.large",
     )  # fmt: skip
     job.refresh_from_db()
-    pipeline._recommend(job)
+    pipeline._take_recommendation(job)
     assert job.worker_type == "c4.xlarge"  # the cheapest of L^w
     inject_capacity_shortage(monkeypatch, {("c4.xlarge", f"{REGION}{zone}") for zone in "abc"})
 
