@@ -10,7 +10,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils.html import format_html
 
-from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node, ReapedCluster
+from fc2.models import ApiToken, Artifact, CodeBundle, Dataset, Job, JobEvent, Node, ReapedCluster
 
 
 class StoredFileInput(AdminFileWidget):
@@ -148,3 +148,25 @@ class ReapedClusterAdmin(RecordAdmin):
     @admin.display(description="resources removed")
     def resource_count(self, reaping: ReapedCluster) -> int:
         return len(reaping.resources)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(RecordAdmin):
+    """Every user's personal API tokens: who, what for, when made, last used, expiring and revoked. Never a secret
+    (none is kept) nor its hash. An admin revokes one with the action; tokens are made by their users."""
+
+    list_display = ("name", "user", "prefix", "status", "created_at", "last_used_at", "expires_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("name", "user__username", "prefix")
+    fields = ("user", "name", "prefix", "status", "created_at", "last_used_at", "expires_at", "revoked_at")
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    @admin.display(description="status")
+    def status(self, token: ApiToken) -> str:
+        return token.status
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset) -> None:
+        revoked = sum(token.revoke() for token in queryset)
+        self.message_user(request, f"{revoked} token{'s' if revoked != 1 else ''} revoked.")

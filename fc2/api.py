@@ -80,8 +80,9 @@ class PydanticSchema(OpenApiSerializerExtension):
         return schema
 
 
-class _JsonWhateverAccepted(BaseContentNegotiation):
-    """Agents get JSON whatever their Accept header says: no 406 before the token is even looked at."""
+class JsonWhateverAccepted(BaseContentNegotiation):
+    """JSON (or a view's one kind of answer) whatever the Accept header says: no 406 before the token is even looked at
+    (agents' reports), nor for a file download (fc2/jobs_api.py)."""
 
     def select_parser(self, request, parsers):
         return parsers[0] if parsers else None
@@ -110,7 +111,7 @@ class ReportView(APIView):
     authentication_classes = [JobTokenAuthentication]
     permission_classes = []  # the token is checked in post()
     renderer_classes = [JSONRenderer]
-    content_negotiation_class = _JsonWhateverAccepted
+    content_negotiation_class = JsonWhateverAccepted
     metadata_class = None  # OPTIONS is 405, as for any method but POST
 
     @extend_schema(

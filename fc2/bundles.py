@@ -38,6 +38,9 @@ REQUIRED_DIST_INFO_FILES = ("WHEEL", "METADATA", "RECORD")
 DISTRIBUTION_MAX_LENGTH = 200
 VERSION_MAX_LENGTH = 100
 MAIN_SCRIPT_MAX_LENGTH = 300
+# The wheel's file name is kept (CodeBundle.filename) and stored on disk under it: within both limits (255), with room
+# for the suffix storage adds on a clash.
+FILE_NAME_MAX_LENGTH = 200
 
 # Errors zipfile and its decompressors raise on a corrupt, encrypted or exotic archive or member: ValueError covers
 # a member name flagged UTF-8 that is not (UnicodeDecodeError) and a central directory whose offset points before the
@@ -149,6 +152,8 @@ def parse_wheel_name(filename: str) -> tuple[str, Version]:
     fc2.bundles.BundleError: demo-1.0-py3-none-any.WHL is not a wheel: the file name must end in .whl, in lower case
     """
     name = PurePosixPath(filename).name
+    if len(name.encode()) > FILE_NAME_MAX_LENGTH:
+        raise BundleError(f"the wheel's file name is longer than {FILE_NAME_MAX_LENGTH} characters")
     if not name.endswith(".whl"):
         case = ", in lower case" if name.lower().endswith(".whl") else ""
         raise BundleError(f"{name} is not a wheel: the file name must end in .whl{case}")

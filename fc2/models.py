@@ -1,11 +1,12 @@
-"""Bundles, datasets and jobs: what a researcher submits and the job's state machine with its event log."""
+"""Bundles, datasets and jobs: what a researcher submits and the job's state machine with its event log; the
+personal API tokens scripts use the jobs API with."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
@@ -570,3 +571,104 @@ class ReapedCluster(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider} cluster {self.cluster_name}"
+
+
+# What every personal API token starts with, so that a token pasted where it should not be is recognisable (and found
+# by secret scanners); the rest is 32 random bytes, which is why one round of SHA-256 is the right hash to keep.
+API_TOKEN_PREFIX = "fc2_"
+# How much of a token its lists show (the prefix and a few random characters): enough to tell two tokens apart.
+API_TOKEN_SHOWN_CHARS = 12
+# A token's last use is written at most this often: one request a minute per token pays for an UPDATE.
+API_TOKEN_TOUCH_S = 60
+
+
+def api_token_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def find(self, secret: str) -> ApiToken | None:
+        """The token whose secret this is, with its user, in one indexed query; None if there is none."""
+        if not secret.startswith(API_TOKEN_PREFIX):
+            return None
+        try:  # (get, not first: no ORDER BY for a unique key)
+            return self.select_related("user").get(token_hash=api_token_hash(secret))
+        except self.model.DoesNotExist:
+            return None
+
+
+class ApiToken(models.Model):
+    """A personal API token: its owner's name for it and its metadata. The secret is shown once, when it is made
+    (`ApiToken.issue`); only its SHA-256 is kept."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, help_text="What the owner calls it, e.g. the machine or script using it")
+    prefix = models.CharField(max_length=API_TOKEN_SHOWN_CHARS, help_text="Its first characters, to recognise it by")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True, help_text="To the minute")
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: it does not expire")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            # A user's live tokens have names of their own, so that `api_token revoke USER --name NAME` names one.
+            models.UniqueConstraint(
+                fields=["user", "name"], condition=models.Q(revoked_at__isnull=True), name="unique_live_token_name"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, user, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
+        """A new token for `user` and its secret, which is not kept anywhere: show it once."""
+        secret = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            user=user,
+            name=name,
+            prefix=secret[:API_TOKEN_SHOWN_CHARS],
+            token_hash=api_token_hash(secret),
+            expires_at=expires_at,
+        )
+        return token, secret
+
+    @property
+    def status(self) -> str:
+        """ "active", "revoked" or "expired"."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
+
+    def refusal(self) -> str | None:
+        """Why a request with this token is refused (its status, or its user's), or None."""
+        if self.status != "active":
+            return f"this API token is {self.status}"
+        if not self.user.is_active:
+            return "this API token's user is inactive"
+        return None
+
+    def touch(self) -> None:
+        """Record a use, at most once every API_TOKEN_TOUCH_S: a conditional update, so that concurrent requests
+        write it once."""
+        now = timezone.now()
+        stale = now - timedelta(seconds=API_TOKEN_TOUCH_S)
+        if self.last_used_at is not None and self.last_used_at > stale:
+            return
+        fresh = models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lte=stale)
+        if ApiToken.objects.filter(fresh, pk=self.pk).update(last_used_at=now):
+            self.last_used_at = now
+
+    def revoke(self) -> bool:
+        """Revoke it for good; False if it already was."""
+        now = timezone.now()
+        if not ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=now):
+            return False
+        self.revoked_at = now
+        return True

@@ -7,6 +7,7 @@ off, SECRET_KEY must be given and the production security settings apply. Tests 
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -66,6 +67,10 @@ FC2_LOCAL_CLUSTER_DIR = Path(os.environ.get("FC2_LOCAL_CLUSTER_DIR", VAR_DIR / "
 FC2_MAX_BUNDLE_MB = envint("FC2_MAX_BUNDLE_MB", 50)
 FC2_MAX_DATASET_MB = envint("FC2_MAX_DATASET_MB", 500)
 FC2_MAX_ARTIFACT_MB = envint("FC2_MAX_ARTIFACT_MB", 200)
+# Job submissions through the API (POST /api/jobs, re-runs) each personal token may make: N/second|minute|hour|day.
+FC2_API_SUBMIT_RATE = os.environ.get("FC2_API_SUBMIT_RATE", "30/hour").strip()
+if not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)", FC2_API_SUBMIT_RATE):
+    raise ImproperlyConfigured(f"FC2_API_SUBMIT_RATE must be N/second|minute|hour|day, not {FC2_API_SUBMIT_RATE!r}")
 # URL datasets come from public addresses only (monitor/safe_fetch.py); an operator may allow private networks on
 # purpose, e.g. a lab's data mirror: comma-separated CIDRs. Checked at submit time and again by the downloading node.
 _networks = os.environ.get("FC2_DATASET_ALLOWED_NETWORKS", "")
@@ -222,6 +227,20 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# Sessions are read from a cache before the database: every signed-in request reads its session, and the database
+# query cost more than the rest of a small API answer. Each change is still written to the database, so a session
+# outlives the cache. The cache must be one all the platform's processes share, since a session signed out in one must
+# end in all: files under FC2_VAR_DIR, which they share already (uploads, artifacts, the embedded broker), and which,
+# unlike a cache server, cannot be down. The default cache stays in each process's memory.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "sessions": {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(VAR_DIR / "sessions"),
+    },
+}
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+SESSION_CACHE_ALIAS = "sessions"
 
 # Mail, which password reset needs: SMTP when EMAIL_HOST is set, else the console in development. With neither, no
 # reset link could reach anyone, so the reset pages say to ask an administrator instead (FC2_EMAIL_ENABLED).
@@ -259,17 +278,27 @@ STORAGES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Personal API tokens (fc2/tokens.py) first: an unauthenticated request is then a 401 that names the scheme.
+    # The browser's session too (with its CSRF token for writes); never HTTP Basic, a password in every script.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "fc2.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Every refusal as {"error": reason} (and "fields" for invalid input), as docs/API.md says.
+    "EXCEPTION_HANDLER": "fc2.rest.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "FC² platform API",
-    "DESCRIPTION": "Cluster recommendations (FC² and Anwar et al.) for distributed training jobs.",
+    "DESCRIPTION": "Training jobs over HTTP (bundles, datasets, jobs, their logs and artifacts) and cluster "
+    "recommendations (FC² and Anwar et al.). docs/API.md describes it.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Choice sets that several fields share under one name in the schema.
+    "ENUM_NAME_OVERRIDES": {
+        "JobAlgorithmEnum": "fc2.jobs_api.JOB_ALGORITHMS",
+        "JobStrategyEnum": "fc2.jobs_api.JOB_STRATEGIES",
+    },
 }
 
 # Celery: Redis when REDIS_URL is set, otherwise kombu's filesystem transport (no server needed).

@@ -1,10 +1,11 @@
 """Request body limits: a body over its endpoint's limit is refused before it costs the server disk or memory.
 
 Each page that takes files names its file fields and the limit of each (the wizard's wheel: FC2_MAX_BUNDLE_MB, its
-dataset: FC2_MAX_DATASET_MB, a node report's artifacts: FC2_MAX_ARTIFACT_MB); its body may be that much plus
-DATA_UPLOAD_MAX_MEMORY_SIZE, Django's own limit for the fields that are not files. Every other body, and any body
-from a client not signed in (or, on the report API, without a bearer token), is held to DATA_UPLOAD_MAX_MEMORY_SIZE
-and may hold no file.
+dataset: FC2_MAX_DATASET_MB, a node report's artifacts: FC2_MAX_ARTIFACT_MB; the jobs API's uploads of wheels and
+datasets as the wizard's); its body may be that much plus DATA_UPLOAD_MAX_MEMORY_SIZE, Django's own limit for the
+fields that are not files. Every other body, and any body from a client not signed in (on the jobs API: without a
+valid personal token either; on the report API: without a bearer token), is held to DATA_UPLOAD_MAX_MEMORY_SIZE and
+may hold no file.
 
 `UploadLimitMiddleware` answers 413 with the reason from Content-Length alone, before a byte is read: Django never
 reads past Content-Length (a chunked body without one reads as empty), so this bounds what any request can cost. Within
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from fc2 import tokens
 from fc2.bundles import MB, format_bytes
 
 
@@ -58,15 +60,37 @@ def upload_limit(request: HttpRequest) -> UploadLimit:
             mb = settings.FC2_MAX_ARTIFACT_MB
             return _file_upload("artifact", mb * MB, f"artifacts exceed {mb} MB", "a node report")
         return UploadLimit(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, what="a report without a bearer token")
+    if not signed_in and request.path.startswith("/api/") and tokens.presented_secret(request) is not None:
+        # A valid personal token is as good as a session (looked up once: the view reuses the answer).
+        signed_in = tokens.authenticate(request)[0] is not None
+    multipart = request.method == "POST" and request.content_type == "multipart/form-data"
+    if match and match.url_name in API_UPLOADS and multipart and signed_in:
+        return API_UPLOADS[match.url_name]()  # (a JSON body holds no file: Django's limit, below)
     step = match.kwargs.get("step") if match and match.url_name == "job-new-step" and signed_in else None
     if step == "code":
-        wheel = settings.FC2_MAX_BUNDLE_MB * MB
-        return _file_upload("wheel", wheel, f"the wheel is larger than the {format_bytes(wheel)} limit", "a wheel")
+        return _wheel_upload("wheel")
     if step == "data":
-        mb = settings.FC2_MAX_DATASET_MB
-        return _file_upload("file", mb * MB, f"the dataset file is larger than {mb} MB", "a dataset upload")
+        return _dataset_upload("file")
     what = "this page" if signed_in else "a request from someone not signed in"
     return UploadLimit(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, what=what)
+
+
+def _wheel_upload(field_name: str) -> UploadLimit:
+    wheel = settings.FC2_MAX_BUNDLE_MB * MB
+    return _file_upload(field_name, wheel, f"the wheel is larger than the {format_bytes(wheel)} limit", "a wheel")
+
+
+def _dataset_upload(field_name: str) -> UploadLimit:
+    mb = settings.FC2_MAX_DATASET_MB
+    return _file_upload(field_name, mb * MB, f"the dataset file is larger than {mb} MB", "a dataset upload")
+
+
+# The jobs API's endpoints that take a file (fc2/jobs_api.py), by URL name, and the field each takes it in.
+API_UPLOADS: dict[str, Callable[[], UploadLimit]] = {
+    "api-bundles": lambda: _wheel_upload("file"),
+    "api-datasets": lambda: _dataset_upload("file"),
+    "api-jobs": lambda: _wheel_upload("bundle_file"),
+}
 
 
 def _file_upload(field_name: str, max_bytes: int, refusal: str, what: str) -> UploadLimit:

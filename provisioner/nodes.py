@@ -297,7 +297,10 @@ def alive(cluster: ClusterInfo) -> dict[str, bool]:
     return run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
 
 
-def _read_nodes(cluster: ClusterInfo, read: Callable[[Machine, PurePosixPath], T | None]) -> dict[str, T]:
+def _read_nodes(
+    cluster: ClusterInfo, read: Callable[[Machine, PurePosixPath], T | None], only: Sequence[str] | None = None
+) -> dict[str, T]:
+    """Node name -> what `read` found on it, for the nodes (all, or those named in `only`) where it found something."""
     provider = _provider(cluster)
 
     def one(node: NodeInfo) -> T | None:
@@ -307,12 +310,13 @@ def _read_nodes(cluster: ClusterInfo, read: Callable[[Machine, PurePosixPath], T
         finally:
             machine.runner.close()
 
-    found = run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
+    nodes = [node for node in cluster.nodes if only is None or node.name in only]
+    found = run_parallel({node.name: (lambda n=node: one(n)) for node in nodes})
     return {name: value for name, value in found.items() if value is not None}
 
 
-def fetch_logs(cluster: ClusterInfo, max_bytes: int = 64 * 2**20) -> dict[str, str]:
-    """Node name -> its command's log (node.log), for the nodes that have one."""
+def fetch_logs(cluster: ClusterInfo, max_bytes: int = 64 * 2**20, only: Sequence[str] | None = None) -> dict[str, str]:
+    """Node name -> its command's log (node.log), for the nodes (all, or those named in `only`) that have one."""
 
     def read(machine: Machine, root: PurePosixPath) -> str | None:
         log = str(root / "node.log")
@@ -320,7 +324,7 @@ def fetch_logs(cluster: ClusterInfo, max_bytes: int = 64 * 2**20) -> dict[str, s
             return None
         return machine.runner.get(log, max_bytes=max_bytes).decode(errors="replace")
 
-    return _read_nodes(cluster, read)
+    return _read_nodes(cluster, read, only)
 
 
 def fetch_results(cluster: ClusterInfo, max_file_bytes: int = 2**31) -> dict[str, NodeResult]:

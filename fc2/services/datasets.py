@@ -166,6 +166,24 @@ def resolve(user, name_or_url: str) -> Dataset:
     return match
 
 
+def store_url(owner, url: str, name: str = "") -> tuple[Dataset, bool]:
+    """The owner's dataset for an http(s) URL (refused as `resolve` refuses it), stored now rather than with its first
+    job; True if it is new. `name` names it (default: the URL's last part)."""
+    if not url.strip().lower().startswith(("http://", "https://")):
+        raise DatasetError(f"not an http(s) URL: {url!r}")
+    if len(url.strip()) > (max_url := Dataset._meta.get_field("url").max_length):
+        raise DatasetError(f"a dataset URL has at most {max_url} characters")
+    dataset = resolve(owner, url)
+    created = dataset.pk is None
+    if name.strip():
+        dataset.name = name.strip()
+    max_name = Dataset._meta.get_field("name").max_length
+    if len(dataset.name) > max_name:
+        raise DatasetError(f"a dataset's name has at most {max_name} characters")
+    dataset.save()
+    return dataset, created
+
+
 def check_url(url: str) -> None:
     """DatasetError, with the reason, unless nodes may download `url`: http(s) to a public address, or to one in the
     operator's FC2_DATASET_ALLOWED_NETWORKS. Checked here so that a bad URL is refused at submit time; the node that

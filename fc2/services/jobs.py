@@ -72,6 +72,8 @@ class JobRequest:
 
 
 MAX_LATENCY_MS = 1000
+# The algorithms that run one worker type the user picks; the others choose among the worker types (L^w).
+ONE_WORKER_TYPE = ("manual", "scala-opt-m")
 
 
 def validate(request: JobRequest) -> None:
@@ -248,17 +250,53 @@ def _trimmed(amount: Decimal) -> Decimal:
     return Decimal(format(amount.normalize(), "f"))
 
 
+def planned(request: JobRequest) -> tuple[JobRequest, Plan]:
+    """The request as it runs, and its cluster (RecommendationError, SubmitError — also when the plan's projected
+    total cost exceeds the whole-job budget): a budget-limited request takes the plan's worker count, in a new
+    JobRequest (`request` is left as it was)."""
+    cluster = plan(request)
+    if request.hourly_budget is not None:
+        request = replace(request, workers=cluster.workers)
+    check_budget(request, cluster)
+    return request, cluster
+
+
+def request_like(job: Job) -> JobRequest:
+    """A request for the same code, data, parameters and resources as `job` (the cluster it ran on, its limits and
+    budgets): what a re-run submits, and what the wizard's `?from=<id>` fills its steps with."""
+    one_type = job.algorithm in ONE_WORKER_TYPE
+    return JobRequest(
+        bundle=job.bundle,
+        dataset=job.dataset,
+        parameters={str(k): str(v) for k, v in job.parameters.items()},
+        provider=job.provider,
+        region=job.region if job.provider == "aws" else "",
+        latency_ms=job.latency_ms,
+        strategy=job.strategy,
+        workers=job.workers,
+        algorithm=job.algorithm,
+        ps_type=job.ps_type,
+        worker_type=job.worker_type if one_type else "",
+        worker_types=[] if one_type else list(job.worker_types),
+        catalog=job.catalog,
+        hourly_budget=job.hourly_budget,
+        budget=job.budget,
+        workload_name=job.workload_name,
+    )
+
+
 def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_first: bool = False) -> Job:
     """Create the job and start its pipeline (on commit, so the worker sees the row).
 
     With `plan_first`, a recommender that cannot answer (e.g. `model` for a workload with no records) refuses the job
     now, with its reason, instead of failing it in its recommend step. A job with a whole-job budget is planned first
-    too: refused when its plan's projected total cost already exceeds the budget.
+    too: refused when its plan's projected total cost already exceeds the budget; and so is one with an hourly budget,
+    whose plan sets its worker count (`planned`).
     """
     validate(request)
-    if plan_first or request.budget is not None:
+    if plan_first or request.budget is not None or request.hourly_budget is not None:
         try:
-            check_budget(request, plan(request))
+            request, _ = planned(request)
         except RecommendationError as exc:
             raise SubmitError(str(exc), "algorithm") from exc
     with transaction.atomic():

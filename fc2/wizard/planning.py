@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from fc2.services import jobs
+from fc2.services.jobs import planned
 from fc2.wizard.forms import ResourceForm
 from fc2.wizard.state import Wizard
 from recommender.types import RecommendationError
 
-
-def planned(request: jobs.JobRequest) -> tuple[jobs.JobRequest, jobs.Plan]:
-    """The request as it runs, and its cluster (RecommendationError, SubmitError — also when the plan's projected
-    total cost exceeds the whole-job budget): a budget-limited request takes the plan's worker count, in a new
-    JobRequest (`request` is left as it was)."""
-    plan = jobs.plan(request)
-    if request.hourly_budget is not None:
-        request = replace(request, workers=plan.workers)
-    jobs.check_budget(request, plan)
-    return request, plan
+__all__ = ["planned", "preview"]
 
 
 def preview(wizard: Wizard, form: ResourceForm) -> dict:

@@ -18,8 +18,7 @@ from recommender import service
 
 SESSION_KEY = "fc2_wizard"
 STEPS = {"code": "Code", "data": "Data", "resource": "Resource", "review": "Review"}
-# The algorithms that run one worker type the user picks; the others choose among the worker types (L^w).
-ONE_WORKER_TYPE = ("manual", "scala-opt-m")
+ONE_WORKER_TYPE = jobs.ONE_WORKER_TYPE
 
 
 class Wizard:
@@ -108,7 +107,8 @@ class Wizard:
         self._save()
 
     def prefill(self, job: Job) -> None:
-        """Start again from `job`: its bundle, dataset, parameters and resources (the cluster it ran on)."""
+        """Start again from `job`: its bundle, dataset, parameters and resources (the cluster it ran on). The request
+        these steps make is `jobs.request_like(job)`, what the API's re-run submits (tests/test_api_jobs.py)."""
         self.state = {
             "code": {"bundle": job.bundle_id, "parameters": {str(k): str(v) for k, v in job.parameters.items()}},
             "data": {

@@ -10,7 +10,7 @@ from tests.conftest import make_job
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.parametrize("path", ["/", "/jobs/", "/jobs/{job}/", "/jobs/new/", "/recommender/"])
+@pytest.mark.parametrize("path", ["/", "/jobs/", "/jobs/{job}/", "/jobs/new/", "/recommender/", "/account/tokens/"])
 def test_page_fits_a_phone(page, shot, alice, bundle, digits, path):
     job = make_job(alice, bundle, digits)
     page.set_viewport_size({"width": 375, "height": 800})

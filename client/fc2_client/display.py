@@ -1,0 +1,193 @@
+"""What the client shows a person: a line redrawn in place on a terminal (an upload's progress bar, a followed job's
+state), and jobs, costs and recommendations in words. Nothing here is printed under `--json`."""
+
+from __future__ import annotations
+
+import shutil
+from typing import TextIO
+
+ENDED = ("succeeded", "failed", "cancelled")  # a job in one of these will not change any more
+
+
+class LiveLine:
+    """One line redrawn in place on a terminal; elsewhere (a log file, a pipe), each new text on a line of its own."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.redraw = stream.isatty()
+        self._last: str | None = None
+
+    def show(self, text: str) -> None:
+        if text == self._last:
+            return
+        self._last = text
+        if self.redraw:
+            # A line longer than the terminal wraps, and \r would then redraw only its last part.
+            width = shutil.get_terminal_size().columns - 1
+            self.stream.write(f"\r{text[:width]}\033[K")
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.redraw and self._last is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+        self._last = None
+
+
+class ProgressBar:
+    """`[############------------]  50%  1.2 MB of 2.4 MB  upload model.whl`, redrawn as the bytes go."""
+
+    WIDTH = 24
+
+    def __init__(self, label: str, line: LiveLine):
+        self.label = label
+        self.line = line
+
+    def __call__(self, done: int, total: int) -> None:
+        fraction = done / total if total else 1.0
+        filled = int(fraction * self.WIDTH)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        # The label last: a line cut at the terminal's width loses its end, and the figures matter more.
+        self.line.show(f"[{bar}] {fraction:4.0%}  {size(done)} of {size(total)}  {self.label}")
+
+
+def size(count: int) -> str:
+    """
+    >>> size(1_234_567), size(45_678), size(512)
+    ('1.2 MB', '45.7 kB', '512 B')
+    """
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+def usd(value) -> str:
+    """Dollars as the platform shows them: cents, or four decimals under a dollar (a short run costs fractions of a
+    cent); a dash when unknown.
+
+    >>> usd(1234.5), usd(0.0034), usd(0), usd(None)
+    ('$1,234.50', '$0.0034', '$0.00', '–')
+    """
+    if value is None:
+        return "–"
+    value = float(value)
+    return f"${value:,.2f}" if value == 0 or abs(value) >= 1 else f"${value:.4f}"
+
+
+def _of(done, total) -> str:
+    return f"{done}/{total}" if total else f"{done}"
+
+
+def job_line(job: dict) -> str:
+    """A job in one line, as it is now: its state, how far it got, its loss and its cost so far.
+
+    >>> job_line({"id": 7, "state": "running", "progress": {"epoch": 1, "epochs": 3, "step": 20, "steps": 60,
+    ...           "loss": 0.41234}, "cost": {"cost_so_far": 0.0012}})
+    'job 7 running · epoch 1/3 · step 20/60 · loss 0.412 · ≈ $0.0012 so far'
+    >>> job_line({"id": 7, "state": "queued"})
+    'job 7 queued'
+    """
+    parts = [f"job {job['id']} {job['state']}"]
+    progress = job.get("progress") or {}
+    if progress.get("epoch") is not None:
+        parts.append(f"epoch {_of(progress['epoch'], progress.get('epochs'))}")
+    if progress.get("step") is not None:
+        parts.append(f"step {_of(progress['step'], progress.get('steps'))}")
+    if progress.get("loss") is not None:
+        parts.append(f"loss {float(progress['loss']):.3g}")
+    cost = job.get("cost") or {}
+    if cost.get("cost_so_far") is not None:
+        parts.append(f"≈ {usd(cost['cost_so_far'])} so far")
+    return " · ".join(parts)
+
+
+def name_of(ref) -> str:
+    """A job's bundle or dataset, `{"id", "name"}`, by its name.
+
+    >>> name_of({"id": 3, "name": "digits"}), name_of(None)
+    ('digits', '–')
+    """
+    if isinstance(ref, dict):
+        return str(ref.get("name") or ref.get("id"))
+    return "–" if ref is None else str(ref)
+
+
+def headline(job: dict) -> str:
+    """The figure the job's result is judged by (e.g. "test accuracy 97.3 %"), or "" before there is one."""
+    figure = job.get("headline")
+    if isinstance(figure, dict):
+        return " ".join(str(figure[key]) for key in ("label", "text") if figure.get(key))
+    return str(figure or "")
+
+
+def cluster(spec: dict) -> str:
+    """The cluster a job or a recommendation names.
+
+    >>> cluster({"workers": 6, "worker_type": "c4.xlarge", "ps_type": "m4.large"})
+    '6 × c4.xlarge + PS m4.large'
+    >>> cluster({"workers": 2, "worker_type": "", "ps_type": "", "strategy": "mirrored"})
+    '2 workers'
+    """
+    count = spec.get("workers")
+    nodes = f"{count} × {spec['worker_type']}" if spec.get("worker_type") else f"{count} worker{'s' * (count != 1)}"
+    if spec.get("ps_type") and spec.get("strategy") != "mirrored":
+        nodes += f" + PS {spec['ps_type']}"
+    return nodes
+
+
+def job_report(job: dict) -> str:
+    """A job in full, as `fc2 status` prints it."""
+    lines = [
+        job_line(job),
+        f"  code      {name_of(job.get('bundle'))} on {name_of(job.get('dataset'))}",
+        f"  cluster   {cluster(job)} on {job.get('provider')} ({job.get('strategy')}, {job.get('algorithm')})",
+    ]
+    cost = job.get("cost") or {}
+    if cost.get("hourly_cost") is not None:
+        spent = f"{usd(cost['hourly_cost'])}/h, ≈ {usd(cost.get('cost_so_far'))} so far"
+        if cost.get("projected_total") is not None and job["state"] not in ENDED:
+            spent += f", ≈ {usd(cost['projected_total'])} projected"
+        if cost.get("budget") is not None:
+            spent += f" of a {usd(cost['budget'])} budget"
+        lines.append(f"  cost      {spent} (catalogue prices)")
+    if figure := headline(job):
+        lines.append(f"  result    {figure}")
+    if job.get("failure_reason"):
+        lines.append(f"  reason    {job['failure_reason']}")
+    for event in (job.get("events") or [])[-5:]:
+        lines.append(f"  {event.get('at', '')[:19].replace('T', ' ')}  {event.get('state')}: {event.get('message')}")
+    artifacts = job.get("artifacts") or []
+    if artifacts:
+        names = ", ".join(a["name"] for a in artifacts[:6]) + (" …" if len(artifacts) > 6 else "")
+        lines.append(f"  artifacts {names}  (fc2 download {job['id']})")
+    if job.get("url"):
+        lines.append(f"  page      {job['url']}")
+    return "\n".join(lines)
+
+
+def jobs_table(jobs: list[dict]) -> str:
+    """One row per job, newest first as the platform lists them."""
+    rows = [("ID", "STATE", "PROVIDER", "CLUSTER", "DATASET", "RESULT", "CREATED")]
+    for job in jobs:
+        created = (job.get("created_at") or "")[:16].replace("T", " ")
+        rows.append(
+            (str(job["id"]), job["state"], job.get("provider") or "", cluster(job), name_of(job.get("dataset")),
+             headline(job), created)
+        )  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def recommendation(answer: dict) -> str:
+    """A recommendation as `manage.py recommend` says it: the cluster, its price and time, and why."""
+    epoch = answer.get("predicted_epoch_time_s")
+    timing = f", epoch ≈ {epoch:.3g} s" if epoch is not None else ""
+    lines = [
+        f"{answer['algorithm']}: {cluster(answer)}, {usd(answer['hourly_cost'])}/h{timing} ({answer.get('source')})"
+    ]
+    if answer.get("explanation"):
+        lines.append(answer["explanation"])
+    return "\n".join(lines)

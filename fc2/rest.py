@@ -1,0 +1,93 @@
+"""What every endpoint of the REST API shares (docs/API.md): refusals as `{"error": reason}` with the fields at fault,
+their place in the OpenAPI schema, and the rate limit on job submissions per token."""
+
+from __future__ import annotations
+
+import math
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from fc2.models import ApiToken
+
+
+def exception_handler(exc, context):
+    """DRF's answer to an exception, in the API's shape: `{"error": reason}`, plus `"fields"` for invalid input."""
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        data = response.data
+        fields = data if isinstance(data, dict) else {"non_field_errors": data}
+        response.data = {"error": "invalid request", "fields": fields}
+    else:
+        detail = response.data.get("detail") if isinstance(response.data, dict) else response.data
+        response.data = {"error": str(detail)}
+    return response
+
+
+@csrf_exempt  # it changes nothing, whatever the method
+def no_such_endpoint(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Any other path under /api/ (e.g. an id that is not a number): a 404 in the API's shape, not a web page."""
+    return JsonResponse({"error": f"no API endpoint {request.path}"}, status=404)
+
+
+def invalid(field: str | None, reason: str) -> exceptions.ValidationError:
+    """A service's refusal of one field (or of the request as a whole), as a 400 in the API's shape."""
+    return exceptions.ValidationError({field or "non_field_errors": [reason]})
+
+
+class Refused(exceptions.APIException):
+    """A refusal with its own status (e.g. 409: the job has already ended) and the reason."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status_code = status
+
+
+class ApiError(serializers.Serializer):
+    error = serializers.CharField(help_text="Why the request was refused")
+    fields = serializers.DictField(required=False, help_text="What is wrong with each field of an invalid request")
+
+
+def refusals(*statuses: int, **described: str) -> dict[int, OpenApiResponse]:
+    """The schema's responses for refusals: every authenticated endpoint may answer 401; `described` adds a status
+    with its own description (`s409="…"`)."""
+    words = {
+        400: "Invalid input: the reason, and what is wrong with each field",
+        401: "No API token or session, or the token is unknown, revoked or expired",
+        403: "Not allowed, e.g. to delete what is someone else's",
+        404: "No such object, or it is someone else's",
+        409: "Conflicts with the object's state",
+        413: "The upload is over its limit",
+        415: "The body is not of a type the endpoint takes",
+        429: "Too many job submissions with this token: see Retry-After",
+    }
+    return {
+        status: OpenApiResponse(ApiError, description=described.get(f"s{status}", words[status]))
+        for status in sorted({401, *statuses, *(int(name[1:]) for name in described)})
+    }
+
+
+class SubmitThrottle(SimpleRateThrottle):
+    """FC2_API_SUBMIT_RATE job submissions per token (per user for the browser's session), in the default cache."""
+
+    scope = "submit"
+
+    def get_rate(self) -> str:
+        return settings.FC2_API_SUBMIT_RATE
+
+    def get_cache_key(self, request, view) -> str:
+        token = request.auth if isinstance(request.auth, ApiToken) else None
+        ident = f"token-{token.pk}" if token else f"user-{request.user.pk}"
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+    def wait(self) -> float | None:
+        # Whole seconds, as Retry-After carries them: never 0 while the limit still holds.
+        wait = super().wait()
+        return None if wait is None else max(1, math.ceil(wait))
