@@ -555,6 +555,65 @@ def _within_limit(request: RecommendRequest, candidate: Candidate, priced: bool)
     return True
 
 
+def runs_through_ps(record: PerfRecord) -> bool:
+    """A run with a parameter server: the ps strategy, or a PS type named without the mirrored strategy."""
+    return record.strategy == "ps" or bool(record.ps_type and record.strategy != "mirrored")
+
+
+def one_machine_latency_free(records: Collection[PerfRecord]) -> bool:
+    """Whether one machine's epoch time is independent of latency for these runs: most go through no PS (all-reduce),
+    so a single worker sends nothing over the network (Anwar Figs. 9–15: the one machine's time at every latency)."""
+    return sum(map(runs_through_ps, records)) * 2 <= len(records)
+
+
+FAILURE_REACH = 2  # a run that failed at batch size B_f makes B ≥ B_f / FAILURE_REACH risky
+
+
+def failure_risk(
+    failed: dict[tuple, int], succeeded: dict[tuple, int], batch_size: int | None, latency_ms: float | None
+) -> str:
+    """Why one configuration is risky at this point, from its runs (failed / succeeded: (batch size, latency ms) ->
+    runs), in words; "" when none failed near it. A failure at B_f counts at every B ≥ B_f / 2 at any latency: a
+    larger batch per worker needs more memory (Anwar's one machine at 64,000), and a factor 2 below it the margin is
+    thin.
+
+    >>> failure_risk({(64000, 0.0): 1}, {}, 32000, 20.0)
+    '1 run failed at batch size 64000, 0 ms'
+    >>> failure_risk({(64000, 0.0): 1}, {(64000, 0.0): 2}, 64000, 0.0), failure_risk({(64000, 0.0): 1}, {}, 6400, 0.0)
+    ('1 of 3 runs failed here', '')
+    """
+    if batch_size is None:
+        return ""
+    notes = []
+    for (batch, latency), count in sorted(failed.items(), key=lambda item: (item[0][0] or 0, item[0][1] or 0)):
+        if batch is None or batch_size * FAILURE_REACH < batch:
+            continue
+        ok = succeeded.get((batch, latency), 0)
+        runs = f"{count} of {count + ok} runs" if ok else _plural(count, "run")
+        here = batch == batch_size and latency == latency_ms
+        notes.append(f"{runs} failed " + ("here" if here else f"at batch size {batch}, {_fmt(latency or 0)} ms"))
+    return "; ".join(notes)
+
+
+def configuration_text(candidate: Candidate) -> str:
+    """A configuration in words: "3 × c4.xlarge", or "3 workers" when the records name no type."""
+    n = candidate.workers
+    return f"{n} × {candidate.worker_type}" if candidate.worker_type else _plural(n, "worker")
+
+
+def warning_text(pick: Candidate, candidates: Collection[Candidate]) -> str:
+    """The warning of a pick with failed runs near it, and the fastest candidate with none, if any."""
+    text = f"runs of {configuration_text(pick)} failed near this point ({pick.warning}), so it may fail too"
+    safe = [c for c in candidates if not c.warning and c.epoch_time_s is not None]
+    if safe:
+        alternative = min(safe, key=lambda c: (c.epoch_time_s, c.hourly_cost, c.workers))
+        text += (
+            f"; the fastest configuration with no failed run near it is {configuration_text(alternative)}, "
+            f"{_fmt(round(alternative.epoch_time_s, 1))} s per epoch ({alternative.basis or alternative.source})"
+        )
+    return text + "."
+
+
 def lookup(
     request: RecommendRequest,
     records: Collection[PerfRecord],
@@ -564,8 +623,11 @@ def lookup(
     """Anwar's lookup: among the workload's measured runs at the request's batch size and latency (either left empty
     matches all), the worker count with the smallest epoch time (repeats averaged; ties: fewer workers), within
     max_workers or the budget (an all-reduce cluster costs n·c_t, $0 when the records' type has no catalogue price).
-    Failed runs (no epoch time) are skipped. With no measured match, the answer is predict(request) marked
-    "predicted" (extra["lookup_miss"] says why nothing matched); without `predict`, or when the workload has no
+    One machine of an all-reduce workload sends nothing over the network: its runs at this batch size count at any
+    latency. Failed runs (no epoch time) are information: a configuration with a failed run at this very point is
+    never picked, and one with failed runs near it (`failure_risk`) is answered with a warning (`warnings`, and the
+    explanation) naming the fastest configuration with none. With no measured match, the answer is predict(request)
+    marked "predicted" (extra["lookup_miss"] says why nothing matched); without `predict`, or when the workload has no
     records at all, RecommendationError."""
     _check_limit(request, required=False)
     index = _index(catalog)
@@ -584,21 +646,48 @@ def lookup(
         and record.workers is not None
     ]
     failed = sum(record.epoch_time_s is None for record in at_point)
+    failed_here = {(record.instance_type, record.workers) for record in at_point if record.epoch_time_s is None}
     times: dict[tuple[str, int], list[float]] = {}
     for record in at_point:
-        if record.epoch_time_s is not None:
+        if record.epoch_time_s is not None and (record.instance_type, record.workers) not in failed_here:
             times.setdefault((record.instance_type, record.workers), []).append(record.epoch_time_s)
+    outcomes: dict[tuple[str, int], tuple[dict, dict]] = {}  # (type, n) -> (failed, succeeded) runs by point
+    for record in runs:
+        if record.workers is not None:
+            failed_at, succeeded_at = outcomes.setdefault((record.instance_type, record.workers), ({}, {}))
+            counts = failed_at if record.epoch_time_s is None else succeeded_at
+            point = (record.batch_size, float(record.latency_ms or 0.0))
+            counts[point] = counts.get(point, 0) + 1
+    elsewhere: dict[tuple[str, int], list[PerfRecord]] = {}  # one latency-free machine, measured at other latencies
+    if times and request.latency_ms is not None and one_machine_latency_free(runs):
+        for record in runs:
+            key = (record.instance_type, 1)
+            if (
+                record.workers == 1
+                and record.epoch_time_s is not None
+                and _same(request.batch_size, record.batch_size)
+                and key not in times
+                and key not in failed_here
+            ):
+                elsewhere.setdefault(key, []).append(record)
 
-    measured = [
-        Candidate(
+    def candidate(key: tuple[str, int], seconds: list[float]) -> Candidate:
+        worker_type, n = key
+        return Candidate(
             worker_type,
             n,
             float(sum(map(_dec, seconds)) / len(seconds)),
             _hourly_cost(n, index[worker_type].hourly_price) if worker_type in index else 0.0,
             MEASURED,
+            basis=MEASURED,
+            warning=failure_risk(*outcomes[key], request.batch_size, request.latency_ms),
         )
-        for (worker_type, n), seconds in sorted(times.items())
-    ]
+
+    measured = sorted(
+        [candidate(key, seconds) for key, seconds in times.items()]
+        + [candidate(key, [r.epoch_time_s for r in found]) for key, found in elsewhere.items()],
+        key=lambda c: (c.worker_type, c.workers),
+    )
     allowed = [c for c in measured if _within_limit(request, c, c.worker_type in index)]
     if not allowed:
         reason = f"no measured epoch time for {request.workload} at {_point_text(request)}"
@@ -611,23 +700,35 @@ def lookup(
         return _predicted(request, runs, predict, reason)
 
     best = min(allowed, key=lambda c: (c.epoch_time_s, c.workers, c.hourly_cost, c.worker_type))
-    others = "".join(f"; {c.workers} workers {_fmt(c.epoch_time_s)} s" for c in allowed if c is not best)
+    others = "".join(f"; {_plural(c.workers, 'worker')} {_fmt(c.epoch_time_s)} s" for c in allowed if c is not best)
     of_type = f" of {best.worker_type}" if best.worker_type else ""
     why = (
         f"Lookup: of the measured runs of {request.workload} at {_point_text(request)}, "
-        f"{best.workers} workers{of_type} train an epoch fastest ({_fmt(best.epoch_time_s)} s{others})"
+        f"{_plural(best.workers, 'worker')}{of_type} train{'s' * (best.workers == 1)} an epoch fastest "
+        f"({_fmt(best.epoch_time_s)} s{others})"
     )
+    for worker_type, n in sorted(elsewhere):
+        latencies = sorted({float(r.latency_ms or 0.0) for r in elsewhere[(worker_type, n)]})
+        why += (
+            f"; one machine{f' of {worker_type}' if worker_type else ''} counts as measured at "
+            f"{', '.join(map(_fmt, latencies))} ms: it sends nothing over the network, so latency does not slow it"
+        )
     if len(allowed) < len(measured):
         why += (
             f"; {_plural(len(measured) - len(allowed), 'measured configuration')} over {_limit_name(request)} left out"
         )
     if failed:
         why += f"; {_plural(failed, 'failed run')} skipped"
+        left_out = [(t, n) for t, n in sorted(failed_here) if (t, n) in outcomes and outcomes[(t, n)][1]]
+        if left_out:
+            names = ", ".join(f"{n} × {t}" if t else _plural(n, "worker") for t, n in left_out)
+            why += f" ({names} never picked here: a run of it failed at this point)"
     if best.worker_type in index:
         why += f"; ${_fmt(best.hourly_cost)}/h ({best.workers} × ${_fmt(index[best.worker_type].hourly_price)})"
     else:
         named = best.worker_type or "the records' instance type (they name none)"
         why += f"; the price of {named} is unknown to the catalogue, so the cost is shown as $0/h"
+    warnings = (warning_text(best, allowed),) if best.warning else ()
     return Recommendation(
         algorithm="lookup",
         ps_type=None,
@@ -636,9 +737,10 @@ def lookup(
         hourly_cost=best.hourly_cost,
         predicted_epoch_time_s=best.epoch_time_s,
         source=MEASURED,
-        explanation=why + ".",
+        explanation=why + "." + "".join(f" Warning: {w}" for w in warnings),
         candidates=tuple(allowed),
-        extra={"failed_runs_skipped": failed},
+        extra={"failed_runs_skipped": failed, "warnings": list(warnings)},
+        warnings=warnings,
     )
 
 

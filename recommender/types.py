@@ -98,6 +98,11 @@ class Candidate:
     epoch_time_s: float | None  # measured or predicted; None when the algorithm does not know it
     hourly_cost: float  # c_ps + n·c_t (all-reduce lookups: n·c_t)
     source: str  # "measured", "predicted" or "rule"
+    # How the epoch time was obtained (recommender.perfmodel.predictor.BASES): "measured", "interpolated", "blend",
+    # "extrapolated" or "model"; "" for the FC² rules.
+    basis: str = ""
+    expected_error: float | None = None  # the predictor's cross-validated MAPE for this basis; None: measured here
+    warning: str = ""  # failed runs of this configuration near this point ("" when none)
 
 
 @dataclass(frozen=True)
@@ -114,3 +119,4 @@ class Recommendation:
     pareto: tuple[Candidate, ...] = ()  # model only: the time/cost frontier
     model_error: float | None = None  # model only: cross-validated MAPE of epoch time (0.12 = 12 %)
     extra: dict = field(default_factory=dict)  # algorithm-specific details for the API (JSON-serialisable)
+    warnings: tuple[str, ...] = ()  # what the answer is not sure of, e.g. failed runs near the pick (also in extra)

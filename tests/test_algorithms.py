@@ -548,8 +548,8 @@ LOOKUPS = [
     (64000, 0, 4, 419),  # §7.1: "given a batch size of 64,000 and 0 latency, our model recommends ... 4"
     (6400, 0, 4, 57),  # rows 4 workers / 57 s and 1 worker / 96 s
     (32000, 0, 4, 220),
-    (6400, 20, 2, 90),
-    (2560, 20, 2, 41),
+    (6400, 20, 2, 90),  # one machine's 96 s at 0 ms counts at 20 ms too (latency-free), and two are faster
+    (2560, 20, 1, 39),  # ... and here faster than two machines' 41 s: one machine sends nothing over the network
     (2560, 0, 1, 39),
 ]
 
@@ -619,6 +619,61 @@ def test_lookup_never_chooses_a_failed_run():
     assert answer.extra["lookup_miss"].endswith("(1 failed run there, skipped)")
     with pytest.raises(RecommendationError, match="1 failed run there"):
         recommend(request, CATALOG, records)
+
+
+def test_one_machine_is_latency_free_unless_a_ps_carries_its_traffic():
+    request = RecommendRequest("lookup", workload=ANWAR, batch_size=2560, latency_ms=20)
+    answer = lookup(request, anwar_records(), CATALOG)
+    assert [(c.workers, c.epoch_time_s, c.source) for c in answer.candidates] == [
+        (1, 39, "measured"),
+        (2, 41, "measured"),
+    ]
+    assert "1 worker trains an epoch fastest (39 s; 2 workers 41 s); one machine counts as measured at 0 ms: it " in (
+        answer.explanation
+    )
+    # With a PS, one worker still sends its gradients over the network: its run at 0 ms says nothing about 20 ms.
+    ps_runs = tuple(replace(r, strategy="ps", ps_type="m4.large") for r in anwar_records())
+    answer = lookup(request, ps_runs, CATALOG)
+    assert (answer.workers, [c.workers for c in answer.candidates]) == (2, [2])
+
+
+# Failed runs are information (issue 13, part 3): rows added to Table 4 → the lookup's pick, its warning.
+FAILURES = [
+    # A run of 4 workers failed at this very point (besides its 419 s one): 4 is never picked here.
+    (((4, 64000, 0, None),), (64000, 0), 3, ""),
+    # 4 workers failed at 64,000 under 20 ms: still the fastest at 0 ms, answered with a warning and the alternative.
+    (((4, 64000, 20, None),), (64000, 0), 4, "1 run failed at batch size 64000, 20 ms"),
+    # ... and within a factor 2 below that batch size too; not at 6,400 (10× smaller).
+    (((4, 64000, 20, None),), (32000, 0), 4, "1 run failed at batch size 64000, 20 ms"),
+    (((4, 64000, 20, None),), (6400, 0), 4, ""),
+    # §6.2's one machine failed at 64,000: at 32,000 it would be warned of (Table 4 has no run of it there).
+    (((1, 64000, 0, None), (1, 32000, 0, 200)), (32000, 0), 1, "1 run failed at batch size 64000, 0 ms"),
+]
+
+
+@pytest.mark.parametrize("extra, point, want_workers, want_warning", FAILURES)
+def test_failed_runs_near_the_pick_are_warned_of(extra, point, want_workers, want_warning):
+    batch_size, latency_ms = point
+    request = RecommendRequest("lookup", workload=ANWAR, batch_size=batch_size, latency_ms=latency_ms)
+    answer = lookup(request, anwar_records(extra=extra), CATALOG)
+    assert (answer.workers, answer.source) == (want_workers, "measured")
+    pick = next(c for c in answer.candidates if c.workers == answer.workers)
+    assert pick.warning == want_warning
+    if want_warning:
+        assert answer.warnings == tuple(answer.extra["warnings"]) and len(answer.warnings) == 1
+        assert f"Warning: runs of {want_workers} worker" in answer.explanation and want_warning in answer.explanation
+        safe = min((c for c in answer.candidates if not c.warning), key=lambda c: c.epoch_time_s)
+        assert f"the fastest configuration with no failed run near it is {safe.workers} worker" in answer.warnings[0]
+    else:
+        assert answer.warnings == () and "Warning" not in answer.explanation
+
+
+def test_a_configuration_that_failed_at_the_point_is_never_picked_even_beside_a_success():
+    extra = ((4, 64000, 0, None),)  # and Table 4's 419 s run of 4 workers at the same point
+    request = RecommendRequest("lookup", workload=ANWAR, batch_size=64000, latency_ms=0)
+    answer = lookup(request, anwar_records(extra=extra), CATALOG)
+    assert [c.workers for c in answer.candidates] == [3]
+    assert "1 failed run skipped (4 workers never picked here: a run of it failed at this point)" in answer.explanation
 
 
 def test_lookup_without_a_match_asks_the_model():

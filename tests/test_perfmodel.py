@@ -306,9 +306,13 @@ def test_recommend_model_says_where_it_extrapolates():
     assert "latency 300 ms lies outside the measured 0–100 ms" in answer.explanation
 
 
-def test_recommend_model_with_too_few_records():
-    with pytest.raises(RecommendationError, match="too few performance records"):
-        recommend_model(model_request(budget=2.0), CATALOG, grid()[:3])
+def test_recommend_model_with_too_few_records_to_fit_answers_from_the_measurements_only():
+    records = grid()[:3]  # one c4.xlarge at batch size 256 and 0, 25 and 50 ms: too few to fit a model
+    answer = recommend_model(model_request(budget=2.0), CATALOG, records)
+    assert (answer.worker_type, answer.workers, answer.candidates[0].basis) == ("c4.xlarge", 1, "measured")
+    assert len(answer.candidates) == 1 and "no model to extrapolate with" in answer.explanation
+    with pytest.raises(RecommendationError, match="no model to extrapolate with: too few performance records"):
+        recommend_model(model_request(budget=2.0, batch_size=4096), CATALOG, records)
 
 
 # --- calibration --------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The performance model: epoch time t(n, B, l, type) fitted per workload from its records, and the `model` algorithm.
+"""The performance model: epoch time t(n, B, l, type) per workload from its records — measured, interpolated where
+measurements bracket the point, the fitted model extrapolating — and the `model` algorithm.
 
 Pure numpy/scipy over the shared dataclasses (recommender/types.py): no ORM, no Django.
 
@@ -7,19 +8,25 @@ By concern, each module's docstring saying what it owns:
 - ``families`` — the model forms (Anwar eq. 5, Ernest), batch scalings, speed and loss modes, their design matrices,
   and the fitted `PerfModel` that predicts (`predict`, `predict_many`);
 - ``fitting`` — `fit`: cross-validation, the choice of family and the final fit;
+- ``predictor`` — `predictor`: the epoch time of a configuration from the measurements where they are dense, the
+  fitted model where they are not, each estimate's basis and expected error (the whole predictor cross-validated),
+  and the failed runs near it;
 - ``choice`` — `recommend_model` and `predict_fallback`: candidates, the α/β choice and the Pareto frontier;
 - ``explanation`` — the texts that explain a pick;
-- ``calibration`` — `calibration_report`, leave-one-group-out figures (Records page, benchmarks/model_calibration.py).
+- ``calibration`` — `calibration_report` (the model's leave-one-group-out figures: Records page, `model_report`) and
+  `holdout_report` (the predictor's against plain interpolation: benchmarks/model_calibration.py).
 
 Names with a leading underscore are shared between these modules only; callers use the names below.
 """
 
-from recommender.perfmodel.calibration import calibration_report
+from recommender.perfmodel.calibration import calibration_report, holdout_report
 from recommender.perfmodel.choice import MAX_WORKERS_EVALUATED, pareto_front, predict_fallback, recommend_model
 from recommender.perfmodel.families import LOSSES, SCALINGS, SHAPES, SPEEDS, PerfModel
 from recommender.perfmodel.fitting import FOLDS, GROUPINGS, LOO_LIMIT, MIN_GROUPS, MIN_RECORDS, PARSIMONY_MAPE, fit
+from recommender.perfmodel.predictor import BASES, Estimate, PredictorModel, predictor
 
 __all__ = [
+    "BASES",
     "FOLDS",
     "GROUPINGS",
     "LOO_LIMIT",
@@ -31,10 +38,14 @@ __all__ = [
     "SCALINGS",
     "SHAPES",
     "SPEEDS",
+    "Estimate",
     "PerfModel",
+    "PredictorModel",
     "calibration_report",
     "fit",
+    "holdout_report",
     "pareto_front",
     "predict_fallback",
+    "predictor",
     "recommend_model",
 ]

@@ -1,5 +1,6 @@
-"""The calibration report: how well a workload's model predicts records it was not fitted on (the Records page,
-`manage.py model_report`, benchmarks/model_calibration.py)."""
+"""Calibration: how well a workload's model (`calibration_report`: the Records page, `manage.py model_report`) and its
+whole predictor beside plain interpolation (`holdout_report`: benchmarks/model_calibration.py) predict records they
+were not built from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 from sklearn.model_selection import LeaveOneGroupOut
 
-from recommender.perfmodel.fitting import GROUPINGS, _usable, fit
+from recommender.perfmodel.fitting import GROUPINGS, _pattern, _usable, fit
+from recommender.perfmodel.predictor import predictor
 from recommender.types import InstanceSpec, PerfRecord, RecommendationError
 
 
@@ -57,18 +59,7 @@ def calibration_report(
             [r.batch_size for r in priced],
             [r.latency_ms or 0.0 for r in priced],
         )
-        pairs += [
-            {
-                "group": _json(group),
-                "worker_type": r.instance_type,
-                "workers": r.workers,
-                "batch_size": r.batch_size,
-                "latency_ms": float(r.latency_ms or 0.0),
-                "measured_s": float(r.epoch_time_s),
-                "predicted_s": float(p),
-            }
-            for r, p in zip(priced, predicted, strict=True)
-        ]
+        pairs += [_pair(group, r, p) for r, p in zip(priced, predicted, strict=True)]
     measured = np.array([p["measured_s"] for p in pairs])
     predicted = np.array([p["predicted_s"] for p in pairs])
     regrets = _regrets(pairs)
@@ -98,6 +89,19 @@ def calibration_report(
     }
 
 
+def _pair(group, record: PerfRecord, predicted_s: float) -> dict:
+    """A held-out record beside its prediction, as the reports list them."""
+    return {
+        "group": _json(group),
+        "worker_type": record.instance_type,
+        "workers": record.workers,
+        "batch_size": record.batch_size,
+        "latency_ms": float(record.latency_ms or 0.0),
+        "measured_s": float(record.epoch_time_s),
+        "predicted_s": float(predicted_s),
+    }
+
+
 def _regrets(pairs: list[dict]) -> list[float]:
     cells = defaultdict(list)
     for p in pairs:
@@ -114,3 +118,148 @@ def _regrets(pairs: list[dict]) -> list[float]:
 
 def _json(value):
     return value.item() if isinstance(value, np.generic) else value
+
+
+# --- the whole predictor against plain interpolation (benchmarks/model_calibration.py, issue 13) -------------------
+
+METHODS = ("predictor", "baseline")
+
+
+def holdout_report(
+    records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec] = (), *, group_by: str, method: str = "predictor"
+) -> dict:
+    """One latency, batch size or worker count held out at a time and predicted from the rest (JSON-serialisable).
+
+    method: ``predictor`` (recommender.perfmodel.predictor, rebuilt on each fold's records, its model refitted) or
+    ``baseline`` — plain interpolation along the held-out axis with nothing fitted: linear between the two neighbouring
+    measured values of that axis (latencies, batch sizes or worker counts) at the same worker type and other two
+    coordinates; one machine of an all-reduce workload taken as latency-independent (its runs at the same batch size,
+    any latency). The issue's baseline is its latency case.
+
+    Figures: mape over every held-out time answered; per (worker type, batch size, latency) cell with at least two
+    measured worker counts, the cell is answered when every measured count was predicted, and then regret = measured
+    time of the fastest predicted count ÷ the measured best − 1 and best = whether that count is the measured best
+    (a tie in measured time counts as found); cells_answered = answered ÷ cells.
+    """
+    if group_by not in GROUPINGS:
+        raise ValueError(f"unknown grouping {group_by!r}: use one of {', '.join(GROUPINGS)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
+    usable = _usable(records)
+    key = GROUPINGS[group_by]
+    groups = sorted({key(r) for r in usable}, key=lambda g: (g is None, g))
+    pairs, skipped = [], []
+    for group in groups:
+        train = [r for r in records if r.epoch_time_s is None or key(r) != group]
+        held_out = [r for r in usable if key(r) == group]
+        try:
+            times = _fold_times(method, group_by, train, held_out, catalog)
+        except RecommendationError as error:
+            skipped.append({"group": _json(group), "records": len(held_out), "reason": str(error)})
+            continue
+        pairs += [
+            _pair(group, r, time_s) | {"basis": basis}
+            for r, (time_s, basis) in zip(held_out, times, strict=True)
+            if time_s is not None
+        ]
+    cells = _cells(usable)
+    answered = _answered_cells(cells, pairs)
+    regrets = [regret for regret, _ in answered]
+    errors = defaultdict(list)
+    for p in pairs:
+        errors[p["basis"]].append(abs(p["predicted_s"] / p["measured_s"] - 1))
+    every = [e for values in errors.values() for e in values]
+    return {
+        "group_by": group_by,
+        "method": method,
+        "groups": [_json(g) for g in groups],
+        "records": len(usable),
+        "failed_runs": sum(1 for r in records if r.epoch_time_s is None),
+        "predicted": len(pairs),
+        "mape": float(np.mean(every)) if every else None,
+        "by_basis": {basis: {"mape": float(np.mean(v)), "count": len(v)} for basis, v in sorted(errors.items())},
+        "cells": len(cells),
+        "cells_answered": len(answered) / len(cells) if cells else None,
+        "mean_regret": float(np.mean(regrets)) if regrets else None,
+        "max_regret": float(np.max(regrets)) if regrets else None,
+        "best_found": float(np.mean([best for _, best in answered])) if answered else None,
+        "skipped": skipped,
+        "pairs": pairs,
+    }
+
+
+def _fold_times(method, group_by, train, held_out, catalog) -> list[tuple[float | None, str]]:
+    if method == "predictor":
+        fold = predictor(train, catalog, cross_validate=False)
+        estimates = fold.estimate_many(
+            [(r.instance_type, r.workers, r.batch_size, float(r.latency_ms or 0.0)) for r in held_out]
+        )
+        return [(None, "") if e is None else (e.epoch_time_s, e.basis) for e in estimates]
+    return [interpolation_baseline(train, r, group_by) for r in held_out]
+
+
+def interpolation_baseline(train: Sequence[PerfRecord], at: PerfRecord, axis: str) -> tuple[float | None, str]:
+    """Plain interpolation (holdout_report's baseline): the time of configuration `at` from the runs `train`, linear
+    between the two neighbouring measured values of `axis` ("latency", "batch_size" or "workers"); one machine of an
+    all-reduce workload latency-independent. (None, "") when nothing brackets it.
+
+    >>> runs = [PerfRecord("w", workers=2, batch_size=64, latency_ms=l, epoch_time_s=t) for l, t in [(0, 10), (40, 30)]]
+    >>> interpolation_baseline(runs, PerfRecord("w", workers=2, batch_size=64, latency_ms=10.0), "latency")
+    (15.0, 'interpolated')
+    >>> one = [PerfRecord("w", workers=1, batch_size=64, latency_ms=0.0, epoch_time_s=12.0)]
+    >>> interpolation_baseline(one, PerfRecord("w", workers=1, batch_size=64, latency_ms=80.0), "latency")
+    (12.0, 'measured')
+    """
+    usable = _usable(train)
+    axes = {"latency": "latency_ms", "batch_size": "batch_size", "workers": "workers"}
+    field = axes[axis]
+    if at.workers == 1 and _pattern(usable) != "ps":
+        same = [
+            r.epoch_time_s
+            for r in usable
+            if (r.instance_type, r.workers, r.batch_size) == (at.instance_type, 1, at.batch_size)
+        ]
+        if same:
+            return float(np.mean(same)), "measured"
+    others = [name for name in ("instance_type", "workers", "batch_size", "latency_ms") if name != field]
+    line = defaultdict(list)
+    for r in usable:
+        if all(_coordinate(r, name) == _coordinate(at, name) for name in others) and _coordinate(r, field) is not None:
+            line[_coordinate(r, field)].append(r.epoch_time_s)
+    x = _coordinate(at, field)
+    below = [v for v in line if x is not None and v < x]
+    above = [v for v in line if x is not None and v > x]
+    if not below or not above:
+        return None, ""
+    lo, hi = max(below), min(above)
+    t_lo, t_hi = float(np.mean(line[lo])), float(np.mean(line[hi]))
+    return t_lo + (x - lo) / (hi - lo) * (t_hi - t_lo), "interpolated"
+
+
+def _coordinate(record: PerfRecord, name: str):
+    value = getattr(record, name)
+    return float(value or 0.0) if name == "latency_ms" else value
+
+
+def _cells(usable: Sequence[PerfRecord]) -> dict:
+    """(worker type, batch size, latency) -> {workers: mean measured time}, for cells of at least two counts."""
+    times = defaultdict(lambda: defaultdict(list))
+    for r in usable:
+        times[(r.instance_type, r.batch_size, float(r.latency_ms or 0.0))][r.workers].append(r.epoch_time_s)
+    cells = {key: {n: float(np.mean(v)) for n, v in counts.items()} for key, counts in times.items()}
+    return {key: counts for key, counts in cells.items() if len(counts) >= 2}
+
+
+def _answered_cells(cells: dict, pairs: list[dict]) -> list[tuple[float, bool]]:
+    predicted = defaultdict(lambda: defaultdict(list))
+    for p in pairs:
+        predicted[(p["worker_type"], p["batch_size"], p["latency_ms"])][p["workers"]].append(p["predicted_s"])
+    answered = []
+    for key, measured in cells.items():
+        guesses = predicted.get(key, {})
+        if set(measured) - set(guesses):
+            continue
+        pick = min(measured, key=lambda n: (np.mean(guesses[n]), n))
+        best = min(measured.values())
+        answered.append((measured[pick] / best - 1.0, measured[pick] == best))
+    return answered

@@ -1,5 +1,11 @@
 """The `model` algorithm and the lookup's fallback: predict every configuration within the limit and choose one.
 
+Every epoch time comes from the workload's predictor (recommender.perfmodel.predictor): measured where it was, else
+interpolated between measured neighbours, the fitted model only extrapolating; each candidate says which (`basis`) and
+its expected error, and carries a warning where a run of it failed nearby. A configuration that failed at the very
+point asked, or only ever failed at its batch size, is no candidate; a risky pick is still answered, with the warning
+and the fastest configuration with no failed run nearby beside it.
+
 The α/β trade-off (Anwar eq. 6–9): among the feasible configurations (hourly cost c = c_ps + n·c_t ≤ C, or c = n·c_t
 without a PS), minimise α·t/t_best + β·c/c_best, where t_best and c_best are the smallest predicted epoch time and the
 smallest hourly cost among them. Each term is a ratio to the best (1.10 = 10 % worse), so α = 1, β = 0 picks the
@@ -9,13 +15,13 @@ ties go to the faster, then the cheaper configuration.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 
 from recommender import algorithms
 from recommender.perfmodel.explanation import explain_fallback, explain_model
-from recommender.perfmodel.families import PerfModel
-from recommender.perfmodel.fitting import _pattern, _usable, fit
+from recommender.perfmodel.fitting import _pattern, _usable
+from recommender.perfmodel.predictor import MEASURED, PredictorModel, predictor
 from recommender.types import Candidate, InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
 
 MAX_WORKERS_EVALUATED = 256  # a budget can buy hundreds of cheap workers; no model is credible that far out
@@ -24,23 +30,14 @@ _NO_PS = InstanceSpec("no parameter server", 0.0)  # all-reduce records: a clust
 
 
 def _prepare(request: RecommendRequest, catalog: Sequence[InstanceSpec], records: Sequence[PerfRecord]):
-    """The workload's records, its fitted model and the catalogue's prices."""
+    """The workload's records, its predictor and the catalogue's prices."""
     if request.budget is not None and request.max_workers is not None:
         raise RecommendationError("give a budget or a maximum number of workers, not both")
     if request.workload:
         records = [r for r in records if r.workload == request.workload]
         if not records:
             raise RecommendationError(f"no performance records for workload {request.workload!r}")
-    return list(records), fit(records, catalog), {s.name: s.hourly_price for s in catalog}
-
-
-def _failed_only(records: Sequence[PerfRecord], batch_size: int | None) -> set[tuple[str, int]]:
-    """(type, n) that only ever failed at this batch size (e.g. one machine out of memory at B = 64,000)."""
-    runs = defaultdict(list)
-    for r in records:
-        if r.workers and (batch_size is None or r.batch_size == batch_size):
-            runs[(r.instance_type, r.workers)].append(r.epoch_time_s is not None)
-    return {key for key, ok in runs.items() if not any(ok)}
+    return list(records), predictor(records, catalog), {s.name: s.hourly_price for s in catalog}
 
 
 def _limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, measured_max: int) -> int:
@@ -54,29 +51,38 @@ def _limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceS
         return 0
 
 
-def _evaluate(model: PerfModel, request: RecommendRequest, types, prices, ps: InstanceSpec | None, records):
-    """Predict every (type, n) within the limit. Returns the candidates, the types the limit cannot buy one of, and
-    the (type, n) left out because they only ever failed."""
+def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, ps: InstanceSpec | None, records):
+    """Estimate every (type, n) within the limit. Returns the candidates, the types the limit cannot buy one of, the
+    (type, n) left out for their failed runs (PredictorModel.left_out), and where each estimate came from, in words."""
     usable = _usable(records)
-    skip = _failed_only(records, request.batch_size)
-    pairs, unaffordable = [], []
+    pairs, unaffordable, skip = [], [], set()
     for t in types:
         measured_max = max((r.workers for r in usable if r.instance_type == t), default=model.coverage["workers"][1])
         limit = _limit(request, ps, InstanceSpec(t, prices.get(t, 0.0)), measured_max)
         unaffordable += [t] if limit < 1 else []
-        pairs += [(t, n) for n in range(1, limit + 1) if (t, n) not in skip]
-    if not pairs:
-        return [], unaffordable, skip
-    names, workers = zip(*pairs, strict=True)
-    times = model.predict_many(names, workers, [request.batch_size] * len(pairs), [request.latency_ms] * len(pairs))
+        for n in range(1, limit + 1):
+            if model.left_out(t, n, request.batch_size, request.latency_ms):
+                skip.add((t, n))
+            else:
+                pairs.append((t, n))
+    estimates = model.estimate_many([(t, n, request.batch_size, request.latency_ms) for t, n in pairs])
     ps_price = ps.hourly_price if ps else 0.0
     candidates = [
         Candidate(
-            t, n, float(time), float(round(algorithms.hourly_cost(n, prices.get(t, 0.0), ps_price), 4)), "predicted"
+            t,
+            n,
+            float(e.epoch_time_s),
+            float(round(algorithms.hourly_cost(n, prices.get(t, 0.0), ps_price), 4)),
+            "measured" if e.basis == MEASURED else "predicted",
+            basis=e.basis,
+            expected_error=e.expected_error,
+            warning=e.warning,
         )
-        for (t, n), time in zip(pairs, times, strict=True)
+        for (t, n), e in zip(pairs, estimates, strict=True)
+        if e is not None
     ]
-    return candidates, unaffordable, skip
+    details = {(t, n): e.detail for (t, n), e in zip(pairs, estimates, strict=True) if e is not None}
+    return candidates, unaffordable, skip, details
 
 
 def _choose(candidates: Sequence[Candidate], alpha: float, beta: float) -> Candidate:
@@ -109,9 +115,10 @@ def pareto_front(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
 def recommend_model(
     request: RecommendRequest, catalog: Sequence[InstanceSpec], records: Sequence[PerfRecord]
 ) -> Recommendation:
-    """The `model` algorithm: fit the workload's model, predict every (type, n) within the limit (without one, up to
-    the largest measured worker count) and minimise α·time + β·cost, normalised as the module docstring says, subject
-    to cost ≤ C. The PS: the user's, else DESIGN.md's selection when the records use one, else none (all-reduce)."""
+    """The `model` algorithm: estimate every (type, n) within the limit with the workload's predictor (without a
+    limit, up to the largest measured worker count) and minimise α·time + β·cost, normalised as the module docstring
+    says, subject to cost ≤ C. The PS: the user's, else DESIGN.md's selection when the records use one, else none
+    (all-reduce)."""
     if request.alpha < 0 or request.beta < 0:
         raise RecommendationError(f"alpha and beta must be non-negative (got {request.alpha}, {request.beta})")
     records, model, prices = _prepare(request, catalog, records)
@@ -132,17 +139,19 @@ def recommend_model(
         )
     uses_ps = request.parameter_server and (request.ps_type or _pattern(_usable(records)) == "ps")
     ps = algorithms.select_ps(request, catalog) if uses_ps else None
-    candidates, unaffordable, skip = _evaluate(model, request, types, prices, ps, records)
+    candidates, unaffordable, skip, details = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
         if len(unaffordable) == len(types):
             raise RecommendationError(
                 f"a budget of ${request.budget:g}/h cannot buy {f'the {ps.name} PS and ' if ps else ''}"
                 f"one worker of {', '.join(types)}"
             )
-        raise RecommendationError("every configuration within the limit has only failed runs on record")
+        raise _nothing_estimated(model, skip)
     pick = _choose(candidates, request.alpha, request.beta)
-    explanation = explain_model(model, request, pick, len(candidates), unpriced_workers=types == [""])
+    detail = details[(pick.worker_type, pick.workers)]
+    explanation = explain_model(model, request, pick, len(candidates), detail, unpriced_workers=types == [""])
     extra = {
+        "detail": detail,
         "objective": "alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
         "unpriced_types": [t for t in wanted if t not in types],
         "unaffordable_types": unaffordable,
@@ -153,8 +162,9 @@ def recommend_model(
 def predict_fallback(
     request: RecommendRequest, catalog: Sequence[InstanceSpec], records: Sequence[PerfRecord]
 ) -> Recommendation:
-    """What the lookup answers when no measured record matches: the worker count with the smallest predicted epoch
-    time at the request's batch size and latency (n up to the request's limit, else the largest measured n)."""
+    """What the lookup answers when no measured record matches: the worker count with the smallest estimated epoch
+    time at the request's batch size and latency (n up to the request's limit, else the largest measured n), from
+    the workload's predictor."""
     records, model, prices = _prepare(request, catalog, records)
     wanted = (request.worker_type,) if request.worker_type else request.worker_types
     types = [t for t in wanted if model.can_price(t)] if wanted else list(model.coverage["worker_types"])
@@ -166,16 +176,24 @@ def predict_fallback(
         )
     ps_name = request.ps_type or _most_common_str(r.ps_type for r in _usable(records))
     ps = next((s for s in catalog if s.name == ps_name), None)
-    candidates, _, skip = _evaluate(model, request, types, prices, ps, records)
+    candidates, _, skip, details = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
-        raise RecommendationError("no configuration within the limit can be predicted (all failed or none affordable)")
+        raise _nothing_estimated(model, skip)
     pick = _choose(candidates, 1.0, 0.0)  # the lookup minimises time (Anwar: α = 1, β = 0)
-    explanation = explain_fallback(model, request, pick, len(candidates), priced=pick.worker_type in prices)
-    extra = {"unpriced_types": [t for t in wanted if t not in types]}
+    detail = details[(pick.worker_type, pick.workers)]
+    explanation = explain_fallback(model, request, pick, len(candidates), detail, priced=pick.worker_type in prices)
+    extra = {"detail": detail, "unpriced_types": [t for t in wanted if t not in types]}
     return _answer(request, model, ps_name or None, pick, candidates, explanation, extra, skip, pareto=False)
 
 
-def _answer(request, model: PerfModel, ps_type, pick: Candidate, candidates, explanation, extra, skip, pareto=True):
+def _answer(
+    request, model: PredictorModel, ps_type, pick: Candidate, candidates, explanation, extra, skip, pareto=True
+):
+    fitted = model.model
+    warnings = ()
+    if pick.warning:
+        warnings = (algorithms.warning_text(pick, candidates),)
+        explanation += f" Warning: {warnings[0]}"
     return Recommendation(
         algorithm=request.algorithm,
         ps_type=ps_type,
@@ -187,21 +205,45 @@ def _answer(request, model: PerfModel, ps_type, pick: Candidate, candidates, exp
         explanation=explanation,
         candidates=tuple(candidates),
         pareto=pareto_front(candidates) if pareto else (),
-        model_error=model.cv_mape,
+        model_error=model.overall_error,
+        warnings=warnings,
         extra={
-            "family": model.family,
-            "speed": model.speed,
-            "loss": model.loss,
-            "cv": model.cv,
-            "coefficients": model.coefficients,
+            "basis": pick.basis,
+            "expected_error": pick.expected_error,
+            "predictor": {
+                "cv": model.cv,
+                "errors_by_basis": {b: {"mape": e, "count": c} for b, (e, c) in model.cv_errors.items() if c},
+                "batch_space": model.batch_space,
+                "anchoring": model.anchoring,
+            },
+            "family": fitted.family if fitted else None,
+            "speed": fitted.speed if fitted else None,
+            "loss": fitted.loss if fitted else None,
+            "cv": fitted.cv if fitted else model.model_error,
+            "model_cv_mape": fitted.cv_mape if fitted else None,
+            "coefficients": fitted.coefficients if fitted else {},
             "batch_size": request.batch_size or model.batch_ref,
             "latency_ms": model.latency_ref if request.latency_ms is None else request.latency_ms,
             "epoch_cost": round(pick.hourly_cost * pick.epoch_time_s / 3600.0, 6),  # $ per epoch of the pick
             "coverage": model.coverage,
             "failed_only": sorted([t, n] for t, n in skip),
+            "warnings": list(warnings),
         }
         | extra,
     )
+
+
+def _nothing_estimated(model: PredictorModel, skip: set) -> RecommendationError:
+    """Why no configuration within the limit has an epoch time."""
+    if model.model is None:
+        failed = f"; {len(skip)} only ever failed" if skip else ""
+        return RecommendationError(
+            f"no configuration within the limit is measured or between measurements{failed}, and there is no model "
+            f"to extrapolate with: {model.model_error}"
+        )
+    if skip:
+        return RecommendationError("every configuration within the limit has only failed runs on record")
+    return RecommendationError("no configuration within the limit can be predicted (none affordable)")
 
 
 def _most_common_str(values) -> str:

@@ -1,18 +1,26 @@
-"""The explanation texts: the conditions a prediction assumes and where it leaves the measured ranges."""
+"""The explanation texts: where a pick's epoch time came from, what it is worth, the conditions it assumes and where it
+leaves the measured ranges (the warning of failed runs near it is recommender.algorithms.warning_text)."""
 
 from __future__ import annotations
 
-from recommender.perfmodel.families import PerfModel
+from recommender.algorithms import configuration_text
+from recommender.perfmodel.predictor import PredictorModel
 from recommender.types import Candidate, RecommendRequest
 
 _UNNAMED_TYPES = " Hourly cost leaves out the workers: the records name no worker type."
 
 
 def explain_model(
-    model: PerfModel, request: RecommendRequest, pick: Candidate, configurations: int, *, unpriced_workers: bool
+    model: PredictorModel,
+    request: RecommendRequest,
+    pick: Candidate,
+    configurations: int,
+    detail: str,
+    *,
+    unpriced_workers: bool,
 ) -> str:
-    """The `model` algorithm's explanation of its pick among `configurations` predicted ones; unpriced_workers: the
-    records name no worker type, so hourly costs leave the workers out."""
+    """The `model` algorithm's explanation of its pick among `configurations` estimated ones (detail: where its time
+    came from); unpriced_workers: the records name no worker type, so hourly costs leave the workers out."""
     batch_text, latency_text = _conditions(model, request)
     if request.budget is not None:
         within = f" costing at most ${request.budget:g}/h"
@@ -21,20 +29,19 @@ def explain_model(
     else:
         within = " up to the largest measured worker count (no budget or limit given)"
     return (
-        f"Performance model {model.family} ({model.speed} speed; cross-validated error {model.cv_mape:.1%}, "
-        f"{model.cv}) predicts {pick.epoch_time_s:.1f} s per epoch for "
-        f"{f'{pick.workers} × {pick.worker_type}' if pick.worker_type else f'{pick.workers} workers'} "
-        f"at {batch_text} and {latency_text}; it minimises α·time/best time + β·cost/best cost "
-        f"(α = {request.alpha:g}, β = {request.beta:g}) over {configurations} configurations{within}."
+        f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.1f} s per epoch, "
+        f"{_source(pick, detail)}; it minimises α·time/best time + β·cost/best cost (α = {request.alpha:g}, "
+        f"β = {request.beta:g}) over {configurations} configurations{within}. {_predictor_text(model)}"
         + _extrapolation(model, pick, request)
         + (_UNNAMED_TYPES if unpriced_workers else "")
     )
 
 
 def explain_fallback(
-    model: PerfModel, request: RecommendRequest, pick: Candidate, configurations: int, *, priced: bool
+    model: PredictorModel, request: RecommendRequest, pick: Candidate, configurations: int, detail: str, *, priced: bool
 ) -> str:
-    """The lookup's explanation when the model answers for it; priced: the catalogue has a price for the pick's type."""
+    """The lookup's explanation when the predictor answers for it (detail: where the pick's time came from); priced:
+    the catalogue prices the pick's type."""
     batch_text, latency_text = _conditions(model, request)
     if priced:
         no_price = ""
@@ -43,14 +50,38 @@ def explain_fallback(
     else:
         no_price = _UNNAMED_TYPES
     return (
-        f"No measured record matches {batch_text} and {latency_text}, so the performance model answers: "
-        f"{model.family} ({model.speed} speed, cross-validated error {model.cv_mape:.1%}, {model.cv}) predicts "
-        f"{pick.epoch_time_s:.1f} s per epoch with {pick.workers} worker{'s' * (pick.workers != 1)}, the fastest of "
-        f"{configurations} configurations." + _extrapolation(model, pick, request) + no_price
+        f"No measured record matches {batch_text} and {latency_text}, so the predictor answers: "
+        f"{configuration_text(pick)}, {pick.epoch_time_s:.1f} s per epoch, {_source(pick, detail)} — the fastest of "
+        f"{configurations} configurations. {_predictor_text(model)}" + _extrapolation(model, pick, request) + no_price
     )
 
 
-def _conditions(model: PerfModel, request: RecommendRequest) -> tuple[str, str]:
+def _source(c: Candidate, detail: str) -> str:
+    """Where a candidate's time came from and its expected error, e.g. "interpolated: … (expected error 3.1%)"."""
+    error = "" if c.expected_error is None else f" (expected error {c.expected_error:.1%})"
+    if detail == "measured here":
+        return f"measured{error}"
+    return f"{detail if detail.startswith(c.basis) else f'{c.basis}: {detail}'}{error}"
+
+
+def _predictor_text(model: PredictorModel) -> str:
+    """What the predictor is and what it is worth: its cross-validation and the fitted model it extrapolates with."""
+    if model.cv:
+        worth = f"The predictor's cross-validated error is {model.overall_error:.1%} ({model.cv})"
+    elif model.overall_error is not None:
+        worth = f"The predictor's error is taken as the model's own, {model.overall_error:.1%}"
+    else:
+        worth = "The predictor's error is unknown"
+    fitted = model.model
+    if fitted is None:
+        return f"{worth}; there is no model to extrapolate with ({model.model_error})."
+    return (
+        f"{worth}; it interpolates where measurements bracket the point, and extrapolates with the performance model "
+        f"{fitted.family} ({fitted.speed} speed; its own cross-validated error {fitted.cv_mape:.1%}, {fitted.cv})."
+    )
+
+
+def _conditions(model: PredictorModel, request: RecommendRequest) -> tuple[str, str]:
     batch = request.batch_size or model.batch_ref
     batch_text = f"batch size {batch:g}" if batch else "the measured batch size"
     if request.batch_size is None and batch:
@@ -60,7 +91,7 @@ def _conditions(model: PerfModel, request: RecommendRequest) -> tuple[str, str]:
     return batch_text, latency_text
 
 
-def _extrapolation(model: PerfModel, pick: Candidate, request: RecommendRequest) -> str:
+def _extrapolation(model: PredictorModel, pick: Candidate, request: RecommendRequest) -> str:
     """Where the answer leaves the measured ranges, said plainly."""
     coverage, notes = model.coverage, []
     low, high = coverage["workers"]
@@ -72,8 +103,8 @@ def _extrapolation(model: PerfModel, pick: Candidate, request: RecommendRequest)
         ("batch size", request.batch_size, coverage["batch_sizes"], ""),
         ("latency", request.latency_ms, coverage["latencies_ms"], " ms"),
     ):
-        if value is None:
-            continue
+        if value is None or (name == "latency" and pick.workers == 1 and model.latency_free):
+            continue  # one machine of an all-reduce workload: latency does not reach it
         if len(measured) < 2 and value not in measured:
             seen = f"only {measured[0]:g}{unit}" if measured else f"no {name}"
             notes.append(f"the records measure {seen}, so the effect of {name} {value:g}{unit} is unknown to the model")

@@ -4,8 +4,8 @@ How the family is chosen: every applicable combination (2 forms × 3 scalings ×
 cross-validated MAPE — leave-one-out (10 seeded folds above 100 records), or leave-one-group-out (one latency, worker
 count, batch size or worker type at a time) when asked and at least 3 groups exist. The chosen combination is the
 one with the fewest coefficients among those within 0.5 percentage points of the best MAPE (parsimony extrapolates
-better), then refitted on every record. Failed runs (epoch_time_s None) are never fitted as times; they only keep
-``recommend_model``/``predict_fallback`` away from a (type, n, batch size) that has only ever failed.
+better), then refitted on every record. Failed runs (epoch_time_s None) are never fitted as times (the predictor
+reads them: recommender.perfmodel.predictor).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from scipy.optimize import nnls
 from sklearn.metrics import mean_absolute_percentage_error
 from sklearn.model_selection import KFold, LeaveOneGroupOut, LeaveOneOut
 
+from recommender.algorithms import one_machine_latency_free
 from recommender.perfmodel.families import (
     LOSSES,
     SCALINGS,
@@ -75,8 +76,7 @@ def _usable(records: Sequence[PerfRecord]) -> list[PerfRecord]:
 
 
 def _pattern(records: Sequence[PerfRecord]) -> str:
-    ps = sum(1 for r in records if r.strategy == "ps" or (r.ps_type and r.strategy != "mirrored"))
-    return "ps" if ps * 2 > len(records) else "ring"
+    return "ring" if one_machine_latency_free(records) else "ps"  # most runs all-reduce: their messages go round a ring
 
 
 def _most_common(values) -> float | None:
