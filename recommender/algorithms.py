@@ -780,6 +780,11 @@ def recommend(
     index = _index(catalog)
     _known(request.worker_types, index, "worker")
     _known(request.ps_types, index, "ps")
+    if request.parameter_server is None and request.algorithm != "model":
+        raise RecommendationError(
+            f"only the model chooses between a parameter server and all-reduce; {request.algorithm} needs the "
+            "strategy (ps or mirrored)"
+        )
     if request.algorithm == "lookup":
         return lookup(request, records, catalog, predict)
     if request.algorithm == "model":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.http import QueryDict
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -49,7 +50,9 @@ class RecommendInput(serializers.Serializer):
     latency_ms = serializers.FloatField(required=False, min_value=0.0)
     saturation = serializers.FloatField(default=0.95, min_value=0.01, max_value=1.0, help_text="p")
     strategy = serializers.ChoiceField(
-        choices=["ps", "mirrored"], default="ps", help_text="mirrored: an All-Reduce cluster, no parameter server"
+        choices=["ps", "mirrored", "auto"],
+        default="ps",
+        help_text="mirrored: an All-Reduce cluster, no parameter server; auto: the model algorithm compares both",
     )
     alpha = serializers.FloatField(default=1.0, min_value=0.0)
     beta = serializers.FloatField(default=0.0, min_value=0.0)
@@ -62,7 +65,8 @@ class RecommendInput(serializers.Serializer):
     def to_request(self) -> RecommendRequest:
         data = dict(self.validated_data)
         data.pop("catalog")
-        data["parameter_server"] = data.pop("strategy") == "ps"
+        strategy = data.pop("strategy")
+        data["parameter_server"] = None if strategy == "auto" else strategy == "ps"
         data["ps_types"] = tuple(data["ps_types"])
         data["worker_types"] = tuple(data["worker_types"])
         return RecommendRequest(**data)
@@ -111,6 +115,46 @@ class ErrorOutput(serializers.Serializer):
 
 BAD_REQUEST = OpenApiResponse(ErrorOutput, description=f"Invalid or infeasible. {LIMIT_RULE}")
 
+# A valid input's request and catalogue, by the input as sent: validation is a pure function of the input, and
+# building RecommendInput's fields anew for each request took longer than the lookup itself. Invalid input is
+# validated every time (its errors are the serializer's to word), and so is a long one: what is kept stays small.
+_valid_inputs: dict[tuple, tuple[RecommendRequest, str]] = {}
+MAX_VALID_INPUTS = 1024  # the oldest go first
+MAX_KEY_CHARS = 1000
+_FIELDS = frozenset(RecommendInput._declared_fields)  # the serializer ignores any other field, and so does the key
+
+
+def _typed(value: object) -> tuple | None:
+    """A hashable copy of one JSON value that tells 1, 1.0, True and "1" apart (the serializer does), or None for
+    an object, which is not worth a key."""
+    if isinstance(value, list):
+        items = tuple(_typed(item) for item in value)
+        return None if None in items else ("list", items)
+    if value is None or isinstance(value, str | int | float):
+        return (type(value).__name__, value)
+    return None
+
+
+def input_key(data) -> tuple | None:
+    """The key of an input in `_valid_inputs`: a query string or form (every value of each field, as the serializer
+    reads lists from one), or a JSON object; None when it has no key.
+
+    >>> input_key(QueryDict("algorithm=lookup&batch_size=64")) == input_key(QueryDict("batch_size=64&algorithm=lookup"))
+    True
+    >>> input_key({"max_workers": 1}) == input_key({"max_workers": True}), input_key({"ps_types": {"a": 1}})
+    (False, None)
+    >>> input_key({"algorithm": "lookup", "note": "x" * 10_000}) == input_key({"algorithm": "lookup"})
+    True
+    """
+    if isinstance(data, QueryDict):
+        key = ("form", tuple(sorted((name, tuple(values)) for name, values in data.lists() if name in _FIELDS)))
+    elif isinstance(data, dict):
+        fields = tuple(sorted((name, _typed(value)) for name, value in data.items() if name in _FIELDS))
+        key = None if any(typed is None for _, typed in fields) else ("json", fields)
+    else:
+        key = None
+    return key if key is not None and len(repr(key)) <= MAX_KEY_CHARS else None
+
 
 class RecommendView(APIView):
     """Recommend a cluster (FC² Cost-Opt / Time-Opt / Scala-Opt / Scala-Opt-M, Anwar's lookup, or the model)."""
@@ -124,11 +168,19 @@ class RecommendView(APIView):
         return self._answer(request.query_params.dict())
 
     def _answer(self, data) -> Response:
-        form = RecommendInput(data=data)
-        if not form.is_valid():
-            return Response({"error": "invalid request", "fields": form.errors}, status=400)
+        key = input_key(data)
+        valid = _valid_inputs.get(key) if key is not None else None
+        if valid is None:
+            form = RecommendInput(data=data)
+            if not form.is_valid():
+                return Response({"error": "invalid request", "fields": form.errors}, status=400)
+            valid = (form.to_request(), form.validated_data["catalog"])
+            if key is not None:
+                if len(_valid_inputs) >= MAX_VALID_INPUTS:
+                    _valid_inputs.pop(next(iter(_valid_inputs), None), None)
+                _valid_inputs[key] = valid
         try:
-            answer = service.recommend(form.to_request(), form.validated_data["catalog"])
+            answer = service.recommend(*valid)
         except RecommendationError as exc:
             body = {"error": str(exc)}
             if isinstance(exc, MissingProfilesError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from django.db.models import Count, Max
+from django.db import connection
 
 from recommender import algorithms, perfmodel
 from recommender.models import Catalog, InstanceType, PerformanceRecord
@@ -18,12 +18,41 @@ from recommender.types import (
     RecommendRequest,
 )
 
-# name -> (updated_at, specs): a catalogue is read once per change, not once per request.
+# What the recommender answers from is read from the database once per change, not once per request. Whether it
+# changed is one query (`_stamps`): a catalogue's row id and updated_at (moved by any change to its types, see
+# recommender.models), and a workload's records' count and latest updated_at (a record added, saved or deleted moves
+# one of them; an import replaces its rows with new ones). Each process keeps its own copy; the stamp, read from the
+# database every time, is what keeps the copies of several processes right.
+
+# name -> (stamp, specs)
 _catalog_cache: dict[str, tuple[object, tuple[InstanceSpec, ...]]] = {}
+# workload -> (stamp, records)
+_records_cache: dict[str, tuple[object, tuple[PerfRecord, ...]]] = {}
+# (catalogue, request) -> (catalogue stamp, records stamp, answer): every algorithm is a pure function of the request,
+# the catalogue and the workload's records, so an answer holds until either changes. The lookup's answers for one
+# workload are its prepared table; the model's spare a fit per repeated request.
+_answers: dict[tuple[str, RecommendRequest], tuple[object, object, Recommendation]] = {}
+MAX_CACHED_ANSWERS = 4096  # the oldest go first: a bound, not a policy (a lookup grid is a few hundred points)
 
 
-def catalog_specs(name: str = DEFAULT_CATALOG) -> tuple[InstanceSpec, ...]:
-    stamp = Catalog.objects.filter(name=name).values_list("pk", "updated_at").first()
+def _stamps(catalog: str | None, workload: str | None) -> tuple[object, object]:
+    """The catalogue's (id, updated_at), None when there is no such catalogue, and the workload's records' (count,
+    latest updated_at), in one round trip. Plain SQL: the ORM would take longer to build the query than the database
+    takes to answer it, on the path of every recommendation."""
+    quote = connection.ops.quote_name
+    catalogs, records = quote(Catalog._meta.db_table), quote(PerformanceRecord._meta.db_table)
+    sql = (
+        f"SELECT (SELECT id FROM {catalogs} WHERE name = %s), (SELECT updated_at FROM {catalogs} WHERE name = %s), "
+        f"(SELECT COUNT(*) FROM {records} WHERE workload = %s), "
+        f"(SELECT MAX(updated_at) FROM {records} WHERE workload = %s)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [catalog, catalog, workload, workload])
+        catalog_id, updated_at, count, latest = cursor.fetchone()
+    return (None if catalog_id is None else (catalog_id, updated_at)), (count, latest)
+
+
+def _specs(name: str, stamp: object) -> tuple[InstanceSpec, ...]:
     if stamp is None:
         available = ", ".join(Catalog.objects.order_by("name").values_list("name", flat=True)) or "none loaded"
         raise RecommendationError(f"unknown catalogue {name!r} (available: {available})")
@@ -32,6 +61,20 @@ def catalog_specs(name: str = DEFAULT_CATALOG) -> tuple[InstanceSpec, ...]:
         cached = (stamp, tuple(to_spec(t) for t in InstanceType.objects.filter(catalog_id=stamp[0])))
         _catalog_cache[name] = cached
     return cached[1]
+
+
+def _records(workload: str, stamp: object) -> tuple[PerfRecord, ...]:
+    cached = _records_cache.get(workload)
+    if cached is None or cached[0] != stamp:
+        fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
+        rows = PerformanceRecord.objects.filter(workload=workload).order_by("pk").values(*fields)
+        cached = (stamp, tuple(PerfRecord(**row) for row in rows))
+        _records_cache[workload] = cached
+    return cached[1]
+
+
+def catalog_specs(name: str = DEFAULT_CATALOG) -> tuple[InstanceSpec, ...]:
+    return _specs(name, _stamps(name, None)[0])
 
 
 def to_spec(row: InstanceType) -> InstanceSpec:
@@ -48,32 +91,32 @@ def to_spec(row: InstanceType) -> InstanceSpec:
     )
 
 
-# workload -> (stamp, records), the stamp being the records' count and latest change.
-_records_cache: dict[str, tuple[object, tuple[PerfRecord, ...]]] = {}
-
-
 def workload_records(workload: str) -> tuple[PerfRecord, ...]:
-    rows = PerformanceRecord.objects.filter(workload=workload)
-    stamp = rows.aggregate(count=Count("pk"), latest=Max("updated_at"))
-    cached = _records_cache.get(workload)
-    if cached is None or cached[0] != stamp:
-        fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
-        cached = (stamp, tuple(PerfRecord(**row) for row in rows.order_by("pk").values(*fields)))
-        _records_cache[workload] = cached
-    return cached[1]
+    return _records(workload, _stamps(None, workload)[1])
 
 
 def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Recommendation:
-    """Answer `request` from the catalogue and the workload's records (RecommendationError when it cannot)."""
-    specs = catalog_specs(catalog)
-    records = workload_records(request.workload) if request.workload else []
+    """Answer `request` from the catalogue and the workload's records (RecommendationError when it cannot).
+
+    The answer may be one given before, from the same catalogue and records: shared, so not to be changed."""
+    catalog_stamp, records_stamp = _stamps(catalog, request.workload or None)
+    key = (catalog, request)
+    cached = _answers.get(key)
+    if cached is not None and cached[0] == catalog_stamp and cached[1] == records_stamp:
+        return cached[2]
+    specs = _specs(catalog, catalog_stamp)
+    records = _records(request.workload, records_stamp) if request.workload else []
 
     def predict(req: RecommendRequest) -> Recommendation:
         if req.algorithm == "lookup":
             return perfmodel.predict_fallback(req, specs, records)
         return perfmodel.recommend_model(req, specs, records)
 
-    return algorithms.recommend(request, specs, records, predict=predict)
+    answer = algorithms.recommend(request, specs, records, predict=predict)
+    if len(_answers) >= MAX_CACHED_ANSWERS:
+        _answers.pop(next(iter(_answers), None), None)
+    _answers[key] = (catalog_stamp, records_stamp, answer)
+    return answer
 
 
 def as_dict(recommendation: Recommendation) -> dict:
@@ -93,6 +136,8 @@ def as_dict(recommendation: Recommendation) -> dict:
         data["pareto"] = [asdict(c) for c in recommendation.pareto]
     if recommendation.model_error is not None:
         data["model_error"] = recommendation.model_error
+    if recommendation.warnings:
+        data["warnings"] = list(recommendation.warnings)
     if recommendation.extra:
         data["extra"] = recommendation.extra
     return data

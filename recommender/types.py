@@ -86,7 +86,9 @@ class RecommendRequest:
     batch_size: int | None = None
     latency_ms: float | None = None
     saturation: float = 0.95  # p
-    parameter_server: bool = True  # False: an all-reduce cluster, no PS (c_ps = 0; Scala-Opt does not apply)
+    # True: a parameter-server cluster; False: all-reduce, no PS (c_ps = 0; Scala-Opt does not apply); None: left open,
+    # for the model algorithm to choose (recommender.perfmodel.choice.recommend_model)
+    parameter_server: bool | None = True
     alpha: float = 1.0  # weight of time (Anwar eq. 6)
     beta: float = 0.0  # weight of cost
 
@@ -103,6 +105,7 @@ class Candidate:
     basis: str = ""
     expected_error: float | None = None  # the predictor's cross-validated MAPE for this basis; None: measured here
     warning: str = ""  # failed runs of this configuration near this point ("" when none)
+    strategy: str = ""  # "ps" or "mirrored" where the model compared both (the strategy left open); else ""
 
 
 @dataclass(frozen=True)

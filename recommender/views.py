@@ -47,10 +47,10 @@ def anwar(request: HttpRequest) -> HttpResponse:
             error = str(exc)
     workload = form.data.get("workload") or (form.fields["workload"].choices or [("", "")])[0][0]
     if workload:
-        rows = PerformanceRecord.objects.filter(workload=workload)
+        records = service.workload_records(workload)  # the records the answer came from, read once per change
         options = {
-            "batch_sizes": sorted({b for b in rows.values_list("batch_size", flat=True) if b}),
-            "latencies": sorted({lat for lat in rows.values_list("latency_ms", flat=True) if lat is not None}),
+            "batch_sizes": sorted({r.batch_size for r in records if r.batch_size}),
+            "latencies": sorted({r.latency_ms for r in records if r.latency_ms is not None}),
         }
     return render(request, "recommender/anwar.html", {"form": form, "answer": answer, "error": error, **options})
 

@@ -76,6 +76,8 @@ USER_ERRORS = [
     ("check_bundle", ["{dir}"], "is a directory, not a wheel"),
     ("recommend", ["--algorithm", "model", "--workload", "nothing"], "no performance records for workload 'nothing'"),
     ("recommend", ["--algorithm", "cost-opt", "--budget", "0.01"], "cannot buy a PS plus one worker"),
+    ("recommend", ["--algorithm", "cost-opt", "--max-workers", "2", "--strategy", "auto"],
+     "only the model chooses between a parameter server and all-reduce"),
     ("recommend", ["--algorithm", "cost-opt", "--max-workers", "2", "--catalog", "nope"], "nope"),
     ("import_perf_data", ["{dir}/missing.csv", "--format", "csv"], "cannot read"),
     ("import_perf_data", ["{readme}", "--format", "csv"], "unknown column"),

@@ -354,3 +354,64 @@ def test_regret_is_zero_when_the_model_is_perfect():
     assert report["mape"] < 1e-6
     assert report["mean_regret"] == 0.0
     assert report["best_found"] == 1.0
+
+
+# --- the strategy left open: a parameter server or all-reduce (Shi et al.), chosen per job -------------------------
+
+
+def strategy_records(ps_times: dict[int, float], ring_times: dict[int, float]) -> list[PerfRecord]:
+    """c4.xlarge runs of workload "w" at batch 256 and 0 ms: through an m4.large PS, and all-reduce."""
+    through_ps = [PerfRecord("w", "c4.xlarge", "m4.large", n, 256, 0.0, t, strategy="ps") for n, t in ps_times.items()]
+    ring = [PerfRecord("w", "c4.xlarge", "", n, 256, 0.0, t, strategy="mirrored") for n, t in ring_times.items()]
+    return through_ps + ring
+
+
+def open_strategy(**fields) -> RecommendRequest:
+    return RecommendRequest(
+        "model", workload="w", worker_types=("c4.xlarge",), batch_size=256, latency_ms=0.0, parameter_server=None,
+        **{"max_workers": 4, **fields},
+    )  # fmt: skip
+
+
+STRATEGY_CASES = [
+    # PS times, all-reduce times, α, β → strategy, workers, PS. A PS cluster pays for its PS too: for 4 workers, with
+    # no traffic measured, the m4.2xlarge (4 × 213.75 Mbps estimated > the m4.large's 427.5).
+    ({1: 100, 2: 60, 3: 45, 4: 40}, {1: 100, 2: 70, 3: 62, 4: 60}, 1, 0, "ps", 4, "m4.2xlarge"),  # the PS scales
+    ({1: 100, 2: 80, 3: 85, 4: 95}, {1: 100, 2: 55, 3: 40, 4: 32}, 1, 0, "mirrored", 4, None),  # the PS saturates
+    # Equal times: by cost, all-reduce saves the PS.
+    ({1: 100, 2: 60, 3: 45, 4: 40}, {1: 100, 2: 60, 3: 45, 4: 40}, 0, 1, "mirrored", 1, None),
+]
+
+
+@pytest.mark.parametrize(("ps", "ring", "alpha", "beta", "strategy", "workers", "ps_type"), STRATEGY_CASES)
+def test_the_model_chooses_the_strategy_left_open_from_each_strategys_records(
+    ps, ring, alpha, beta, strategy, workers, ps_type
+):
+    answer = recommend_model(open_strategy(alpha=alpha, beta=beta), CATALOG, strategy_records(ps, ring))
+
+    assert (answer.extra["strategy"], answer.workers, answer.ps_type) == (strategy, workers, ps_type)
+    assert {c.strategy for c in answer.candidates} == {"ps", "mirrored"}
+    ps_price = PRICES[ps_type] if ps_type else 0.0
+    assert answer.hourly_cost == pytest.approx(workers * PRICES["c4.xlarge"] + ps_price)
+    assert answer.explanation.startswith("Strategy left open, ")
+    assert set(answer.extra["strategies"]) == {"ps", "mirrored"} and answer.extra["strategies_not_compared"] == []
+
+
+def test_a_strategy_without_records_is_not_guessed_at_and_the_answer_says_so():
+    records = [r for r in strategy_records({}, {1: 100, 2: 55, 3: 40, 4: 32})]
+
+    answer = recommend_model(open_strategy(), CATALOG, records)
+
+    assert (answer.extra["strategy"], answer.ps_type, answer.workers) == ("mirrored", None, 4)
+    assert answer.extra["strategies_not_compared"] == ["a parameter server has no records of this workload"]
+    assert "not compared: a parameter server has no records of this workload (run it once to compare)" in (
+        answer.explanation
+    )
+
+
+def test_only_the_model_takes_an_open_strategy():
+    from recommender import algorithms
+
+    request = RecommendRequest("cost-opt", workload="w", max_workers=2, parameter_server=None)
+    with pytest.raises(RecommendationError, match="only the model chooses between a parameter server and all-reduce"):
+        algorithms.recommend(request, CATALOG, [])

@@ -67,6 +67,20 @@ def test_cli_lookup_anwar_table4(table4):
     assert answer["workers"] == 4 and answer["source"] == "measured" and answer["predicted_epoch_time_s"] == 419
 
 
+def test_cli_model_with_the_strategy_left_open_says_what_it_chose_and_what_it_could_not_compare(table4):
+    """Table 4 holds MultiWorkerMirroredStrategy runs only: all-reduce, and no parameter server to weigh it against."""
+    code, answer, _ = recommend(
+        "--algorithm", "model", "--workload", "mnist", "--batch-size", "6400", "--latency-ms", "0", "--strategy",
+        "auto", "--max-workers", "4",
+    )  # fmt: skip
+
+    assert code == 0
+    assert answer["extra"]["strategy"] == "mirrored" and answer["ps_type"] is None
+    assert answer["extra"]["strategies_not_compared"] == ["a parameter server has no records of this workload"]
+    assert answer["explanation"].startswith("Strategy left open, all-reduce chosen")
+    assert {c["strategy"] for c in answer["candidates"]} == {"mirrored"}
+
+
 @pytest.mark.parametrize(
     ("args", "reason"),
     [

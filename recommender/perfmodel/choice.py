@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 from recommender import algorithms
 from recommender.perfmodel.explanation import explain_fallback, explain_model
@@ -118,9 +119,11 @@ def recommend_model(
     """The `model` algorithm: estimate every (type, n) within the limit with the workload's predictor (without a
     limit, up to the largest measured worker count) and minimise α·time + β·cost, normalised as the module docstring
     says, subject to cost ≤ C. The PS: the user's, else DESIGN.md's selection when the records use one, else none
-    (all-reduce)."""
+    (all-reduce). With the strategy left open (request.parameter_server None), both are compared: `_either_strategy`."""
     if request.alpha < 0 or request.beta < 0:
         raise RecommendationError(f"alpha and beta must be non-negative (got {request.alpha}, {request.beta})")
+    if request.parameter_server is None:
+        return _either_strategy(request, catalog, records)
     records, model, prices = _prepare(request, catalog, records)
     if request.worker_type:
         wanted = (request.worker_type,)
@@ -138,7 +141,7 @@ def recommend_model(
             "each needs records or a catalogue speed, and a catalogue price"
         )
     uses_ps = request.parameter_server and (request.ps_type or _pattern(_usable(records)) == "ps")
-    ps = algorithms.select_ps(request, catalog) if uses_ps else None
+    ps = algorithms.select_ps(request, catalog, records, [t for t in types if t] or None) if uses_ps else None
     candidates, unaffordable, skip, details = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
         if len(unaffordable) == len(types):
@@ -157,6 +160,74 @@ def recommend_model(
         "unaffordable_types": unaffordable,
     }
     return _answer(request, model, ps.name if ps else None, pick, candidates, explanation, extra, skip)
+
+
+STRATEGIES = {"ps": ("a parameter server", True), "mirrored": ("all-reduce", False)}
+
+
+def _either_strategy(
+    request: RecommendRequest, catalog: Sequence[InstanceSpec], records: Sequence[PerfRecord]
+) -> Recommendation:
+    """The strategy left open (Shi et al.: neither a parameter server nor all-reduce wins everywhere): each strategy's
+    configurations are estimated from the workload's records of that strategy alone (measured where they were, its
+    own predictor elsewhere), a parameter-server cluster paying for its PS and an all-reduce one for none; the α/β
+    choice is then made over both together. A strategy with no records of the workload is not guessed at: the answer
+    says it was not compared and how to give it records."""
+    if request.workload:
+        records = [r for r in records if r.workload == request.workload]
+    answers: dict[str, Recommendation] = {}
+    left_out: list[str] = []
+    for strategy, (label, through_ps) in STRATEGIES.items():
+        own = [r for r in records if algorithms.runs_through_ps(r) == through_ps]
+        if not own:
+            left_out.append(f"{label} has no records of this workload")
+            continue
+        try:
+            answers[strategy] = recommend_model(replace(request, parameter_server=through_ps), catalog, own)
+        except RecommendationError as error:
+            left_out.append(f"{label}: {error}")
+    if not answers:
+        raise RecommendationError(f"neither strategy can be estimated: {'; '.join(left_out)}")
+    candidates = [replace(c, strategy=s) for s, answer in answers.items() for c in answer.candidates]
+    pick = _choose(candidates, request.alpha, request.beta)
+    chosen = answers[pick.strategy]
+    best = {s: next(c for c in candidates if c.strategy == s and (c.worker_type, c.workers) == (a.worker_type,
+            a.workers)) for s, a in answers.items()}  # fmt: skip
+    compared = "; ".join(
+        f"{STRATEGIES[s][0]}: {c.workers} × {c.worker_type or 'workers'} at {c.epoch_time_s:.3g} s, "
+        f"${c.hourly_cost:.4g}/h" + (f" with its {answers[s].ps_type} PS" if answers[s].ps_type else "")
+        for s, c in best.items()
+    )
+    why = (
+        f"Strategy left open, {STRATEGIES[pick.strategy][0]} chosen: each strategy's best ({compared})"
+        + ("" if len(answers) == 2 else f"; not compared: {'; '.join(left_out)} (run it once to compare)")
+        + ". "
+    )
+    return replace(
+        chosen,
+        worker_type=pick.worker_type,
+        workers=pick.workers,
+        hourly_cost=pick.hourly_cost,
+        predicted_epoch_time_s=pick.epoch_time_s,
+        explanation=why + chosen.explanation,
+        candidates=tuple(candidates),
+        pareto=pareto_front(candidates),
+        extra={
+            **chosen.extra,
+            "strategy": pick.strategy,
+            "strategies": {
+                s: {
+                    "workers": c.workers,
+                    "worker_type": c.worker_type,
+                    "epoch_time_s": c.epoch_time_s,
+                    "hourly_cost": c.hourly_cost,
+                    "ps_type": answers[s].ps_type,
+                }
+                for s, c in best.items()
+            },
+            "strategies_not_compared": left_out,
+        },  # fmt: skip
+    )
 
 
 def predict_fallback(

@@ -52,9 +52,10 @@ class Command(ContractCommand):
         )
         parser.add_argument(
             "--strategy",
-            choices=["ps", "mirrored"],
+            choices=["ps", "mirrored", "auto"],
             default="ps",
-            help="ps: with a parameter server; mirrored: All-Reduce, no parameter server (default: ps)",
+            help="ps: with a parameter server; mirrored: All-Reduce, no parameter server; auto: the model compares "
+            "both from the workload's records of each and chooses (--algorithm model only) (default: ps)",
         )
         parser.add_argument("--alpha", type=float, default=1.0, metavar="A", help="model: weight of time (default: 1)")
         parser.add_argument("--beta", type=float, default=0.0, metavar="B", help="model: weight of cost (default: 0)")
@@ -73,7 +74,7 @@ class Command(ContractCommand):
             batch_size=options["batch_size"],
             latency_ms=options["latency_ms"],
             saturation=options["saturation"],
-            parameter_server=options["strategy"] == "ps",
+            parameter_server=None if options["strategy"] == "auto" else options["strategy"] == "ps",
             alpha=options["alpha"],
             beta=options["beta"],
         )
