@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from django.conf import settings
+from django.core.cache import caches
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse
@@ -75,9 +76,11 @@ def refusals(*statuses: int, **described: str) -> dict[int, OpenApiResponse]:
 
 
 class SubmitThrottle(SimpleRateThrottle):
-    """FC2_API_SUBMIT_RATE job submissions per token (per user for the browser's session), in the default cache."""
+    """FC2_API_SUBMIT_RATE job submissions per token (per user for the browser's session), counted in the cache every
+    process shares (settings.CACHES["shared"]), so that more web workers do not multiply the rate."""
 
     scope = "submit"
+    cache = caches["shared"]
 
     def get_rate(self) -> str:
         return settings.FC2_API_SUBMIT_RATE

@@ -227,20 +227,21 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
-# Sessions are read from a cache before the database: every signed-in request reads its session, and the database
-# query cost more than the rest of a small API answer. Each change is still written to the database, so a session
-# outlives the cache. The cache must be one all the platform's processes share, since a session signed out in one must
-# end in all: files under FC2_VAR_DIR, which they share already (uploads, artifacts, the embedded broker), and which,
-# unlike a cache server, cannot be down. The default cache stays in each process's memory.
+# The "shared" cache is one every process of the platform sees (web workers, Celery): files under FC2_VAR_DIR, which
+# they share already (uploads, artifacts, the embedded broker), and which, unlike a cache server, cannot be down.
+# Sessions are read from it before the database (every signed-in request reads its session, and the query cost more
+# than the rest of a small API answer; each change is still written to the database, so a session outlives the
+# cache, and one signed out in a process ends in all), and the API's submit rate is counted in it (per token, whatever
+# process answers). The default cache stays in each process's memory.
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    "sessions": {
+    "shared": {
         "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-        "LOCATION": str(VAR_DIR / "sessions"),
+        "LOCATION": str(VAR_DIR / "cache"),
     },
 }
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
-SESSION_CACHE_ALIAS = "sessions"
+SESSION_CACHE_ALIAS = "shared"
 
 # Mail, which password reset needs: SMTP when EMAIL_HOST is set, else the console in development. With neither, no
 # reset link could reach anyone, so the reset pages say to ask an administrator instead (FC2_EMAIL_ENABLED).

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 import psutil
 import pytest
-from django.core.cache import cache
+from django.core.cache import caches
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
@@ -39,8 +39,10 @@ def runtime_dir(tmp_path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    """Every test starts with an empty cache (a running job's figures are cached by its id, which tests reuse)."""
-    cache.clear()
+    """Every test starts with empty caches (a running job's figures are cached by its id, which tests reuse; the
+    shared cache holds sessions and the API's submit counts)."""
+    for each in caches.all():
+        each.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from django.core.cache import caches
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from fc2.bundles import MB
 from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
+from fc2.rest import SubmitThrottle
 from fc2.services import artifacts, datasets, jobs, tokens
 from fc2.wizard import Wizard
 from recommender.catalog import load_catalog
@@ -617,3 +619,16 @@ def test_the_schema_describes_the_jobs_api(api):
     assert schema["components"]["securitySchemes"]["apiToken"]["name"] == "Authorization"
     assert "basicAuth" not in schema["components"]["securitySchemes"]
     assert Artifact.objects.count() == 0
+
+
+def test_the_submit_count_is_shared_by_every_process(api, bundle, digits, settings):
+    """Counted in the cache the platform's processes share (files under FC2_VAR_DIR), not in one process's memory:
+    another web worker, with its own empty memory, still refuses."""
+    settings.FC2_API_SUBMIT_RATE = "1/hour"
+    body = {"bundle": bundle.pk, "dataset": "digits"}
+    assert api.post(JOBS, body).status_code == 201
+
+    caches["default"].clear()  # what another process's memory holds of it: nothing
+
+    assert api.post(JOBS, body).status_code == 429
+    assert SubmitThrottle.cache is caches["shared"]
