@@ -14,8 +14,10 @@ the same data. Its code goes into a scratch directory under /tmp, never into the
 Our platform runs from this checkout under gunicorn with 2 workers on a scratch FC2_VAR_DIR (SQLite; with
 `--database-url`, a scratch PostgreSQL database `fc2_lookup_<pid>` made beside that URL's and dropped after): migrate,
 setup_platform (the shipped catalogues and records), a researcher account and a session cookie for the authenticated
-views. wrk (`apt-get install -y wrk`; installed here when run as root) loads each URL at `--connections` connections
-for `--seconds` seconds, every URL in turn for `--rounds` rounds, everything on 127.0.0.1. The script prints the
+views, and an API token and a queued job of 3 nodes for the jobs API's `GET /api/jobs/<id>` beside `/api/me` by the
+same token (issue 14's figure). wrk (`apt-get install -y wrk`; installed here when run as root) loads each URL at
+`--connections` connections for `--seconds` seconds, every URL in turn for `--rounds` rounds, everything on
+127.0.0.1. The script prints the
 medians of requests/s and latency for each, and the server's CPU time per answer (its gunicorn's processes, master and
 workers), then the ratios the goals are about. On a machine that runs other work too, requests/s follow that work;
 CPU per answer much less. A row with any non-2xx answer or socket error fails the run.
@@ -131,11 +133,21 @@ SESSION_SCRIPT = """
 import json
 from django.contrib.auth import get_user_model
 from django.test import Client
+from fc2.models import Job, Node
+from fc2.services import bundles, datasets, jobs, tokens
 user = get_user_model().objects.create_user("bench-researcher", password="{password}")
 client = Client(HTTP_HOST="127.0.0.1")
 client.force_login(user)
-print(json.dumps({{"sessionid": client.cookies["sessionid"].value}}))
+_, token = tokens.create(user, "bench")
+with open("{wheel}", "rb") as wheel:
+    bundle = bundles.store_bundle(user, wheel, "{wheel_name}")
+request = jobs.JobRequest(bundle=bundle, dataset=datasets.resolve(None, "digits"), parameters={{"epochs": "1"}})
+job = jobs.submit(user, request, driver=Job.Driver.INLINE)
+for index, (name, role) in enumerate([("chief-0", "chief"), ("worker-0", "worker"), ("worker-1", "worker")]):
+    Node.objects.create(job=job, name=name, role=role, index=max(0, index - 1), instance_type="c4.xlarge")
+print(json.dumps({{"sessionid": client.cookies["sessionid"].value, "token": token, "job": job.pk}}))
 """
+EXAMPLE_WHEEL = PROJECT_DIR / "examples" / "dist" / "fc2_digits_cnn-0.1.0-py3-none-any.whl"
 
 # wrk's request for one row: method, body and headers (cookies, CSRF) through its Lua hook.
 WRK_SCRIPT = """
@@ -238,8 +250,9 @@ def platform_env(var_dir: Path, database_url: str | None, conn_max_age: int) -> 
     return env
 
 
-def prepare_platform(env: dict[str, str], var_dir: Path) -> str:
-    """Migrate, load the shipped data, collect the static files, make the researcher; the session id."""
+def prepare_platform(env: dict[str, str], var_dir: Path) -> dict:
+    """Migrate, load the shipped data, collect the static files, make the researcher with a session, an API token and
+    a job of 3 nodes (the example wheel on digits); {"sessionid", "token", "job"}."""
     manage = [str(PLATFORM_BIN / "python"), str(PROJECT_DIR / "manage.py")]
 
     def run(*args: str) -> str:
@@ -251,8 +264,10 @@ def prepare_platform(env: dict[str, str], var_dir: Path) -> str:
     run("migrate", "--noinput", "-v0")
     run("setup_platform", "--no-demo-accounts")
     run("collectstatic", "--noinput", "-v0")  # with DEBUG off, the pages need the static files' manifest
-    out = run("shell", "-c", SESSION_SCRIPT.format(password=secrets.token_urlsafe(16)))
-    return json.loads(out.strip().splitlines()[-1])["sessionid"]
+    script = SESSION_SCRIPT.format(
+        password=secrets.token_urlsafe(16), wheel=EXAMPLE_WHEEL, wheel_name=EXAMPLE_WHEEL.name
+    )
+    return json.loads(run("shell", "-c", script).strip().splitlines()[-1])
 
 
 @contextlib.contextmanager
@@ -335,10 +350,11 @@ def median_run(runs: list[Measured]) -> Measured:
     return Measured(*(statistics.median(getattr(m, name) for m in runs) for name in Measured.__dataclass_fields__))
 
 
-def targets(original_port: int, platform_port: int, session_id: str) -> list[Target]:
+def targets(original_port: int, platform_port: int, researcher: dict) -> list[Target]:
     base = f"http://{HOST}:{platform_port}"
     csrf = secrets.token_hex(16)  # any 32-character secret: Django compares the header with the cookie
-    cookie = (("Cookie", f"sessionid={session_id}; csrftoken={csrf}"),)
+    cookie = (("Cookie", f"sessionid={researcher['sessionid']}; csrftoken={csrf}"),)
+    token = (("Authorization", f"Token {researcher['token']}"),)
     lookup = {"algorithm": "lookup", "workload": WORKLOAD, "batch_size": 6400, "latency_ms": 0}
     query = "&".join(f"{k}={v}" for k, v in lookup.items())
     json_post = (*cookie, ("X-CSRFToken", csrf), ("Content-Type", "application/json"))
@@ -355,6 +371,10 @@ def targets(original_port: int, platform_port: int, session_id: str) -> list[Tar
         ),
         Target("our /healthz", f"{base}/healthz", expect='"ok": true'),
         Target("our /api/me (session)", f"{base}/api/me", headers=cookie, expect="bench-researcher"),
+        Target("our /api/me (token)", f"{base}/api/me", headers=token, expect="bench-researcher"),
+        Target(
+            "our GET /api/jobs/<id> (token)", f"{base}/api/jobs/{researcher['job']}", headers=token, expect="chief-0"
+        ),
         Target(
             "our /api/recommend lookup POST",
             f"{base}/api/recommend",
@@ -401,7 +421,7 @@ def main() -> None:
         original_dir = write_original(scratch)
         var_dir = scratch / "var"
         env = platform_env(var_dir, database_url, args.conn_max_age)
-        session_id = prepare_platform(env, var_dir)
+        researcher = prepare_platform(env, var_dir)
         original_env = {"PATH": os.environ.get("PATH", ""), "LOOKUP_DB": str(original_dir / "lookup.sqlite3")}
         original_port, platform_port = free_port(), free_port()
         with (
@@ -410,7 +430,7 @@ def main() -> None:
             gunicorn("our platform", PLATFORM_BIN / "gunicorn", "fc2.wsgi:application", platform_port, PROJECT_DIR, env,
                      scratch / "platform.log") as platform,
         ):  # fmt: skip
-            rows = targets(original_port, platform_port, session_id)
+            rows = targets(original_port, platform_port, researcher)
             for target in rows:
                 answer = fetch(target)
                 if target.expect not in answer:
@@ -461,6 +481,12 @@ def main() -> None:
                 f"{ours.server_cpu_ms / original.server_cpu_ms:.2f}× the original's, "
                 f"{ours.server_cpu_ms / me.server_cpu_ms:.2f}× /api/me's"
             )
+        job, trivial = results["our GET /api/jobs/<id> (token)"], results["our /api/me (token)"]
+        print(
+            f"GET /api/jobs/<id> with a token (issue 14): {job.requests_per_s:.0f} req/s, /api/me with a token "
+            f"{trivial.requests_per_s:.0f} ({trivial.requests_per_s / job.requests_per_s:.2f}× it); server CPU per "
+            f"answer {job.server_cpu_ms:.2f} ms against {trivial.server_cpu_ms:.2f} ms"
+        )
     finally:
         if database_url:
             drop_database(args.database_url, scratch_db)
