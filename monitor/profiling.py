@@ -31,8 +31,8 @@ from fc2.models import Job
 from monitor.figures import MIN_BUSY_S, node_figures
 from monitor.series import Sample
 from provisioner import ClusterInfo, ClusterSpec, ProvisionError, RunSpec
-from recommender import algorithms
-from recommender.models import InstanceType, PerformanceRecord
+from recommender import service
+from recommender.models import PerformanceRecord
 from recommender.types import MissingProfile
 
 logger = logging.getLogger(__name__)
@@ -72,11 +72,7 @@ def plan_text(missing: Sequence[MissingProfile]) -> str:
 
 def _profile(job: Job, profile: MissingProfile, run: RunSpec) -> PerformanceRecord:
     name = f"fc2-{job.pk}-{secrets.token_hex(4)}"
-    prices = dict(
-        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[profile.worker_type, profile.ps_type])
-        .values_list("name", "hourly_price")
-    )  # fmt: skip
-    hourly = algorithms.hourly_cost(1, prices.get(profile.worker_type, 0), prices.get(profile.ps_type, 0))
+    hourly = service.cluster_price(job.catalog, 1, profile.worker_type, profile.ps_type)
     entry = {
         "worker_type": profile.worker_type,
         "ps_type": profile.ps_type,

@@ -4,6 +4,7 @@ algorithms' dataclasses, runs the algorithm, and shapes the answer for the CLI, 
 from __future__ import annotations
 
 from dataclasses import asdict
+from decimal import Decimal
 
 from django.db import connection
 
@@ -93,6 +94,17 @@ def to_spec(row: InstanceType) -> InstanceSpec:
 
 def workload_records(workload: str) -> tuple[PerfRecord, ...]:
     return _records(workload, _stamps(None, workload)[1])
+
+
+def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "") -> Decimal:
+    """$/h of `workers` workers of `worker_type` and, where named, a `ps_type` PS, at the catalogue's prices (a type it
+    does not price costs 0): the one place a cluster is priced from the database."""
+    prices = dict(
+        InstanceType.objects.filter(catalog__name=catalog, name__in=[worker_type, ps_type]).values_list(
+            "name", "hourly_price"
+        )
+    )
+    return algorithms.hourly_cost(workers, prices.get(worker_type, 0), prices.get(ps_type, 0))
 
 
 def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Recommendation:

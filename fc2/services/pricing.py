@@ -7,8 +7,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from fc2.models import Job, batch_size_parameter
-from recommender import algorithms
-from recommender.models import InstanceType
+from recommender import service
 from recommender.types import RecommendRequest
 
 if TYPE_CHECKING:
@@ -26,13 +25,7 @@ def ps_node_type(job: Job | JobRequest) -> str:
 def hourly_cost(job: Job | JobRequest) -> Decimal:
     """$/h of the job's (or job request's) cluster from its catalogue: the PS (see `ps_node_type`) plus its workers
     (0 for a local cluster of no types)."""
-    ps_type = ps_node_type(job)
-    prices = dict(
-        InstanceType.objects.filter(catalog__name=job.catalog, name__in=[ps_type, job.worker_type]).values_list(
-            "name", "hourly_price"
-        )
-    )
-    return algorithms.hourly_cost(job.workers, prices.get(job.worker_type, 0), prices.get(ps_type, 0))
+    return service.cluster_price(job.catalog, job.workers, job.worker_type, ps_node_type(job))
 
 
 def recommend_request(job: Job | JobRequest) -> RecommendRequest:
