@@ -176,7 +176,8 @@ class JobOutput(JobSummary):
     url = serializers.SerializerMethodField(help_text="The job's page")
 
     class Meta(JobSummary.Meta):
-        fields = [*JobSummary.Meta.fields, "parameters", "workload", "region", "latency_ms", "catalog"]
+        fields = [*JobSummary.Meta.fields, "requested_strategy", "parameters", "workload", "region", "latency_ms"]
+        fields += ["catalog"]
         fields += ["worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
         fields += ["recommendation", "artifacts", "url"]
 

@@ -196,6 +196,8 @@ class Job(models.Model):
     class Strategy(models.TextChoices):
         PS = "ps", "Parameter server"
         MIRRORED = "mirrored", "All-Reduce (mirrored)"
+        # Left open (Model only): its recommend step compares both and puts the one it chose in its place.
+        AUTO = "auto", "Left open (the model chooses)"
 
     class Driver(models.TextChoices):
         CELERY = "celery", "Celery worker"
@@ -289,6 +291,16 @@ class Job(models.Model):
     @property
     def workload(self) -> str:
         return self.workload_name or workload_name(self.bundle, self.dataset)
+
+    @property
+    def strategy_chosen(self) -> bool:
+        """Its strategy was left open and the model chose the one it runs (recorded in its recommendation)."""
+        return bool(((self.recommendation or {}).get("extra") or {}).get("strategy"))
+
+    @property
+    def requested_strategy(self) -> str:
+        """The strategy it was submitted with (what a re-run asks for): left open where the model chose it."""
+        return self.Strategy.AUTO if self.strategy_chosen else self.strategy
 
     @property
     def is_terminal(self) -> bool:

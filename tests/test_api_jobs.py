@@ -342,6 +342,8 @@ def test_submit_refused_by_the_service_stores_no_wheel(api, settings, example_wh
         ({"bundle": 99999}, "bundle", "no bundle 99999"),
         ({"budget": "0"}, "budget", "a job's budget must be more than $0"),
         ({"algorithm": "model"}, "algorithm", "no performance records"),
+        ({"algorithm": "cost-opt", "strategy": "auto"}, "strategy", "A strategy left open is chosen by the Model"),
+        ({"strategy": "ring"}, "strategy", '"ring" is not a valid choice.'),
         ({"latency_ms": 5}, "latency_ms", "the local provider cannot add latency between its nodes"),
     ],
 )

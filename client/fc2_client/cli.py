@@ -156,7 +156,11 @@ def build_parser() -> Parser:
     recommend.add_argument("--ps-types", type=type_list, metavar="T1,T2", help="the PS types to choose from")
     recommend.add_argument("--ps-type", metavar="TYPE", help="the parameter server's type (default: chosen)")
     recommend.add_argument("--worker-type", metavar="TYPE", help="scala-opt-m: the worker type")
-    recommend.add_argument("--strategy", choices=("ps", "mirrored"), help="mirrored: All-Reduce, no PS (default: ps)")
+    recommend.add_argument(
+        "--strategy",
+        choices=("ps", "mirrored", "auto"),
+        help="mirrored: All-Reduce, no PS; auto: --algorithm model compares both (default: ps)",
+    )
     recommend.add_argument("--catalog", metavar="NAME", help="the instance catalogue (default: the platform's)")
 
     submit = command("submit", cmd_submit, "Upload a wheel and submit a training job with it.")
@@ -182,7 +186,11 @@ def build_parser() -> Parser:
     submit.add_argument(
         "--total-budget", type=number, metavar="$", help="a budget for the whole job: stopped before it would exceed it"
     )
-    submit.add_argument("--strategy", choices=("ps", "mirrored"), help="ps (default) or mirrored (All-Reduce)")
+    submit.add_argument(
+        "--strategy",
+        choices=("ps", "mirrored", "auto"),
+        help="ps (default), mirrored (All-Reduce) or auto (left open: --algorithm model chooses)",
+    )
     submit.add_argument("--worker-type", metavar="TYPE", help="the workers' instance type")
     submit.add_argument("--worker-types", type=type_list, metavar="T1,T2", help="with --algorithm: types to consider")
     submit.add_argument("--ps-type", metavar="TYPE", help="the parameter server's instance type")

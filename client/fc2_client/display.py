@@ -138,12 +138,24 @@ def cluster(spec: dict) -> str:
     return nodes
 
 
+def strategy(job: dict) -> str:
+    """A job's strategy, and whether the model chose it.
+
+    >>> strategy({"strategy": "mirrored", "requested_strategy": "auto"})
+    'mirrored, left open: the model chose it'
+    >>> strategy({"strategy": "ps", "requested_strategy": "ps"}), strategy({"strategy": "auto"})
+    ('ps', 'auto')
+    """
+    chosen = job.get("requested_strategy") == "auto" and job.get("strategy") != "auto"
+    return f"{job.get('strategy')}, left open: the model chose it" if chosen else str(job.get("strategy"))
+
+
 def job_report(job: dict) -> str:
     """A job in full, as `fc2 status` prints it."""
     lines = [
         job_line(job),
         f"  code      {name_of(job.get('bundle'))} on {name_of(job.get('dataset'))}",
-        f"  cluster   {cluster(job)} on {job.get('provider')} ({job.get('strategy')}, {job.get('algorithm')})",
+        f"  cluster   {cluster(job)} on {job.get('provider')} ({strategy(job)}, {job.get('algorithm')})",
     ]
     cost = job.get("cost") or {}
     if cost.get("hourly_cost") is not None:

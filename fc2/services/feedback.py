@@ -32,6 +32,8 @@ def record_job(job: Job) -> PerformanceRecord | None:
     type's). Recording a job twice updates its one record."""
     if job.state not in (Job.State.SUCCEEDED, Job.State.FAILED) or not provisioner.get(job.provider).typed_nodes:
         return None
+    if job.strategy == Job.Strategy.AUTO:  # ended before the model chose its strategy: nothing of it ran
+        return None
     ran_on = dict(job.nodes.values_list("role", "instance_type").distinct())  # what its nodes were (a type each)
     worker_type = ran_on.get("worker") or ran_on.get("chief") or job.worker_type
     if not worker_type:

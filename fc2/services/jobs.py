@@ -83,7 +83,11 @@ def validate(request: JobRequest) -> None:
             "provider",
         )
     if request.strategy not in Job.Strategy.values:
-        raise SubmitError(f"unknown strategy {request.strategy!r} (expected 'ps' or 'mirrored')", "strategy")
+        raise SubmitError(
+            f"unknown strategy {request.strategy!r} (expected {', '.join(map(repr, Job.Strategy.values))})", "strategy"
+        )
+    if reason := strategy_unavailable(request.strategy, request.algorithm):
+        raise SubmitError(reason, "strategy")
     if request.algorithm != "manual" and request.algorithm not in ALGORITHMS:
         raise SubmitError(
             f"unknown algorithm {request.algorithm!r} (expected manual or {', '.join(ALGORITHMS)})", "algorithm"
@@ -105,6 +109,20 @@ def validate(request: JobRequest) -> None:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
         raise SubmitError(str(exc), "dataset") from exc
+
+
+STRATEGY_LEFT_OPEN_REASON = (
+    "A strategy left open is chosen by the Model algorithm, which compares both from the workload's records: choose "
+    "Model, or name the strategy (Parameter server or All-Reduce)."
+)
+
+
+def strategy_unavailable(strategy: str, algorithm: str) -> str | None:
+    """Why `algorithm` cannot run a job whose strategy is `strategy`, or None. Only the model chooses a strategy left
+    open (recommender.perfmodel.choice); every other algorithm sizes a cluster of the strategy it is given."""
+    if strategy == Job.Strategy.AUTO and algorithm != "model":
+        return STRATEGY_LEFT_OPEN_REASON
+    return None
 
 
 def provider_unavailable(provider: str) -> str | None:
@@ -180,6 +198,7 @@ class Plan:
     """The cluster a job request gets, known before the job exists: the recommender's answer, or for Manual the
     user's own choice, priced as the job will be."""
 
+    strategy: str  # what the cluster runs: the request's, or for a strategy left open the one the model chose
     ps_type: str  # what the PS runs on (`pricing.ps_node_type`); "" with no PS, or a local cluster of no types
     worker_type: str  # "" when none is chosen
     workers: int  # number of workers
@@ -204,6 +223,7 @@ def plan(request: JobRequest) -> Plan:
         ps_type = pricing.ps_node_type(request)
         ps = f" and a {ps_type} PS" if ps_type else ""
         return Plan(
+            strategy=request.strategy,
             ps_type=ps_type,
             worker_type=request.worker_type,
             workers=request.workers,
@@ -219,6 +239,7 @@ def plan(request: JobRequest) -> Plan:
         if reason := profiling.cannot_profile(request.provider, missing.missing):
             raise SubmitError(reason, "algorithm") from missing
         return Plan(
+            strategy=request.strategy,
             ps_type=missing.missing[0].ps_type,
             worker_type=request.worker_type,
             workers=request.workers,
@@ -232,8 +253,15 @@ def plan(request: JobRequest) -> Plan:
         check_workers(request.provider, answer.workers)
     except SubmitError as exc:
         raise SubmitError(f"the recommended {answer.workers} workers are too many: {exc}", exc.field) from exc
-    chosen = replace(request, ps_type=answer.ps_type or "", worker_type=answer.worker_type, workers=answer.workers)
+    chosen = replace(
+        request,
+        strategy=pricing.chosen_strategy(request, answer),
+        ps_type=answer.ps_type or "",
+        worker_type=answer.worker_type,
+        workers=answer.workers,
+    )
     return Plan(
+        strategy=chosen.strategy,
         ps_type=pricing.ps_node_type(chosen),
         worker_type=chosen.worker_type,
         workers=chosen.workers,
@@ -272,7 +300,7 @@ def request_like(job: Job) -> JobRequest:
         provider=job.provider,
         region=job.region if job.provider == "aws" else "",
         latency_ms=job.latency_ms,
-        strategy=job.strategy,
+        strategy=job.requested_strategy,
         workers=job.workers,
         algorithm=job.algorithm,
         ps_type=job.ps_type,

@@ -179,16 +179,21 @@ def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
     )
-    job.log(f"{job.algorithm} cluster: {job.workers} workers{types}, strategy {job.get_strategy_display()}")
+    chosen = " (left open: the model's choice)" if job.strategy_chosen else ""
+    job.log(f"{job.algorithm} cluster: {job.workers} workers{types}, strategy {job.get_strategy_display()}{chosen}")
     return True
 
 
 def _take_recommendation(job: Job, exclude: Collection[str] = ()) -> None:
-    """Ask the recommender for the cluster and take its answer; `exclude`: worker types it may not choose (no
-    capacity for them)."""
+    """Ask the recommender for the cluster and take its answer — with the strategy it chose, when the job left it
+    open (fixed from then on: a worker type out of capacity is replaced within it); `exclude`: worker types it may
+    not choose (no capacity for them)."""
     from recommender import service
     from recommender.models import InstanceType
 
+    left_open = job.strategy == Job.Strategy.AUTO or job.strategy_chosen
+    if left_open and not exclude:  # asked again (a resumed step): the strategy is still the model's to choose
+        job.strategy = Job.Strategy.AUTO
     request = pricing.recommend_request(job)
     if exclude:
         considered = job.worker_types or InstanceType.objects.filter(
@@ -201,11 +206,15 @@ def _take_recommendation(job: Job, exclude: Collection[str] = ()) -> None:
     answer = service.recommend(request, job.catalog)
     if answer.workers > (limit := provisioner.get(job.provider).max_workers):
         raise ValueError(f"the recommended {answer.workers} workers exceed the {job.provider} provider's {limit}")
+    recommendation = service.as_dict(answer)
+    if left_open and exclude:  # the strategy the model chose stays (its nodes may be up): still its choice
+        recommendation.setdefault("extra", {})["strategy"] = job.strategy
     Job.objects.filter(pk=job.pk).update(
+        strategy=pricing.chosen_strategy(job, answer),
         ps_type=answer.ps_type or "",
         worker_type=answer.worker_type,
         workers=answer.workers,
-        recommendation=service.as_dict(answer),
+        recommendation=recommendation,
     )
     job.refresh_from_db()
     job.log(f"recommendation: {answer.explanation}")

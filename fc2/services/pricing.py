@@ -6,9 +6,10 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+import provisioner
 from fc2.models import Job, batch_size_parameter
 from recommender import service
-from recommender.types import RecommendRequest
+from recommender.types import Recommendation, RecommendRequest
 
 if TYPE_CHECKING:
     from fc2.services.jobs import JobRequest
@@ -29,7 +30,8 @@ def hourly_cost(job: Job | JobRequest) -> Decimal:
 
 
 def recommend_request(job: Job | JobRequest) -> RecommendRequest:
-    """What the recommender is asked for a job (or a job request): its workers is the limit when it has no budget."""
+    """What the recommender is asked for a job (or a job request): its workers is the limit when it has no budget; a
+    strategy left open is the model's to choose."""
     return RecommendRequest(
         algorithm=job.algorithm,
         workload=job.workload,
@@ -38,6 +40,19 @@ def recommend_request(job: Job | JobRequest) -> RecommendRequest:
         ps_type=job.ps_type or None,
         worker_types=tuple(job.worker_types),
         worker_type=job.worker_type or None,
-        parameter_server=job.strategy == Job.Strategy.PS,
+        parameter_server=None if job.strategy == Job.Strategy.AUTO else job.strategy == Job.Strategy.PS,
         batch_size=batch_size_parameter(job.parameters),
+        # The delay its nodes will have where the provider adds one (the lab); elsewhere not the job's to say.
+        latency_ms=job.latency_ms if provisioner.get(job.provider).latency else None,
     )
+
+
+def chosen_strategy(job: Job | JobRequest, answer: Recommendation) -> str:
+    """The strategy the job's cluster runs once the recommender answered: its own, or for one left open the one the
+    model chose (its answer's `extra["strategy"]`)."""
+    if job.strategy != Job.Strategy.AUTO:
+        return job.strategy
+    chosen = answer.extra.get("strategy")
+    if chosen not in (Job.Strategy.PS, Job.Strategy.MIRRORED):
+        raise ValueError(f"the {answer.algorithm} recommender did not choose a strategy for a job that left it open")
+    return chosen

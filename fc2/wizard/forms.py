@@ -305,7 +305,11 @@ class ResourceForm(StepForm):
     )
     strategy = forms.ChoiceField(
         label="Distribution strategy",
-        choices=[(Job.Strategy.PS, "Parameter server"), (Job.Strategy.MIRRORED, "All-Reduce")],
+        choices=[
+            (Job.Strategy.PS, "Parameter server"),
+            (Job.Strategy.MIRRORED, "All-Reduce"),
+            (Job.Strategy.AUTO, "Left open"),
+        ],
         widget=forms.RadioSelect,
         initial=Job.Strategy.PS,
     )
@@ -391,6 +395,7 @@ class ResourceForm(StepForm):
         return self["workload_name"].value() or self.initial.get("default_workload", "")
 
     sized_by_the_ps_reason = SIZED_BY_THE_PS_REASON
+    strategy_left_open_reason = jobs.STRATEGY_LEFT_OPEN_REASON
 
     @property
     def unavailable_algorithms(self) -> list[tuple[str, str]]:
@@ -437,6 +442,8 @@ class ResourceForm(StepForm):
             )
         if algorithm in SIZED_BY_THE_PS and cleaned.get("strategy") == Job.Strategy.MIRRORED:
             self.add_error("algorithm", SIZED_BY_THE_PS_REASON)
+        if algorithm and (reason := jobs.strategy_unavailable(cleaned.get("strategy", ""), algorithm)):
+            self.add_error("strategy", reason)
         if algorithm == "scala-opt-m" and not cleaned.get("worker_type"):
             self.add_error("worker_type", "Scala-Opt-M needs your worker type.")
         known = provider in provisioner.PROVIDERS and algorithm and "worker_type" not in self.errors

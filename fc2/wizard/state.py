@@ -119,7 +119,7 @@ class Wizard:
                 "provider": job.provider,
                 "region": job.region,
                 "latency_ms": job.latency_ms,
-                "strategy": job.strategy,
+                "strategy": job.requested_strategy,
                 "algorithm": job.algorithm,
                 "catalog": job.catalog,
                 "ps_type": job.ps_type,

@@ -175,6 +175,8 @@ def _either_strategy(
     says it was not compared and how to give it records."""
     if request.workload:
         records = [r for r in records if r.workload == request.workload]
+        if not records:
+            raise RecommendationError(f"no performance records for workload {request.workload!r}")
     answers: dict[str, Recommendation] = {}
     left_out: list[str] = []
     for strategy, (label, through_ps) in STRATEGIES.items():

@@ -74,7 +74,8 @@ class Command(ContractCommand):
             "--strategy",
             choices=Job.Strategy.values,
             default=Job.Strategy.PS,
-            help="ps: 1 parameter server + a chief + N workers; mirrored: N workers with All-Reduce (default: ps)",
+            help="ps: 1 parameter server + a chief + N workers; mirrored: N workers with All-Reduce; auto: left open, "
+            "for --algorithm model to choose from the workload's records of each (default: ps)",
         )
         parser.add_argument("--ps-type", default="", metavar="TYPE", help="instance type of the parameter server")
         parser.add_argument("--worker-type", default="", metavar="TYPE", help="instance type of the workers")
