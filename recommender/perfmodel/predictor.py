@@ -22,7 +22,9 @@ For one (worker type, worker count), from that pair's own measurements (failed r
    workload's lines, the trend's grown with how many of its spacings it is continued. So the model extrapolates where
    it has earned it, and a poor model gives way to the data's own slope a step beyond them — but not ten steps.
    Without a model, the trend alone. A worker count never measured for the type: the model corrected by its error at
-   the neighbouring measured counts at the same (B, l) (interpolated in n between two, the nearest one's beyond).
+   the neighbouring measured counts at the same (B, l) (interpolated in n between two, the nearest one's beyond); for
+   one machine of an all-reduce workload, latency-free, at the lowest measured latency whatever l is asked (the
+   others' runs there say most about their computing and least about a network the one machine does not use).
 4. ``model`` — no measurement of the type at all: the model alone (a type priced from its catalogue speed).
 
 Expected error: the whole predictor cross-validated — every latency, batch size and worker count held out in turn and
@@ -254,6 +256,14 @@ class PredictorModel:
             return None
         if (worker_type, n) in self.slices:
             found = self._from_points(worker_type, n, batch, latency, model_time)
+        elif self.latency_free and n == 1:
+            # One machine sends nothing: its time is the same at any latency, so it is estimated where the other
+            # counts' runs say most about their computing and least about their network, the lowest latency.
+            measured = [points for (t, _), points in self.slices.items() if t == worker_type]
+            lowest = min((lat for points in measured for _, lat in points), default=0.0)
+            found = self._other_counts(worker_type, n, batch, lowest, model_time)
+            if found is not None and lowest != latency:
+                found = (found[0], found[1], f"{found[2]}, at {_latency_text(lowest)}: one machine is latency-free")
         else:
             found = self._other_counts(worker_type, n, batch, latency, model_time)
         if found is None:
