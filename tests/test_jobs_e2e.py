@@ -6,6 +6,9 @@ These start real clusters (a few TensorFlow processes each, ~15 s per job); keep
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -17,7 +20,7 @@ from django.core.management import CommandError, call_command
 
 from fc2.models import CodeBundle, Job, Node
 from fc2.services import inline, pipeline
-from tests.conftest import cluster_processes, make_job
+from tests.conftest import PROJECT_DIR, cluster_processes, make_job, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,6 +105,40 @@ def test_cancel_while_running_leaves_no_process(alice, bundle, digits, runtime_d
     job.refresh_from_db()
     assert job.state == Job.State.CANCELLED and not runner.is_alive()
     assert job.events.filter(state="cancelled", message="cancelled by alice").exists()
+    assert_cluster_gone(job, runtime_dir)
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, None)])
+def test_an_inline_job_whose_process_is_stopped_is_cancelled_and_its_cluster_torn_down(
+    signum, status, alice, example_wheel, runtime_dir, live_server
+):
+    """`submit_job --inline` (and `lab_sweep`, the same runner) stopped by `kill` or Ctrl-C while training: the job
+    is cancelled and its cluster gone before the process exits — none of its nodes left running."""
+    env = worker_env(live_server, runtime_dir, "unused")
+    command = [
+        sys.executable, "manage.py", "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--workers",
+        "2", "--param", "epochs=500", "--user", "alice", "--inline", "--json",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not Node.objects.filter(name="chief-0", step__gt=0).exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.5)
+        job = Job.objects.get()
+        assert len(cluster_processes()) >= 4
+
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+    assert process.returncode != 0 and (status is None or process.returncode == status), err.decode()[-2000:]
+    job.refresh_from_db()
+    assert job.state == Job.State.CANCELLED and job.cluster is None
+    assert job.events.filter(state="cancelled", message="cancelled by interrupt").exists()
     assert_cluster_gone(job, runtime_dir)
 
 

@@ -1,10 +1,12 @@
 """Jobs driven in this process (`submit_job --inline`, `lab_sweep`): the pipeline's steps run one after the other
 here, holding the job's lease throughout, while a private WSGI server on 127.0.0.1 takes the nodes' reports — no
 Celery worker and no web server needed. Should this process die, the lease expires and the sweep hands the job to the
-workers (fc2/services/sweep.py)."""
+workers (fc2/services/sweep.py). Interrupted — Ctrl-C, or SIGTERM, taken the same way — the job is cancelled and
+its cluster torn down before the process exits."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from contextlib import contextmanager
@@ -22,7 +24,7 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
     lease = Lease.claim(job_id)
     if lease is None:
         raise RuntimeError(f"job {job_id} is driven by another process")
-    with report_server() as url, lease.renewing():
+    with terminate_as_interrupt(), report_server() as url, lease.renewing():
         try:
             for step in ("recommend", "provision", "bootstrap"):
                 if not lease.held or not pipeline.run_step(step, job_id, report_url=url):
@@ -42,6 +44,25 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
             pipeline.release(job_id, lease)  # an ended job's cluster: failed by a node's report, cancelled, or done
             lease.end()
     return Job.objects.get(pk=job_id)
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (`kill`, a container stopped, a CI runner's time out) ends this process as Ctrl-C does — by an
+    exception the runner cleans up after (SystemExit, status 143) — rather than at once, its cluster left running.
+    Only the main thread can take signals; elsewhere (a test's thread) the handler stays as it was."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise SystemExit(128 + signum)  # the exit status a process killed by the signal has
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _interrupted(job_id: int) -> None:

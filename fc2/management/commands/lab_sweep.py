@@ -7,8 +7,8 @@ What Anwar et al. measured by hand (epoch time for each worker count, batch size
 FC² for each PS capacity (§8.2): each cell is a job on lab nodes whose links have the types' capacities and, between
 them, the latency asked for; it runs in this process (as `submit_job --inline`), one after the other, and its
 measurement becomes a record of the workload (source: measured) that `recommend --algorithm lookup|model` reads. A
-cell whose job failed is recorded as a failed run. Interrupted (Ctrl-C), the running cell's job is cancelled and its
-cluster torn down before the command exits.
+cell whose job failed is recorded as a failed run. Interrupted (Ctrl-C or SIGTERM), the running cell's job is
+cancelled and its cluster torn down before the command exits.
 """
 
 from __future__ import annotations
