@@ -23,7 +23,7 @@ workers), then the ratios the goals are about. On a machine that runs other work
 CPU per answer much less. A row with any non-2xx answer or socket error fails the run.
 
     .venv/bin/python benchmarks/lookup_speed.py [--seconds 5] [--rounds 3] [--warmup 3] [--connections 4] [--threads 2]
-        [--database-url postgres://…] [--conn-max-age 0] [--keep] [--fresh-venv]
+        [--database-url postgres://…] [--conn-max-age SECONDS] [--keep] [--fresh-venv]
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def write_original(scratch: Path) -> Path:
     return folder
 
 
-def platform_env(var_dir: Path, database_url: str | None, conn_max_age: int) -> dict[str, str]:
+def platform_env(var_dir: Path, database_url: str | None, conn_max_age: int | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     env.update(
         FC2_VAR_DIR=str(var_dir),
@@ -241,12 +241,15 @@ def platform_env(var_dir: Path, database_url: str | None, conn_max_age: int) -> 
         SECRET_KEY=secrets.token_urlsafe(32),
         SECURE_COOKIES="false",  # plain HTTP on 127.0.0.1
         ALLOWED_HOSTS=HOST,
-        DB_CONN_MAX_AGE=str(conn_max_age),
         LOG_LEVEL="WARNING",
         PYTHONWARNINGS="ignore",
     )
     if database_url:
         env["DATABASE_URL"] = database_url
+    if conn_max_age is not None:
+        env["DB_CONN_MAX_AGE"] = str(conn_max_age)
+    else:
+        env.pop("DB_CONN_MAX_AGE", None)  # as deployed: the settings' default
     return env
 
 
@@ -407,7 +410,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2, help="wrk's threads")
     parser.add_argument("--database-url", help="our platform on this database (default: SQLite in the scratch dir)")
-    parser.add_argument("--conn-max-age", type=int, default=0, help="our DB_CONN_MAX_AGE (the settings' default: 0)")
+    parser.add_argument(
+        "--conn-max-age", type=int, help="our DB_CONN_MAX_AGE (default: the settings' own, connections kept 600 s)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument("--fresh-venv", action="store_true", help="rebuild the original's venv")
     args = parser.parse_args()
@@ -436,10 +441,12 @@ def main() -> None:
                 if target.expect not in answer:
                     sys.exit(f"{target.label}: the answer lacks {target.expect!r}:\n{answer[:1000]}")
             database = "PostgreSQL" if args.database_url else "SQLite"
+            kept = "the settings' default" if args.conn_max_age is None else args.conn_max_age
             print(
                 f"wrk -t{args.threads} -c{args.connections} -d{args.seconds}s per row and round; "
                 "gunicorn 2 sync workers each; "
-                f"our platform on {database}, DB_CONN_MAX_AGE={args.conn_max_age}; {os.cpu_count()} CPUs",
+                f"our platform on {database}, DB_CONN_MAX_AGE={kept}; "
+                f"{os.cpu_count()} CPUs",
                 flush=True,
             )
             print(
@@ -481,6 +488,11 @@ def main() -> None:
                 f"{ours.server_cpu_ms / original.server_cpu_ms:.2f}× the original's, "
                 f"{ours.server_cpu_ms / me.server_cpu_ms:.2f}× /api/me's"
             )
+        floor = results["our /healthz"]
+        print(
+            f"our /healthz (one SELECT 1, no session, no DRF): {floor.requests_per_s / original.requests_per_s:.2f}× "
+            "the original's rate: what our cheapest view that reads the database reaches on this machine"
+        )
         job, trivial = results["our GET /api/jobs/<id> (token)"], results["our /api/me (token)"]
         print(
             f"GET /api/jobs/<id> with a token (issue 14): {job.requests_per_s:.0f} req/s, /api/me with a token "

@@ -507,7 +507,10 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between an agent's reports (2)")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn sync workers (3, as the Dockerfile)")
     parser.add_argument(
-        "--conn-max-age", type=int, default=None, help="DB_CONN_MAX_AGE of the server (default: as set here, else 0)"
+        "--conn-max-age",
+        type=int,
+        default=None,
+        help="DB_CONN_MAX_AGE of the server (default: as set here, else the settings' 600)",
     )
     parser.add_argument("--catch-up-rounds", type=int, default=2, help="hour-long buffers each node sends (2)")
     parser.add_argument(
@@ -563,7 +566,7 @@ def main() -> None:
         agents = [Agent(n, chief=i == 0) for i, n in enumerate(names)]
         version = ".".join(map(str, connection.get_database_version()))
         print(
-            f"PostgreSQL {version}, {label}, DB_CONN_MAX_AGE={env.get('DB_CONN_MAX_AGE', '0')}; job of {args.nodes} "
+            f"PostgreSQL {version}, {label}, DB_CONN_MAX_AGE={env.get('DB_CONN_MAX_AGE', '600')}; job of {args.nodes} "
             f"nodes, a client thread each; {psutil.cpu_count()} CPUs shared by clients, server and database "
             f"(load average {os.getloadavg()[0]:.1f} before)"
         )

@@ -1,5 +1,5 @@
 """What every endpoint of the REST API shares (docs/API.md): refusals as `{"error": reason}` with the fields at fault,
-their place in the OpenAPI schema, and the rate limit on job submissions per token."""
+their place in the OpenAPI schema, the rate limit on job submissions per token, and the choice of renderer."""
 
 from __future__ import annotations
 
@@ -11,14 +11,17 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.throttling import SimpleRateThrottle
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from fc2.models import ApiToken
 
 
 def exception_handler(exc, context):
     """DRF's answer to an exception, in the API's shape: `{"error": reason}`, plus `"fields"` for invalid input."""
+    # Not imported with the module: rest_framework.views loads the negotiation class the settings name, this module's.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -94,3 +97,29 @@ class SubmitThrottle(SimpleRateThrottle):
         # Whole seconds, as Retry-After carries them: never 0 while the limit still holds.
         wait = super().wait()
         return None if wait is None else max(1, math.ceil(wait))
+
+
+class RememberedNegotiation(DefaultContentNegotiation):
+    """DRF's content negotiation, its choice remembered: the renderer it picks is a pure function of the Accept header,
+    the format asked for (`?format=`, a suffix) and the view's renderers, and parsing the header anew for every request
+    cost a tenth of a small API answer. A header it refuses (406) or one too long to be worth a key is negotiated every
+    time; what is kept stays small, as clients send few distinct headers."""
+
+    MAX_CHOICES = 256  # the oldest go first
+    MAX_ACCEPT_CHARS = 200
+    _choices: dict[tuple, tuple[int, str]] = {}
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        accept = request.META.get("HTTP_ACCEPT", "*/*")
+        if len(accept) > self.MAX_ACCEPT_CHARS:
+            return super().select_renderer(request, renderers, format_suffix)
+        format_ = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
+        key = (accept, format_, tuple(type(renderer) for renderer in renderers))
+        choice = self._choices.get(key)
+        if choice is None:
+            renderer, media_type = super().select_renderer(request, renderers, format_suffix)
+            choice = (renderers.index(renderer), media_type)
+            if len(self._choices) >= self.MAX_CHOICES:
+                self._choices.pop(next(iter(self._choices), None), None)
+            self._choices[key] = choice
+        return renderers[choice[0]], choice[1]

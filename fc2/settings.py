@@ -209,9 +209,14 @@ TEMPLATES = [
     },
 ]
 
+# Each process keeps its database connection between requests (DB_CONN_MAX_AGE seconds, 0: one per request): opening
+# one cost more than the rest of a small API answer. A connection that broke meanwhile (a database restarted) is found
+# at the start of the next request that uses it, and replaced, rather than failing that request.
 DATABASES = {
     "default": dj_database_url.config(
-        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=envint("DB_CONN_MAX_AGE", 0)
+        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
+        conn_max_age=envint("DB_CONN_MAX_AGE", 600),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -224,6 +229,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Django's own, but the signed-in user of each request is read with one prepared query (fc2.accounts.UserBackend).
+AUTHENTICATION_BACKENDS = ["fc2.accounts.UserBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -288,6 +295,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Every refusal as {"error": reason} (and "fields" for invalid input), as docs/API.md says.
     "EXCEPTION_HANDLER": "fc2.rest.exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "fc2.rest.RememberedNegotiation",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "FC² platform API",

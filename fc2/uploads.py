@@ -141,18 +141,23 @@ class UploadLimitMiddleware:
         return self.get_response(request)
 
     def process_view(self, request: HttpRequest, view, args, kwargs) -> HttpResponse | None:
-        limit = upload_limit(request)
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             declared = 0  # Django reads such a body as empty
+        multipart = request.method == "POST" and request.content_type == "multipart/form-data"
+        if declared <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE and not multipart:
+            # Within every endpoint's limit (none is below Django's own), and no file to count: which limit applies
+            # is not worth asking, as it costs loading the user, which a request such as /healthz has no use for.
+            return None
+        limit = upload_limit(request)
         if declared > limit.body_bytes:
             return refuse(
                 request,
                 f"the request is {format_bytes(declared)}, above the {format_bytes(limit.body_bytes)} limit "
                 f"for {limit.what}",
             )
-        if request.method != "POST" or request.content_type != "multipart/form-data":
+        if not multipart:
             return None
         handler = LimitedUploadHandler(request, limit)
         request.upload_handlers.insert(0, handler)

@@ -7,7 +7,36 @@ from fc2 import accounts, api, dashboard, home, jobs_api, library, rest, views, 
 from recommender import api as recommender_api
 from recommender import views as recommender_views
 
+# The REST API (docs/API.md), under one prefix resolved first: a request to it is matched against the API's routes
+# alone, and a page's request never against them.
+api_urls = [
+    path("jobs/<int:job_id>/report", api.ReportView.as_view(), name="api-job-report"),
+    path("me", api.MeView.as_view(), name="api-me"),
+    path("recommend", recommender_api.RecommendView.as_view(), name="api-recommend"),
+    # The jobs API; fc2/uploads.py knows the URL names of those that take files.
+    path("bundles", jobs_api.BundlesView.as_view(), name="api-bundles"),
+    path("bundles/<int:bundle_id>", jobs_api.BundleView.as_view(), name="api-bundle"),
+    path("datasets", jobs_api.DatasetsView.as_view(), name="api-datasets"),
+    path("datasets/<int:dataset_id>", jobs_api.DatasetView.as_view(), name="api-dataset"),
+    path("jobs", jobs_api.JobsView.as_view(), name="api-jobs"),
+    path("jobs/<int:job_id>", jobs_api.JobView.as_view(), name="api-job"),
+    path("jobs/<int:job_id>/logs", jobs_api.JobLogsView.as_view(), name="api-job-logs"),
+    path("jobs/<int:job_id>/artifacts", jobs_api.JobArtifactsView.as_view(), name="api-job-artifacts"),
+    path(
+        "jobs/<int:job_id>/artifacts/<int:artifact_id>",
+        jobs_api.ArtifactDownloadView.as_view(),
+        name="api-job-artifact",
+    ),
+    path("jobs/<int:job_id>/cancel", jobs_api.JobCancelView.as_view(), name="api-job-cancel"),
+    path("jobs/<int:job_id>/rerun", jobs_api.JobRerunView.as_view(), name="api-job-rerun"),
+    # Any signed-in user (a session or a personal token): the API's shapes hold no secret, but they map the private
+    # API, which anonymous visitors have no use for.
+    path("schema", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
+    re_path(r"^(?P<rest>.*)$", rest.no_such_endpoint),
+]
+
 urlpatterns = [
+    path("api/", include(api_urls)),
     path("", home.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     # Before Django's own: the login page offers password reset only where mail can deliver a link (fc2.accounts).
@@ -29,29 +58,6 @@ urlpatterns = [
     path("dashboard/", dashboard.dashboard_page, name="dashboard"),
     path("account/tokens/", accounts.tokens_page, name="account-tokens"),
     path("account/tokens/<int:token_id>/revoke/", accounts.revoke_token, name="account-token-revoke"),
-    path("api/jobs/<int:job_id>/report", api.ReportView.as_view(), name="api-job-report"),
-    path("api/me", api.MeView.as_view(), name="api-me"),
-    path("api/recommend", recommender_api.RecommendView.as_view(), name="api-recommend"),
-    # The jobs API (docs/API.md); fc2/uploads.py knows the URL names of those that take files.
-    path("api/bundles", jobs_api.BundlesView.as_view(), name="api-bundles"),
-    path("api/bundles/<int:bundle_id>", jobs_api.BundleView.as_view(), name="api-bundle"),
-    path("api/datasets", jobs_api.DatasetsView.as_view(), name="api-datasets"),
-    path("api/datasets/<int:dataset_id>", jobs_api.DatasetView.as_view(), name="api-dataset"),
-    path("api/jobs", jobs_api.JobsView.as_view(), name="api-jobs"),
-    path("api/jobs/<int:job_id>", jobs_api.JobView.as_view(), name="api-job"),
-    path("api/jobs/<int:job_id>/logs", jobs_api.JobLogsView.as_view(), name="api-job-logs"),
-    path("api/jobs/<int:job_id>/artifacts", jobs_api.JobArtifactsView.as_view(), name="api-job-artifacts"),
-    path(
-        "api/jobs/<int:job_id>/artifacts/<int:artifact_id>",
-        jobs_api.ArtifactDownloadView.as_view(),
-        name="api-job-artifact",
-    ),
-    path("api/jobs/<int:job_id>/cancel", jobs_api.JobCancelView.as_view(), name="api-job-cancel"),
-    path("api/jobs/<int:job_id>/rerun", jobs_api.JobRerunView.as_view(), name="api-job-rerun"),
-    # Any signed-in user (a session or a personal token): the API's shapes hold no secret, but they map the private
-    # API, which anonymous visitors have no use for.
-    path("api/schema", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
-    re_path(r"^api/(?P<rest>.*)$", rest.no_such_endpoint),
     path("recommender/", recommender_views.anwar, name="recommender-anwar"),
     path("recommender/catalogs/", recommender_views.catalogs, name="recommender-catalogs"),
     path("recommender/records/", recommender_views.records, name="recommender-records"),

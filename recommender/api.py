@@ -180,10 +180,10 @@ class RecommendView(APIView):
                     _valid_inputs.pop(next(iter(_valid_inputs), None), None)
                 _valid_inputs[key] = valid
         try:
-            answer = service.recommend(*valid)
+            answer = service.recommend_as_dict(*valid)
         except RecommendationError as exc:
             body = {"error": str(exc)}
             if isinstance(exc, MissingProfilesError):
                 body["missing_profiles"] = [vars(p) for p in exc.missing]
             return Response(body, status=400)
-        return Response(service.as_dict(answer))
+        return Response(answer)

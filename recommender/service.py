@@ -29,10 +29,10 @@ from recommender.types import (
 _catalog_cache: dict[str, tuple[object, tuple[InstanceSpec, ...]]] = {}
 # workload -> (stamp, records)
 _records_cache: dict[str, tuple[object, tuple[PerfRecord, ...]]] = {}
-# (catalogue, request) -> (catalogue stamp, records stamp, answer): every algorithm is a pure function of the request,
-# the catalogue and the workload's records, so an answer holds until either changes. The lookup's answers for one
-# workload are its prepared table; the model's spare a fit per repeated request.
-_answers: dict[tuple[str, RecommendRequest], tuple[object, object, Recommendation]] = {}
+# (catalogue, request) -> (catalogue stamp, records stamp, answer, its JSON shape): every algorithm is a pure function
+# of the request, the catalogue and the workload's records, so an answer holds until either changes. The lookup's
+# answers for one workload are its prepared table; the model's spare a fit per repeated request.
+_answers: dict[tuple[str, RecommendRequest], tuple[object, object, Recommendation, dict]] = {}
 MAX_CACHED_ANSWERS = 4096  # the oldest go first: a bound, not a policy (a lookup grid is a few hundred points)
 
 
@@ -111,11 +111,20 @@ def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Reco
     """Answer `request` from the catalogue and the workload's records (RecommendationError when it cannot).
 
     The answer may be one given before, from the same catalogue and records: shared, so not to be changed."""
+    return _answer(request, catalog)[0]
+
+
+def recommend_as_dict(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> dict:
+    """`as_dict(recommend(request, catalog))`, made once per answer: shared as the answer is, so not to be changed."""
+    return _answer(request, catalog)[1]
+
+
+def _answer(request: RecommendRequest, catalog: str) -> tuple[Recommendation, dict]:
     catalog_stamp, records_stamp = _stamps(catalog, request.workload or None)
     key = (catalog, request)
     cached = _answers.get(key)
     if cached is not None and cached[0] == catalog_stamp and cached[1] == records_stamp:
-        return cached[2]
+        return cached[2], cached[3]
     specs = _specs(catalog, catalog_stamp)
     records = _records(request.workload, records_stamp) if request.workload else []
 
@@ -125,10 +134,11 @@ def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Reco
         return perfmodel.recommend_model(req, specs, records)
 
     answer = algorithms.recommend(request, specs, records, predict=predict)
+    shape = as_dict(answer)
     if len(_answers) >= MAX_CACHED_ANSWERS:
         _answers.pop(next(iter(_answers), None), None)
-    _answers[key] = (catalog_stamp, records_stamp, answer)
-    return answer
+    _answers[key] = (catalog_stamp, records_stamp, answer, shape)
+    return answer, shape
 
 
 def as_dict(recommendation: Recommendation) -> dict:

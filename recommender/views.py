@@ -42,7 +42,7 @@ def anwar(request: HttpRequest) -> HttpResponse:
             algorithm="lookup", workload=data["workload"], batch_size=data["batch_size"], latency_ms=data["latency_ms"]
         )
         try:
-            answer = service.as_dict(service.recommend(lookup))
+            answer = service.recommend_as_dict(lookup)
         except RecommendationError as exc:
             error = str(exc)
     workload = form.data.get("workload") or (form.fields["workload"].choices or [("", "")])[0][0]

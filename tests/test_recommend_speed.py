@@ -16,6 +16,7 @@ from recommender import api, service
 from recommender.models import InstanceType, PerformanceRecord
 from recommender.types import RecommendRequest
 from tests.test_recommender_interfaces import TABLE4, fc2_catalog, table4  # noqa: F401 -- fixtures, used below
+from tests.test_speed_paths import in_another_process
 
 # The fc2-2018 catalogue (fc2_catalog, autouse) and Table 4 as workload "mnist" for every test.
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("table4")]
@@ -60,6 +61,7 @@ def test_a_kept_answer_is_the_answer_computed_afresh(monkeypatch, request_):
 
     assert again is first
     assert service.as_dict(afresh) == service.as_dict(first)
+    assert service.recommend_as_dict(request_) == service.as_dict(first)  # the JSON shape, made once per answer
 
 
 def test_the_endpoint_answers_the_same_before_and_after_it_keeps_anything(signed_in, monkeypatch):
@@ -120,6 +122,34 @@ def test_an_instance_type_changed_changes_the_next_answer(signed_in):
     c4.save()
 
     assert signed_in.get(reverse("api-recommend"), body).json()["worker_type"] == "t2.xlarge"  # $0.2336/h
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_record_added_by_another_process_changes_the_answer_kept_here(signed_in):
+    """Another gunicorn worker, a job's results coming in through a Celery worker, `manage.py import_perf_data`."""
+    assert (lookup(signed_in)["workers"], lookup(signed_in)["predicted_epoch_time_s"]) == (4, 57)  # kept here now
+
+    in_another_process(
+        "from recommender.models import PerformanceRecord\n"
+        "PerformanceRecord.objects.create(workload='mnist', workers=2, batch_size=6400, latency_ms=0, epoch_time_s=40)"
+    )
+
+    assert (lookup(signed_in)["workers"], lookup(signed_in)["predicted_epoch_time_s"]) == (2, 40)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_type_repriced_by_another_process_changes_the_answer_kept_here(signed_in):
+    body = {"algorithm": "cost-opt", "ps_type": "m4.large", "worker_types": "m4.xlarge,t2.xlarge,c4.xlarge"}
+    assert signed_in.get(reverse("api-recommend"), {**body, "max_workers": 6}).json()["worker_type"] == "c4.xlarge"
+
+    in_another_process(
+        "from recommender.models import InstanceType\n"
+        "c4 = InstanceType.objects.get(catalog__name='fc2-2018', name='c4.xlarge')\n"
+        "c4.hourly_price = '0.3'\n"
+        "c4.save()"
+    )
+
+    assert signed_in.get(reverse("api-recommend"), {**body, "max_workers": 6}).json()["worker_type"] == "t2.xlarge"
 
 
 @pytest.mark.parametrize(
