@@ -10,6 +10,8 @@ SQLite table of measured rows, the worker count of the smallest time per epoch r
 table holds the rows our platform ships (Anwar's Table 4, recommender/data/anwar2021-table4.csv), so both answer from
 the same data. Its code goes into a scratch directory under /tmp, never into the project, and runs from a scratch venv
 (`pip install flask sqlalchemy gunicorn`, kept between runs in /tmp/fc2-lookup-speed-venv; `--fresh-venv` rebuilds it).
+Beside it, the same gunicorn serves a bare WSGI app that answers "ok": what gunicorn itself costs per answer, the floor
+under every other row.
 
 Our platform runs from this checkout under gunicorn with 2 workers on a scratch FC2_VAR_DIR (SQLite; with
 `--database-url`, a scratch PostgreSQL database `fc2_lookup_<pid>` made beside that URL's and dropped after): migrate,
@@ -109,6 +111,13 @@ def index():
     return render_template("index.html", **options, batch_size=batch_size, latency=latency, machines=machines)
 '''
 
+# What gunicorn costs before any application runs: the floor under every row, the original's and ours.
+FLOOR_APP = """\
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"ok"]
+"""
+
 ORIGINAL_PAGE = """<!doctype html>
 <html><head><title>Recommendation System for Fast Distributed Deep Learning on Cloud</title></head>
 <body>
@@ -165,7 +174,7 @@ class Target:
     body: str = ""
     headers: tuple[tuple[str, str], ...] = ()
     expect: str = ""  # a string every answer must contain (checked once before the load)
-    original: bool = False  # served by the original (else by our platform)
+    server: str = "ours"  # which gunicorn serves it: "ours", "original" or "floor"
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,7 @@ def write_original(scratch: Path) -> Path:
     folder = scratch / "original"
     folder.mkdir()
     (folder / "app.py").write_text(ORIGINAL_APP)
+    (folder / "floor.py").write_text(FLOOR_APP)
     (folder / "templates").mkdir()
     (folder / "templates" / "index.html").write_text(ORIGINAL_PAGE)
     database = folder / "lookup.sqlite3"
@@ -353,7 +363,7 @@ def median_run(runs: list[Measured]) -> Measured:
     return Measured(*(statistics.median(getattr(m, name) for m in runs) for name in Measured.__dataclass_fields__))
 
 
-def targets(original_port: int, platform_port: int, researcher: dict) -> list[Target]:
+def targets(original_port: int, floor_port: int, platform_port: int, researcher: dict) -> list[Target]:
     base = f"http://{HOST}:{platform_port}"
     csrf = secrets.token_hex(16)  # any 32-character secret: Django compares the header with the cookie
     cookie = (("Cookie", f"sessionid={researcher['sessionid']}; csrftoken={csrf}"),)
@@ -370,8 +380,9 @@ def targets(original_port: int, platform_port: int, researcher: dict) -> list[Ta
             "batch_size=6400&latency=0",
             (("Content-Type", form),),
             expect="Recommended Machines 4",
-            original=True,
+            server="original",
         ),
+        Target("gunicorn alone (a bare WSGI app)", f"http://{HOST}:{floor_port}/", expect="ok", server="floor"),
         Target("our /healthz", f"{base}/healthz", expect='"ok": true'),
         Target("our /api/me (session)", f"{base}/api/me", headers=cookie, expect="bench-researcher"),
         Target("our /api/me (token)", f"{base}/api/me", headers=token, expect="bench-researcher"),
@@ -428,14 +439,16 @@ def main() -> None:
         env = platform_env(var_dir, database_url, args.conn_max_age)
         researcher = prepare_platform(env, var_dir)
         original_env = {"PATH": os.environ.get("PATH", ""), "LOOKUP_DB": str(original_dir / "lookup.sqlite3")}
-        original_port, platform_port = free_port(), free_port()
+        original_port, floor_port, platform_port = free_port(), free_port(), free_port()
         with (
             gunicorn("the original", venv / "bin" / "gunicorn", "app:app", original_port, original_dir, original_env,
                      scratch / "original.log") as original_server,
+            gunicorn("the bare WSGI app", venv / "bin" / "gunicorn", "floor:app", floor_port, original_dir,
+                     original_env, scratch / "floor.log") as floor,
             gunicorn("our platform", PLATFORM_BIN / "gunicorn", "fc2.wsgi:application", platform_port, PROJECT_DIR, env,
                      scratch / "platform.log") as platform,
         ):  # fmt: skip
-            rows = targets(original_port, platform_port, researcher)
+            rows = targets(original_port, floor_port, platform_port, researcher)
             for target in rows:
                 answer = fetch(target)
                 if target.expect not in answer:
@@ -459,7 +472,7 @@ def main() -> None:
             )
 
             def pid_of(target: Target) -> int:
-                return (original_server if target.original else platform).pid
+                return {"original": original_server, "floor": floor, "ours": platform}[target.server].pid
 
             for target in rows:  # every worker's first answers import the views and load what later ones reuse
                 load(wrk, target, args, scratch, args.warmup, pid_of(target))
@@ -488,10 +501,16 @@ def main() -> None:
                 f"{ours.server_cpu_ms / original.server_cpu_ms:.2f}× the original's, "
                 f"{ours.server_cpu_ms / me.server_cpu_ms:.2f}× /api/me's"
             )
-        floor = results["our /healthz"]
+        healthz, bare = results["our /healthz"], results["gunicorn alone (a bare WSGI app)"]
         print(
-            f"our /healthz (one SELECT 1, no session, no DRF): {floor.requests_per_s / original.requests_per_s:.2f}× "
+            f"our /healthz (one SELECT 1, no session, no DRF): {healthz.requests_per_s / original.requests_per_s:.2f}× "
             "the original's rate: what our cheapest view that reads the database reaches on this machine"
+        )
+        print(
+            f"gunicorn alone: {bare.requests_per_s / original.requests_per_s:.2f}× the original's rate, "
+            f"{bare.server_cpu_ms:.3f} ms of server CPU per answer before any application code runs; twice the "
+            f"original's rate leaves {original.server_cpu_ms / 2:.3f} ms per answer in all, "
+            f"{original.server_cpu_ms / 2 - bare.server_cpu_ms:.3f} ms for the application"
         )
         job, trivial = results["our GET /api/jobs/<id> (token)"], results["our /api/me (token)"]
         print(
