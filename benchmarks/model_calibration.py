@@ -317,7 +317,8 @@ def true_epoch_time(spec: InstanceSpec, n: int, batch: int, latency_ms: float) -
 def off_family_epoch_time(spec: InstanceSpec, n: int, batch: int, latency_ms: float) -> float | None:
     """A ground truth outside every form the model can take: Amdahl's law with sub-linear speed-up (5 % serial,
     n^0.85), a straggler factor 1 + 0.1·√(2 ln n) (the slowest of n workers sets the pace), and a tree all-reduce whose
-    messages grow as log2 n — none of √, n^0.85 or log2 n·l is a feature of anwar-eq5 or ernest."""
+    messages grow as log2 n but whose bytes shrink as log2 n / n — neither √, n^0.85 nor that volume is a feature of
+    anwar-eq5 or ernest (anwar-eq5/tree has the latency term)."""
     if batch / n * MB_PER_SAMPLE > spec.memory_gib * 1024:
         return None
     speed = TRUE_SPEED.get(spec.name, spec.ecu)

@@ -9,18 +9,26 @@ Model forms (every coefficient ≥ 0, fitted with scipy.optimize.nnls, so each t
 are therefore positive and never decrease with latency):
 
 - ``anwar-eq5`` — Anwar et al. eq. 5, t = o/x_n + l·r, generalised:
-  t = θ_fixed + κ_type·w(b)/n + s(b)·(θ_step + θ_lat·l·m(n) + θ_xfer·v(n)).
-  κ_type·w/n is compute over the cluster's throughput; s(b) counts steps per epoch; m(n) messages and v(n) bytes sent
-  per step: ring all-reduce m = 2(n−1), v = 2(n−1)/n (no traffic for n = 1); parameter server m = 2, v = n (the PS
-  link carries every worker's gradients). The pattern is the records' own: "ps" when most records name a PS or the
-  ps strategy, else ring.
+  t = θ_fixed + κ_type·w(b)/n + s(b, n)·(θ_step + θ_lat·l·m(n) + θ_xfer·v(n)).
+  κ_type·w/n is compute over the cluster's throughput; s counts steps per epoch; m(n) messages one after another and
+  v(n) bytes sent per step. The pattern is the records' own: "ps" when most records name a PS or the ps strategy (m = 2,
+  v = n: the PS link carries every worker's gradients), else "all-reduce" (v = 2(n−1)/n, none for n = 1), whose
+  message law is part of the form (the name's part after "/"): ``tree`` — m = 2·log2 n, the latency term of
+  Rabenseifner's all-reduce (Thakur, Rabenseifner & Gropp 2005: recursive halving then doubling, what collectives use
+  when the messages are small and latency dominates); ``ring`` — m = 2(n−1), a ring's 2(n−1) steps. Where the records
+  cannot tell the two apart (two worker counts, one of them a single machine), the tree stands: TensorFlow's
+  collectives measured on the lab took 1.07× as long per epoch under latency at 3 workers as at 2 with the batch per
+  replica (recommender/data/lab-digits-grid.csv), as the tree's 2·log2 n/n says (1.06×), not the ring's 2(n−1)/n
+  (1.33×).
 - ``ernest`` — Venkataraman et al. (NSDI'16), t = θ0 + θ1·size/n + θ2·log n + θ3·n, extended the same way:
   t = θ0 + κ_type·w(b)/n + s(b)·(θ_logn·log2 n + θ_n·n + l·(θ_lat_logn·log2 n + θ_lat_n·n)).
 
-Each form comes with three readings of what an epoch is (the batch scaling, the part of the family name after ":"):
-``pass`` — one pass over a fixed data set: steps ∝ 1/b, compute per epoch independent of b (s = 1/b, w = 1);
-``steps`` — a fixed number of steps: s = 1, w = b; ``samples`` — work and messages both grow with b: s = w = b
-(Anwar's Table 4, where epoch time is roughly proportional to the batch size at every n).
+Each form comes with four readings of what an epoch is (the batch scaling, the part of the family name after ":"):
+``replica`` — one pass over a fixed data set with B the batch of each worker (FC²'s and Shi's batch sizes, and
+TensorFlow's strategies' per-replica batch): n·B samples a step, so s = 1/(n·b), w = 1; ``pass`` — the same with B the
+whole cluster's batch: s = 1/b, w = 1; ``steps`` — a fixed number of steps: s = 1, w = b; ``samples`` — work and
+messages both grow with b: s = w = b (Anwar's Table 4, where epoch time is roughly proportional to the batch size at
+every n). Where the records cannot tell them apart, the first listed stands.
 Speed: ``catalogue`` — one compute coefficient, κ_type = θ/speed_type; ``per-type`` — one free κ per measured type
 (GPUs and burstable t2 do not follow their ECU); a type without records is priced through the catalogue as
 median(κ_t·speed_t)/speed_type. Loss: ``absolute`` (plain NNLS) or ``relative`` (rows weighted 1/t, i.e. least
@@ -37,7 +45,9 @@ import numpy as np
 from recommender.types import InstanceSpec, RecommendationError
 
 SHAPES = ("anwar-eq5", "ernest")
-SCALINGS = ("pass", "steps", "samples")
+# anwar-eq5's message laws for each pattern of the records, the one that stands where the records cannot tell first.
+MESSAGE_LAWS = {"all-reduce": ("tree", "ring"), "ps": ("ps",)}
+SCALINGS = ("replica", "pass", "steps", "samples")
 SPEEDS = ("catalogue", "per-type")
 LOSSES = ("relative", "absolute")
 
@@ -48,10 +58,12 @@ class _Form:
     scaling: str  # one of SCALINGS
     speed: str  # one of SPEEDS
     loss: str  # one of LOSSES
+    messages: str = ""  # anwar-eq5's message law (MESSAGE_LAWS); ernest has its own terms
 
     @property
     def family(self) -> str:
-        return f"{self.shape}:{self.scaling}"
+        law = f"/{self.messages}" if self.messages in MESSAGE_LAWS["all-reduce"] else ""
+        return f"{self.shape}{law}:{self.scaling}"
 
     @property
     def label(self) -> str:
@@ -73,7 +85,7 @@ class _Data:
 class PerfModel:
     """Epoch time of one workload as a function of worker type, worker count, batch size and latency."""
 
-    family: str  # chosen form and batch scaling, e.g. "anwar-eq5:samples" (module docstring)
+    family: str  # chosen form, message law and batch scaling, e.g. "anwar-eq5/tree:replica" (module docstring)
     speed: str  # "catalogue" or "per-type"
     loss: str  # "relative" or "absolute"
     cv_mape: float  # cross-validated mean absolute percentage error of epoch time (0.12 = 12 %)
@@ -81,7 +93,7 @@ class PerfModel:
     coefficients: dict[str, float]  # name -> value in seconds (per ms for latency terms), for display
     alternatives: dict[str, float]  # CV MAPE of every form considered, by label
     records: int  # successful records fitted
-    pattern: str  # "ring" (all-reduce) or "ps": how messages grow with n
+    pattern: str  # "all-reduce" or "ps": how messages grow with n
     batch_ref: float | None  # B_ref; None when no record gives a batch size (batch then has no effect)
     latency_ref: float  # latency used when a prediction gives none: the records' most common, ms
     coverage: dict  # measured ranges: workers [min, max], batch_sizes, latencies_ms, worker_types
@@ -114,7 +126,7 @@ class PerfModel:
         n = np.asarray(workers, dtype=float)
         b = np.array([self._batch(x) for x in batch_sizes], dtype=float)
         lat = np.array([self.latency_ref if x is None else float(x) for x in latencies_ms], dtype=float)
-        _, features = _shared_features(self.form, self.pattern, n, b, lat)
+        _, features = _shared_features(self.form, n, b, lat)
         time = self.terms.time(worker_types, features, _work(self.form.scaling, b) / n)
         return np.maximum(time, 1e-9)  # a sum of non-negative terms; the floor only guards an all-zero fit
 
@@ -127,22 +139,23 @@ class PerfModel:
 # --- features -----------------------------------------------------------------------------------------------------
 
 
-def _steps(scaling: str, b: np.ndarray) -> np.ndarray:
-    return {"pass": 1.0 / b, "steps": np.ones_like(b), "samples": b}[scaling]
+def _steps(scaling: str, b: np.ndarray, n: np.ndarray) -> np.ndarray:
+    return {"replica": 1.0 / (b * n), "pass": 1.0 / b, "steps": np.ones_like(b), "samples": b}[scaling]
 
 
 def _work(scaling: str, b: np.ndarray) -> np.ndarray:
-    return np.ones_like(b) if scaling == "pass" else b
+    return np.ones_like(b) if scaling in ("replica", "pass") else b
 
 
-def _shared_features(form: _Form, pattern: str, n, b, lat) -> tuple[tuple[str, ...], np.ndarray]:
+def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarray]:
     """The type-independent columns of a form (the compute column is added per speed mode)."""
-    s = _steps(form.scaling, b)
+    s = _steps(form.scaling, b, n)
     if form.shape == "anwar-eq5":
-        if pattern == "ps":
+        if form.messages == "ps":
             messages, volume = np.full_like(n, 2.0), n
         else:
-            messages, volume = 2.0 * (n - 1.0), 2.0 * (n - 1.0) / n
+            messages = 2.0 * np.log2(n) if form.messages == "tree" else 2.0 * (n - 1.0)
+            volume = 2.0 * (n - 1.0) / n
         columns = {
             "fixed_s": np.ones_like(n),
             "step_overhead_s": s,
@@ -193,8 +206,8 @@ class _Fit:
         return shared_features @ self.shared + kappa * work_per_worker
 
 
-def _design(form: _Form, pattern: str, data: _Data, speeds: dict[str, float], measured: tuple[str, ...]):
-    names, shared = _shared_features(form, pattern, data.workers, data.batch, data.latency)
+def _design(form: _Form, data: _Data, speeds: dict[str, float], measured: tuple[str, ...]):
+    names, shared = _shared_features(form, data.workers, data.batch, data.latency)
     work = _work(form.scaling, data.batch) / data.workers
     if form.speed == "catalogue":
         compute = (work / np.array([speeds[t] for t in data.types]))[:, None]

@@ -1,10 +1,12 @@
 """Fitting a workload's model: cross-validation, the choice of family and the final fit on every record.
 
-How the family is chosen: every applicable combination (2 forms × 3 scalings × 2 speeds × 2 losses) is scored by
-cross-validated MAPE — leave-one-out (10 seeded folds above 100 records), or leave-one-group-out (one latency, worker
-count, batch size or worker type at a time) when asked and at least 3 groups exist. The chosen combination is the
-one with the fewest coefficients among those within 0.5 percentage points of the best MAPE (parsimony extrapolates
-better), then refitted on every record. Failed runs (epoch_time_s None) are never fitted as times (the predictor
+How the family is chosen: every applicable combination (anwar-eq5 with each message law of the records' pattern, and
+ernest; × 4 scalings × 2 speeds × 2 losses) is scored by cross-validated MAPE — leave-one-out (10 seeded folds above
+100 records), or leave-one-group-out (one latency, worker count, batch size or worker type at a time) when asked and at
+least 3 groups exist. The chosen combination is the one with the fewest coefficients among those within 0.5 percentage
+points of the best MAPE (parsimony extrapolates better), then the best MAPE among those, then — between forms the
+records cannot tell apart — the one listed first (`_forms`: the tree before the ring, the batch per replica before the
+cluster's); then refitted on every record. Failed runs (epoch_time_s None) are never fitted as times (the predictor
 reads them: recommender.perfmodel.predictor).
 """
 
@@ -22,6 +24,7 @@ from sklearn.model_selection import KFold, LeaveOneGroupOut, LeaveOneOut
 from recommender.algorithms import one_machine_latency_free
 from recommender.perfmodel.families import (
     LOSSES,
+    MESSAGE_LAWS,
     SCALINGS,
     SHAPES,
     SPEEDS,
@@ -40,6 +43,9 @@ LOO_LIMIT = 100  # above this, leave-one-out becomes 10 seeded folds: nearly the
 FOLDS = 10
 MIN_GROUPS = 3  # leave-one-group-out needs at least two groups left to learn the held-out axis from
 PARSIMONY_MAPE = 0.005  # forms within 0.5 pp of the best CV MAPE count as equally good: the smallest one wins
+# CV MAPEs this close are the same fit told apart by rounding alone (two message laws that agree on every measured
+# worker count): the form listed first stands, not whichever the rounding favoured.
+SAME_FIT_MAPE = 1e-6
 
 # How calibration_report and fit(cv=...) group records: name -> key of a record.
 GROUPINGS: dict[str, Callable[[PerfRecord], object]] = {
@@ -50,22 +56,28 @@ GROUPINGS: dict[str, Callable[[PerfRecord], object]] = {
 }
 
 
-def _solve(matrix: np.ndarray, time: np.ndarray, loss: str) -> np.ndarray:
-    weight = 1.0 / time if loss == "relative" else np.ones_like(time)
-    a = matrix * weight[:, None]
-    scale = np.abs(a).max(axis=0)
-    scale[scale == 0] = 1.0  # a feature that is zero on every row (e.g. latency when all runs are at 0 ms)
-    coef, _ = nnls(a / scale, time * weight, maxiter=50 * a.shape[1])
-    return coef / scale
+class _System:
+    """A form's least-squares system over every record, weighted for its loss and each column scaled to at most 1
+    (NNLS converges on columns of like size), so that each fold only takes its rows."""
+
+    def __init__(self, matrix: np.ndarray, time: np.ndarray, loss: str):
+        weight = 1.0 / time if loss == "relative" else np.ones_like(time)
+        a = matrix * weight[:, None]
+        self.scale = np.abs(a).max(axis=0)
+        self.scale[self.scale == 0] = 1.0  # a feature that is zero on every row (e.g. latency when all runs at 0 ms)
+        self.a, self.b = a / self.scale, time * weight
+
+    def solve(self, rows: np.ndarray) -> np.ndarray:
+        coef, _ = nnls(self.a[rows], self.b[rows], maxiter=50 * self.a.shape[1])
+        return coef / self.scale
 
 
-def _fit_rows(form, shared, compute, data: _Data, rows: np.ndarray, measured, speeds) -> _Fit:
-    matrix = np.hstack([shared[rows], compute[rows]])
-    coef = _solve(matrix, data.time[rows], form.loss)
-    k = shared.shape[1]
+def _fit_rows(form, system: _System, k: int, rows: np.ndarray, present: set, measured, speeds) -> _Fit:
+    """The form fitted to these rows of its system (shared columns first, k of them; then compute); present: the
+    worker types of those rows."""
+    coef = system.solve(rows)
     if form.speed == "catalogue":
         return _Fit(coef[:k], {}, float(coef[k]), speeds)
-    present = {data.types[i] for i in rows}
     compute_s = {t: float(c) for t, c in zip(measured, coef[k:], strict=True) if t in present}
     bridges = [c * speeds[t] for t, c in compute_s.items() if t in speeds]
     return _Fit(coef[:k], compute_s, float(np.median(bridges)) if bridges else None, speeds)
@@ -76,7 +88,7 @@ def _usable(records: Sequence[PerfRecord]) -> list[PerfRecord]:
 
 
 def _pattern(records: Sequence[PerfRecord]) -> str:
-    return "ring" if one_machine_latency_free(records) else "ps"  # most runs all-reduce: their messages go round a ring
+    return "all-reduce" if one_machine_latency_free(records) else "ps"
 
 
 def _most_common(values) -> float | None:
@@ -137,14 +149,16 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
     pattern = _pattern(usable)
     folds, cv_text = _folds(usable, cv)
     everything = np.arange(len(usable))
+    # Each fold's training rows and their worker types, the same for every form.
+    splits = [(train := np.setdiff1d(everything, test), test, {data.types[i] for i in train}) for test in folds]
 
-    scored = []  # (coverage, mape, parameters, order, form, design)
-    for order, form in enumerate(_forms(measured, speeds)):
-        names, shared, compute = _design(form, pattern, data, speeds, measured)
+    scored = []  # (coverage, mape, parameters, order, form, (names, shared columns, system))
+    for order, form in enumerate(_forms(measured, speeds, pattern)):
+        names, shared, compute = _design(form, data, speeds, measured)
+        system = _System(np.hstack([shared, compute]), data.time, form.loss)
         predicted = np.full(len(usable), np.nan)
-        for test in folds:
-            train = np.setdiff1d(everything, test)
-            fold_fit = _fit_rows(form, shared, compute, data, train, measured, speeds)
+        for train, test, present in splits:
+            fold_fit = _fit_rows(form, system, shared.shape[1], train, present, measured, speeds)
             work = _work(form.scaling, data.batch[test]) / data.workers[test]
             predicted[test] = fold_fit.time([data.types[i] for i in test], shared[test], work)
         priced = ~np.isnan(predicted)
@@ -152,7 +166,7 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
             continue
         mape = float(mean_absolute_percentage_error(data.time[priced], predicted[priced]))
         parameters = shared.shape[1] + compute.shape[1]
-        scored.append((priced.mean(), mape, parameters, order, form, (names, shared, compute)))
+        scored.append((priced.mean(), mape, parameters, order, form, (names, shared, system)))
     if not scored:
         raise RecommendationError(
             "cannot cross-validate a model: every worker type has a single record and the catalogue gives no speed"
@@ -160,12 +174,16 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
     coverage = max(s[0] for s in scored)
     complete = [s for s in scored if s[0] == coverage]
     best = min(s[1] for s in complete)
-    chosen = min((s for s in complete if s[1] <= best + PARSIMONY_MAPE), key=lambda s: (s[2], s[1], s[3]))
-    _, mape, _, _, form, (names, shared, compute) = chosen
+    band = [s for s in complete if s[1] <= best + PARSIMONY_MAPE]
+    fewest = min(s[2] for s in band)
+    smallest = [s for s in band if s[2] == fewest]
+    closest = min(s[1] for s in smallest)
+    chosen = min((s for s in smallest if s[1] <= closest + SAME_FIT_MAPE), key=lambda s: s[3])
+    _, mape, _, _, form, (names, shared, system) = chosen
     if coverage < 1:
         cv_text += f"; {coverage:.0%} of held-out records could be priced"
 
-    final = _fit_rows(form, shared, compute, data, everything, measured, speeds)
+    final = _fit_rows(form, system, shared.shape[1], everything, set(measured), measured, speeds)
     coefficients = {name: float(c) for name, c in zip(names, final.shared, strict=True)}
     if form.speed == "catalogue":
         coefficients["compute_s_x_speed"] = float(final.compute_per_speed)
@@ -194,11 +212,13 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
     )
 
 
-def _forms(measured: tuple[str, ...], speeds: dict[str, float]) -> list[_Form]:
+def _forms(measured: tuple[str, ...], speeds: dict[str, float], pattern: str) -> list[_Form]:
+    """Every candidate, in the order that breaks ties: where the records cannot tell two apart, the earlier stands."""
     speed_modes = [m for m in SPEEDS if m != "catalogue" or all(t in speeds for t in measured)]
     return [
-        _Form(shape, scaling, speed, loss)
+        _Form(shape, scaling, speed, loss, messages)
         for shape in SHAPES
+        for messages in (MESSAGE_LAWS[pattern] if shape == "anwar-eq5" else ("",))
         for scaling in SCALINGS
         for speed in speed_modes
         for loss in LOSSES
