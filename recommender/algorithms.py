@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
@@ -558,6 +558,16 @@ def _within_limit(request: RecommendRequest, candidate: Candidate, priced: bool)
 def runs_through_ps(record: PerfRecord) -> bool:
     """A run with a parameter server: the ps strategy, or a PS type named without the mirrored strategy."""
     return record.strategy == "ps" or bool(record.ps_type and record.strategy != "mirrored")
+
+
+def of_strategy(records: Sequence[PerfRecord], through_ps: bool) -> tuple[PerfRecord, ...]:
+    """The runs of one strategy (through a PS, or all-reduce) of each workload measured both ways: one strategy's
+    times say nothing of the other's. A workload measured one way only keeps every run: they are what there is, and
+    their own pattern decides (an all-reduce workload asked with the default strategy, ps)."""
+    kinds: dict[str, set[bool]] = {}
+    for record in records:
+        kinds.setdefault(record.workload, set()).add(runs_through_ps(record))
+    return tuple(r for r in records if len(kinds[r.workload]) == 1 or runs_through_ps(r) == through_ps)
 
 
 def one_machine_latency_free(records: Collection[PerfRecord]) -> bool:

@@ -3,7 +3,7 @@ algorithms' dataclasses, runs the algorithm, and shapes the answer for the CLI, 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from decimal import Decimal
 
 from django.db import connection
@@ -126,7 +126,10 @@ def _answer(request: RecommendRequest, catalog: str) -> tuple[Recommendation, di
     if cached is not None and cached[0] == catalog_stamp and cached[1] == records_stamp:
         return cached[2], cached[3]
     specs = _specs(catalog, catalog_stamp)
-    records = _records(request.workload, records_stamp) if request.workload else []
+    every = _records(request.workload, records_stamp) if request.workload else ()
+    # A strategy asked for: a workload measured both ways answers from that strategy's runs alone (left open, the
+    # model compares the two).
+    records = every if request.parameter_server is None else algorithms.of_strategy(every, request.parameter_server)
 
     def predict(req: RecommendRequest) -> Recommendation:
         if req.algorithm == "lookup":
@@ -134,6 +137,14 @@ def _answer(request: RecommendRequest, catalog: str) -> tuple[Recommendation, di
         return perfmodel.recommend_model(req, specs, records)
 
     answer = algorithms.recommend(request, specs, records, predict=predict)
+    if len(records) < len(every):
+        kept, other = ("a parameter server", "all-reduce") if request.parameter_server else ("all-reduce", "a PS")
+        answer = replace(
+            answer,
+            explanation=f"{answer.explanation} From the workload's runs with {kept} only: its "
+            f"{len(every) - len(records)} runs with {other} say nothing of this strategy (the model compares the two "
+            "when the strategy is left open).",
+        )
     shape = as_dict(answer)
     if len(_answers) >= MAX_CACHED_ANSWERS:
         _answers.pop(next(iter(_answers), None), None)

@@ -23,6 +23,11 @@ class LookupForm(forms.Form):
     workload = forms.ChoiceField()
     batch_size = forms.IntegerField(min_value=1, label="Batch size")
     latency_ms = forms.FloatField(min_value=0, label="Network latency (ms)")
+    # Anwar's runs were all-reduce: the answer comes from a workload's all-reduce runs unless the PS's are asked for
+    # (a workload measured one way answers from its runs whichever is asked).
+    strategy = forms.ChoiceField(
+        choices=[("mirrored", "All-reduce (mirrored)"), ("ps", "Parameter server")], required=False, label="Strategy"
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -39,7 +44,11 @@ def anwar(request: HttpRequest) -> HttpResponse:
     elif form.is_bound and form.is_valid():
         data = form.cleaned_data
         lookup = RecommendRequest(
-            algorithm="lookup", workload=data["workload"], batch_size=data["batch_size"], latency_ms=data["latency_ms"]
+            algorithm="lookup",
+            workload=data["workload"],
+            batch_size=data["batch_size"],
+            latency_ms=data["latency_ms"],
+            parameter_server=data["strategy"] == "ps",
         )
         try:
             answer = service.recommend_as_dict(lookup)

@@ -18,8 +18,10 @@ from fc2.celery import app as celery_app
 from fc2.models import Job
 from fc2.services import jobs, pipeline
 from fc2.services.jobs import STRATEGY_LEFT_OPEN_REASON
+from recommender import service
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
+from recommender.types import RecommendRequest
 from tests.conftest import cluster_processes, make_job
 from tests.test_wizard import resource_form, step_url, through_data
 
@@ -125,6 +127,63 @@ def test_left_open_with_records_of_neither_strategy_is_refused_with_the_reason(a
         jobs.submit(alice, jobs.JobRequest(bundle=bundle, dataset=digits, **left_open()), plan_first=True)
 
     assert refused.value.field == "algorithm" and not Job.objects.exists()
+
+
+# --- a workload measured both ways, its strategy named ------------------------------------------------------------
+
+STRATEGY_NAMED = [
+    # (algorithm, parameter_server, what answers): each strategy from its own runs, whichever would win the other's
+    ("lookup", True, 4, 26.0),  # the PS's 26 s at 4, not all-reduce's 62 s
+    ("lookup", False, 4, 62.0),
+    ("model", True, 4, 26.0),
+    ("model", False, 4, 62.0),
+]
+
+
+@pytest.mark.parametrize(("algorithm", "parameter_server", "workers", "epoch_time_s"), STRATEGY_NAMED)
+def test_a_strategy_named_answers_from_that_strategy_s_runs_alone(algorithm, parameter_server, workers, epoch_time_s):
+    records(*CASES[0][:2])
+    request = RecommendRequest(
+        algorithm=algorithm, workload=WORKLOAD, batch_size=BATCH, latency_ms=0.0, parameter_server=parameter_server,
+        worker_types=("c4.xlarge",), max_workers=4,
+    )  # fmt: skip
+
+    answer = service.recommend(request, "fc2-2018")
+
+    assert (answer.workers, answer.predicted_epoch_time_s) == (workers, epoch_time_s)
+    assert {c.epoch_time_s for c in answer.candidates} == set(CASES[0][0 if parameter_server else 1].values())
+    other = "all-reduce" if parameter_server else "a PS"
+    assert f"its 4 runs with {other} say nothing of this strategy" in answer.explanation
+
+
+def test_a_workload_measured_one_way_answers_any_strategy_from_its_runs():
+    """An all-reduce workload asked with the default strategy (ps) as before: its runs are what there is."""
+    records({}, CASES[0][1])
+    request = RecommendRequest(algorithm="lookup", workload=WORKLOAD, batch_size=BATCH, latency_ms=0.0)
+
+    answer = service.recommend(request, "fc2-2018")
+
+    assert (answer.workers, answer.predicted_epoch_time_s) == (4, 62.0)
+    assert "say nothing of this strategy" not in answer.explanation
+
+
+def test_a_job_with_its_strategy_named_is_planned_from_that_strategy_s_runs(alice, bundle, digits):
+    records(*CASES[1][:2])  # all-reduce scales, the PS saturates
+    plan = jobs.plan(jobs.JobRequest(bundle=bundle, dataset=digits, **left_open(strategy="ps", ps_type="m4.large")))
+    assert plan.predicted_epoch_time_s == pytest.approx(90.0)  # the PS's 2 workers, not all-reduce's 52 s
+
+
+def test_the_lookup_page_asks_which_strategy_of_a_workload_measured_both_ways(client, alice):
+    records(*CASES[0][:2])
+    client.force_login(alice)
+    query = {"workload": WORKLOAD, "batch_size": BATCH, "latency_ms": 0}
+
+    mirrored = client.get(reverse("recommender-anwar"), query)  # all-reduce, Anwar's strategy, unless asked
+    ps = client.get(reverse("recommender-anwar"), {**query, "strategy": "ps"})
+
+    assert mirrored.context["answer"]["predicted_epoch_time_s"] == 62.0
+    assert ps.context["answer"]["predicted_epoch_time_s"] == 26.0
+    assert b'name="strategy"' in ps.content
 
 
 def test_the_wizard_offers_it_with_the_model_says_what_was_chosen_and_files_the_job_left_open(client, alice, bundle):
