@@ -24,6 +24,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.db import connections, router
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -34,7 +35,16 @@ from fc2.services import tokens
 
 
 class UserBackend(ModelBackend):
-    """Django's ModelBackend (passwords, permissions, is_active), with the user of a session read by `load_user`."""
+    """Django's ModelBackend (passwords, permissions, is_active), with the user of a session read by `load_user`.
+
+    settings.AUTHENTICATION_BACKENDS lists ModelBackend after it only for the sessions signed in before this backend
+    existed, which name ModelBackend: a refused sign-in stops here, so a wrong password is never hashed twice."""
+
+    def authenticate(self, request, username=None, password=None, **kwargs) -> AbstractBaseUser | None:
+        user = super().authenticate(request, username=username, password=password, **kwargs)
+        if user is None:
+            raise PermissionDenied  # the sign-in fails, as it would have; no other backend checks it again
+        return user
 
     def get_user(self, user_id) -> AbstractBaseUser | None:
         user = load_user(user_id)

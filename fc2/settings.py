@@ -229,8 +229,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Django's own, but the signed-in user of each request is read with one prepared query (fc2.accounts.UserBackend).
-AUTHENTICATION_BACKENDS = ["fc2.accounts.UserBackend"]
+# Django's own, but the signed-in user of each request is read with one prepared query (fc2.accounts.UserBackend);
+# ModelBackend still reads the users of sessions signed in before it (their session names it), and checks no password.
+AUTHENTICATION_BACKENDS = ["fc2.accounts.UserBackend", "django.contrib.auth.backends.ModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

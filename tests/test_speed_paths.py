@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -60,6 +61,25 @@ def test_the_user_is_read_as_the_orm_reads_it(alice):
     ]
     assert loaded.last_login.tzinfo is not None and loaded._state.adding is False and loaded._state.db == "default"
     assert loaded.check_password("alice-password-1")
+
+
+def test_a_session_signed_in_before_the_backend_existed_stays_signed_in(client, alice):
+    """Its session names Django's ModelBackend: upgrading must not sign every user out."""
+    client.force_login(alice, backend="django.contrib.auth.backends.ModelBackend")
+
+    assert client.get(reverse("api-me")).json()["username"] == "alice"
+
+
+@pytest.mark.parametrize(("password", "signed_in"), [("alice-password-1", True), ("wrong", False)])
+def test_signing_in_checks_the_password_once(client, alice, password, signed_in):
+    with mock.patch.object(
+        type(alice), "check_password", autospec=True, side_effect=type(alice).check_password
+    ) as check:
+        answer = client.post(reverse("login"), {"username": "alice", "password": password})
+
+    assert check.call_count == 1  # a refusal stops at the first backend: no second hash of a wrong password
+    assert (answer.status_code == 302) is signed_in
+    assert (client.get(reverse("api-me")).status_code == 200) is signed_in
 
 
 def test_no_such_user_is_none(alice):
