@@ -177,8 +177,7 @@ class JobOutput(JobSummary):
 
     class Meta(JobSummary.Meta):
         fields = [*JobSummary.Meta.fields, "requested_strategy", "parameters", "workload", "region", "latency_ms"]
-        fields += ["catalog"]
-        fields += ["worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
+        fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
         fields += ["recommendation", "artifacts", "url"]
 
     @extend_schema_field(OpenApiTypes.URI)

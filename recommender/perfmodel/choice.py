@@ -34,11 +34,18 @@ def _prepare(request: RecommendRequest, catalog: Sequence[InstanceSpec], records
     """The workload's records, its predictor and the catalogue's prices."""
     if request.budget is not None and request.max_workers is not None:
         raise RecommendationError("give a budget or a maximum number of workers, not both")
-    if request.workload:
-        records = [r for r in records if r.workload == request.workload]
-        if not records:
-            raise RecommendationError(f"no performance records for workload {request.workload!r}")
-    return list(records), predictor(records, catalog), {s.name: s.hourly_price for s in catalog}
+    records = _of_workload(request, records)
+    return records, predictor(records, catalog), {s.name: s.hourly_price for s in catalog}
+
+
+def _of_workload(request: RecommendRequest, records: Sequence[PerfRecord]) -> list[PerfRecord]:
+    """The records of the request's workload (all of them when it names none); RecommendationError when it has none."""
+    if not request.workload:
+        return list(records)
+    own = [r for r in records if r.workload == request.workload]
+    if not own:
+        raise RecommendationError(f"no performance records for workload {request.workload!r}")
+    return own
 
 
 def _limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, measured_max: int) -> int:
@@ -173,10 +180,7 @@ def _either_strategy(
     own predictor elsewhere), a parameter-server cluster paying for its PS and an all-reduce one for none; the α/β
     choice is then made over both together. A strategy with no records of the workload is not guessed at: the answer
     says it was not compared and how to give it records."""
-    if request.workload:
-        records = [r for r in records if r.workload == request.workload]
-        if not records:
-            raise RecommendationError(f"no performance records for workload {request.workload!r}")
+    records = _of_workload(request, records)
     answers: dict[str, Recommendation] = {}
     left_out: list[str] = []
     for strategy, (label, through_ps) in STRATEGIES.items():
