@@ -5,10 +5,12 @@ Data sets, and what each is:
 
 1. **Real grids, as shipped** — every grid CSV in recommender/data/ not marked constructed (format from samples.toml
    when listed there, else read from the file: a header row naming ``workload`` is the csv format, numbers are
-   anwar2021). Today that is only ``anwar2021-table4.csv``: the nine rows Anwar et al. 2021 print as Table 4 (MNIST,
-   all-reduce, 1–4 workers) plus §6.2's failed one-machine run at batch size 64,000 — 9 times over 4 batch sizes and
-   2 latencies, too sparse to hold much out (two latencies: holding one out leaves too little to fit a model). A lab-
-   measured grid dropped into recommender/data/ later (anwar2021 or csv import format) is run too.
+   anwar2021). Today: ``anwar2021-table4.csv``, the nine rows Anwar et al. 2021 print as Table 4 (MNIST, all-reduce,
+   1–4 workers) plus §6.2's failed one-machine run at batch size 64,000 — 9 times over 4 batch sizes and 2 latencies,
+   too sparse to hold much out (two latencies: holding one out leaves too little to fit a model); and the lab's two
+   grids of one workload measured here (``manage.py lab_sweep``): ``lab-digits-grid.csv`` through TensorFlow's
+   all-reduce (48 runs) and ``lab-digits-ps-grid.csv`` through a parameter server (36 runs). A grid dropped into
+   recommender/data/ later (anwar2021 or csv import format) is run too.
    ``--grid PATH --format anwar2021|csv`` runs that one file instead of the shipped ones.
 2. **Constructed, not measured** — ``recommender/data/anwar2021-constructed-grid.csv`` (its first line says so): the
    dense grid the issue asks about (4 worker counts × 6 batch sizes × 6 latencies, Anwar's Figs. 9–15's axes), built

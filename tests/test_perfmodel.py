@@ -108,6 +108,55 @@ def test_where_the_records_cannot_tell_the_message_laws_apart_the_tree_stands():
     assert model.predict("c4.xlarge", 3, 1024, 50.0) == pytest.approx(tree_truth(3, 1024, 50.0), rel=0.02)
 
 
+def ps_truth(n: int, batch: int, latency_ms: float, *, saturates: bool) -> float:
+    """A PS workload, B the batch of each of n workers: each worker's own steps (compute and two round trips a step),
+    and every worker's steps through one server — the slower of the two bounds the epoch when the server saturates
+    (FC² §8), or both add when it does not."""
+    steps = 256 / batch
+    workers = (100 + steps * (20 + 0.2 * latency_ms * 2)) / n
+    server = steps * (50 + 0.15 * latency_ms)
+    return 5 + (max(workers, server) if saturates else workers + server)
+
+
+def ps_grid(workers, *, saturates: bool, sigma: float = 0.02) -> list[PerfRecord]:
+    rng = np.random.default_rng(3)
+    return [
+        PerfRecord("ps", "c4.xlarge", "m4.2xlarge", n, b, lat, ps_truth(n, b, lat, saturates=saturates)
+                   * math.exp(rng.normal(0, sigma)), strategy="ps")
+        for n in workers
+        for b in (128, 256, 1024)
+        for lat in (0.0, 25.0, 50.0, 100.0)
+    ]  # fmt: skip
+
+
+def test_a_saturated_parameter_server_is_fitted_as_a_roofline_and_its_knee_extrapolated():
+    """FC² §8: past 3–4 workers the PS's capacity is saturated and more workers buy nothing. Measured up to 4 workers
+    (the knee between 2 and 3 at batch size 256, beyond 8 at 1024), a roofline predicts 6 and 8 workers as no faster
+    at 256 and still gaining at 1024; a sum of the two costs would have them gain everywhere."""
+    records = ps_grid(range(1, 5), saturates=True)
+    model = fit(records, CATALOG)
+    assert (model.family, model.pattern) == ("anwar-eq5/roofline:replica", "ps")
+    for n in (6, 8):
+        for batch, latency in [(128, 25.0), (256, 0.0), (256, 100.0), (512, 50.0), (1024, 25.0)]:
+            truth_s = ps_truth(n, batch, latency, saturates=True)
+            assert model.predict("c4.xlarge", n, batch, latency) == pytest.approx(truth_s, rel=0.05)
+    additive = model.alternatives[model.form.label.replace("/roofline:", ":")]
+    assert model.cv_mape < 0.05 < additive
+
+    request = model_request(workload="ps", worker_type="c4.xlarge", max_workers=8, latency_ms=50.0)
+    answer = recommend_model(request, CATALOG, records)
+    assert answer.workers >= 3 and answer.ps_type
+    assert "The parameter server bounds the epoch from 3 workers of c4.xlarge at these conditions" in answer.explanation
+    times = {c.workers: c.epoch_time_s for c in answer.candidates}
+    assert max(times[n] for n in range(3, 9)) / min(times[n] for n in range(3, 9)) < 1.05  # past the knee: flat
+
+
+def test_a_parameter_server_that_never_saturates_is_not_fitted_as_a_roofline():
+    model = fit(ps_grid(range(1, 7), saturates=False), CATALOG)
+    assert model.family == "anwar-eq5:replica"
+    assert model.predict("c4.xlarge", 8, 512, 40.0) == pytest.approx(ps_truth(8, 512, 40.0, saturates=False), rel=0.05)
+
+
 @pytest.mark.parametrize(
     ("held_out", "predict_at"),
     [

@@ -7,6 +7,7 @@ from recommender.algorithms import configuration_text
 from recommender.perfmodel.predictor import PredictorModel
 from recommender.types import Candidate, RecommendRequest
 
+KNEE_SEARCH = 64  # the largest worker count at which a roofline's knee is looked for
 _UNNAMED_TYPES = " Hourly cost leaves out the workers: the records name no worker type."
 
 
@@ -32,6 +33,7 @@ def explain_model(
         f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.1f} s per epoch, "
         f"{_source(pick, detail)}; it minimises α·time/best time + β·cost/best cost (α = {request.alpha:g}, "
         f"β = {request.beta:g}) over {configurations} configurations{within}. {_predictor_text(model)}"
+        + _saturation(model, request, pick)
         + _extrapolation(model, pick, request)
         + (_UNNAMED_TYPES if unpriced_workers else "")
     )
@@ -78,6 +80,20 @@ def _predictor_text(model: PredictorModel) -> str:
     return (
         f"{worth}; it interpolates where measurements bracket the point, and extrapolates with the performance model "
         f"{fitted.family} ({fitted.speed} speed; its own cross-validated error {fitted.cv_mape:.1%}, {fitted.cv})."
+    )
+
+
+def _saturation(model: PredictorModel, request: RecommendRequest, pick: Candidate) -> str:
+    """Where a roofline's server bounds the epoch for the pick's type, e.g. " … saturates from 3 workers …"."""
+    if model.model is None:
+        return ""
+    knee = model.model.saturates_from(pick.worker_type, request.batch_size, request.latency_ms, KNEE_SEARCH)
+    if knee is None:
+        return ""
+    return (
+        f" The parameter server bounds the epoch from {knee} worker{'s' * (knee != 1)}"
+        f"{f' of {pick.worker_type}' if pick.worker_type else ''} at these conditions (the model's roofline): more "
+        "workers than that train no faster."
     )
 
 

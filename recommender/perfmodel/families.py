@@ -20,6 +20,15 @@ are therefore positive and never decrease with latency):
   collectives measured on the lab took 1.07× as long per epoch under latency at 3 workers as at 2 with the batch per
   replica (recommender/data/lab-digits-grid.csv), as the tree's 2·log2 n/n says (1.06×), not the ring's 2(n−1)/n
   (1.33×).
+  A PS has a second law, ``roofline``: its server is shared, so the epoch takes as long as the slower of the workers'
+  own work and what the server can serve (FC² §8: "increasing the cluster size does not help much as the parameter
+  server's network capacity has been saturated"; the lab's PS runs at 20 ms: 12.9 s on one worker, 7.8 on two, 7.5 on
+  three):
+  t = θ_fixed + θ_epoch_lat·l + max(κ_type·w(b)/n + s(b, n)·(θ_step + θ_lat·l·2), s(b, n)·n·(θ_srv + θ_srv_lat·l)),
+  the first the worker-bound piece (each worker's steps, two round trips each), the second the server-bound one (every
+  worker's steps pass through one server); θ_epoch_lat·l is the epoch's own round trips (its start and end). Fitted
+  by alternating between the two pieces (each record to the piece that bounds it, both refitted by NNLS on that
+  split, from several starting splits: Magnani & Boyd's max-affine fitting).
 - ``ernest`` — Venkataraman et al. (NSDI'16), t = θ0 + θ1·size/n + θ2·log n + θ3·n, extended the same way:
   t = θ0 + κ_type·w(b)/n + s(b)·(θ_logn·log2 n + θ_n·n + l·(θ_lat_logn·log2 n + θ_lat_n·n)).
 
@@ -46,7 +55,10 @@ from recommender.types import InstanceSpec, RecommendationError
 
 SHAPES = ("anwar-eq5", "ernest")
 # anwar-eq5's message laws for each pattern of the records, the one that stands where the records cannot tell first.
-MESSAGE_LAWS = {"all-reduce": ("tree", "ring"), "ps": ("ps",)}
+MESSAGE_LAWS = {"all-reduce": ("tree", "ring"), "ps": ("ps", "roofline")}
+# The pieces of a form's columns: in every epoch, the worker-bound piece, the server-bound piece (only a roofline
+# has one: its time is the common columns plus the larger of the other two; every other form adds all its columns).
+COMMON, WORKER, SERVER = 0, 1, 2
 SCALINGS = ("replica", "pass", "steps", "samples")
 SPEEDS = ("catalogue", "per-type")
 LOSSES = ("relative", "absolute")
@@ -61,8 +73,12 @@ class _Form:
     messages: str = ""  # anwar-eq5's message law (MESSAGE_LAWS); ernest has its own terms
 
     @property
+    def roofline(self) -> bool:
+        return self.messages == "roofline"
+
+    @property
     def family(self) -> str:
-        law = f"/{self.messages}" if self.messages in MESSAGE_LAWS["all-reduce"] else ""
+        law = f"/{self.messages}" if self.messages not in ("", "ps") else ""
         return f"{self.shape}{law}:{self.scaling}"
 
     @property
@@ -130,6 +146,21 @@ class PerfModel:
         time = self.terms.time(worker_types, features, _work(self.form.scaling, b) / n)
         return np.maximum(time, 1e-9)  # a sum of non-negative terms; the floor only guards an all-zero fit
 
+    def saturates_from(
+        self, worker_type: str, batch_size: int | None, latency_ms: float | None, up_to: int
+    ) -> int | None:
+        """A roofline's knee: the fewest workers (up to `up_to`) whom the server, not their own work, bounds at this
+        batch size and latency — more workers train no faster from there. None for other forms, or past `up_to`."""
+        if not self.terms.roofline or not self.can_price(worker_type):
+            return None
+        n = np.arange(1, up_to + 1, dtype=float)
+        b = np.full_like(n, self._batch(batch_size))
+        lat = np.full_like(n, self.latency_ref if latency_ms is None else float(latency_ms))
+        _, features = _shared_features(self.form, n, b, lat)
+        worker, server = self.terms.bounds([worker_type] * up_to, features, _work(self.form.scaling, b) / n)
+        bound = np.flatnonzero(server >= worker)
+        return int(n[bound[0]]) if bound.size else None
+
     def _batch(self, batch_size: int | None) -> float:
         if self.batch_ref is None or batch_size is None:
             return 1.0
@@ -150,7 +181,16 @@ def _work(scaling: str, b: np.ndarray) -> np.ndarray:
 def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarray]:
     """The type-independent columns of a form (the compute column is added per speed mode)."""
     s = _steps(form.scaling, b, n)
-    if form.shape == "anwar-eq5":
+    if form.roofline:
+        columns = {
+            "fixed_s": np.ones_like(n),
+            "epoch_latency_s_per_ms": lat,
+            "step_overhead_s": s,
+            "latency_s_per_ms": s * lat * 2.0,
+            "server_s": s * n,
+            "server_latency_s_per_ms": s * n * lat,
+        }
+    elif form.shape == "anwar-eq5":
         if form.messages == "ps":
             messages, volume = np.full_like(n, 2.0), n
         else:
@@ -174,6 +214,16 @@ def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarra
     return tuple(columns), np.column_stack(list(columns.values()))
 
 
+def _pieces(names: Sequence[str]) -> np.ndarray:
+    """Each shared column's piece (COMMON, WORKER or SERVER), by its name."""
+    return np.array(
+        [
+            COMMON if x.startswith("fixed") or x.startswith("epoch") else SERVER if x.startswith("server") else WORKER
+            for x in names
+        ]
+    )
+
+
 def _catalog_speeds(catalog: Sequence[InstanceSpec]) -> dict[str, float]:
     """speed_t per type: ECU, else vCPU × the catalogue's median ECU per vCPU (t2's "variable" ECU)."""
     per_vcpu = [s.ecu / s.vcpu for s in catalog if s.ecu and s.vcpu]
@@ -193,6 +243,7 @@ class _Fit:
     compute_s: dict[str, float]  # κ of each measured type (per-type speed)
     compute_per_speed: float | None  # θ with κ = θ / speed (catalogue speed, and bridging unmeasured types)
     speeds: dict[str, float]  # catalogue speed per type
+    pieces: np.ndarray | None = None  # a roofline's piece of each shared column (_pieces); None: every column adds
 
     def kappa(self, worker_type: str) -> float | None:
         if worker_type in self.compute_s:
@@ -202,8 +253,24 @@ class _Fit:
         return None
 
     def time(self, types: Sequence[str], shared_features: np.ndarray, work_per_worker: np.ndarray) -> np.ndarray:
+        if not self.roofline:
+            return shared_features @ self.shared + self._compute(types, work_per_worker)
+        common = shared_features[:, self.pieces == COMMON] @ self.shared[self.pieces == COMMON]
+        return common + np.maximum(*self.bounds(types, shared_features, work_per_worker))
+
+    @property
+    def roofline(self) -> bool:
+        return self.pieces is not None
+
+    def bounds(self, types, shared_features: np.ndarray, work_per_worker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A roofline's two pieces: the workers' own time and the server's (beyond the common columns)."""
+        worker = shared_features[:, self.pieces == WORKER] @ self.shared[self.pieces == WORKER]
+        server = shared_features[:, self.pieces == SERVER] @ self.shared[self.pieces == SERVER]
+        return worker + self._compute(types, work_per_worker), server
+
+    def _compute(self, types: Sequence[str], work_per_worker: np.ndarray) -> np.ndarray:
         kappa = np.array([np.nan if (k := self.kappa(t)) is None else k for t in types], dtype=float)
-        return shared_features @ self.shared + kappa * work_per_worker
+        return kappa * work_per_worker
 
 
 def _design(form: _Form, data: _Data, speeds: dict[str, float], measured: tuple[str, ...]):

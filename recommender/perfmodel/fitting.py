@@ -23,17 +23,21 @@ from sklearn.model_selection import KFold, LeaveOneGroupOut, LeaveOneOut
 
 from recommender.algorithms import one_machine_latency_free
 from recommender.perfmodel.families import (
+    COMMON,
     LOSSES,
     MESSAGE_LAWS,
     SCALINGS,
+    SERVER,
     SHAPES,
     SPEEDS,
+    WORKER,
     PerfModel,
     _catalog_speeds,
     _Data,
     _design,
     _Fit,
     _Form,
+    _pieces,
     _work,
 )
 from recommender.types import InstanceSpec, PerfRecord, RecommendationError
@@ -46,6 +50,7 @@ PARSIMONY_MAPE = 0.005  # forms within 0.5 pp of the best CV MAPE count as equal
 # CV MAPEs this close are the same fit told apart by rounding alone (two message laws that agree on every measured
 # worker count): the form listed first stands, not whichever the rounding favoured.
 SAME_FIT_MAPE = 1e-6
+ROOFLINE_ROUNDS = 20  # a roofline's alternation stops sooner when no record changes piece (_System)
 
 # How calibration_report and fit(cv=...) group records: name -> key of a record.
 GROUPINGS: dict[str, Callable[[PerfRecord], object]] = {
@@ -58,29 +63,61 @@ GROUPINGS: dict[str, Callable[[PerfRecord], object]] = {
 
 class _System:
     """A form's least-squares system over every record, weighted for its loss and each column scaled to at most 1
-    (NNLS converges on columns of like size), so that each fold only takes its rows."""
+    (NNLS converges on columns of like size), so that each fold only takes its rows.
 
-    def __init__(self, matrix: np.ndarray, time: np.ndarray, loss: str):
+    A roofline (pieces given: each column's piece, families.COMMON / WORKER / SERVER) is fitted by alternating: each
+    row is put on the piece that bounds it, the other piece's columns are zeroed in that row, one NNLS fits the split,
+    and the rows are put again by the new fit, until no row moves. It starts from every split "the server bounds the
+    runs of k workers and more" (k each measured count above the least) and from "no row is server-bound"; the fit
+    with the least squared error of its max() stands."""
+
+    def __init__(self, matrix: np.ndarray, time: np.ndarray, loss: str, pieces=None, workers=None):
         weight = 1.0 / time if loss == "relative" else np.ones_like(time)
         a = matrix * weight[:, None]
         self.scale = np.abs(a).max(axis=0)
         self.scale[self.scale == 0] = 1.0  # a feature that is zero on every row (e.g. latency when all runs at 0 ms)
         self.a, self.b = a / self.scale, time * weight
+        self.pieces, self.workers = pieces, workers
 
     def solve(self, rows: np.ndarray) -> np.ndarray:
-        coef, _ = nnls(self.a[rows], self.b[rows], maxiter=50 * self.a.shape[1])
-        return coef / self.scale
+        if self.pieces is None:
+            return self._nnls(self.a[rows], self.b[rows]) / self.scale
+        a, b, workers = self.a[rows], self.b[rows], self.workers[rows]
+        starts = [np.zeros(len(rows), dtype=bool)] + [workers >= k for k in np.unique(workers)[1:]]
+        fits = [self._roofline(a, b, start) for start in starts]
+        return min(fits, key=lambda fit: fit[0])[1] / self.scale
+
+    def _nnls(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return nnls(a, b, maxiter=50 * a.shape[1])[0]
+
+    def _roofline(self, a: np.ndarray, b: np.ndarray, on_server: np.ndarray) -> tuple[float, np.ndarray]:
+        common, worker, server = (self.pieces == piece for piece in (COMMON, WORKER, SERVER))
+        best = (np.inf, None)
+        for _ in range(ROOFLINE_ROUNDS):
+            split = a.copy()
+            split[np.ix_(on_server, worker)] = 0.0
+            split[np.ix_(~on_server, server)] = 0.0
+            coef = self._nnls(split, b)
+            bound_w, bound_s = a[:, worker] @ coef[worker], a[:, server] @ coef[server]
+            error = float(np.sum((a[:, common] @ coef[common] + np.maximum(bound_w, bound_s) - b) ** 2))
+            best = min(best, (error, coef), key=lambda fit: fit[0])
+            moved = bound_s > bound_w
+            if (moved == on_server).all():
+                break
+            on_server = moved
+        return best
 
 
 def _fit_rows(form, system: _System, k: int, rows: np.ndarray, present: set, measured, speeds) -> _Fit:
     """The form fitted to these rows of its system (shared columns first, k of them; then compute); present: the
     worker types of those rows."""
     coef = system.solve(rows)
+    pieces = None if system.pieces is None else system.pieces[:k]
     if form.speed == "catalogue":
-        return _Fit(coef[:k], {}, float(coef[k]), speeds)
+        return _Fit(coef[:k], {}, float(coef[k]), speeds, pieces)
     compute_s = {t: float(c) for t, c in zip(measured, coef[k:], strict=True) if t in present}
     bridges = [c * speeds[t] for t, c in compute_s.items() if t in speeds]
-    return _Fit(coef[:k], compute_s, float(np.median(bridges)) if bridges else None, speeds)
+    return _Fit(coef[:k], compute_s, float(np.median(bridges)) if bridges else None, speeds, pieces)
 
 
 def _usable(records: Sequence[PerfRecord]) -> list[PerfRecord]:
@@ -155,7 +192,8 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
     scored = []  # (coverage, mape, parameters, order, form, (names, shared columns, system))
     for order, form in enumerate(_forms(measured, speeds, pattern)):
         names, shared, compute = _design(form, data, speeds, measured)
-        system = _System(np.hstack([shared, compute]), data.time, form.loss)
+        pieces = np.concatenate([_pieces(names), np.full(compute.shape[1], WORKER)]) if form.roofline else None
+        system = _System(np.hstack([shared, compute]), data.time, form.loss, pieces, data.workers)
         predicted = np.full(len(usable), np.nan)
         for train, test, present in splits:
             fold_fit = _fit_rows(form, system, shared.shape[1], train, present, measured, speeds)
