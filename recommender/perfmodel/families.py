@@ -269,8 +269,8 @@ class _Fit:
         return worker + self._compute(types, work_per_worker), server
 
     def _compute(self, types: Sequence[str], work_per_worker: np.ndarray) -> np.ndarray:
-        kappa = np.array([np.nan if (k := self.kappa(t)) is None else k for t in types], dtype=float)
-        return kappa * work_per_worker
+        per_type = {t: np.nan if (k := self.kappa(t)) is None else k for t in set(types)}
+        return np.array([per_type[t] for t in types], dtype=float) * work_per_worker
 
 
 def _design(form: _Form, data: _Data, speeds: dict[str, float], measured: tuple[str, ...]):

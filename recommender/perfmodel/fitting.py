@@ -69,7 +69,8 @@ class _System:
     row is put on the piece that bounds it, the other piece's columns are zeroed in that row, one NNLS fits the split,
     and the rows are put again by the new fit, until no row moves. It starts from every split "the server bounds the
     runs of k workers and more" (k each measured count above the least) and from "no row is server-bound"; the fit
-    with the least squared error of its max() stands."""
+    with the least squared error of its max() stands. A fold starts from the split that fit on every row makes of its
+    rows instead (one start, not one per worker count: the folds of a thousand records fit in a tenth of the time)."""
 
     def __init__(self, matrix: np.ndarray, time: np.ndarray, loss: str, pieces=None, workers=None):
         weight = 1.0 / time if loss == "relative" else np.ones_like(time)
@@ -78,40 +79,54 @@ class _System:
         self.scale[self.scale == 0] = 1.0  # a feature that is zero on every row (e.g. latency when all runs at 0 ms)
         self.a, self.b = a / self.scale, time * weight
         self.pieces, self.workers = pieces, workers
+        if pieces is not None:
+            self.common, self.worker, self.server = (pieces == piece for piece in (COMMON, WORKER, SERVER))
 
-    def solve(self, rows: np.ndarray) -> np.ndarray:
+    def solve(self, rows: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+        """The coefficients fitted to these rows; start: a roofline's first split of every row (server_bound)."""
         if self.pieces is None:
             return self._nnls(self.a[rows], self.b[rows]) / self.scale
         a, b, workers = self.a[rows], self.b[rows], self.workers[rows]
-        starts = [np.zeros(len(rows), dtype=bool)] + [workers >= k for k in np.unique(workers)[1:]]
-        fits = [self._roofline(a, b, start) for start in starts]
-        return min(fits, key=lambda fit: fit[0])[1] / self.scale
+        if start is None:
+            starts = [np.zeros(len(rows), dtype=bool)] + [workers >= k for k in np.unique(workers)[1:]]
+        else:
+            starts = [start[rows]]
+        # One fit from each starting split; the alternation goes on from the best of them.
+        error, coef, split = min((self._split_fit(a, b, on_server) for on_server in starts), key=lambda f: f[0])
+        best = (error, coef)
+        for _ in range(ROOFLINE_ROUNDS):
+            error, coef, moved = self._split_fit(a, b, split)
+            best = min(best, (error, coef), key=lambda f: f[0])
+            if (moved == split).all():
+                break
+            split = moved
+        return best[1] / self.scale
+
+    def server_bound(self, coef: np.ndarray) -> np.ndarray | None:
+        """Which rows a roofline's fitted coefficients have the server bound (None for other forms)."""
+        if self.pieces is None:
+            return None
+        return self._bounds(self.a, coef * self.scale)[2]
 
     def _nnls(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return nnls(a, b, maxiter=50 * a.shape[1])[0]
 
-    def _roofline(self, a: np.ndarray, b: np.ndarray, on_server: np.ndarray) -> tuple[float, np.ndarray]:
-        common, worker, server = (self.pieces == piece for piece in (COMMON, WORKER, SERVER))
-        best = (np.inf, None)
-        for _ in range(ROOFLINE_ROUNDS):
-            split = a.copy()
-            split[np.ix_(on_server, worker)] = 0.0
-            split[np.ix_(~on_server, server)] = 0.0
-            coef = self._nnls(split, b)
-            bound_w, bound_s = a[:, worker] @ coef[worker], a[:, server] @ coef[server]
-            error = float(np.sum((a[:, common] @ coef[common] + np.maximum(bound_w, bound_s) - b) ** 2))
-            best = min(best, (error, coef), key=lambda fit: fit[0])
-            moved = bound_s > bound_w
-            if (moved == on_server).all():
-                break
-            on_server = moved
-        return best
+    def _split_fit(self, a: np.ndarray, b: np.ndarray, on_server: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """One NNLS with each row on its piece: the squared error of the fit's max(), the fit, and its own split."""
+        coef = self._nnls(a * np.where(on_server[:, None], ~self.worker, ~self.server), b)
+        common, bound, moved = self._bounds(a, coef)
+        return float(np.sum((common + bound - b) ** 2)), coef, moved
+
+    def _bounds(self, a: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A roofline's common part, its bound (the larger piece) and where the server is that bound."""
+        by_worker, by_server = a[:, self.worker] @ coef[self.worker], a[:, self.server] @ coef[self.server]
+        return a[:, self.common] @ coef[self.common], np.maximum(by_worker, by_server), by_server > by_worker
 
 
-def _fit_rows(form, system: _System, k: int, rows: np.ndarray, present: set, measured, speeds) -> _Fit:
+def _fit_rows(form, system: _System, k: int, rows: np.ndarray, present: set, measured, speeds, start=None) -> _Fit:
     """The form fitted to these rows of its system (shared columns first, k of them; then compute); present: the
-    worker types of those rows."""
-    coef = system.solve(rows)
+    worker types of those rows; start: a roofline's first split (_System.solve)."""
+    coef = system.solve(rows, start)
     pieces = None if system.pieces is None else system.pieces[:k]
     if form.speed == "catalogue":
         return _Fit(coef[:k], {}, float(coef[k]), speeds, pieces)
@@ -195,8 +210,9 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
         pieces = np.concatenate([_pieces(names), np.full(compute.shape[1], WORKER)]) if form.roofline else None
         system = _System(np.hstack([shared, compute]), data.time, form.loss, pieces, data.workers)
         predicted = np.full(len(usable), np.nan)
+        start = system.server_bound(system.solve(everything)) if form.roofline else None
         for train, test, present in splits:
-            fold_fit = _fit_rows(form, system, shared.shape[1], train, present, measured, speeds)
+            fold_fit = _fit_rows(form, system, shared.shape[1], train, present, measured, speeds, start)
             work = _work(form.scaling, data.batch[test]) / data.workers[test]
             predicted[test] = fold_fit.time([data.types[i] for i in test], shared[test], work)
         priced = ~np.isnan(predicted)
