@@ -50,6 +50,7 @@ PARSIMONY_MAPE = 0.005  # forms within 0.5 pp of the best CV MAPE count as equal
 # CV MAPEs this close are the same fit told apart by rounding alone (two message laws that agree on every measured
 # worker count): the form listed first stands, not whichever the rounding favoured.
 SAME_FIT_MAPE = 1e-6
+ROOFLINE_KNEES = 4  # a roofline's starting splits: at most this many measured counts spread over them (_System)
 ROOFLINE_ROUNDS = 20  # a roofline's alternation stops sooner when no record changes piece (_System)
 
 # How calibration_report and fit(cv=...) group records: name -> key of a record.
@@ -68,9 +69,10 @@ class _System:
     A roofline (pieces given: each column's piece, families.COMMON / WORKER / SERVER) is fitted by alternating: each
     row is put on the piece that bounds it, the other piece's columns are zeroed in that row, one NNLS fits the split,
     and the rows are put again by the new fit, until no row moves. It starts from every split "the server bounds the
-    runs of k workers and more" (k each measured count above the least) and from "no row is server-bound"; the fit
-    with the least squared error of its max() stands. A fold starts from the split that fit on every row makes of its
-    rows instead (one start, not one per worker count: the folds of a thousand records fit in a tenth of the time)."""
+    runs of k workers and more" (k each measured count above the least, or ROOFLINE_KNEES of them spread evenly) and
+    from "no row is server-bound"; the fit
+    with the least squared error of its max() stands. Each fold starts afresh: starting it from the split of the fit on
+    every record would be faster, but would lend it what that fit learnt from the held-out records."""
 
     def __init__(self, matrix: np.ndarray, time: np.ndarray, loss: str, pieces=None, workers=None):
         weight = 1.0 / time if loss == "relative" else np.ones_like(time)
@@ -82,31 +84,30 @@ class _System:
         if pieces is not None:
             self.common, self.worker, self.server = (pieces == piece for piece in (COMMON, WORKER, SERVER))
 
-    def solve(self, rows: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
-        """The coefficients fitted to these rows; start: a roofline's first split of every row (server_bound)."""
+    def solve(self, rows: np.ndarray) -> np.ndarray:
+        """The coefficients fitted to these rows."""
         if self.pieces is None:
             return self._nnls(self.a[rows], self.b[rows]) / self.scale
         a, b, workers = self.a[rows], self.b[rows], self.workers[rows]
-        if start is None:
-            starts = [np.zeros(len(rows), dtype=bool)] + [workers >= k for k in np.unique(workers)[1:]]
-        else:
-            starts = [start[rows]]
-        # One fit from each starting split; the alternation goes on from the best of them.
-        error, coef, split = min((self._split_fit(a, b, on_server) for on_server in starts), key=lambda f: f[0])
-        best = (error, coef)
-        for _ in range(ROOFLINE_ROUNDS):
-            error, coef, moved = self._split_fit(a, b, split)
-            best = min(best, (error, coef), key=lambda f: f[0])
-            if (moved == split).all():
-                break
-            split = moved
-        return best[1] / self.scale
+        counts = np.unique(workers)[1:]
+        if len(counts) > ROOFLINE_KNEES:
+            counts = counts[np.linspace(0, len(counts) - 1, ROOFLINE_KNEES).round().astype(int)]
+        starts = [np.zeros(len(rows), dtype=bool)] + [workers >= k for k in counts]
+        seen = set()  # splits already fitted from an earlier start: going on from one again finds nothing new
+        fits = [self._alternate(a, b, split, seen) for split in starts]
+        return min(fits, key=lambda fit: fit[0])[1] / self.scale
 
-    def server_bound(self, coef: np.ndarray) -> np.ndarray | None:
-        """Which rows a roofline's fitted coefficients have the server bound (None for other forms)."""
-        if self.pieces is None:
-            return None
-        return self._bounds(self.a, coef * self.scale)[2]
+    def _alternate(self, a: np.ndarray, b: np.ndarray, split: np.ndarray, seen: set) -> tuple[float, np.ndarray]:
+        """A roofline's alternation from one split: its least squared error and that fit."""
+        best = (np.inf, None)
+        for _ in range(ROOFLINE_ROUNDS):
+            if (key := split.tobytes()) in seen:
+                break
+            seen.add(key)
+            error, coef, moved = self._split_fit(a, b, split)
+            best = min(best, (error, coef), key=lambda fit: fit[0])
+            split = moved
+        return best
 
     def _nnls(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return nnls(a, b, maxiter=50 * a.shape[1])[0]
@@ -123,10 +124,10 @@ class _System:
         return a[:, self.common] @ coef[self.common], np.maximum(by_worker, by_server), by_server > by_worker
 
 
-def _fit_rows(form, system: _System, k: int, rows: np.ndarray, present: set, measured, speeds, start=None) -> _Fit:
+def _fit_rows(form, system: _System, k: int, rows: np.ndarray, present: set, measured, speeds) -> _Fit:
     """The form fitted to these rows of its system (shared columns first, k of them; then compute); present: the
-    worker types of those rows; start: a roofline's first split (_System.solve)."""
-    coef = system.solve(rows, start)
+    worker types of those rows."""
+    coef = system.solve(rows)
     pieces = None if system.pieces is None else system.pieces[:k]
     if form.speed == "catalogue":
         return _Fit(coef[:k], {}, float(coef[k]), speeds, pieces)
@@ -210,9 +211,8 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
         pieces = np.concatenate([_pieces(names), np.full(compute.shape[1], WORKER)]) if form.roofline else None
         system = _System(np.hstack([shared, compute]), data.time, form.loss, pieces, data.workers)
         predicted = np.full(len(usable), np.nan)
-        start = system.server_bound(system.solve(everything)) if form.roofline else None
         for train, test, present in splits:
-            fold_fit = _fit_rows(form, system, shared.shape[1], train, present, measured, speeds, start)
+            fold_fit = _fit_rows(form, system, shared.shape[1], train, present, measured, speeds)
             work = _work(form.scaling, data.batch[test]) / data.workers[test]
             predicted[test] = fold_fit.time([data.types[i] for i in test], shared[test], work)
         priced = ~np.isnan(predicted)
