@@ -8,6 +8,7 @@ import csv
 import doctest
 import importlib
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -252,16 +253,22 @@ def test_one_latency_or_batch_size_held_out_meets_the_regret_and_mape_goals_thro
 
 def test_each_worker_count_held_out_through_a_saturated_ps_is_predicted_under_latency():
     """1, 2 or 3 workers through the PS, predicted from the other two: under latency, where the network decides, each
-    within 12 % (before the roofline: one worker 25 % off, two 19 %, three 35 %). At 0 ms the lab's workers share
-    this machine's two cores, which no cluster model knows."""
+    count within 10 % on average (before the roofline: one worker 25 % off, two 19 %, three 35 %), and the fastest
+    predicted count 3 % slower than the measured best at most on average (6 % in any cell). At 0 ms the lab's
+    workers share this machine's two cores, which no cluster model knows."""
     report = holdout_report(LAB_PS_GRID, group_by="workers")
+    under_latency = [p for p in report["pairs"] if p["latency_ms"] > 0]
     for n in (1, 2, 3):
-        errors = [
-            abs(p["predicted_s"] / p["measured_s"] - 1)
-            for p in report["pairs"]
-            if p["workers"] == n and p["latency_ms"] > 0
-        ]
-        assert len(errors) == 8 and np.mean(errors) <= 0.12, n
+        errors = [abs(p["predicted_s"] / p["measured_s"] - 1) for p in under_latency if p["workers"] == n]
+        assert len(errors) == 8 and np.mean(errors) <= 0.10 and max(errors) <= 0.15, n
+    cells = defaultdict(list)
+    for p in under_latency:
+        cells[(p["batch_size"], p["latency_ms"])].append(p)
+    regrets = [
+        min(pairs, key=lambda p: p["predicted_s"])["measured_s"] / min(p["measured_s"] for p in pairs) - 1
+        for pairs in cells.values()
+    ]
+    assert len(regrets) == 8 and np.mean(regrets) <= 0.03 and max(regrets) <= 0.06
 
 
 # --- failed runs --------------------------------------------------------------------------------------------------
