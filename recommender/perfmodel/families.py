@@ -24,14 +24,14 @@ are therefore positive and never decrease with latency):
   own work and what the server can serve (FC² §8: "increasing the cluster size does not help much as the parameter
   server's network capacity has been saturated"; the lab's PS runs at 20 ms: 12.9 s on one worker, 7.8 on two, 7.5 on
   three):
-  t = θ_fixed + (θ_epoch + θ_epoch_n·n)·l + max(κ_type·w(b)/n + s(b, n)·(θ_step + θ_lat·l·2),
-                                                s(b, n)·n·(θ_srv + θ_srv_lat·l)),
+  t = θ_fixed + θ_epoch_n·n + (θ_epoch + θ_epoch_n_lat·n)·l + max(κ_type·w(b)/n + s(b, n)·(θ_step + θ_lat·l·2),
+                                                                  s(b, n)·n·(θ_srv + θ_srv_lat·l)),
   the first the worker-bound piece (each worker's steps, two round trips each), the second the server-bound one (every
-  worker's steps pass through one server); (θ_epoch + θ_epoch_n·n)·l is the epoch's own round trips, some once and
-  some to each worker in turn (TensorFlow's coordinator: on the lab at batch size 256, 3 workers took 0.6 s longer an
-  epoch than 2 at 20 ms and 1.1 s at 40 ms, with no more steps between them). Fitted
-  by alternating between the two pieces (each record to the piece that bounds it, both refitted by NNLS on that
-  split, from several starting splits: Magnani & Boyd's max-affine fitting).
+  worker's steps pass through one server); the rest is the epoch's own work: once, and for each worker in turn
+  (Ernest's θ·n, here with its round trips: TensorFlow's coordinator sets up every worker each epoch — on the lab at
+  batch size 256, 3 workers took 0.6 s longer an epoch than 2 at 20 ms and 1.1 s at 40 ms, with no more steps between
+  them). Fitted by alternating between the two pieces (each record to the piece that bounds it, both refitted by NNLS
+  on that split, from several starting splits: Magnani & Boyd's max-affine fitting).
 - ``ernest`` — Venkataraman et al. (NSDI'16), t = θ0 + θ1·size/n + θ2·log n + θ3·n, extended the same way:
   t = θ0 + κ_type·w(b)/n + s(b)·(θ_logn·log2 n + θ_n·n + l·(θ_lat_logn·log2 n + θ_lat_n·n)).
 
@@ -189,6 +189,7 @@ def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarra
             "fixed_s": np.ones_like(n),
             "epoch_latency_s_per_ms": lat,
             "epoch_worker_latency_s_per_ms": lat * n,
+            "epoch_worker_s": n,
             "step_overhead_s": s,
             "latency_s_per_ms": s * lat * 2.0,
             "server_s": s * n,
