@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from recommender.perfmodel import calibration_report, fit, predict_fallback, recommend_model
+from recommender.perfmodel.families import COMMON, SERVER, WORKER
+from recommender.perfmodel.fitting import _System
 from recommender.types import InstanceSpec, PerfRecord, RecommendationError, RecommendRequest
 
 CATALOG = [
@@ -149,6 +151,29 @@ def test_a_saturated_parameter_server_is_fitted_as_a_roofline_and_its_knee_extra
     assert "The parameter server bounds the epoch from 3 workers of c4.xlarge at these conditions" in answer.explanation
     times = {c.workers: c.epoch_time_s for c in answer.candidates}
     assert max(times[n] for n in range(3, 9)) / min(times[n] for n in range(3, 9)) < 1.05  # past the knee: flat
+
+
+def test_a_roofline_is_recovered_exactly_from_noise_free_runs():
+    model = fit(ps_grid(range(1, 6), saturates=True, sigma=0.0), CATALOG)
+    assert model.family == "anwar-eq5/roofline:replica" and model.cv_mape < 1e-6
+    for n, batch, latency in [(7, 192, 10.0), (2, 2048, 75.0), (12, 128, 0.0), (1, 700, 150.0)]:
+        truth_s = ps_truth(n, batch, latency, saturates=True)
+        assert model.predict("c4.xlarge", n, batch, latency) == pytest.approx(truth_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("pieces", [None, np.array([COMMON, WORKER, SERVER, WORKER])])
+@pytest.mark.parametrize("loss", ["relative", "absolute"])
+def test_a_fold_fit_knows_nothing_of_the_records_it_holds_out(pieces, loss):
+    """Cross-validation's promise: a held-out record's time and columns change nothing in the fit that predicts it —
+    not through the columns' scaling, nor its weight, nor a roofline's starting splits."""
+    rng = np.random.default_rng(5)
+    matrix, time, workers = rng.uniform(0.1, 1.0, (30, 4)), rng.uniform(1.0, 10.0, 30), rng.integers(1, 5, 30)
+    rows = np.arange(29)
+    fitted = _System(matrix, time, loss, pieces, workers).solve(rows)
+    matrix[29] *= 1000.0
+    time[29] *= 50.0
+    workers[29] = 9
+    assert np.array_equal(_System(matrix, time, loss, pieces, workers).solve(rows), fitted)
 
 
 def test_a_parameter_server_that_never_saturates_is_not_fitted_as_a_roofline():

@@ -84,16 +84,19 @@ def _predictor_text(model: PredictorModel) -> str:
 
 
 def _saturation(model: PredictorModel, request: RecommendRequest, pick: Candidate) -> str:
-    """Where a roofline's server bounds the epoch for the pick's type, e.g. " … saturates from 3 workers …"."""
+    """Where a roofline's server bounds the epoch for the pick's type, e.g. " … saturates from 3 workers …"; nothing
+    when the pick has more workers than that (its own estimates then say more than the model's knee)."""
     if model.model is None:
         return ""
     knee = model.model.saturates_from(pick.worker_type, request.batch_size, request.latency_ms, KNEE_SEARCH)
-    if knee is None:
+    if knee is None or pick.workers > knee:
         return ""
+    measured = model.coverage["workers"][1]
+    beyond = f", beyond the {measured} workers measured" if knee > measured else ""
     return (
         f" The parameter server bounds the epoch from {knee} worker{'s' * (knee != 1)}"
-        f"{f' of {pick.worker_type}' if pick.worker_type else ''} at these conditions (the model's roofline): more "
-        "workers than that train no faster."
+        f"{f' of {pick.worker_type}' if pick.worker_type else ''} at these conditions (the model's roofline{beyond}): "
+        "more workers than that train no faster."
     )
 
 

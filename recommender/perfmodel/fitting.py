@@ -63,39 +63,39 @@ GROUPINGS: dict[str, Callable[[PerfRecord], object]] = {
 
 
 class _System:
-    """A form's least-squares system over every record, weighted for its loss and each column scaled to at most 1
-    (NNLS converges on columns of like size), so that each fold only takes its rows.
+    """A form's least-squares system over every record, weighted for its loss, so that each fold only takes its rows;
+    each fit scales its rows' columns to at most 1 (NNLS converges on columns of like size), from those rows alone.
 
     A roofline (pieces given: each column's piece, families.COMMON / WORKER / SERVER) is fitted by alternating: each
     row is put on the piece that bounds it, the other piece's columns are zeroed in that row, one NNLS fits the split,
     and the rows are put again by the new fit, until no row moves. It starts from every split "the server bounds the
     runs of k workers and more" (k each measured count above the least, or ROOFLINE_KNEES of them spread evenly) and
-    from "no row is server-bound"; the fit
-    with the least squared error of its max() stands. Each fold starts afresh: starting it from the split of the fit on
-    every record would be faster, but would lend it what that fit learnt from the held-out records."""
+    from "no row is server-bound"; the fit with the least squared error of its max() stands. Nothing of a held-out
+    record reaches a fold's fit: not its time, nor its columns' scale, nor a split some fit on it made (starting each
+    fold from the split of the fit on every record would be faster, but would lend it what that fit learnt)."""
 
     def __init__(self, matrix: np.ndarray, time: np.ndarray, loss: str, pieces=None, workers=None):
         weight = 1.0 / time if loss == "relative" else np.ones_like(time)
-        a = matrix * weight[:, None]
-        self.scale = np.abs(a).max(axis=0)
-        self.scale[self.scale == 0] = 1.0  # a feature that is zero on every row (e.g. latency when all runs at 0 ms)
-        self.a, self.b = a / self.scale, time * weight
+        self.a, self.b = matrix * weight[:, None], time * weight
         self.pieces, self.workers = pieces, workers
         if pieces is not None:
             self.common, self.worker, self.server = (pieces == piece for piece in (COMMON, WORKER, SERVER))
 
     def solve(self, rows: np.ndarray) -> np.ndarray:
         """The coefficients fitted to these rows."""
+        scale = np.abs(self.a[rows]).max(axis=0)
+        scale[scale == 0] = 1.0  # a feature that is zero on every row (e.g. latency when all runs at 0 ms)
+        a, b = self.a[rows] / scale, self.b[rows]
         if self.pieces is None:
-            return self._nnls(self.a[rows], self.b[rows]) / self.scale
-        a, b, workers = self.a[rows], self.b[rows], self.workers[rows]
+            return self._nnls(a, b) / scale
+        workers = self.workers[rows]
         counts = np.unique(workers)[1:]
         if len(counts) > ROOFLINE_KNEES:
             counts = counts[np.linspace(0, len(counts) - 1, ROOFLINE_KNEES).round().astype(int)]
         starts = [np.zeros(len(rows), dtype=bool)] + [workers >= k for k in counts]
         seen = set()  # splits already fitted from an earlier start: going on from one again finds nothing new
         fits = [self._alternate(a, b, split, seen) for split in starts]
-        return min(fits, key=lambda fit: fit[0])[1] / self.scale
+        return min(fits, key=lambda fit: fit[0])[1] / scale
 
     def _alternate(self, a: np.ndarray, b: np.ndarray, split: np.ndarray, seen: set) -> tuple[float, np.ndarray]:
         """A roofline's alternation from one split: its least squared error and that fit."""
