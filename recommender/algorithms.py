@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from decimal import Decimal
@@ -568,6 +569,36 @@ def of_strategy(records: Sequence[PerfRecord], through_ps: bool) -> tuple[PerfRe
     for record in records:
         kinds.setdefault(record.workload, set()).add(runs_through_ps(record))
     return tuple(r for r in records if len(kinds[r.workload]) == 1 or runs_through_ps(r) == through_ps)
+
+
+MIN_OWN_PS_RUNS = 4  # fewer runs through the chosen PS type cannot fit a model of their own: every run is kept
+
+
+def of_ps_type(records: Sequence[PerfRecord], ps_type: str) -> tuple[PerfRecord, ...]:
+    """The runs through PS type `ps_type` of each workload measured through several PS types: a saturated PS bounds
+    the epoch by its own capacity (FC² §8), so another type's times are not this one's. A workload measured through
+    one PS type, or with fewer than MIN_OWN_PS_RUNS successful runs through this one, keeps every run: they are what
+    there is. Runs without a PS are kept (of_strategy decides about them).
+
+    >>> runs = [PerfRecord("w", "c", "big", n, epoch_time_s=10.0 / n, strategy="ps") for n in (1, 2, 3, 4)]
+    >>> runs += [PerfRecord("w", "c", "small", n, epoch_time_s=12.0, strategy="ps") for n in (1, 2, 3, 4)]
+    >>> {r.ps_type for r in of_ps_type(runs, "big")}, len(of_ps_type(runs, "medium"))
+    ({'big'}, 8)
+    >>> len(of_ps_type(runs[:6], "small"))  # two runs through "small": too few of its own
+    6
+    """
+    types: dict[str, set[str]] = {}
+    own: Counter = Counter()
+    for record in records:
+        if runs_through_ps(record):
+            types.setdefault(record.workload, set()).add(record.ps_type)
+            own[record.workload] += record.ps_type == ps_type and record.epoch_time_s is not None
+    return tuple(
+        r
+        for r in records
+        if not runs_through_ps(r) or r.ps_type == ps_type or len(types[r.workload]) == 1
+        or own[r.workload] < MIN_OWN_PS_RUNS
+    )  # fmt: skip
 
 
 def one_machine_latency_free(records: Collection[PerfRecord]) -> bool:

@@ -110,20 +110,20 @@ def test_where_the_records_cannot_tell_the_message_laws_apart_the_tree_stands():
     assert model.predict("c4.xlarge", 3, 1024, 50.0) == pytest.approx(tree_truth(3, 1024, 50.0), rel=0.02)
 
 
-def ps_truth(n: int, batch: int, latency_ms: float, *, saturates: bool) -> float:
+def ps_truth(n: int, batch: int, latency_ms: float, *, saturates: bool, server_s: float = 50.0) -> float:
     """A PS workload, B the batch of each of n workers: each worker's own steps (compute and two round trips a step),
     and every worker's steps through one server — the slower of the two bounds the epoch when the server saturates
     (FC² §8), or both add when it does not."""
     steps = 256 / batch
     workers = (100 + steps * (20 + 0.2 * latency_ms * 2)) / n
-    server = steps * (50 + 0.15 * latency_ms)
+    server = steps * (server_s + 0.15 * latency_ms)
     return 5 + (max(workers, server) if saturates else workers + server)
 
 
-def ps_grid(workers, *, saturates: bool, sigma: float = 0.02) -> list[PerfRecord]:
+def ps_grid(workers, *, saturates: bool, sigma: float = 0.02, ps_type="m4.2xlarge", server_s=50.0) -> list[PerfRecord]:
     rng = np.random.default_rng(3)
     return [
-        PerfRecord("ps", "c4.xlarge", "m4.2xlarge", n, b, lat, ps_truth(n, b, lat, saturates=saturates)
+        PerfRecord("ps", "c4.xlarge", ps_type, n, b, lat, ps_truth(n, b, lat, saturates=saturates, server_s=server_s)
                    * math.exp(rng.normal(0, sigma)), strategy="ps")
         for n in workers
         for b in (128, 256, 1024)
@@ -174,6 +174,25 @@ def test_a_fold_fit_knows_nothing_of_the_records_it_holds_out(pieces, loss):
     time[29] *= 50.0
     workers[29] = 9
     assert np.array_equal(_System(matrix, time, loss, pieces, workers).solve(rows), fitted)
+
+
+def test_a_workload_measured_through_two_ps_types_answers_from_the_chosen_ones_runs():
+    """m4.large (450 Mbit/s) saturates at twice the time m4.2xlarge (1 Gbit/s) does: mixed, the two PS types' runs
+    would be averaged into one cluster that neither is. Each PS answers from its own runs, and says so."""
+    fast = ps_grid(range(1, 4), saturates=True)
+    slow = ps_grid(range(1, 4), saturates=True, ps_type="m4.large", server_s=100.0)
+    for ps_type, server_s in [("m4.2xlarge", 50.0), ("m4.large", 100.0)]:
+        request = model_request(workload="ps", worker_type="c4.xlarge", max_workers=3, ps_type=ps_type, batch_size=192)
+        answer = recommend_model(request, CATALOG, fast + slow)
+        assert answer.ps_type == ps_type
+        assert f"From the workload's runs through a {ps_type} PS only: its 36 runs through" in answer.explanation
+        for c in answer.candidates:
+            truth_s = ps_truth(c.workers, 192, 25.0, saturates=True, server_s=server_s)
+            assert c.epoch_time_s == pytest.approx(truth_s, rel=0.06), (ps_type, c.workers)
+    unmeasured = model_request(workload="ps", worker_type="c4.xlarge", max_workers=3, ps_type="m4.xlarge")
+    answer = recommend_model(unmeasured, CATALOG, fast + slow)
+    assert "too few runs through a m4.xlarge PS to answer from alone" in answer.explanation
+    assert "m4.2xlarge, m4.large together, whose capacities differ" in answer.explanation
 
 
 def test_a_parameter_server_that_never_saturates_is_not_fitted_as_a_roofline():

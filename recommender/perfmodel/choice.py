@@ -48,6 +48,36 @@ def _of_workload(request: RecommendRequest, records: Sequence[PerfRecord]) -> li
     return own
 
 
+def _through(ps_type: str, records, model: PredictorModel, types: list[str], catalog):
+    """The records, predictor and worker types for a cluster through PS type `ps_type`: a workload measured through
+    several PS types answers from that type's runs alone (algorithms.of_ps_type) where they can still price one of the
+    types; and what to say about it ("" when nothing was left out)."""
+    own = algorithms.of_ps_type(records, ps_type) if ps_type else records
+    measured = sorted({r.ps_type or "unnamed" for r in records if algorithms.runs_through_ps(r)})
+    if len(own) == len(records):
+        if len(measured) < 2 or ps_type in measured:
+            return records, model, types, ""
+        return (
+            records,
+            model,
+            types,
+            (
+                f" The workload has too few runs through a {ps_type} PS to answer from alone: its times come from the "
+                f"runs through {', '.join(measured)} together, whose capacities differ."
+            ),
+        )
+    narrowed = predictor(own, catalog)
+    priced = [t for t in types if not t or narrowed.can_price(t)]
+    if not priced:
+        return records, model, types, ""
+    others = [t for t in measured if t != ps_type]
+    note = (
+        f" From the workload's runs through a {ps_type} PS only: its {len(records) - len(own)} runs through "
+        f"{', '.join(others)} say nothing of this PS's capacity, which bounds a saturated cluster."
+    )
+    return list(own), narrowed, priced, note
+
+
 def _limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, measured_max: int) -> int:
     """n from the limit as the FC² rules count it (algorithms.workers_from_limit); 0 when the budget cannot buy one
     worker; without a limit (or a budget but no price for the type), the largest measured worker count."""
@@ -149,6 +179,7 @@ def recommend_model(
         )
     uses_ps = request.parameter_server and (request.ps_type or _pattern(_usable(records)) == "ps")
     ps = algorithms.select_ps(request, catalog, records, [t for t in types if t] or None) if uses_ps else None
+    records, model, types, through = _through(ps.name if ps else "", records, model, types, catalog)
     candidates, unaffordable, skip, details = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
         if len(unaffordable) == len(types):
@@ -160,6 +191,7 @@ def recommend_model(
     pick = _choose(candidates, request.alpha, request.beta)
     detail = details[(pick.worker_type, pick.workers)]
     explanation = explain_model(model, request, pick, len(candidates), detail, unpriced_workers=types == [""])
+    explanation += through
     extra = {
         "detail": detail,
         "objective": "alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
@@ -253,12 +285,14 @@ def predict_fallback(
         )
     ps_name = request.ps_type or _most_common_str(r.ps_type for r in _usable(records))
     ps = next((s for s in catalog if s.name == ps_name), None)
+    records, model, types, through = _through(ps_name, records, model, types, catalog)
     candidates, _, skip, details = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
         raise _nothing_estimated(model, skip)
     pick = _choose(candidates, 1.0, 0.0)  # the lookup minimises time (Anwar: α = 1, β = 0)
     detail = details[(pick.worker_type, pick.workers)]
     explanation = explain_fallback(model, request, pick, len(candidates), detail, priced=pick.worker_type in prices)
+    explanation += through
     extra = {"detail": detail, "unpriced_types": [t for t in wanted if t not in types]}
     return _answer(request, model, ps_name or None, pick, candidates, explanation, extra, skip, pareto=False)
 
