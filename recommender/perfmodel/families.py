@@ -62,6 +62,17 @@ MESSAGE_LAWS = {"all-reduce": ("tree", "ring"), "ps": ("ps", "roofline")}
 # The pieces of a form's columns: in every epoch, the worker-bound piece, the server-bound piece (only a roofline
 # has one: its time is the common columns plus the larger of the other two; every other form adds all its columns).
 COMMON, WORKER, SERVER = 0, 1, 2
+# A roofline's shared columns (_shared_features) and the piece each belongs to; its compute column is the workers'.
+ROOFLINE_PIECES = {
+    "fixed_s": COMMON,
+    "epoch_latency_s_per_ms": COMMON,
+    "epoch_worker_latency_s_per_ms": COMMON,
+    "epoch_worker_s": COMMON,
+    "step_overhead_s": WORKER,
+    "latency_s_per_ms": WORKER,
+    "server_s": SERVER,
+    "server_latency_s_per_ms": SERVER,
+}
 SCALINGS = ("replica", "pass", "steps", "samples")
 SPEEDS = ("catalogue", "per-type")
 LOSSES = ("relative", "absolute")
@@ -220,13 +231,8 @@ def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarra
 
 
 def _pieces(names: Sequence[str]) -> np.ndarray:
-    """Each shared column's piece (COMMON, WORKER or SERVER), by its name."""
-    return np.array(
-        [
-            COMMON if x.startswith("fixed") or x.startswith("epoch") else SERVER if x.startswith("server") else WORKER
-            for x in names
-        ]
-    )
+    """Each of a roofline's shared columns' piece (ROOFLINE_PIECES)."""
+    return np.array([ROOFLINE_PIECES[name] for name in names])
 
 
 def _catalog_speeds(catalog: Sequence[InstanceSpec]) -> dict[str, float]:
