@@ -1,8 +1,13 @@
-"""WSGI entry point (gunicorn fc2.wsgi)."""
+"""WSGI entry point (gunicorn fc2.wsgi; runserver through settings.WSGI_APPLICATION): Django, behind which the
+recommender's repeated GETs are answered again without its request handling (recommender/answer_cache.py)."""
 
 import os
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
-application = get_wsgi_application()
+django_application = get_wsgi_application()
+
+from recommender.answer_cache import AnswerCache  # noqa: E402 (needs the settings django.setup() loaded)
+
+application = AnswerCache(django_application)

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recommender import service
+from recommender import answer_cache, service
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
 
 
@@ -186,4 +186,5 @@ class RecommendView(APIView):
             if isinstance(exc, MissingProfilesError):
                 body["missing_profiles"] = [vars(p) for p in exc.missing]
             return Response(body, status=400)
+        self.request.META[answer_cache.RENDERED] = (*valid, answer)  # what the answer is, should it be given again
         return Response(answer)
