@@ -3,41 +3,57 @@
 A recommendation is a pure function of its input, the catalogue and the workload's records, and recommender.service
 keeps each answer until either changes. What an answer cost was then mostly the way to it: the middleware, DRF's
 dispatch and the input's validation, several times the answer itself. So this WSGI middleware (fc2/wsgi.py) keeps the
-status, headers and body that Django's whole path produced for a GET, and gives them again to a later GET only when
+status, headers and body of a JSON answer Django gave to a GET with 200 and no cookie set, and gives them again to a
+later GET only when
 
-- the request is the same in everything that answer depends on (`KEY_FIELDS`: path, query string, Accept, host and
-  scheme), with no body;
-- its caller is signed in, as DRF's authentication classes for the API would find (settings.REST_FRAMEWORK): an API
+- the request is the same in everything that answer depends on but who sent it (`key`): the path, query string,
+  Accept, host and scheme, the kind of credentials (a token, or a session cookie, well-formed or not), every other
+  cookie (the CSRF middleware answers a malformed one with a new one), and no body;
+- its caller is signed in, as DRF's authentication classes for the API find it (settings.REST_FRAMEWORK): an API
   token checked by fc2.tokens, or else the session through django.contrib.auth.get_user — a token revoked or expired,
   a session signed out or expired, or a user deactivated, or whose password changed, is nobody;
 - and the answer still holds: recommender.service, asked the same request again, gives the very answer that was
   rendered (its one stamps query finds the catalogue and the records unchanged).
 
 Anything else goes to Django as before: a first request, another method or path, a caller not signed in (Django says
-why, 401), an answer changed or refused, a database error. The answers kept are those Django gave with 200 and set no
-cookie in, for a request whose view said which recommendation it rendered (`RENDERED`, set by recommender.api). The
-answer names no user, so one kept for one caller may be given to another. Each process keeps its own, at most
-`MAX_KEPT`, the oldest first out.
+why, 401, after this has looked too), an answer changed or refused, any error here (logged). The answers kept are
+those whose view said which recommendation it rendered (`RENDERED`, set by recommender.api for an input with no field
+it ignores). An answer names no user, so one kept for one caller may be given to another. The database connections
+are looked after as Django's request signals have them looked after, before and after (`close_old_connections`: a
+broken one replaced, one past settings.DATABASES' CONN_MAX_AGE closed); the signals themselves, whose other receivers
+(the debug query log, the caches' and URLconf's resets) have nothing to do here, cost a fifth of the answer, and are
+not sent. Each process keeps its own answers, at most `MAX_KEPT`, the oldest first out.
+
+What Django would do differently with other settings is checked once, when the application is made
+(`settings_it_answers_for`): another middleware, throttle, permission or authentication class, blocked user agents,
+sessions saved on every request or signing keys being rotated each turn this off, and every request goes to Django.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
 
 from django.conf import settings
 from django.contrib import auth
-from django.db import DatabaseError
+from django.db import Error as DatabaseError
+from django.db import close_old_connections
 from django.http.cookie import parse_cookie
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.permissions import IsAuthenticated
 
 from fc2 import tokens
 from recommender import service
 from recommender.types import RecommendationError, RecommendRequest
 
+logger = logging.getLogger(__name__)
+
 PATH = "/api/recommend"
-# What in a GET's environ Django's answer depends on, besides the caller: which view and input (path, query string),
-# which renderer (Accept), whether the host is allowed, and what a secure request gets (a redirect, HSTS).
+# What in a GET's environ Django's answer depends on, besides the caller and the cookies: which view and input (path,
+# query string), which renderer (Accept), whether the host is allowed, and what a secure request gets (a redirect,
+# HSTS).
 KEY_FIELDS = (
     "SCRIPT_NAME",
     "QUERY_STRING",
@@ -49,9 +65,42 @@ KEY_FIELDS = (
     "HTTP_X_FORWARDED_PROTO",
     "HTTP_X_FORWARDED_HOST",
 )
-MAX_KEY_CHARS = 2000  # a longer query string is answered by Django every time
+MAX_KEY_CHARS = 2000  # a request with a longer key is answered by Django every time
 MAX_KEPT = 1024
 RENDERED = "fc2.recommender.rendered"  # the environ key: (request, catalogue, the answer's dict) the view rendered
+
+# The request handling this was checked against (settings.MIDDLEWARE, and the view's DRF classes): what each does to a
+# signed-in GET of the API is either in the key or the same for every such request.
+MIDDLEWARE = (
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "fc2.uploads.UploadLimitMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+)
+AUTHENTICATION = (tokens.ApiTokenAuthentication, SessionAuthentication)
+
+
+def settings_it_answers_for() -> str | None:
+    """None when this process's settings are the ones this was checked against; else which is not."""
+    from recommender.api import RecommendView  # (the view imports this module)
+
+    view = RecommendView()
+    differences = {
+        "settings.MIDDLEWARE": tuple(settings.MIDDLEWARE) != MIDDLEWARE,
+        "the view's authentication classes": tuple(type(a) for a in view.get_authenticators()) != AUTHENTICATION,
+        "the view's permission classes": [type(p) for p in view.get_permissions()] != [IsAuthenticated],
+        "the view's throttles": bool(view.get_throttles()),
+        "settings.DISALLOWED_USER_AGENTS": bool(settings.DISALLOWED_USER_AGENTS),
+        "settings.SESSION_SAVE_EVERY_REQUEST": settings.SESSION_SAVE_EVERY_REQUEST,
+        # get_user may move a session signed with an old key to a new one, which only Django's answer sends back.
+        "settings.SECRET_KEY_FALLBACKS": bool(settings.SECRET_KEY_FALLBACKS),
+    }
+    return next((name for name, differs in differences.items() if differs), None)
 
 
 @dataclass(frozen=True)
@@ -78,41 +127,49 @@ class AnswerCache:
         self.app = app
         self.kept: dict[tuple, Kept] = {}
         self.session_store = import_module(settings.SESSION_ENGINE).SessionStore
+        self.off_because = settings_it_answers_for()
+        if self.off_because:
+            logger.warning("recommendations are not given again ahead of Django: %s differs", self.off_because)
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         if (
-            environ.get("REQUEST_METHOD") != "GET"
+            self.off_because
+            or environ.get("REQUEST_METHOD") != "GET"
             or environ.get("PATH_INFO") != PATH
             or environ.get("CONTENT_LENGTH", "0") not in ("", "0")
         ):
             return self.app(environ, start_response)
-        key = tuple(environ.get(name) for name in KEY_FIELDS)
+        cookies = parse_cookie(environ.get("HTTP_COOKIE", ""))
+        session_cookie = cookies.pop(settings.SESSION_COOKIE_NAME, None)
+        caller = _Caller(environ, self.session_store(session_cookie))
+        by_token = tokens.presented_secret(caller) is not None
+        if session_cookie is None:
+            cookie = "absent"
+        else:  # (Django's answer deletes a malformed one)
+            cookie = "malformed" if caller.session.session_key is None else "well-formed"
+        key = (*(environ.get(name) for name in KEY_FIELDS), by_token, cookie, tuple(sorted(cookies.items())))
         kept = self.kept.get(key)
-        if kept is not None and self._signed_in(environ) and self._holds(kept):
+        if kept is not None and self._still_answers(kept, environ, caller, by_token):
             start_response(kept.status, list(kept.headers))
             return [kept.body]
         return self._from_django(key, environ, start_response)
 
-    def _signed_in(self, environ: dict) -> bool:
-        cookie = parse_cookie(environ.get("HTTP_COOKIE", "")).get(settings.SESSION_COOKIE_NAME)
-        caller = _Caller(environ, self.session_store(cookie))
+    def _still_answers(self, kept: Kept, environ: dict, caller: _Caller, by_token: bool) -> bool:
+        close_old_connections()
         try:
-            if tokens.presented_secret(caller) is not None:  # a token is checked first, and alone (settings)
-                return tokens.authenticate(caller)[0] is not None
-            if cookie is None or settings.SECRET_KEY_FALLBACKS:
-                # No session; or one get_user may move to a new key, which only Django's answer can send back.
-                return False
-            user = auth.get_user(caller)
-        except DatabaseError:
-            return False  # Django's own handling of the request replaces a broken connection
-        return user.is_authenticated and user.is_active
-
-    @staticmethod
-    def _holds(kept: Kept) -> bool:
-        try:
-            return service.recommend_as_dict(kept.request, kept.catalog) is kept.answer
+            if by_token:  # checked first, and alone, as DRF does
+                signed_in = tokens.authenticate(caller)[0] is not None
+            else:
+                user = auth.get_user(caller)
+                signed_in = user.is_authenticated and user.is_active
+            return signed_in and service.recommend_as_dict(kept.request, kept.catalog) is kept.answer
         except (RecommendationError, DatabaseError):
             return False  # Django says why, or meets the broken connection with its own handling
+        except Exception:
+            logger.exception("a kept recommendation could not be checked; Django answers %s", environ.get("PATH_INFO"))
+            return False
+        finally:
+            close_old_connections()
 
     def _from_django(self, key: tuple, environ: dict, start_response: Callable) -> Iterable[bytes]:
         answered = []
@@ -126,13 +183,14 @@ class AnswerCache:
         if rendered is None or len(repr(key)) > MAX_KEY_CHARS:
             return response
         status, headers = answered[-1]
-        if not status.startswith("200 ") or any(name.lower() == "set-cookie" for name, _ in headers):
+        names = {name.lower(): value for name, value in headers}
+        if not status.startswith("200 ") or "set-cookie" in names or names.get("content-type") != "application/json":
             return response
         try:
             body = b"".join(response)
         finally:
             response.close()  # Django's request_finished, as the server would have sent it
         if len(self.kept) >= MAX_KEPT:
-            self.kept.pop(next(iter(self.kept)), None)
+            self.kept.pop(next(iter(self.kept), None), None)
         self.kept[key] = Kept(*rendered, status=status, headers=headers, body=body)
         return [body]

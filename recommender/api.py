@@ -186,5 +186,6 @@ class RecommendView(APIView):
             if isinstance(exc, MissingProfilesError):
                 body["missing_profiles"] = [vars(p) for p in exc.missing]
             return Response(body, status=400)
-        self.request.META[answer_cache.RENDERED] = (*valid, answer)  # what the answer is, should it be given again
+        if set(data) <= _FIELDS:  # (a field it ignores would make another key for the same answer)
+            self.request.META[answer_cache.RENDERED] = (*valid, answer)  # what it is, should it be given again
         return Response(answer)

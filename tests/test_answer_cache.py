@@ -1,12 +1,14 @@
-"""A recommendation given again ahead of Django (recommender/answer_cache.py) must be what Django would answer that
-caller at that moment: the same status, headers and body to a caller Django would let in, and whatever Django says to
-anyone else — a session signed out, a password changed, an account deactivated, a token revoked, a host not allowed.
-Requests go through the WSGI application as a server calls it (Django's handler, every middleware), in this process.
+"""A recommendation given again ahead of Django (recommender/answer_cache.py) must be what Django alone would answer
+that request at that moment: the same status, headers and body to a caller Django lets in, and Django's own answer to
+anyone else — a session signed out, a password changed, an account deactivated, a token revoked, a host not allowed,
+a cookie Django would replace. Each request goes through the WSGI application as a server calls it (Django's
+handler, every middleware), in this process, and most are sent to Django alone too and the two answers compared.
 How fast it is, benchmarks/lookup_speed.py measures."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import NamedTuple
 from urllib.parse import urlencode
 
@@ -17,9 +19,11 @@ from django.db import close_old_connections, connection
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
+from fc2.rest import SubmitThrottle
 from fc2.services import tokens
 from recommender import answer_cache
 from recommender.answer_cache import AnswerCache
+from recommender.api import RecommendView
 from recommender.models import PerformanceRecord
 from tests.test_recommend_speed import POINT
 from tests.test_recommender_interfaces import fc2_catalog, table4  # noqa: F401 -- fixtures, used below
@@ -28,15 +32,32 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("table4")]
 PATH = "/api/recommend"
 
 
-@pytest.fixture
-def app():
-    """The platform's WSGI application as fc2/wsgi.py makes it, fresh (nothing kept). As Django's test client does,
-    the requests leave the test's transaction open rather than closing the connection at their start and end."""
+@pytest.fixture(autouse=True)
+def _in_the_test_s_transaction():
+    """As Django's test client does, requests leave the test's transaction open rather than close the connection at
+    their start and end (which the signals still announce)."""
     for signal in (request_started, request_finished):
         signal.disconnect(close_old_connections)
-    yield AnswerCache(WSGIHandler())
+    yield
     for signal in (request_started, request_finished):
         signal.connect(close_old_connections)
+
+
+@pytest.fixture
+def connection_checks(monkeypatch) -> list[str]:
+    """The checks of the database connections the answers given again make (each would close this test's
+    connection, and with it its transaction, as Django's request signals would)."""
+    made = []
+    monkeypatch.setattr(answer_cache, "close_old_connections", lambda: made.append("checked"))
+    return made
+
+
+@pytest.fixture
+def app(connection_checks):
+    """The platform's WSGI application as fc2/wsgi.py makes it, fresh (nothing kept)."""
+    made = AnswerCache(WSGIHandler())
+    assert made.off_because is None
+    return made
 
 
 @pytest.fixture
@@ -46,12 +67,18 @@ def session(client, alice) -> str:
     return f"sessionid={client.cookies['sessionid'].value}"
 
 
+@pytest.fixture
+def token(alice) -> dict:
+    _, secret = tokens.create(alice, "laptop")
+    return {"HTTP_AUTHORIZATION": f"Token {secret}"}
+
+
 class Answer(NamedTuple):
     status: int
     headers: list[tuple[str, str]]
     body: bytes
     queries: int
-    by_django: bool  # whether Django's handler answered it (its request_started was sent)
+    by_django: bool  # whether Django's handler answered it
 
 
 def call(app, params=POINT, method="GET", cookie="", body=None, **environ) -> Answer:
@@ -62,33 +89,77 @@ def call(app, params=POINT, method="GET", cookie="", body=None, **environ) -> An
     else:
         request = factory.generic(method, PATH, body, "application/json", HTTP_COOKIE=cookie, **environ)
     answered, started = [], []
-    request_started.connect(receiver := lambda **kwargs: started.append(True), weak=False)
-    with CaptureQueriesContext(connection) as queries:
-        response = app(request.environ, lambda status, headers, exc_info=None: answered.append((status, headers)))
-        try:
-            content = b"".join(response)
-        finally:
-            getattr(response, "close", lambda: None)()
-            request_started.disconnect(receiver)
+    request_started.connect(noting := lambda sender, **kwargs: started.append(sender), weak=False)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            response = app(request.environ, lambda status, headers, exc_info=None: answered.append((status, headers)))
+            try:
+                content = b"".join(response)
+            finally:
+                getattr(response, "close", lambda: None)()
+    finally:
+        request_started.disconnect(noting)
     status, headers = answered[-1]
-    return Answer(int(status.split()[0]), headers, content, len(queries), bool(started))
+    return Answer(int(status.split()[0]), list(headers), content, len(queries), WSGIHandler in started)
 
 
-def test_a_repeated_get_is_given_django_s_own_answer_again_with_two_queries(app, session):
-    first = call(app, cookie=session)
-    again = call(app, cookie=session)
+def as_django_alone_answers(app, *args, **kwargs) -> Answer:
+    """The request through `app`, checked against the same request to Django alone, just after: status, headers and
+    body the same."""
+    answer = call(app, *args, **kwargs)
+    alone = call(WSGIHandler(), *args, **kwargs)
+    assert (answer.status, comparable(answer.headers), answer.body) == (
+        alone.status,
+        comparable(alone.headers),
+        alone.body,
+    )
+    return answer
 
-    assert first[0] == 200 and json.loads(first[2])["workers"] == 4
-    assert again[:3] == first[:3]  # status, every header, body
+
+def comparable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers, sorted, each cookie set by its name and whether it is deleted (a new CSRF secret is random)."""
+    return sorted(
+        (
+            name,
+            value.strip().split("=")[0] + (" deleted" if "Max-Age=0" in value else "")
+            if name == "Set-Cookie"
+            else value,
+        )
+        for name, value in headers
+    )
+
+
+def test_a_repeated_get_is_given_django_s_own_answer_again_with_two_queries(app, session, connection_checks):
+    first = as_django_alone_answers(app, cookie=session)
+    again = as_django_alone_answers(app, cookie=session)
+
+    assert first.status == 200 and json.loads(first.body)["workers"] == 4
     assert first.by_django and not again.by_django
     assert again.queries == 2  # the user and the answer's stamps; the session from its cache
+    assert connection_checks == ["checked", "checked"]  # before and after, as Django's request signals do
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_past_its_age_is_closed_after_an_answer_given_again(session, monkeypatch):
+    app = AnswerCache(WSGIHandler())
+    call(app, cookie=session)
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)  # one connection per request
+
+    again = call(app, cookie=session)
+
+    assert again.status == 200 and not again.by_django
+    assert connection.connection is None
 
 
 def test_the_same_answer_serves_another_signed_in_user(app, session, bob, client):
     kept = call(app, cookie=session)
     client.force_login(bob)
+    bob_s = f"sessionid={client.cookies['sessionid'].value}"
 
-    assert call(app, cookie=f"sessionid={client.cookies['sessionid'].value}")[:3] == kept[:3]
+    served = as_django_alone_answers(app, cookie=bob_s)
+
+    assert served.body == kept.body and not served.by_django
 
 
 @pytest.mark.parametrize(
@@ -101,75 +172,136 @@ def test_the_same_answer_serves_another_signed_in_user(app, session, bob, client
     ids=["signed-out", "password-changed", "deactivated"],
 )
 def test_a_session_that_ended_gets_django_s_refusal_not_the_kept_answer(app, session, client, alice, end):
-    assert call(app, cookie=session)[0] == 200
-    refused_before = call(app)  # no cookie at all: Django's 401, as the kept answer is never given without a caller
+    assert call(app, cookie=session).status == 200
+    assert as_django_alone_answers(app).status == 401  # no cookie at all
 
     end(client, alice)
     refused = call(app, cookie=session)
 
-    assert refused_before[0] == refused[0] == 401
-    assert b"Authentication credentials were not provided" in refused[2]
+    assert refused.status == 401 and refused.by_django
+    assert b"Authentication credentials were not provided" in refused.body
 
 
-def test_a_token_is_checked_first_and_its_revocation_counts_at_once(app, session, alice):
-    token, secret = tokens.create(alice, "laptop")
-    bearer = {"HTTP_AUTHORIZATION": f"Token {secret}"}
-    kept = call(app, cookie=session)
+def test_a_token_is_checked_first_and_its_revocation_counts_at_once(app, session, alice, token):
+    as_django_alone_answers(app, **token)
+    by_token = as_django_alone_answers(app, **token)
+    assert by_token.status == 200 and not by_token.by_django
+    wrong = as_django_alone_answers(app, cookie=session, HTTP_AUTHORIZATION="Token fc2_not-a-token")
+    assert wrong.status == 401  # never the session then
 
-    by_token = call(app, **bearer)
-    assert by_token[:3] == kept[:3] and not by_token.by_django
-    assert call(app, cookie=session, HTTP_AUTHORIZATION="Token fc2_not-a-token")[0] == 401  # never the session then
+    alice.api_tokens.get().revoke()
 
-    token.revoke()
+    refused = call(app, **token)
+    assert refused.status == 401 and b"revoked" in refused.body
 
-    refused = call(app, **bearer)
-    assert refused[0] == 401 and b"revoked" in refused[2]
+
+def test_a_session_and_a_token_each_get_the_headers_django_gives_them(app, session, token):
+    """Django's answer to a session varies on the cookie; to a token it does not (the session is never read)."""
+    for credentials in ({"cookie": session}, token, {"cookie": session}, token):
+        as_django_alone_answers(app, **credentials)
+
+    assert len(app.kept) == 2
+
+
+@pytest.mark.parametrize(
+    "cookies",
+    ["csrftoken=bad!", "csrftoken=" + "a" * 32, "messages=x", ""],
+    ids=["malformed-csrf-cookie", "csrf-cookie", "another-cookie", "none-else"],
+)
+def test_the_other_cookies_of_a_request_are_answered_as_django_answers_them(app, session, token, cookies):
+    for _ in range(2):
+        as_django_alone_answers(app, cookie=f"{session}; {cookies}")
+        as_django_alone_answers(app, cookie=f"sessionid=x; {cookies}", **token)  # (Django deletes a malformed one)
 
 
 def test_a_host_django_does_not_allow_is_refused_though_its_query_was_answered(app, session):
-    assert call(app, cookie=session)[0] == 200
+    assert call(app, cookie=session).status == 200
 
-    assert call(app, cookie=session, HTTP_HOST="evil.example")[0] == 400
+    assert as_django_alone_answers(app, cookie=session, HTTP_HOST="evil.example").status == 400
 
 
-def test_another_accept_header_is_negotiated_by_django(app, session):
+def test_https_is_answered_as_django_answers_it(session, settings, connection_checks):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_SSL_REDIRECT = True
+    settings.SECURE_HSTS_SECONDS = 3600
+    secured = AnswerCache(WSGIHandler())
+    for _ in range(2):
+        assert as_django_alone_answers(secured, cookie=session).status == 301
+        https = as_django_alone_answers(secured, cookie=session, HTTP_X_FORWARDED_PROTO="https")
+    assert https.status == 200 and not https.by_django and "Strict-Transport-Security" in dict(https.headers)
+
+
+def test_another_accept_header_is_negotiated_by_django_and_only_json_is_kept(app, session):
     json_answer = call(app, cookie=session)
-    html = call(app, cookie=session, HTTP_ACCEPT="text/html")
-    refused = call(app, cookie=session, HTTP_ACCEPT="application/xml")
+    for _ in range(2):  # (each browsable page holds a CSRF token of its own)
+        html = call(app, cookie=session, HTTP_ACCEPT="text/html")
+        browsable = call(app, {**POINT, "format": "api"}, cookie=session)
+        refused = as_django_alone_answers(app, cookie=session, HTTP_ACCEPT="application/xml")
 
-    assert dict(html[1])["Content-Type"].startswith("text/html") and html[2] != json_answer[2]
-    assert refused[0] == 406
+    assert dict(html.headers)["Content-Type"].startswith("text/html") and html.body != json_answer.body
+    assert html.by_django and browsable.by_django and refused.status == 406
+    assert len(app.kept) == 1
 
 
 def test_a_record_added_changes_the_next_answer(app, session):
-    before = json.loads(call(app, cookie=session)[2])
+    before = json.loads(call(app, cookie=session).body)
     PerformanceRecord.objects.create(
         workload="mnist", workers=2, batch_size=6400, latency_ms=0, epoch_time_s=40, strategy="mirrored"
     )
 
-    after = json.loads(call(app, cookie=session)[2])
+    after = json.loads(as_django_alone_answers(app, cookie=session).body)
 
     assert (before["workers"], after["workers"]) == (4, 2)
     assert not call(app, cookie=session).by_django  # and the new answer is the one given again
 
 
-def test_a_post_a_refusal_or_a_get_with_a_body_goes_through_django_every_time(app, session, alice):
-    _, secret = tokens.create(alice, "script")
-    bearer = {"HTTP_AUTHORIZATION": f"Token {secret}"}
+def test_a_post_a_head_a_refusal_a_body_or_an_ignored_field_goes_through_django_every_time(app, session, token):
     for _ in range(2):
-        posted = call(app, method="POST", body=json.dumps(POINT), **bearer)
-        invalid = call(app, {**POINT, "batch_size": "many"}, cookie=session)
-        assert posted[0] == 200 and invalid[0] == 400 and b"batch_size" in invalid[2]
+        posted = call(app, method="POST", body=json.dumps(POINT), **token)
+        head = as_django_alone_answers(app, method="HEAD", cookie=session)
+        invalid = as_django_alone_answers(app, {**POINT, "batch_size": "many"}, cookie=session)
+        ignored = as_django_alone_answers(app, {**POINT, "note": "x"}, cookie=session)
+        assert posted.status == head.status == ignored.status == 200 and invalid.status == 400
+        assert b"batch_size" in invalid.body and ignored.by_django
     assert app.kept == {}
 
     call(app, cookie=session)
-    with_body = call(app, method="GET", body="{}", **bearer, QUERY_STRING=urlencode(POINT))  # (DRF ignores it)
+    with_body = call(app, method="GET", body="{}", **token, QUERY_STRING=urlencode(POINT))  # (DRF ignores it)
     assert with_body.status == 200 and with_body.by_django
 
 
 def test_what_is_kept_is_bounded(app, session, monkeypatch):
     monkeypatch.setattr(answer_cache, "MAX_KEPT", 2)
     for latency in (0, 10, 20):
-        assert call(app, {**POINT, "latency_ms": latency}, cookie=session)[0] == 200
+        assert call(app, {**POINT, "latency_ms": latency}, cookie=session).status == 200
 
     assert [kept.request.latency_ms for kept in app.kept.values()] == [10, 20]  # the oldest out
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("MIDDLEWARE", ["django.middleware.gzip.GZipMiddleware", *answer_cache.MIDDLEWARE]),
+        ("DISALLOWED_USER_AGENTS", [re.compile("bot")]),
+        ("SESSION_SAVE_EVERY_REQUEST", True),
+        ("SECRET_KEY_FALLBACKS", ["an-old-key"]),
+    ],
+)
+def test_settings_it_was_not_checked_against_turn_it_off(settings, session, setting, value, connection_checks):
+    setattr(settings, setting, value)
+    app = AnswerCache(WSGIHandler())
+
+    assert app.off_because == f"settings.{setting}"
+    assert all(call(app, cookie=session, HTTP_USER_AGENT="a bot").by_django for _ in range(2))
+
+
+def test_a_throttle_on_the_view_turns_it_off(monkeypatch):
+    monkeypatch.setattr(RecommendView, "throttle_classes", [SubmitThrottle])
+
+    assert AnswerCache(WSGIHandler()).off_because == "the view's throttles"
+
+
+def test_the_platform_s_own_application_gives_answers_again():
+    from fc2.wsgi import application
+
+    assert isinstance(application, AnswerCache) and application.off_because is None
