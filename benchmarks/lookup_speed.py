@@ -27,7 +27,7 @@ keep up: the ratios of requests/s understate those of CPU per answer. A row with
 fails the run.
 
 Our lookup GET is a query asked again and again, as a page or a script polling it asks it: after the first answer,
-recommender/answer_cache.py gives Django's answer again without Django's request handling. The row "each one new"
+fc2/answer_cache.py gives Django's answer again without Django's request handling. The row "each one new"
 adds a field the recommender ignores, different in every request, so that every answer goes through Django's whole
 path (its middleware, DRF, the input's validation) to the answer recommender.service keeps: what a first answer costs.
 
@@ -173,7 +173,7 @@ wrk.body = {body}
 wrk.headers = {{{headers}}}
 """
 # For a row whose every request must be new to the server: a field the recommender ignores, counted up, makes each
-# query string one it has not answered before (recommender/answer_cache.py keys its answers by the query string).
+# query string one it has not answered before (fc2/answer_cache.py keys its answers by the query string).
 WRK_EACH_NEW = """
 local sent = 0
 request = function()

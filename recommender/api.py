@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recommender import answer_cache, service
+from recommender import service
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
 
 
@@ -156,6 +156,11 @@ def input_key(data) -> tuple | None:
     return key if key is not None and len(repr(key)) <= MAX_KEY_CHARS else None
 
 
+# Where the view says, in its request's environ, which recommendation it rendered: (request, catalogue, the answer's
+# dict), so that fc2/answer_cache.py may give the same answer again.
+RENDERED = "fc2.recommender.rendered"
+
+
 class RecommendView(APIView):
     """Recommend a cluster (FC² Cost-Opt / Time-Opt / Scala-Opt / Scala-Opt-M, Anwar's lookup, or the model)."""
 
@@ -187,5 +192,5 @@ class RecommendView(APIView):
                 body["missing_profiles"] = [vars(p) for p in exc.missing]
             return Response(body, status=400)
         if set(data) <= _FIELDS:  # (a field it ignores would make another key for the same answer)
-            self.request.META[answer_cache.RENDERED] = (*valid, answer)  # what it is, should it be given again
+            self.request.META[RENDERED] = (*valid, answer)  # what it is, should it be given again
         return Response(answer)

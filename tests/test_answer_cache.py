@@ -1,4 +1,4 @@
-"""A recommendation given again ahead of Django (recommender/answer_cache.py) must be what Django alone would answer
+"""A recommendation given again ahead of Django (fc2/answer_cache.py) must be what Django alone would answer
 that request at that moment: the same status, headers and body to a caller Django lets in, and Django's own answer to
 anyone else — a session signed out, a password changed, an account deactivated, a token revoked, a host not allowed,
 a cookie Django would replace. Each request goes through the WSGI application as a server calls it (Django's
@@ -19,10 +19,10 @@ from django.db import close_old_connections, connection
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
+from fc2 import answer_cache
+from fc2.answer_cache import AnswerCache
 from fc2.rest import SubmitThrottle
 from fc2.services import tokens
-from recommender import answer_cache
-from recommender.answer_cache import AnswerCache
 from recommender.api import RecommendView
 from recommender.models import PerformanceRecord
 from tests.test_recommend_speed import POINT

@@ -17,12 +17,13 @@ later GET only when
 
 Anything else goes to Django as before: a first request, another method or path, a caller not signed in (Django says
 why, 401, after this has looked too), an answer changed or refused, any error here (logged). The answers kept are
-those whose view said which recommendation it rendered (`RENDERED`, set by recommender.api for an input with no field
-it ignores). An answer names no user, so one kept for one caller may be given to another. The database connections
-are looked after as Django's request signals have them looked after, before and after (`close_old_connections`: a
-broken one replaced, one past settings.DATABASES' CONN_MAX_AGE closed); the signals themselves, whose other receivers
-(the debug query log, the caches' and URLconf's resets) have nothing to do here, cost a fifth of the answer, and are
-not sent. Each process keeps its own answers, at most `MAX_KEPT`, the oldest first out.
+those whose view said which recommendation it rendered (`RENDERED`, set by recommender.api's view for an input with
+no field it ignores). An answer names no user, so one kept for one caller may be given to another. The database
+connections are looked after as Django's request signals have them looked after, before and after
+(`close_old_connections`: a broken one replaced, one past settings.DATABASES' CONN_MAX_AGE closed); the signals
+themselves, whose other receivers (the debug query log, the caches' and URLconf's resets) have nothing to do here,
+cost a fifth of the answer, and are not sent. Each process keeps its own answers, at most `MAX_KEPT`, the oldest
+first out.
 
 What Django would do differently with other settings is checked once, when the application is made
 (`settings_it_answers_for`): another middleware, throttle, permission or authentication class, blocked user agents,
@@ -46,6 +47,7 @@ from rest_framework.permissions import IsAuthenticated
 
 from fc2 import tokens
 from recommender import service
+from recommender.api import RENDERED, RecommendView
 from recommender.types import RecommendationError, RecommendRequest
 
 logger = logging.getLogger(__name__)
@@ -67,7 +69,6 @@ KEY_FIELDS = (
 )
 MAX_KEY_CHARS = 2000  # a request with a longer key is answered by Django every time
 MAX_KEPT = 1024
-RENDERED = "fc2.recommender.rendered"  # the environ key: (request, catalogue, the answer's dict) the view rendered
 
 # The request handling this was checked against (settings.MIDDLEWARE, and the view's DRF classes): what each does to a
 # signed-in GET of the API is either in the key or the same for every such request.
@@ -87,8 +88,6 @@ AUTHENTICATION = (tokens.ApiTokenAuthentication, SessionAuthentication)
 
 def settings_it_answers_for() -> str | None:
     """None when this process's settings are the ones this was checked against; else which is not."""
-    from recommender.api import RecommendView  # (the view imports this module)
-
     view = RecommendView()
     differences = {
         "settings.MIDDLEWARE": tuple(settings.MIDDLEWARE) != MIDDLEWARE,
