@@ -19,10 +19,11 @@ Anything else goes to Django as before: a first request, another method or path,
 why, 401, after this has looked too), an answer changed or refused, any error here (logged). The answers kept are
 those whose view said which recommendation it rendered (`RENDERED`, set by recommender.api's view for an input with
 no field it ignores). An answer names no user, so one kept for one caller may be given to another. The database
-connections are looked after as Django's request signals have them looked after, before and after
-(`close_old_connections`: a broken one replaced, one past settings.DATABASES' CONN_MAX_AGE closed); the signals
-themselves, whose other receivers (the debug query log, the caches' and URLconf's resets) have nothing to do here,
-cost a fifth of the answer, and are not sent. Each process keeps its own answers, at most `MAX_KEPT`, the oldest
+connections are looked after as Django's request signals have them looked after (`close_old_connections`, after each
+answer: one past settings.DATABASES' CONN_MAX_AGE closed, and the next request's first query checks the connection
+first where CONN_HEALTH_CHECKS asks it, replacing one that broke meanwhile); the signals themselves, whose other
+receivers (the debug query log, the caches' and URLconf's resets) have nothing to do here, cost a fifth of the
+answer, and are not sent. Each process keeps its own answers, at most `MAX_KEPT`, the oldest
 first out.
 
 What Django would do differently with other settings is checked once, when the application is made
@@ -126,6 +127,7 @@ class AnswerCache:
         self.app = app
         self.kept: dict[tuple, Kept] = {}
         self.session_store = import_module(settings.SESSION_ENGINE).SessionStore
+        self.session_cookie_name = settings.SESSION_COOKIE_NAME
         self.off_because = settings_it_answers_for()
         if self.off_because:
             logger.warning("recommendations are not given again ahead of Django: %s differs", self.off_because)
@@ -139,7 +141,7 @@ class AnswerCache:
         ):
             return self.app(environ, start_response)
         cookies = parse_cookie(environ.get("HTTP_COOKIE", ""))
-        session_cookie = cookies.pop(settings.SESSION_COOKIE_NAME, None)
+        session_cookie = cookies.pop(self.session_cookie_name, None)
         caller = _Caller(environ, self.session_store(session_cookie))
         by_token = tokens.presented_secret(caller) is not None
         if session_cookie is None:
@@ -154,7 +156,6 @@ class AnswerCache:
         return self._from_django(key, environ, start_response)
 
     def _still_answers(self, kept: Kept, environ: dict, caller: _Caller, by_token: bool) -> bool:
-        close_old_connections()
         try:
             if by_token:  # checked first, and alone, as DRF does
                 signed_in = tokens.authenticate(caller)[0] is not None

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
-from django.db import close_old_connections, connection
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connection, connections
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
@@ -33,9 +33,12 @@ PATH = "/api/recommend"
 
 
 @pytest.fixture(autouse=True)
-def _in_the_test_s_transaction():
+def _in_the_test_s_transaction(request):
     """As Django's test client does, requests leave the test's transaction open rather than close the connection at
-    their start and end (which the signals still announce)."""
+    their start and end (which the signals still announce) — in a test that runs in a transaction."""
+    if request.node.get_closest_marker("django_db").kwargs.get("transaction"):
+        yield
+        return
     for signal in (request_started, request_finished):
         signal.disconnect(close_old_connections)
     yield
@@ -136,7 +139,28 @@ def test_a_repeated_get_is_given_django_s_own_answer_again_with_two_queries(app,
     assert first.status == 200 and json.loads(first.body)["workers"] == 4
     assert first.by_django and not again.by_django
     assert again.queries == 2  # the user and the answer's stamps; the session from its cache
-    assert connection_checks == ["checked", "checked"]  # before and after, as Django's request signals do
+    assert connection_checks == ["checked"]  # after it, as Django's request_finished does
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_the_database_dropped_is_replaced_before_an_answer_is_given_again(session):
+    if connection.vendor != "postgresql":
+        pytest.skip("a database server that can drop a connection: PostgreSQL")
+    app = AnswerCache(WSGIHandler())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    call(app, cookie=session)  # (on that connection, kept between requests)
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+
+    again = call(app, cookie=session)
+
+    assert again.status == 200 and not again.by_django
 
 
 @pytest.mark.django_db(transaction=True)
