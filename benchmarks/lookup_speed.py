@@ -28,8 +28,9 @@ fails the run.
 
 Our lookup GET is a query asked again and again, as a page or a script polling it asks it: after the first answer,
 fc2/answer_cache.py gives Django's answer again without Django's request handling. The row "each one new"
-adds a field the recommender ignores, different in every request, so that every answer goes through Django's whole
-path (its middleware, DRF, the input's validation) to the answer recommender.service keeps: what a first answer costs.
+adds a field the recommender ignores, different in every request, so that every answer goes through Django's
+middleware and DRF's dispatch (the input's validation and the answer itself are still the ones the view and
+recommender.service keep): what an answer not given again costs.
 
     .venv/bin/python benchmarks/lookup_speed.py [--seconds 5] [--rounds 3] [--warmup 3] [--connections 4] [--threads 2]
         [--database-url postgres://…] [--conn-max-age SECONDS] [--keep] [--fresh-venv]

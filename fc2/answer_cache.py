@@ -6,41 +6,48 @@ dispatch and the input's validation, several times the answer itself. So this WS
 status, headers and body of a JSON answer Django gave to a GET with 200 and no cookie set, and gives them again to a
 later GET only when
 
-- the request is the same in everything that answer depends on but who sent it (`key`): the path, query string,
-  Accept, host and scheme, the kind of credentials (a token, or a session cookie, well-formed or not), every other
-  cookie (the CSRF middleware answers a malformed one with a new one), and no body;
+- the request is the same in everything that answer depends on but who sent it (the key `AnswerCache.__call__`
+  builds): the path, the query string as sent, Accept, host, scheme and the proxy headers Django reads for them, the
+  kind of credentials (a token, or a session cookie, well-formed or not), every other cookie as sent (the CSRF
+  middleware answers a malformed one with a new one), and no Content-Length;
 - its caller is signed in, as DRF's authentication classes for the API find it (settings.REST_FRAMEWORK): an API
   token checked by fc2.tokens, or else the session through django.contrib.auth.get_user — a token revoked or expired,
   a session signed out or expired, or a user deactivated, or whose password changed, is nobody;
 - and the answer still holds: recommender.service, asked the same request again, gives the very answer that was
-  rendered (its one stamps query finds the catalogue and the records unchanged).
+  rendered (its one stamps query finds the catalogue and the records unchanged); a signed-in caller's request whose
+  answer changed drops what was kept for it.
 
 Anything else goes to Django as before: a first request, another method or path, a caller not signed in (Django says
-why, 401, after this has looked too), an answer changed or refused, any error here (logged). The answers kept are
-those whose view said which recommendation it rendered (`RENDERED`, set by recommender.api's view for an input with
-no field it ignores). An answer names no user, so one kept for one caller may be given to another. The database
-connections are looked after as Django's request signals have them looked after (`close_old_connections`, after each
-answer: one past settings.DATABASES' CONN_MAX_AGE closed, and the next request's first query checks the connection
-first where CONN_HEALTH_CHECKS asks it, replacing one that broke meanwhile); the signals themselves, whose other
-receivers (the debug query log, the caches' and URLconf's resets) have nothing to do here, cost a fifth of the
-answer, and are not sent. Each process keeps its own answers, at most `MAX_KEPT`, the oldest
-first out.
+why, 401, after this has looked too: a made-up cookie or token costs its lookup twice), an answer changed or refused,
+any error here (logged, but for the database's, which Django meets too). The answers kept are those whose view said
+which recommendation it rendered (`RENDERED`, set by recommender.api's view for an input with no field it ignores:
+`?format=json` included). An answer names no user, so one kept for one caller may be given to another. The database
+connections are looked after before and after each answer given again, as Django's request signals have them looked
+after (`close_old_connections`: one past settings.DATABASES' CONN_MAX_AGE closed, and where CONN_HEALTH_CHECKS asks,
+the next query checks the connection first and replaces one the database dropped); the signals themselves are not
+sent, and none of their other receivers (the debug query log, the caches' and URLconf's resets) is called. Each
+process keeps its own answers, at most `MAX_KEPT`, the one used longest ago first out; the same input written another
+way (its fields in another order, say) is another key.
 
 What Django would do differently with other settings is checked once, when the application is made
 (`settings_it_answers_for`): another middleware, throttle, permission or authentication class, blocked user agents,
-sessions saved on every request or signing keys being rotated each turn this off, and every request goes to Django.
+sessions saved on every request, the CSRF secret kept in the session, or signing keys being rotated each turn this
+off, and every request goes to Django.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
 
+from django import db
 from django.conf import settings
 from django.contrib import auth
-from django.db import Error as DatabaseError
+from django.core.handlers.wsgi import get_str_from_wsgi
 from django.db import close_old_connections
 from django.http.cookie import parse_cookie
 from rest_framework.authentication import SessionAuthentication
@@ -67,6 +74,7 @@ KEY_FIELDS = (
     "wsgi.url_scheme",
     "HTTP_X_FORWARDED_PROTO",
     "HTTP_X_FORWARDED_HOST",
+    "HTTP_X_FORWARDED_PORT",
 )
 MAX_KEY_CHARS = 2000  # a request with a longer key is answered by Django every time
 MAX_KEPT = 1024
@@ -96,6 +104,8 @@ def settings_it_answers_for() -> str | None:
         "the view's permission classes": [type(p) for p in view.get_permissions()] != [IsAuthenticated],
         "the view's throttles": bool(view.get_throttles()),
         "settings.DISALLOWED_USER_AGENTS": bool(settings.DISALLOWED_USER_AGENTS),
+        # A token with a session cookie that names no session: Django's answer deletes the cookie.
+        "settings.CSRF_USE_SESSIONS": settings.CSRF_USE_SESSIONS,
         "settings.SESSION_SAVE_EVERY_REQUEST": settings.SESSION_SAVE_EVERY_REQUEST,
         # get_user may move a session signed with an old key to a new one, which only Django's answer sends back.
         "settings.SECRET_KEY_FALLBACKS": bool(settings.SECRET_KEY_FALLBACKS),
@@ -125,7 +135,9 @@ class _Caller:
 class AnswerCache:
     def __init__(self, app: Callable) -> None:
         self.app = app
-        self.kept: dict[tuple, Kept] = {}
+        self.kept: OrderedDict[tuple, Kept] = OrderedDict()  # the one used longest ago first
+        proxy = settings.SECURE_PROXY_SSL_HEADER
+        self.key_fields = (*KEY_FIELDS, *((proxy[0],) if proxy and proxy[0] not in KEY_FIELDS else ()))
         self.session_store = import_module(settings.SESSION_ENGINE).SessionStore
         self.session_cookie_name = settings.SESSION_COOKIE_NAME
         self.off_because = settings_it_answers_for()
@@ -140,7 +152,7 @@ class AnswerCache:
             or environ.get("CONTENT_LENGTH", "0") not in ("", "0")
         ):
             return self.app(environ, start_response)
-        cookies = parse_cookie(environ.get("HTTP_COOKIE", ""))
+        cookies = parse_cookie(get_str_from_wsgi(environ, "HTTP_COOKIE", ""))  # decoded as Django decodes it
         session_cookie = cookies.pop(self.session_cookie_name, None)
         caller = _Caller(environ, self.session_store(session_cookie))
         by_token = tokens.presented_secret(caller) is not None
@@ -148,28 +160,41 @@ class AnswerCache:
             cookie = "absent"
         else:  # (Django's answer deletes a malformed one)
             cookie = "malformed" if caller.session.session_key is None else "well-formed"
-        key = (*(environ.get(name) for name in KEY_FIELDS), by_token, cookie, tuple(sorted(cookies.items())))
+        key = (*(environ.get(name) for name in self.key_fields), by_token, cookie, tuple(sorted(cookies.items())))
         kept = self.kept.get(key)
-        if kept is not None and self._still_answers(kept, environ, caller, by_token):
-            start_response(kept.status, list(kept.headers))
-            return [kept.body]
+        if kept is not None:
+            close_old_connections()
+            try:
+                if self._still_answers(key, kept, environ, caller, by_token):
+                    with contextlib.suppress(KeyError):  # (another thread may have let it go meanwhile)
+                        self.kept.move_to_end(key)
+                    start_response(kept.status, list(kept.headers))
+                    return [kept.body]
+            finally:
+                close_old_connections()
         return self._from_django(key, environ, start_response)
 
-    def _still_answers(self, kept: Kept, environ: dict, caller: _Caller, by_token: bool) -> bool:
+    def _still_answers(self, key: tuple, kept: Kept, environ: dict, caller: _Caller, by_token: bool) -> bool:
+        """Whether the caller is signed in and the kept answer still the answer; what was kept for a signed-in
+        caller's request whose answer changed is let go."""
         try:
             if by_token:  # checked first, and alone, as DRF does
                 signed_in = tokens.authenticate(caller)[0] is not None
             else:
                 user = auth.get_user(caller)
                 signed_in = user.is_authenticated and user.is_active
-            return signed_in and service.recommend_as_dict(kept.request, kept.catalog) is kept.answer
-        except (RecommendationError, DatabaseError):
-            return False  # Django says why, or meets the broken connection with its own handling
+            if not signed_in:
+                return False
+            holds = service.recommend_as_dict(kept.request, kept.catalog) is kept.answer
+        except (RecommendationError, db.Error):
+            holds = False  # Django says why, or meets the broken connection with its own handling
         except Exception:
-            logger.exception("a kept recommendation could not be checked; Django answers %s", environ.get("PATH_INFO"))
-            return False
-        finally:
-            close_old_connections()
+            query = environ.get("QUERY_STRING", "")
+            logger.exception("a kept recommendation could not be checked; Django answers %s?%s", PATH, query)
+            holds = False
+        if not holds:
+            self.kept.pop(key, None)
+        return holds
 
     def _from_django(self, key: tuple, environ: dict, start_response: Callable) -> Iterable[bytes]:
         answered = []
@@ -190,7 +215,8 @@ class AnswerCache:
             body = b"".join(response)
         finally:
             response.close()  # Django's request_finished, as the server would have sent it
-        if len(self.kept) >= MAX_KEPT:
-            self.kept.pop(next(iter(self.kept), None), None)
         self.kept[key] = Kept(*rendered, status=status, headers=headers, body=body)
+        while len(self.kept) > MAX_KEPT:
+            with contextlib.suppress(KeyError):  # (another thread may have emptied it meanwhile)
+                self.kept.popitem(last=False)
         return [body]

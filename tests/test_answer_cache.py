@@ -139,7 +139,7 @@ def test_a_repeated_get_is_given_django_s_own_answer_again_with_two_queries(app,
     assert first.status == 200 and json.loads(first.body)["workers"] == 4
     assert first.by_django and not again.by_django
     assert again.queries == 2  # the user and the answer's stamps; the session from its cache
-    assert connection_checks == ["checked"]  # after it, as Django's request_finished does
+    assert connection_checks == ["checked", "checked"]  # before and after, as Django's request signals do
 
 
 @pytest.mark.django_db(transaction=True)
@@ -147,10 +147,9 @@ def test_a_connection_the_database_dropped_is_replaced_before_an_answer_is_given
     if connection.vendor != "postgresql":
         pytest.skip("a database server that can drop a connection: PostgreSQL")
     app = AnswerCache(WSGIHandler())
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (pid,) = cursor.fetchone()
-    call(app, cookie=session)  # (on that connection, kept between requests)
+    for _ in range(3):  # Django's answer, then two given again
+        call(app, cookie=session)
+    pid = connection.connection.get_backend_pid()  # (no query: it would spend the health check)
     other = connections.create_connection(DEFAULT_DB_ALIAS)
     try:
         with other.cursor() as cursor:
@@ -238,20 +237,28 @@ def test_the_other_cookies_of_a_request_are_answered_as_django_answers_them(app,
         as_django_alone_answers(app, cookie=f"sessionid=x; {cookies}", **token)  # (Django deletes a malformed one)
 
 
+def test_a_cookie_is_read_as_django_decodes_it(app, token):
+    """A server hands the header's UTF-8 bytes over as latin-1; "éééé" is 4 characters to Django, too short a key."""
+    cookie = "sessionid=" + "éééé".encode().decode("latin-1")
+    for _ in range(2):
+        assert as_django_alone_answers(app, cookie=cookie, **token).status == 200
+
+
 def test_a_host_django_does_not_allow_is_refused_though_its_query_was_answered(app, session):
     assert call(app, cookie=session).status == 200
 
     assert as_django_alone_answers(app, cookie=session, HTTP_HOST="evil.example").status == 400
 
 
-def test_https_is_answered_as_django_answers_it(session, settings, connection_checks):
-    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+@pytest.mark.parametrize("header", [("HTTP_X_FORWARDED_PROTO", "https"), ("HTTP_X_FORWARDED_SSL", "on")])
+def test_https_is_answered_as_django_answers_it(session, settings, connection_checks, header):
+    settings.SECURE_PROXY_SSL_HEADER = header
     settings.SECURE_SSL_REDIRECT = True
     settings.SECURE_HSTS_SECONDS = 3600
     secured = AnswerCache(WSGIHandler())
     for _ in range(2):
+        https = as_django_alone_answers(secured, cookie=session, **{header[0]: header[1]})
         assert as_django_alone_answers(secured, cookie=session).status == 301
-        https = as_django_alone_answers(secured, cookie=session, HTTP_X_FORWARDED_PROTO="https")
     assert https.status == 200 and not https.by_django and "Strict-Transport-Security" in dict(https.headers)
 
 
@@ -276,7 +283,17 @@ def test_a_record_added_changes_the_next_answer(app, session):
     after = json.loads(as_django_alone_answers(app, cookie=session).body)
 
     assert (before["workers"], after["workers"]) == (4, 2)
+    assert [json.loads(kept.body)["workers"] for kept in app.kept.values()] == [2]  # the old one let go
     assert not call(app, cookie=session).by_django  # and the new answer is the one given again
+
+
+def test_an_answer_refused_now_is_let_go(app, session):
+    call(app, cookie=session)
+    PerformanceRecord.objects.filter(workload="mnist").delete()
+
+    refused = as_django_alone_answers(app, cookie=session)
+
+    assert refused.status == 400 and app.kept == {}
 
 
 def test_a_post_a_head_a_refusal_a_body_or_an_ignored_field_goes_through_django_every_time(app, session, token):
@@ -296,10 +313,10 @@ def test_a_post_a_head_a_refusal_a_body_or_an_ignored_field_goes_through_django_
 
 def test_what_is_kept_is_bounded(app, session, monkeypatch):
     monkeypatch.setattr(answer_cache, "MAX_KEPT", 2)
-    for latency in (0, 10, 20):
+    for latency in (0, 10, 0, 20):
         assert call(app, {**POINT, "latency_ms": latency}, cookie=session).status == 200
 
-    assert [kept.request.latency_ms for kept in app.kept.values()] == [10, 20]  # the oldest out
+    assert [kept.request.latency_ms for kept in app.kept.values()] == [0, 20]  # the one used longest ago out
 
 
 @pytest.mark.parametrize(
@@ -307,6 +324,7 @@ def test_what_is_kept_is_bounded(app, session, monkeypatch):
     [
         ("MIDDLEWARE", ["django.middleware.gzip.GZipMiddleware", *answer_cache.MIDDLEWARE]),
         ("DISALLOWED_USER_AGENTS", [re.compile("bot")]),
+        ("CSRF_USE_SESSIONS", True),
         ("SESSION_SAVE_EVERY_REQUEST", True),
         ("SECRET_KEY_FALLBACKS", ["an-old-key"]),
     ],
