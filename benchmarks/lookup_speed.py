@@ -52,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -194,6 +195,7 @@ class Target:
     expect: str = ""  # a string every answer must contain (checked once before the load)
     server: str = "ours"  # which gunicorn serves it: "ours", "original" or "floor"
     each_new: bool = False  # every request's query string one the server has not seen (WRK_EACH_NEW)
+    written: bool = False  # the platform's database written meanwhile, --writes-per-s times a second (`writes`)
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,27 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
+@contextlib.contextmanager
+def writes(database: Path, per_s: float):
+    """A commit to the platform's SQLite database `per_s` times a second meanwhile (to a table of its own), as a busy
+    platform's other processes commit theirs: each one makes the answer cache's checks again in every process."""
+    stop = threading.Event()
+
+    def write() -> None:
+        with contextlib.closing(sqlite3.connect(database, timeout=30, isolation_level=None)) as db:
+            db.execute("CREATE TABLE IF NOT EXISTS lookup_speed_writes (at REAL)")
+            while not stop.wait(1 / per_s):
+                db.execute("INSERT INTO lookup_speed_writes VALUES (?)", (time.time(),))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
+
+
 def load(wrk: str, target: Target, args, scratch: Path, seconds: int, server_pid: int) -> Measured:
     script = scratch / f"wrk-{re.sub(r'[^a-z0-9]+', '-', target.label.lower())}.lua"
     headers = ", ".join(f"[{json.dumps(k)}] = {json.dumps(v)}" for k, v in target.headers)
@@ -361,9 +384,10 @@ def load(wrk: str, target: Target, args, scratch: Path, seconds: int, server_pid
         str(script),
         target.url,
     ]
-    before = tree_cpu(server_pid)
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    after = tree_cpu(server_pid)
+    with writes(scratch / "var" / "db.sqlite3", args.writes_per_s) if target.written else contextlib.nullcontext():
+        before = tree_cpu(server_pid)
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        after = tree_cpu(server_pid)
     failures = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     if failures or (errors and re.search(r"[1-9]", errors.group(1))):
@@ -384,7 +408,7 @@ def median_run(runs: list[Measured]) -> Measured:
     return Measured(*(statistics.median(getattr(m, name) for m in runs) for name in Measured.__dataclass_fields__))
 
 
-def targets(original_port: int, floor_port: int, platform_port: int, researcher: dict) -> list[Target]:
+def targets(original_port: int, floor_port: int, platform_port: int, researcher: dict, args) -> list[Target]:
     base = f"http://{HOST}:{platform_port}"
     csrf = secrets.token_hex(16)  # any 32-character secret: Django compares the header with the cookie
     cookie = (("Cookie", f"sessionid={researcher['sessionid']}; csrftoken={csrf}"),)
@@ -419,6 +443,19 @@ def targets(original_port: int, floor_port: int, platform_port: int, researcher:
             expect='"workers":4',
         ),
         Target("our /api/recommend lookup GET", f"{base}/api/recommend?{query}", headers=cookie, expect='"workers":4'),
+        *(
+            [
+                Target(
+                    f"our lookup GET, {args.writes_per_s:g} writes/s",
+                    f"{base}/api/recommend?{query}",
+                    headers=cookie,
+                    expect='"workers":4',
+                    written=True,
+                )
+            ]
+            if args.writes_per_s and not args.database_url  # (on PostgreSQL every answer is checked anyway)
+            else []
+        ),
         Target(  # what the first answer to a query costs, through Django's whole path
             "our lookup GET, each one new",
             f"{base}/api/recommend?{query}",
@@ -452,6 +489,13 @@ def main() -> None:
     parser.add_argument(
         "--conn-max-age", type=int, help="our DB_CONN_MAX_AGE (default: the settings' own, connections kept 600 s)"
     )
+    parser.add_argument(
+        "--writes-per-s",
+        type=float,
+        default=100,
+        help="commits a second to our database during the row that measures the lookup GET under writes (SQLite; 0: "
+        "no such row)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument("--fresh-venv", action="store_true", help="rebuild the original's venv")
     args = parser.parse_args()
@@ -476,7 +520,7 @@ def main() -> None:
             gunicorn("our platform", PLATFORM_BIN / "gunicorn", "fc2.wsgi:application", platform_port, PROJECT_DIR, env,
                      scratch / "platform.log") as platform,
         ):  # fmt: skip
-            rows = targets(original_port, floor_port, platform_port, researcher)
+            rows = targets(original_port, floor_port, platform_port, researcher, args)
             for target in rows:
                 answer = fetch(target)
                 if target.expect not in answer:
@@ -518,7 +562,7 @@ def main() -> None:
             )
         original, me = results[rows[0].label], results["our /api/me (session)"]
         print()
-        compared = ("our /api/recommend lookup POST", "our /api/recommend lookup GET", "our lookup GET, each one new")
+        compared = [r.label for r in rows if r.label.startswith(("our /api/recommend lookup", "our lookup GET"))]
         for label in compared:
             ours = results[label]
             versus_original = ours.requests_per_s / original.requests_per_s

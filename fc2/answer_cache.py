@@ -17,6 +17,14 @@ later GET only when
   rendered (its one stamps query finds the catalogue and the records unchanged); a signed-in caller's request whose
   answer changed drops what was kept for it.
 
+These checks read the database (the session, the user, the token, the stamps) and cost more than the rest of an
+answer given again. On SQLite, the embedded database and the only one configured, they are made once per request and
+credentials, and trusted again while the database says it is unchanged since they passed (`_DatabaseVersion`: a change
+committed by any other connection, any write of this one, or another connection, and they are made again) and until
+what they passed by runs out: the session's expiry as stored, the token's, and the minute after which the token's use
+is written down again (fc2.models.ApiToken.touch). Unchanged rows would give the same verdicts: the trust is exact, not
+a grace period. Elsewhere (PostgreSQL has no such counter) they are made for every answer given again.
+
 Anything else goes to Django as before: a first request, another method or path, a caller not signed in (Django says
 why, 401, after this has looked too: a made-up cookie or token costs its lookup twice), an answer changed or refused,
 any error here (logged, but for the database's, which Django meets too). The answers kept are those whose view said
@@ -38,7 +46,12 @@ off, and every request goes to Django.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import itertools
 import logging
+import sqlite3
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,12 +61,13 @@ from django import db
 from django.conf import settings
 from django.contrib import auth
 from django.core.handlers.wsgi import get_str_from_wsgi
-from django.db import close_old_connections
+from django.db import close_old_connections, connection, connections
 from django.http.cookie import parse_cookie
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAuthenticated
 
 from fc2 import tokens
+from fc2.models import API_TOKEN_TOUCH_S
 from recommender import service
 from recommender.api import RENDERED, RecommendView
 from recommender.types import RecommendationError, RecommendRequest
@@ -123,6 +137,42 @@ class Kept:
     body: bytes
 
 
+class _DatabaseVersion:
+    """Which state of the database this thread's connection sees, where the database can say so at no cost: on SQLite
+    (the only database configured), (this connection, `PRAGMA data_version`, its `total_changes`) — the first moves
+    when another connection commits a change, the second when this one writes — so two equal versions mean the
+    database is unchanged in between; None elsewhere (PostgreSQL has no such counter) or before a connection is made.
+
+    The pragma is read on the DB-API connection itself, outside Django's cursor (a read of a counter, logged nowhere).
+    A connection is told from the one before it by a serial number, not by its id, which a new one may reuse."""
+
+    def __init__(self) -> None:
+        self.applies = len(connections.settings) == 1
+        self.serials = itertools.count()
+        self.local = threading.local()
+
+    def now(self) -> tuple[int, int, int] | None:
+        if not self.applies or connection.vendor != "sqlite" or (raw := connection.connection) is None:
+            return None
+        local = self.local
+        if getattr(local, "raw", None) is not raw:  # (holding it, so that no new connection is taken for it)
+            local.raw, local.serial = raw, next(self.serials)
+        try:
+            (version,) = raw.execute("PRAGMA data_version").fetchone()
+        except sqlite3.Error:
+            return None
+        return local.serial, version, raw.total_changes
+
+
+def _token_holds_until(token) -> float:
+    """Until when a token that passed holds without being looked at again (a POSIX time): its expiry, and the end of
+    the minute in which its last use is written down (fc2.models.ApiToken.touch: the check after it writes it)."""
+    if token.last_used_at is None:
+        return 0.0
+    until = token.last_used_at.timestamp() + API_TOKEN_TOUCH_S
+    return min(until, token.expires_at.timestamp()) if token.expires_at else until
+
+
 class _Caller:
     """What the authentication functions read of a request: its META and, for django.contrib.auth, its session.
     fc2.tokens keeps its lookup on it, as it does on a Django request."""
@@ -136,6 +186,9 @@ class AnswerCache:
     def __init__(self, app: Callable) -> None:
         self.app = app
         self.kept: OrderedDict[tuple, Kept] = OrderedDict()  # the one used longest ago first
+        # (key, the credentials' digest) -> (the database's version when a check passed, until when it holds)
+        self.checked: OrderedDict[tuple, tuple[tuple, float]] = OrderedDict()
+        self.database = _DatabaseVersion()
         proxy = settings.SECURE_PROXY_SSL_HEADER
         self.key_fields = (*KEY_FIELDS, *((proxy[0],) if proxy and proxy[0] not in KEY_FIELDS else ()))
         self.session_store = import_module(settings.SESSION_ENGINE).SessionStore
@@ -155,7 +208,8 @@ class AnswerCache:
         cookies = parse_cookie(get_str_from_wsgi(environ, "HTTP_COOKIE", ""))  # decoded as Django decodes it
         session_cookie = cookies.pop(self.session_cookie_name, None)
         caller = _Caller(environ, self.session_store(session_cookie))
-        by_token = tokens.presented_secret(caller) is not None
+        secret = tokens.presented_secret(caller)
+        by_token = secret is not None
         if session_cookie is None:
             cookie = "absent"
         else:  # (Django's answer deletes a malformed one)
@@ -165,7 +219,8 @@ class AnswerCache:
         if kept is not None:
             close_old_connections()
             try:
-                if self._still_answers(key, kept, environ, caller, by_token):
+                credentials = hashlib.sha256(f"{by_token}:{secret if by_token else session_cookie}".encode()).digest()
+                if self._still_answers(key, kept, environ, caller, by_token, credentials):
                     with contextlib.suppress(KeyError):  # (another thread may have let it go meanwhile)
                         self.kept.move_to_end(key)
                     start_response(kept.status, list(kept.headers))
@@ -174,18 +229,38 @@ class AnswerCache:
                 close_old_connections()
         return self._from_django(key, environ, start_response)
 
-    def _still_answers(self, key: tuple, kept: Kept, environ: dict, caller: _Caller, by_token: bool) -> bool:
+    def _still_answers(
+        self, key: tuple, kept: Kept, environ: dict, caller: _Caller, by_token: bool, credentials: bytes
+    ) -> bool:
         """Whether the caller is signed in and the kept answer still the answer; what was kept for a signed-in
-        caller's request whose answer changed is let go."""
+        caller's request whose answer changed is let go.
+
+        When the database has not changed since these credentials passed these checks for this request, and nothing
+        they passed by has run out since (a session's expiry, a token's, the minute after which a token's use is
+        written down again), they pass again without being made: they would read the same rows."""
+        version = self.database.now()
+        passed = self.checked.get((key, credentials))
+        if version is not None and passed is not None and passed[0] == version and time.time() < passed[1]:
+            with contextlib.suppress(KeyError):
+                self.checked.move_to_end((key, credentials))
+            return True
         try:
             if by_token:  # checked first, and alone, as DRF does
-                signed_in = tokens.authenticate(caller)[0] is not None
+                token = tokens.authenticate(caller)[0]
+                signed_in = token is not None
             else:
                 user = auth.get_user(caller)
                 signed_in = user.is_authenticated and user.is_active
             if not signed_in:
                 return False
             holds = service.recommend_as_dict(kept.request, kept.catalog) is kept.answer
+            if holds and version is not None:  # (the version before the checks: a write since, theirs or anyone's,
+                # moves it, and the next request makes them again)
+                until = _token_holds_until(token) if by_token else self._session_holds_until(caller.session)
+                self.checked[(key, credentials)] = (version, until)
+                while len(self.checked) > MAX_KEPT:
+                    with contextlib.suppress(KeyError):
+                        self.checked.popitem(last=False)
         except (RecommendationError, db.Error):
             holds = False  # Django says why, or meets the broken connection with its own handling
         except Exception:
@@ -195,6 +270,18 @@ class AnswerCache:
         if not holds:
             self.kept.pop(key, None)
         return holds
+
+    def _session_holds_until(self, session) -> float:
+        """When the session stored in the database expires (a POSIX time; 0 for a session engine without one)."""
+        if not hasattr(session, "get_model_class"):
+            return 0.0
+        expires = (
+            session.get_model_class()
+            .objects.filter(session_key=session.session_key)
+            .values_list("expire_date", flat=True)
+            .first()
+        )
+        return expires.timestamp() if expires else 0.0
 
     def _from_django(self, key: tuple, environ: dict, start_response: Callable) -> Iterable[bytes]:
         answered = []

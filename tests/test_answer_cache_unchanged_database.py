@@ -1,0 +1,173 @@
+"""On SQLite, the answer cache (fc2/answer_cache.py) makes a caller's checks once and trusts them again only while the
+database says it is unchanged (`PRAGMA data_version` and the connection's own changes) and nothing they passed by has
+run out: a change committed by another process, or written by this one, and a session's or token's expiry, or the
+minute after which a token's use is written down again, each make the checks again — and then Django's own refusal
+or new answer is what the caller gets.
+
+The platform's embedded database is SQLite, but CI runs the suite on PostgreSQL (where every check is made every
+time, as tests/test_answer_cache.py shows): there the last test runs this module again in a pytest of its own on a
+scratch SQLite database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.handlers.wsgi import WSGIHandler
+from django.db import connection
+from django.utils import timezone
+
+from fc2.answer_cache import AnswerCache
+from fc2.models import API_TOKEN_TOUCH_S, ApiToken
+from tests import test_answer_cache
+from tests.conftest import PROJECT_DIR
+from tests.test_answer_cache import as_django_alone_answers, call
+from tests.test_recommender_interfaces import fc2_catalog, table4  # noqa: F401 -- fixtures, used below
+from tests.test_speed_paths import in_another_process
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("table4")]
+session, token = test_answer_cache.session, test_answer_cache.token  # alice's session cookie, and her API token
+
+
+@pytest.fixture(autouse=True)
+def _on_sqlite(request):
+    if connection.vendor != "sqlite" and request.node.name != "test_this_module_passes_on_sqlite":
+        pytest.skip("SQLite's PRAGMA data_version: run on SQLite by test_this_module_passes_on_sqlite")
+
+
+@pytest.fixture
+def app():
+    """The platform's WSGI application as fc2/wsgi.py makes it, fresh, the connections looked after for real."""
+    made = AnswerCache(WSGIHandler())
+    assert made.off_because is None
+    return made
+
+
+def trusted(app, **credentials):
+    """Requests until an answer is given again without a query (the checks trusted): the third, after Django's
+    answer and the checks made once."""
+    answers = [as_django_alone_answers(app, **credentials) for _ in range(3)]
+    assert [(a.status, a.by_django) for a in answers] == [(200, True), (200, False), (200, False)]
+    assert answers[1].queries > 0 and answers[2].queries == 0
+    return answers[2]
+
+
+def test_the_checks_are_made_once_while_the_database_is_unchanged(app, session):
+    trusted(app, cookie=session)
+
+    assert all(call(app, cookie=session).queries == 0 for _ in range(5))
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "says"),
+    [
+        ("User.objects.filter(username='alice').update(is_active=False)", 401, b"not provided"),
+        (
+            "u = User.objects.get(username='alice'); u.set_password('another-password-2'); u.save()",
+            401,
+            b"not provided",
+        ),
+        ("SessionStore(KEY).delete()", 401, b"not provided"),  # signed out, in another process
+        (
+            "PerformanceRecord.objects.create(workload='mnist', workers=2, batch_size=6400, latency_ms=0, "
+            "epoch_time_s=40, strategy='mirrored')",
+            200,
+            b'"workers":2',
+        ),
+    ],
+    ids=["deactivated", "password-changed", "signed-out", "record-added"],
+)
+def test_a_change_another_process_commits_is_seen_at_once(app, session, change, status, says):
+    trusted(app, cookie=session)
+    key = session.removeprefix("sessionid=")
+
+    in_another_process(
+        "from django.contrib.auth import get_user_model\n"
+        "from django.contrib.sessions.backends.cached_db import SessionStore\n"
+        "from recommender.models import PerformanceRecord\n"
+        f"User, KEY = get_user_model(), {key!r}\n{change}"
+    )
+    answer = as_django_alone_answers(app, cookie=session)
+
+    assert answer.status == status and says in answer.body
+
+
+def test_any_other_change_makes_the_checks_again_and_the_answer_stands(app, session):
+    trusted(app, cookie=session)
+
+    in_another_process("from django.contrib.auth import get_user_model\nget_user_model().objects.create(username='x')")
+    again = as_django_alone_answers(app, cookie=session)
+    assert again.status == 200 and not again.by_django and again.queries > 0
+    assert call(app, cookie=session).queries == 0
+
+
+def test_a_change_this_process_writes_is_seen_at_once(app, session, alice):
+    trusted(app, cookie=session)
+
+    get_user_model().objects.filter(pk=alice.pk).update(is_active=False)
+
+    assert as_django_alone_answers(app, cookie=session).status == 401
+
+
+def test_a_new_connection_that_counts_as_the_last_one_did_makes_the_checks_again(app, session):
+    connection.close()  # from here a connection that writes nothing, and sees no other's change before the next
+    trusted(app, cookie=session)
+    in_another_process("from django.contrib.auth import get_user_model\nget_user_model().objects.update(is_active=0)")
+
+    connection.close()  # its successor's counters start where this one's were (nothing written, no change seen)
+
+    assert as_django_alone_answers(app, cookie=session).status == 401
+
+
+def test_a_session_that_expires_is_refused_when_it_does(app, client, alice):
+    client.force_login(alice)
+    stored = client.session
+    stored.set_expiry(2)
+    stored.save()
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    trusted(app, cookie=cookie)
+
+    time.sleep(2.2)
+
+    assert as_django_alone_answers(app, cookie=cookie).status == 401
+
+
+def test_a_token_that_expires_is_refused_when_it_does(app, alice, token):
+    ApiToken.objects.filter(user=alice).update(expires_at=timezone.now() + timedelta(seconds=2))
+    trusted(app, **token)
+
+    time.sleep(2.2)
+
+    refused = as_django_alone_answers(app, **token)
+    assert refused.status == 401 and b"expired" in refused.body
+
+
+def test_a_token_s_use_is_still_written_down_each_minute(app, alice, token):
+    almost = timezone.now() - timedelta(seconds=API_TOKEN_TOUCH_S - 2)
+    ApiToken.objects.filter(user=alice).update(last_used_at=almost)
+    trusted(app, **token)
+
+    time.sleep(2.2)
+    again = call(app, **token)
+
+    assert again.status == 200 and again.queries > 0
+    assert ApiToken.objects.get(user=alice).last_used_at > almost + timedelta(seconds=2)
+
+
+def test_this_module_passes_on_sqlite(tmp_path):
+    if connection.vendor == "sqlite":
+        pytest.skip("run above, on this database")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["FC2_VAR_DIR"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        env=env, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "failed" not in summary and " passed" in summary and "1 skipped" in summary, summary
