@@ -30,10 +30,13 @@ Our lookup GET is a query asked again and again, as a page or a script polling i
 fc2/answer_cache.py gives Django's answer again without Django's request handling. The row "each one new"
 adds a field the recommender ignores, different in every request, so that every answer goes through Django's
 middleware and DRF's dispatch (the input's validation and the answer itself are still the ones the view and
-recommender.service keep): what an answer not given again costs.
+recommender.service keep): what an answer not given again costs. On SQLite the caller's checks (session, user,
+stamps) are made once and trusted while the database is unchanged; the row "N writes/s" commits to the platform's
+database that many times a second meanwhile (`--writes-per-s`, from a thread of this script), and each commit has
+them made again in every worker.
 
     .venv/bin/python benchmarks/lookup_speed.py [--seconds 5] [--rounds 3] [--warmup 3] [--connections 4] [--threads 2]
-        [--database-url postgres://…] [--conn-max-age SECONDS] [--keep] [--fresh-venv]
+        [--database-url postgres://…] [--conn-max-age SECONDS] [--writes-per-s 100] [--keep] [--fresh-venv]
 """
 
 from __future__ import annotations
