@@ -18,12 +18,15 @@ later GET only when
   answer changed drops what was kept for it.
 
 These checks read the database (the session, the user, the token, the stamps) and cost more than the rest of an
-answer given again. On SQLite, the embedded database and the only one configured, they are made once per request and
-credentials, and trusted again while the database says it is unchanged since they passed (`_DatabaseVersion`: a change
-committed by any other connection, any write of this one, or another connection, and they are made again) and until
-what they passed by runs out: the session's expiry as stored, the token's, and the minute after which the token's use
-is written down again (fc2.models.ApiToken.touch). Unchanged rows would give the same verdicts: the trust is exact, not
-a grace period. Elsewhere (PostgreSQL has no such counter) they are made for every answer given again.
+answer given again. On SQLite, the embedded database and the only one configured, once they have passed for a
+request's key and credentials on a connection, that connection trusts them for that very kept answer while the
+database says it is unchanged (`_DatabaseVersion`: a change committed by any other connection, any write of this one,
+or another connection, and they are made again) and until what they passed by runs out: the session's expiry as
+stored, the token's, and the minute after which the token's use is written down again (fc2.models.ApiToken.touch).
+Unchanged rows would give the same verdicts, so this is no grace period; what it takes on trust is the session
+engine's own promise that its cache and its table are written together (cached_db: a cache write that fails is only
+logged, and the session read from the table once that cache entry is gone). Elsewhere (PostgreSQL has no such
+counter) the checks are made for every answer given again.
 
 Anything else goes to Django as before: a first request, another method or path, a caller not signed in (Django says
 why, 401, after this has looked too: a made-up cookie or token costs its lookup twice), an answer changed or refused,
@@ -164,6 +167,16 @@ class _DatabaseVersion:
         return local.serial, version, raw.total_changes
 
 
+@dataclass(frozen=True)
+class _Passed:
+    """Checks that passed: at which version of the database, for which kept answer, and until when they hold (a POSIX
+    time; None: not read yet)."""
+
+    version: tuple
+    kept: Kept
+    until: float | None
+
+
 def _token_holds_until(token) -> float:
     """Until when a token that passed holds without being looked at again (a POSIX time): its expiry, and the end of
     the minute in which its last use is written down (fc2.models.ApiToken.touch: the check after it writes it)."""
@@ -186,8 +199,8 @@ class AnswerCache:
     def __init__(self, app: Callable) -> None:
         self.app = app
         self.kept: OrderedDict[tuple, Kept] = OrderedDict()  # the one used longest ago first
-        # (key, the credentials' digest) -> (the database's version when a check passed, until when it holds)
-        self.checked: OrderedDict[tuple, tuple[tuple, float]] = OrderedDict()
+        # (key, the credentials' digest, the connection's serial) -> the checks passed there
+        self.checked: OrderedDict[tuple, _Passed] = OrderedDict()
         self.database = _DatabaseVersion()
         proxy = settings.SECURE_PROXY_SSL_HEADER
         self.key_fields = (*KEY_FIELDS, *((proxy[0],) if proxy and proxy[0] not in KEY_FIELDS else ()))
@@ -219,7 +232,9 @@ class AnswerCache:
         if kept is not None:
             close_old_connections()
             try:
-                credentials = hashlib.sha256(f"{by_token}:{secret if by_token else session_cookie}".encode()).digest()
+                credentials = hashlib.sha256(
+                    f"{by_token}:{secret if by_token else session_cookie}".encode("utf-8", "surrogatepass")
+                ).digest()
                 if self._still_answers(key, kept, environ, caller, by_token, credentials):
                     with contextlib.suppress(KeyError):  # (another thread may have let it go meanwhile)
                         self.kept.move_to_end(key)
@@ -235,14 +250,13 @@ class AnswerCache:
         """Whether the caller is signed in and the kept answer still the answer; what was kept for a signed-in
         caller's request whose answer changed is let go.
 
-        When the database has not changed since these credentials passed these checks for this request, and nothing
-        they passed by has run out since (a session's expiry, a token's, the minute after which a token's use is
-        written down again), they pass again without being made: they would read the same rows."""
+        Where the database can say it has not changed since these credentials passed these checks for this very
+        answer on this connection, and nothing they passed by has run out since, they pass again without being made
+        (`_trusted`). The version is read before the checks: a write while they are made, theirs (a token's use) or
+        anyone's, moves it, and the next request makes them again."""
         version = self.database.now()
-        passed = self.checked.get((key, credentials))
-        if version is not None and passed is not None and passed[0] == version and time.time() < passed[1]:
-            with contextlib.suppress(KeyError):
-                self.checked.move_to_end((key, credentials))
+        trust = None if version is None else (key, credentials, version[0])  # (each connection's serial its own)
+        if trust is not None and self._trusted(trust, version, kept, caller):
             return True
         try:
             if by_token:  # checked first, and alone, as DRF does
@@ -254,10 +268,11 @@ class AnswerCache:
             if not signed_in:
                 return False
             holds = service.recommend_as_dict(kept.request, kept.catalog) is kept.answer
-            if holds and version is not None:  # (the version before the checks: a write since, theirs or anyone's,
-                # moves it, and the next request makes them again)
-                until = _token_holds_until(token) if by_token else self._session_holds_until(caller.session)
-                self.checked[(key, credentials)] = (version, until)
+            if holds and trust is not None:
+                # A token's limits are on the row just read; a session's expiry takes a query, made only once the
+                # checks are about to be trusted.
+                self.checked[trust] = _Passed(version, kept, _token_holds_until(token) if by_token else None)
+                self.checked.move_to_end(trust)
                 while len(self.checked) > MAX_KEPT:
                     with contextlib.suppress(KeyError):
                         self.checked.popitem(last=False)
@@ -270,6 +285,24 @@ class AnswerCache:
         if not holds:
             self.kept.pop(key, None)
         return holds
+
+    def _trusted(self, trust: tuple, version: tuple, kept: Kept, caller: _Caller) -> bool:
+        """Whether the checks passed on this connection at this version of the database for this very kept answer
+        (one stored meanwhile by a slower request, from older rows, is checked anew), and what they passed by has
+        not run out."""
+        passed = self.checked.get(trust)
+        if passed is None or passed.version != version or passed.kept is not kept:
+            return False
+        if passed.until is None:
+            try:
+                passed = self.checked[trust] = _Passed(version, kept, self._session_holds_until(caller.session))
+            except (db.Error, KeyError):  # (KeyError: another thread let it go meanwhile)
+                return False  # the checks are made, as without this
+        if time.time() >= passed.until:
+            return False
+        with contextlib.suppress(KeyError):
+            self.checked.move_to_end(trust)
+        return True
 
     def _session_holds_until(self, session) -> float:
         """When the session stored in the database expires (a POSIX time; 0 for a session engine without one)."""

@@ -138,9 +138,7 @@ def test_a_repeated_get_is_given_django_s_own_answer_again_checked_by_two_querie
 
     assert first.status == 200 and json.loads(first.body)["workers"] == 4
     assert first.by_django and not again.by_django
-    # The user and the answer's stamps (the session from its cache). On SQLite, also when the session expires: until
-    # then the checks are trusted while the database is unchanged (tests/test_answer_cache_unchanged_database.py).
-    assert again.queries == (3 if connection.vendor == "sqlite" else 2)
+    assert again.queries == 2  # the user and the answer's stamps; the session from its cache
     assert connection_checks == ["checked", "checked"]  # before and after, as Django's request signals do
 
 

@@ -10,9 +10,12 @@ scratch SQLite database."""
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -22,8 +25,10 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 from django.utils import timezone
 
+from fc2 import answer_cache
 from fc2.answer_cache import AnswerCache
 from fc2.models import API_TOKEN_TOUCH_S, ApiToken
+from recommender.models import PerformanceRecord
 from tests import test_answer_cache
 from tests.conftest import PROJECT_DIR
 from tests.test_answer_cache import as_django_alone_answers, call
@@ -48,13 +53,24 @@ def app():
     return made
 
 
-def trusted(app, **credentials):
-    """Requests until an answer is given again without a query (the checks trusted): the third, after Django's
-    answer and the checks made once."""
-    answers = [as_django_alone_answers(app, **credentials) for _ in range(3)]
-    assert [(a.status, a.by_django) for a in answers] == [(200, True), (200, False), (200, False)]
-    assert answers[1].queries > 0 and answers[2].queries == 0
-    return answers[2]
+def trusted(app, **credentials) -> list:
+    """Requests until an answer is given again without a query (the checks trusted), each compared with Django's
+    alone: Django's answer, the checks made, then for a session its expiry read once, then none."""
+    answers = [as_django_alone_answers(app, **credentials) for _ in range(4)]
+    assert [(a.status, a.by_django) for a in answers] == [(200, True)] + [(200, False)] * 3
+    queries = [a.queries for a in answers[1:]]
+    assert queries in ([2, 1, 0], [2, 0, 0]), queries  # the user (or token), the stamps; a session's expiry
+    return answers
+
+
+class Clock:
+    """answer_cache's clock, moved on at will (Django's and the database's stay where they are)."""
+
+    def __init__(self, monkeypatch):
+        self.ahead = 0.0
+        monkeypatch.setattr(answer_cache.time, "time", lambda: self.real() + self.ahead)
+
+    real = staticmethod(time.time)
 
 
 def test_the_checks_are_made_once_while_the_database_is_unchanged(app, session):
@@ -102,8 +118,8 @@ def test_any_other_change_makes_the_checks_again_and_the_answer_stands(app, sess
 
     in_another_process("from django.contrib.auth import get_user_model\nget_user_model().objects.create(username='x')")
     again = as_django_alone_answers(app, cookie=session)
-    assert again.status == 200 and not again.by_django and again.queries > 0
-    assert call(app, cookie=session).queries == 0
+    assert again.status == 200 and not again.by_django and again.queries == 2
+    assert [call(app, cookie=session).queries for _ in range(2)] == [1, 0]  # the session's expiry read, then none
 
 
 def test_a_change_this_process_writes_is_seen_at_once(app, session, alice):
@@ -124,39 +140,142 @@ def test_a_new_connection_that_counts_as_the_last_one_did_makes_the_checks_again
     assert as_django_alone_answers(app, cookie=session).status == 401
 
 
-def test_a_session_that_expires_is_refused_when_it_does(app, client, alice):
+def test_a_session_that_expired_is_refused(app, client, alice):
     client.force_login(alice)
     stored = client.session
-    stored.set_expiry(2)
+    stored.set_expiry(3)
     stored.save()
     cookie = f"sessionid={client.cookies['sessionid'].value}"
-    trusted(app, cookie=cookie)
+    for _ in range(4):
+        assert call(app, cookie=cookie).status == 200
 
-    time.sleep(2.2)
+    time.sleep(3.2)
 
     assert as_django_alone_answers(app, cookie=cookie).status == 401
 
 
-def test_a_token_that_expires_is_refused_when_it_does(app, alice, token):
-    ApiToken.objects.filter(user=alice).update(expires_at=timezone.now() + timedelta(seconds=2))
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    return Clock(monkeypatch)
+
+
+def test_the_checks_are_made_again_when_the_session_expires(app, client, alice, clock):
+    client.force_login(alice)
+    stored = client.session
+    stored.set_expiry(600)
+    stored.save()
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    trusted(app, cookie=cookie)
+
+    clock.ahead = 590
+    assert call(app, cookie=cookie).queries == 0
+    clock.ahead = 601
+    assert call(app, cookie=cookie).queries > 0  # (and Django, whose clock has not moved, lets it in)
+
+
+def test_the_checks_are_made_again_when_the_token_expires(app, alice, token, clock):
+    ApiToken.objects.filter(user=alice).update(expires_at=timezone.now() + timedelta(seconds=30))
     trusted(app, **token)
 
-    time.sleep(2.2)
+    clock.ahead = 25
+    assert call(app, **token).queries == 0
+    clock.ahead = 31
+    assert call(app, **token).queries > 0
 
-    refused = as_django_alone_answers(app, **token)
-    assert refused.status == 401 and b"expired" in refused.body
 
-
-def test_a_token_s_use_is_still_written_down_each_minute(app, alice, token):
-    almost = timezone.now() - timedelta(seconds=API_TOKEN_TOUCH_S - 2)
-    ApiToken.objects.filter(user=alice).update(last_used_at=almost)
+def test_a_token_s_use_is_still_written_down_each_minute(app, alice, token, clock):
     trusted(app, **token)
+    last_used = ApiToken.objects.get(user=alice).last_used_at
 
-    time.sleep(2.2)
+    clock.ahead = API_TOKEN_TOUCH_S - 5
+    assert call(app, **token).queries == 0
+    earlier = last_used - timedelta(seconds=API_TOKEN_TOUCH_S + 1)
+    ApiToken.objects.filter(user=alice).update(last_used_at=earlier)  # (as if a minute had passed on every clock)
+    clock.ahead = API_TOKEN_TOUCH_S + 1
     again = call(app, **token)
 
     assert again.status == 200 and again.queries > 0
-    assert ApiToken.objects.get(user=alice).last_used_at > almost + timedelta(seconds=2)
+    assert ApiToken.objects.get(user=alice).last_used_at > earlier + timedelta(seconds=API_TOKEN_TOUCH_S)
+
+
+class Thread:
+    """A thread of its own, with its own connection to the database, as a threaded server's (gthread, waitress)."""
+
+    def __init__(self, name: str) -> None:
+        self.jobs, self.results = queue.Queue(), queue.Queue()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                self.results.put(job())
+            except BaseException as error:  # (handed to the test)
+                self.results.put(error)
+        connection.close()
+
+    def send(self, job) -> None:
+        self.jobs.put(job)
+
+    def result(self):
+        result = self.results.get(timeout=60)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def run(self, job):
+        self.send(job)
+        return self.result()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(30)
+
+
+@pytest.fixture
+def threads():
+    made = []
+    yield lambda name: made.append(Thread(name)) or made[-1]
+    for thread in made:
+        thread.stop()
+
+
+def test_each_thread_s_connection_trusts_the_checks_it_made(app, session, threads):
+    first, second = threads("first"), threads("second")
+    first.run(lambda: call(app, cookie=session))  # Django's answer, kept
+
+    queries = [[thread.run(lambda: call(app, cookie=session)).queries for thread in (first, second)] for _ in range(4)]
+
+    assert queries == [[2, 2], [1, 1], [0, 0], [0, 0]]
+
+
+def test_an_older_answer_stored_late_is_checked_not_trusted(app, session, threads):
+    """A slow request's answer, made before a record was added, is stored after this thread's checks of the new
+    answer passed: the next request gets the answer of the records as they are."""
+    django = app.app
+    paused, resume = threading.Event(), threading.Event()
+
+    def slowly(environ, start_response):
+        response = django(environ, start_response)
+        if threading.current_thread().name == "slow":
+            paused.set()
+            resume.wait(30)
+        return response
+
+    app.app = slowly
+    slow = threads("slow")
+    slow.send(lambda: call(app, cookie=session))
+    assert paused.wait(30)
+    PerformanceRecord.objects.create(
+        workload="mnist", workers=2, batch_size=6400, latency_ms=0, epoch_time_s=40, strategy="mirrored"
+    )
+    assert json.loads(trusted(app, cookie=session)[-1].body)["workers"] == 2
+    resume.set()
+    assert json.loads(slow.result().body)["workers"] == 4  # kept, in place of the new one
+
+    again = as_django_alone_answers(app, cookie=session)
+
+    assert json.loads(again.body)["workers"] == 2 and again.queries > 0
 
 
 def test_this_module_passes_on_sqlite(tmp_path):
