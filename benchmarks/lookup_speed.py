@@ -26,8 +26,9 @@ CPU per answer much less. wrk runs on the same CPUs, and the cheaper a server's 
 keep up: the ratios of requests/s understate those of CPU per answer. A row with any non-2xx answer or socket error
 fails the run.
 
-Our lookup GET is a query asked again and again, as a page or a script polling it asks it: after the first answer,
-fc2/answer_cache.py gives Django's answer again without Django's request handling. The row "each one new"
+Our lookup GET and POSTs are a query asked again and again, as a page or a script polling it asks it: after the first
+answer, fc2/answer_cache.py gives Django's answer again without Django's request handling (a POST by session after
+DRF's CSRF check, made for each one; a POST by token, as the `fc2` client sends it, without). The row "each one new"
 adds a field the recommender ignores, different in every request, so that every answer goes through Django's
 middleware and DRF's dispatch (the input's validation and the answer itself are still the ones the view and
 recommender.service keep): what an answer not given again costs. On SQLite the caller's checks (session, user,
@@ -457,6 +458,14 @@ def targets(original_port: int, floor_port: int, platform_port: int, researcher:
             "POST",
             json.dumps(lookup),
             json_post,
+            expect='"workers":4',
+        ),
+        Target(
+            "our /api/recommend lookup POST (token)",
+            f"{base}/api/recommend",
+            "POST",
+            json.dumps(lookup),
+            (*token, ("Content-Type", "application/json")),
             expect='"workers":4',
         ),
         Target("our /api/recommend lookup GET", f"{base}/api/recommend?{query}", headers=cookie, expect='"workers":4'),

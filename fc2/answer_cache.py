@@ -1,15 +1,19 @@
-"""The recommender's answers to repeated `GET /api/recommend`, given again ahead of Django's request handling.
+"""The recommender's answers to repeated `GET` and `POST /api/recommend`, given again ahead of Django's request
+handling.
 
 A recommendation is a pure function of its input, the catalogue and the workload's records, and recommender.service
 keeps each answer until either changes. What an answer cost was then mostly the way to it: the middleware, DRF's
 dispatch and the input's validation, several times the answer itself. So this WSGI middleware (fc2/wsgi.py) keeps the
-status, headers and body of a JSON answer Django gave to a GET with 200 and no cookie set, and gives them again to a
-later GET only when
+status, headers and body of a JSON answer Django gave with 200 and no cookie set, and gives them again to a later
+request only when
 
 - the request is the same in everything that answer depends on but who sent it (the key `AnswerCache.__call__`
-  builds): the path, the query string as sent, Accept, host, scheme and the proxy headers Django reads for them, the
-  kind of credentials (a token, or a session cookie, well-formed or not), every other cookie as sent (the CSRF
-  middleware answers a malformed one with a new one), and no Content-Length;
+  builds): the method, the path, the query string as sent, Accept, host, scheme and the proxy headers Django reads
+  for them, the kind of credentials (a token, or a session cookie, well-formed or not), every other cookie as sent
+  (the CSRF middleware answers a malformed one with a new one), and the body: none for a GET; for a POST, a form or
+  JSON of at most `MAX_BODY_BYTES`, its content type and bytes as sent (read here, and put back for Django);
+- a POST signed in by its session passes the CSRF check DRF makes of one (`_csrf_passes`, for every request: the
+  CSRF token it sends is in no key);
 - its caller is signed in, as DRF's authentication classes for the API find it (settings.REST_FRAMEWORK): an API
   token checked by fc2.tokens, or else the session through django.contrib.auth.get_user — a token revoked or expired,
   a session signed out or expired, or a user deactivated, or whose password changed, is nobody;
@@ -28,17 +32,17 @@ engine's own promise that its cache and its table are written together (cached_d
 logged, and the session read from the table once that cache entry is gone). Elsewhere (PostgreSQL has no such
 counter) the checks are made for every answer given again.
 
-Anything else goes to Django as before: a first request, another method or path, a caller not signed in (Django says
-why, 401, after this has looked too: a made-up cookie or token costs its lookup twice), an answer changed or refused,
-any error here (logged, but for the database's, which Django meets too). The answers kept are those whose view said
-which recommendation it rendered (`RENDERED`, set by recommender.api's view for an input with no field it ignores:
+Anything else goes to Django as before: a first request, another method, path or body, a caller not signed in (Django
+says why, 401, after this has looked too: a made-up cookie or token costs its lookup twice), an answer changed or
+refused, any error here (logged, but for the database's, which Django meets too). The answers kept are those whose view
+said which recommendation it rendered (`RENDERED`, set by recommender.api's view for an input with no field it ignores:
 `?format=json` included). An answer names no user, so one kept for one caller may be given to another. The database
 connections are looked after before and after each answer given again, as Django's request signals have them looked
-after (`close_old_connections`: one past settings.DATABASES' CONN_MAX_AGE closed, and where CONN_HEALTH_CHECKS asks,
-the next query checks the connection first and replaces one the database dropped); the signals themselves are not
-sent, and none of their other receivers (the debug query log, the caches' and URLconf's resets) is called. Each
-process keeps its own answers, at most `MAX_KEPT`, the one used longest ago first out; the same input written another
-way (its fields in another order, say) is another key.
+after (`close_old_connections`: one past settings.DATABASES' CONN_MAX_AGE closed, and where CONN_HEALTH_CHECKS asks, the
+next query checks the connection first and replaces one the database dropped); the signals themselves are not sent, and
+none of their other receivers (the debug query log, the caches' and URLconf's resets) is called. Each process keeps its
+own answers, at most `MAX_KEPT`, the one used longest ago first out; the same input written another way (its fields in
+another order, say) is another key.
 
 What Django would do differently with other settings is checked once, when the application is made
 (`settings_it_answers_for`): another middleware, throttle, permission or authentication class, blocked user agents,
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import itertools
 import logging
 import sqlite3
@@ -63,10 +68,11 @@ from importlib import import_module
 from django import db
 from django.conf import settings
 from django.contrib import auth
-from django.core.handlers.wsgi import get_str_from_wsgi
+from django.core.handlers.wsgi import WSGIRequest, get_str_from_wsgi
 from django.db import close_old_connections, connection, connections
 from django.http.cookie import parse_cookie
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 
 from fc2 import tokens
@@ -78,10 +84,12 @@ from recommender.types import RecommendationError, RecommendRequest
 logger = logging.getLogger(__name__)
 
 PATH = "/api/recommend"
-# What in a GET's environ Django's answer depends on, besides the caller and the cookies: which view and input (path,
-# query string), which renderer (Accept), whether the host is allowed, and what a secure request gets (a redirect,
-# HSTS).
+# What in a request's environ Django's answer depends on, besides the caller, the cookies and the body: which view and
+# input (method, content type, path, query string), which renderer (Accept), whether the host is allowed, and what a
+# secure request gets (a redirect, HSTS).
 KEY_FIELDS = (
+    "REQUEST_METHOD",
+    "CONTENT_TYPE",
     "SCRIPT_NAME",
     "QUERY_STRING",
     "HTTP_ACCEPT",
@@ -93,11 +101,13 @@ KEY_FIELDS = (
     "HTTP_X_FORWARDED_HOST",
     "HTTP_X_FORWARDED_PORT",
 )
-MAX_KEY_CHARS = 2000  # a request with a longer key is answered by Django every time
+MAX_KEY_CHARS = 4000  # a request with a longer key is answered by Django every time
+MAX_BODY_BYTES = 2000  # a POST's body (a recommendation's input is a few hundred bytes)
+POST_TYPES = ("application/json", "application/x-www-form-urlencoded")  # what a POST's body may be, as DRF parses them
 MAX_KEPT = 1024
 
 # The request handling this was checked against (settings.MIDDLEWARE, and the view's DRF classes): what each does to a
-# signed-in GET of the API is either in the key or the same for every such request.
+# signed-in GET or POST of the API is either in the key or the same for every such request.
 MIDDLEWARE = (
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -186,6 +196,32 @@ def _token_holds_until(token) -> float:
     return min(until, token.expires_at.timestamp()) if token.expires_at else until
 
 
+def _body(environ: dict) -> bytes | None:
+    """A GET's body (none), or a small POST's of a form or JSON, read here and put back for Django to read as sent;
+    None for any other request, which goes to Django unread."""
+    length = environ.get("CONTENT_LENGTH", "")
+    if environ.get("REQUEST_METHOD") == "GET":
+        return b"" if length in ("", "0") else None
+    if environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower() not in POST_TYPES:
+        return None
+    if not length.isdigit() or not 0 < int(length) <= MAX_BODY_BYTES or "HTTP_TRANSFER_ENCODING" in environ:
+        return None
+    body = environ["wsgi.input"].read(int(length))
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+def _csrf_passes(environ: dict, body: bytes) -> bool:
+    """Whether the request passes the CSRF check DRF makes of a request signed in by its session (on a copy of it:
+    the check may read the body, and marks what it reads)."""
+    request = WSGIRequest({**environ, "wsgi.input": io.BytesIO(body)})
+    try:
+        SessionAuthentication().enforce_csrf(request)
+    except PermissionDenied:
+        return False
+    return True
+
+
 class _Caller:
     """What the authentication functions read of a request: its META and, for django.contrib.auth, its session.
     fc2.tokens keeps its lookup on it, as it does on a Django request."""
@@ -211,12 +247,11 @@ class AnswerCache:
             logger.warning("recommendations are not given again ahead of Django: %s differs", self.off_because)
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
-        if (
-            self.off_because
-            or environ.get("REQUEST_METHOD") != "GET"
-            or environ.get("PATH_INFO") != PATH
-            or environ.get("CONTENT_LENGTH", "0") not in ("", "0")
-        ):
+        method = environ.get("REQUEST_METHOD")
+        if self.off_because or environ.get("PATH_INFO") != PATH or method not in ("GET", "POST"):
+            return self.app(environ, start_response)
+        body = _body(environ)
+        if body is None:
             return self.app(environ, start_response)
         cookies = parse_cookie(get_str_from_wsgi(environ, "HTTP_COOKIE", ""))  # decoded as Django decodes it
         session_cookie = cookies.pop(self.session_cookie_name, None)
@@ -227,9 +262,16 @@ class AnswerCache:
             cookie = "absent"
         else:  # (Django's answer deletes a malformed one)
             cookie = "malformed" if caller.session.session_key is None else "well-formed"
-        key = (*(environ.get(name) for name in self.key_fields), by_token, cookie, tuple(sorted(cookies.items())))
+        key = (
+            *(environ.get(name) for name in self.key_fields),
+            body,
+            by_token,
+            cookie,
+            tuple(sorted(cookies.items())),
+        )
         kept = self.kept.get(key)
-        if kept is not None:
+        # A POST signed in by its session passes DRF's CSRF check, every time (its token is in no key).
+        if kept is not None and (method == "GET" or by_token or _csrf_passes(environ, body)):
             close_old_connections()
             try:
                 credentials = hashlib.sha256(

@@ -30,6 +30,7 @@ from tests.test_recommender_interfaces import fc2_catalog, table4  # noqa: F401 
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("table4")]
 PATH = "/api/recommend"
+JSON, FORM, MULTIPART = "application/json", "application/x-www-form-urlencoded", "multipart/form-data"
 
 
 @pytest.fixture(autouse=True)
@@ -84,13 +85,15 @@ class Answer(NamedTuple):
     by_django: bool  # whether Django's handler answered it
 
 
-def call(app, params=POINT, method="GET", cookie="", body=None, **environ) -> Answer:
+def call(app, params=POINT, method="GET", cookie="", body=None, content_type=JSON, **environ) -> Answer:
     """One request through `app`, as a WSGI server makes it."""
     factory = RequestFactory()
     if body is None:
         request = factory.generic(method, PATH, HTTP_COOKIE=cookie, QUERY_STRING=urlencode(params), **environ)
+    elif content_type == MULTIPART:
+        request = factory.post(PATH, body, HTTP_COOKIE=cookie, **environ)
     else:
-        request = factory.generic(method, PATH, body, "application/json", HTTP_COOKIE=cookie, **environ)
+        request = factory.generic(method, PATH, body, content_type, HTTP_COOKIE=cookie, **environ)
     answered, started = [], []
     request_started.connect(noting := lambda sender, **kwargs: started.append(sender), weak=False)
     try:
@@ -296,19 +299,74 @@ def test_an_answer_refused_now_is_let_go(app, session):
     assert refused.status == 400 and app.kept == {}
 
 
-def test_a_post_a_head_a_refusal_a_body_or_an_ignored_field_goes_through_django_every_time(app, session, token):
+def test_a_head_a_refusal_a_body_or_an_ignored_field_goes_through_django_every_time(app, session, token):
     for _ in range(2):
-        posted = call(app, method="POST", body=json.dumps(POINT), **token)
         head = as_django_alone_answers(app, method="HEAD", cookie=session)
         invalid = as_django_alone_answers(app, {**POINT, "batch_size": "many"}, cookie=session)
         ignored = as_django_alone_answers(app, {**POINT, "note": "x"}, cookie=session)
-        assert posted.status == head.status == ignored.status == 200 and invalid.status == 400
-        assert b"batch_size" in invalid.body and ignored.by_django
+        multipart = call(app, method="POST", body={"batch_size": 6400}, content_type=MULTIPART, **token)
+        assert head.status == ignored.status == 200 and invalid.status == 400
+        assert b"batch_size" in invalid.body and ignored.by_django and multipart.by_django
     assert app.kept == {}
 
     call(app, cookie=session)
     with_body = call(app, method="GET", body="{}", **token, QUERY_STRING=urlencode(POINT))  # (DRF ignores it)
     assert with_body.status == 200 and with_body.by_django
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_a_post_by_token_is_given_again_for_the_same_body(app, token, content_type):
+    body = json.dumps(POINT) if content_type == "application/json" else urlencode(POINT)
+    first = as_django_alone_answers(app, method="POST", body=body, content_type=content_type, **token)
+    again = as_django_alone_answers(app, method="POST", body=body, content_type=content_type, **token)
+    other = as_django_alone_answers(
+        app, method="POST", body=body.replace("6400", "2560"), content_type=content_type, **token
+    )
+    anonymous = as_django_alone_answers(app, method="POST", body=body, content_type=content_type)
+    get = call(app, **token)
+
+    assert first.by_django and not again.by_django and again.body == first.body
+    assert other.by_django and json.loads(other.body)["workers"] == 1  # (Table 4: one machine at 2,560)
+    assert anonymous.status == 401
+    assert get.by_django and get.body == first.body  # a GET is another request
+
+
+def test_a_post_by_session_is_given_again_only_with_the_csrf_token(app, session):
+    csrf = "a" * 32
+    cookie = f"{session}; csrftoken={csrf}"
+    body = json.dumps(POINT)
+    for _ in range(2):
+        passed = as_django_alone_answers(app, method="POST", body=body, cookie=cookie, HTTP_X_CSRFTOKEN=csrf)
+    wrong = as_django_alone_answers(app, method="POST", body=body, cookie=cookie, HTTP_X_CSRFTOKEN="b" * 32)
+    missing = as_django_alone_answers(app, method="POST", body=body, cookie=cookie)
+    form = urlencode({**POINT, "csrfmiddlewaretoken": csrf})
+    for _ in range(2):
+        in_form = as_django_alone_answers(app, method="POST", body=form, cookie=cookie, content_type=FORM)
+
+    assert passed.status == 200 and not passed.by_django
+    assert wrong.status == missing.status == 403 and b"CSRF Failed" in wrong.body
+    assert in_form.status == 200 and in_form.by_django  # (its CSRF field is one the recommender ignores)
+
+
+def test_a_post_whose_answer_changed_is_answered_by_django_from_its_body(app, token):
+    body = json.dumps(POINT)
+    call(app, method="POST", body=body, **token)
+    PerformanceRecord.objects.create(
+        workload="mnist", workers=2, batch_size=6400, latency_ms=0, epoch_time_s=40, strategy="mirrored"
+    )
+
+    after = as_django_alone_answers(app, method="POST", body=body, **token)
+
+    assert after.status == 200 and after.by_django and json.loads(after.body)["workers"] == 2
+
+
+def test_a_large_or_unsized_post_goes_to_django_unread(app, token):
+    body = json.dumps(POINT, indent=500)  # (the same input, spaced out)
+    for _ in range(2):
+        large = call(app, method="POST", body=body, **token)
+        unsized = call(app, method="POST", body=json.dumps(POINT), HTTP_TRANSFER_ENCODING="chunked", **token)
+        assert large.status == 200 and large.by_django and unsized.by_django
+    assert len(body) > answer_cache.MAX_BODY_BYTES and app.kept == {}
 
 
 def test_what_is_kept_is_bounded(app, session, monkeypatch):
