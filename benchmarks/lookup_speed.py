@@ -568,7 +568,7 @@ def main() -> None:
                 flush=True,
             )
             print(
-                f"{'':<36} {'req/s':>8} {'req/s range':>11} {'p50 ms':>7} {'p99 ms':>7} {'CPU ms/ans':>11}", flush=True
+                f"{'':<40} {'req/s':>8} {'req/s range':>11} {'p50 ms':>7} {'p99 ms':>7} {'CPU ms/ans':>11}", flush=True
             )
 
             def pid_of(target: Target) -> int:
@@ -584,7 +584,7 @@ def main() -> None:
         for label, result in results.items():
             rates = sorted(m.requests_per_s for m in runs[label])
             print(
-                f"{label:<36} {result.requests_per_s:8.0f} {f'{rates[0]:.0f}–{rates[-1]:.0f}':>11} "
+                f"{label:<40} {result.requests_per_s:8.0f} {f'{rates[0]:.0f}–{rates[-1]:.0f}':>11} "
                 f"{result.latency_p50_ms:7.2f} {result.latency_p99_ms:7.2f} {result.server_cpu_ms:11.3f}",
                 flush=True,
             )
