@@ -74,6 +74,7 @@ from django.http.cookie import parse_cookie
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
 
 from fc2 import tokens
 from fc2.models import API_TOKEN_TOUCH_S
@@ -198,26 +199,50 @@ def _token_holds_until(token) -> float:
 
 def _body(environ: dict) -> bytes | None:
     """A GET's body (none), or a small POST's of a form or JSON, read here and put back for Django to read as sent;
-    None for any other request, which goes to Django unread."""
+    None for any other request, which goes to Django unread (or, when reading it failed, with a body whose reading
+    fails as it did)."""
     length = environ.get("CONTENT_LENGTH", "")
     if environ.get("REQUEST_METHOD") == "GET":
         return b"" if length in ("", "0") else None
     if environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower() not in POST_TYPES:
         return None
-    if not length.isdigit() or not 0 < int(length) <= MAX_BODY_BYTES or "HTTP_TRANSFER_ENCODING" in environ:
+    if not (length.isascii() and length.isdigit()) or "HTTP_TRANSFER_ENCODING" in environ:
         return None
-    body = environ["wsgi.input"].read(int(length))
+    size = int(length)
+    if not 0 < size <= MAX_BODY_BYTES:
+        return None
+    try:
+        body = environ["wsgi.input"].read(size)
+    except Exception as error:  # (a client gone, a timeout: Django meets it where it reads, or answers unread)
+        environ["wsgi.input"] = _Unreadable(error)
+        return None
     environ["wsgi.input"] = io.BytesIO(body)
-    return body
+    return body if len(body) == size else None
+
+
+class _Unreadable(io.RawIOBase):
+    """A request body whose reading fails with `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        raise self.error
 
 
 def _csrf_passes(environ: dict, body: bytes) -> bool:
-    """Whether the request passes the CSRF check DRF makes of a request signed in by its session (on a copy of it:
-    the check may read the body, and marks what it reads)."""
-    request = WSGIRequest({**environ, "wsgi.input": io.BytesIO(body)})
+    """Whether the request passes the CSRF check DRF makes of a request signed in by its session: on a copy of it (the
+    check may read the body, and marks what it reads), as DRF's request, whose form its parsers read."""
     try:
-        SessionAuthentication().enforce_csrf(request)
+        request = WSGIRequest({**environ, "wsgi.input": io.BytesIO(body)})
+        SessionAuthentication().enforce_csrf(Request(request, parsers=RecommendView().get_parsers()))
     except PermissionDenied:
+        return False
+    except Exception:
+        logger.exception("a kept recommendation's CSRF check failed; Django answers %s", PATH)
         return False
     return True
 
@@ -250,9 +275,6 @@ class AnswerCache:
         method = environ.get("REQUEST_METHOD")
         if self.off_because or environ.get("PATH_INFO") != PATH or method not in ("GET", "POST"):
             return self.app(environ, start_response)
-        body = _body(environ)
-        if body is None:
-            return self.app(environ, start_response)
         cookies = parse_cookie(get_str_from_wsgi(environ, "HTTP_COOKIE", ""))  # decoded as Django decodes it
         session_cookie = cookies.pop(self.session_cookie_name, None)
         caller = _Caller(environ, self.session_store(session_cookie))
@@ -262,6 +284,11 @@ class AnswerCache:
             cookie = "absent"
         else:  # (Django's answer deletes a malformed one)
             cookie = "malformed" if caller.session.session_key is None else "well-formed"
+        if method == "POST" and not by_token and cookie != "well-formed":
+            return self.app(environ, start_response)  # (nobody: Django refuses it without reading its body)
+        body = _body(environ)
+        if body is None:
+            return self.app(environ, start_response)
         key = (
             *(environ.get(name) for name in self.key_fields),
             body,

@@ -1,5 +1,5 @@
 """WSGI entry point (gunicorn fc2.wsgi; runserver through settings.WSGI_APPLICATION): Django, behind which the
-recommender's repeated GETs are answered again without its request handling (fc2/answer_cache.py)."""
+recommender's repeated GETs and small POSTs are answered again without its request handling (fc2/answer_cache.py)."""
 
 import os
 

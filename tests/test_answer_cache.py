@@ -7,6 +7,7 @@ How fast it is, benchmarks/lookup_speed.py measures."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from typing import NamedTuple
@@ -358,6 +359,69 @@ def test_a_post_whose_answer_changed_is_answered_by_django_from_its_body(app, to
     after = as_django_alone_answers(app, method="POST", body=body, **token)
 
     assert after.status == 200 and after.by_django and json.loads(after.body)["workers"] == 2
+
+
+@pytest.mark.parametrize("charset", ["", "; charset=utf-8", "; charset=utf8", "; charset=latin-1"])
+def test_a_session_s_form_post_is_checked_as_drf_reads_its_form(app, session, charset):
+    csrf = "a" * 32
+    cookie = f"{session}; csrftoken={csrf}"
+    for _ in range(2):
+        form = as_django_alone_answers(
+            app, method="POST", body=urlencode(POINT), content_type=FORM + charset, cookie=cookie, HTTP_X_CSRFTOKEN=csrf
+        )
+    assert form.status == 200 and not form.by_django
+
+
+def test_a_session_s_post_whose_answer_changed_reaches_django_with_its_body(app, session):
+    csrf = "a" * 32
+    post = {"method": "POST", "body": urlencode(POINT), "content_type": FORM, "HTTP_X_CSRFTOKEN": csrf}
+    call(app, cookie=f"{session}; csrftoken={csrf}", **post)
+    PerformanceRecord.objects.create(
+        workload="mnist", workers=2, batch_size=6400, latency_ms=0, epoch_time_s=40, strategy="mirrored"
+    )
+
+    after = as_django_alone_answers(app, cookie=f"{session}; csrftoken={csrf}", **post)
+
+    assert after.by_django and json.loads(after.body)["workers"] == 2  # (its form read by the CSRF check's copy)
+
+
+def test_the_same_bytes_in_another_charset_are_another_request(app, token):
+    body = json.dumps(POINT)
+    call(app, method="POST", body=body, **token)
+
+    other = as_django_alone_answers(app, method="POST", body=body, content_type=JSON + "; charset=utf-16", **token)
+
+    assert other.status == 400 and other.by_django
+
+
+@pytest.mark.parametrize("length", ["²", "+5", " 5", "abc"])
+def test_a_post_with_an_odd_content_length_is_django_s(app, token, length):
+    for _ in range(2):
+        odd = as_django_alone_answers(app, method="POST", body=json.dumps(POINT), CONTENT_LENGTH=length, **token)
+        assert odd.by_django
+
+
+class Broken(io.RawIOBase):
+    """A request body the client stopped sending."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.reads += 1
+        raise OSError("connection reset by peer")
+
+
+def test_a_body_that_cannot_be_read_is_met_by_django_and_nobody_s_is_not_read(app, token):
+    nobody_s, token_s = Broken(), Broken()
+    anonymous = call(app, method="POST", body=json.dumps(POINT), **{"wsgi.input": nobody_s})
+    by_token = call(app, method="POST", body=json.dumps(POINT), **{"wsgi.input": token_s}, **token)
+
+    assert anonymous.status == 401 and anonymous.by_django and nobody_s.reads == 0  # (Django refuses it unread)
+    assert by_token.status == 500 and by_token.by_django  # (Django's own answer to a body it could not read)
 
 
 def test_a_large_or_unsized_post_goes_to_django_unread(app, token):
