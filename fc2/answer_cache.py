@@ -204,7 +204,7 @@ def _body(environ: dict) -> bytes | None:
     length = environ.get("CONTENT_LENGTH", "")
     if environ.get("REQUEST_METHOD") == "GET":
         return b"" if length in ("", "0") else None
-    if environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower() not in POST_TYPES:
+    if _media_type(environ) not in POST_TYPES:
         return None
     if not (length.isascii() and length.isdigit()) or "HTTP_TRANSFER_ENCODING" in environ:
         return None
@@ -235,16 +235,23 @@ class _Unreadable(io.RawIOBase):
 
 def _csrf_passes(environ: dict, body: bytes) -> bool:
     """Whether the request passes the CSRF check DRF makes of a request signed in by its session: on a copy of it (the
-    check may read the body, and marks what it reads), as DRF's request, whose form its parsers read."""
+    check may read the body, and marks what it reads); a form's fields as DRF's parsers read them (JSON has none, for
+    DRF as for Django's request, which then reads nothing)."""
     try:
         request = WSGIRequest({**environ, "wsgi.input": io.BytesIO(body)})
-        SessionAuthentication().enforce_csrf(Request(request, parsers=RecommendView().get_parsers()))
+        if _media_type(environ) == "application/x-www-form-urlencoded":
+            request = Request(request, parsers=RecommendView().get_parsers())
+        SessionAuthentication().enforce_csrf(request)
     except PermissionDenied:
         return False
     except Exception:
         logger.exception("a kept recommendation's CSRF check failed; Django answers %s", PATH)
         return False
     return True
+
+
+def _media_type(environ: dict) -> str:
+    return environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower()
 
 
 class _Caller:
