@@ -355,16 +355,18 @@ def writes(database: Path, per_s: float):
     """A commit to the platform's SQLite database `per_s` times a second meanwhile (to a table of its own), as a busy
     platform's other processes commit theirs: each one makes the answer cache's checks again in every process. Yields
     a list that holds, on the way out, the commits made a second (fewer than asked when a commit takes longer)."""
-    stop, made, failed = threading.Event(), [], []
+    stop, failed = threading.Event(), []
+    made = 0
 
     def write() -> None:
+        nonlocal made
         try:
             with contextlib.closing(sqlite3.connect(database, timeout=30, isolation_level=None)) as db:
                 db.execute("CREATE TABLE IF NOT EXISTS lookup_speed_writes (at REAL)")
                 start = time.monotonic()
-                while not stop.wait(max(0.0, start + (len(made) + 1) / per_s - time.monotonic())):
+                while not stop.wait(max(0.0, start + (made + 1) / per_s - time.monotonic())):
                     db.execute("INSERT INTO lookup_speed_writes VALUES (?)", (time.time(),))
-                    made.append(time.monotonic())
+                    made += 1
         except BaseException as error:
             failed.append(error)
 
@@ -377,7 +379,7 @@ def writes(database: Path, per_s: float):
     finally:
         stop.set()
         writer.join()
-        rate.append(len(made) / (time.monotonic() - began))
+        rate.append(made / (time.monotonic() - began))
     if failed:
         raise failed[0]
 

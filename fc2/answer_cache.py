@@ -197,6 +197,28 @@ def _token_holds_until(token) -> float:
     return min(until, token.expires_at.timestamp()) if token.expires_at else until
 
 
+def _session_holds_until(session) -> float:
+    """When the session stored in the database expires (a POSIX time; 0 for a session engine without one)."""
+    if not hasattr(session, "get_model_class"):
+        return 0.0
+    expires = (
+        session.get_model_class()
+        .objects.filter(session_key=session.session_key)
+        .values_list("expire_date", flat=True)
+        .first()
+    )
+    return expires.timestamp() if expires else 0.0
+
+
+def _put_last(kept: OrderedDict, key, value) -> None:
+    """`kept[key] = value`, as the one used last, and the ones used longest ago let go past MAX_KEPT."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > MAX_KEPT:
+        with contextlib.suppress(KeyError):  # (another thread may have emptied it meanwhile)
+            kept.popitem(last=False)
+
+
 def _body(environ: dict) -> bytes | None:
     """A GET's body (none), or a small POST's of a form or JSON, read here and put back for Django to read as sent;
     None for any other request, which goes to Django unread (or, when reading it failed, with a body whose reading
@@ -347,11 +369,7 @@ class AnswerCache:
             if holds and trust is not None:
                 # A token's limits are on the row just read; a session's expiry takes a query, made only once the
                 # checks are about to be trusted.
-                self.checked[trust] = _Passed(version, kept, _token_holds_until(token) if by_token else None)
-                self.checked.move_to_end(trust)
-                while len(self.checked) > MAX_KEPT:
-                    with contextlib.suppress(KeyError):
-                        self.checked.popitem(last=False)
+                _put_last(self.checked, trust, _Passed(version, kept, _token_holds_until(token) if by_token else None))
         except (RecommendationError, db.Error):
             holds = False  # Django says why, or meets the broken connection with its own handling
         except Exception:
@@ -371,26 +389,14 @@ class AnswerCache:
             return False
         if passed.until is None:
             try:
-                passed = self.checked[trust] = _Passed(version, kept, self._session_holds_until(caller.session))
-            except (db.Error, KeyError):  # (KeyError: another thread let it go meanwhile)
+                passed = self.checked[trust] = _Passed(version, kept, _session_holds_until(caller.session))
+            except db.Error:
                 return False  # the checks are made, as without this
         if time.time() >= passed.until:
             return False
         with contextlib.suppress(KeyError):
             self.checked.move_to_end(trust)
         return True
-
-    def _session_holds_until(self, session) -> float:
-        """When the session stored in the database expires (a POSIX time; 0 for a session engine without one)."""
-        if not hasattr(session, "get_model_class"):
-            return 0.0
-        expires = (
-            session.get_model_class()
-            .objects.filter(session_key=session.session_key)
-            .values_list("expire_date", flat=True)
-            .first()
-        )
-        return expires.timestamp() if expires else 0.0
 
     def _from_django(self, key: tuple, environ: dict, start_response: Callable) -> Iterable[bytes]:
         answered = []
@@ -411,8 +417,5 @@ class AnswerCache:
             body = b"".join(response)
         finally:
             response.close()  # Django's request_finished, as the server would have sent it
-        self.kept[key] = Kept(*rendered, status=status, headers=headers, body=body)
-        while len(self.kept) > MAX_KEPT:
-            with contextlib.suppress(KeyError):  # (another thread may have emptied it meanwhile)
-                self.kept.popitem(last=False)
+        _put_last(self.kept, key, Kept(*rendered, status=status, headers=headers, body=body))
         return [body]
