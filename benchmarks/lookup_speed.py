@@ -31,10 +31,11 @@ answer, fc2/answer_cache.py gives Django's answer again without Django's request
 DRF's CSRF check, made for each one; a POST by token, as the `fc2` client sends it, without). The row "each one new"
 adds a field the recommender ignores, different in every request, so that every answer goes through Django's
 middleware and DRF's dispatch (the input's validation and the answer itself are still the ones the view and
-recommender.service keep): what an answer not given again costs. On SQLite the caller's checks (session, user,
-stamps) are made once and trusted while the database is unchanged; the row "N writes/s" commits to the platform's
-database that many times a second meanwhile (`--writes-per-s`, from a thread of this script), and each commit has
-them made again in every worker.
+recommender.service keep): what an answer not given again costs. The caller's checks (session, user, stamps) are
+made once and trusted while the database says nothing they read has changed; the row "N writes/s" commits to the
+platform's database, to a table of its own, that many times a second meanwhile (`--writes-per-s`, from a thread of
+this script), as the node agents' samples and the jobs' events are committed on a busy platform: on SQLite each
+commit has the checks made again in every worker, on PostgreSQL none does (only a change to a table they read).
 
     .venv/bin/python benchmarks/lookup_speed.py [--seconds 5] [--rounds 3] [--warmup 3] [--connections 4] [--threads 2]
         [--database-url postgres://…] [--conn-max-age SECONDS] [--writes-per-s 100] [--keep] [--fresh-venv]
@@ -61,6 +62,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -350,10 +352,27 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
+def connect_to(database_url: str | None, scratch: Path) -> Callable[[], contextlib.closing]:
+    """How `writes` connects to the platform's database (autocommit): its scratch PostgreSQL database, or its SQLite
+    file."""
+    if database_url:
+
+        def postgresql():
+            import psycopg2
+
+            db = psycopg2.connect(database_url)
+            db.autocommit = True
+            return contextlib.closing(db)
+
+        return postgresql
+    return lambda: contextlib.closing(sqlite3.connect(scratch / "var" / "db.sqlite3", timeout=30, isolation_level=None))
+
+
 @contextlib.contextmanager
-def writes(database: Path, per_s: float):
-    """A commit to the platform's SQLite database `per_s` times a second meanwhile (to a table of its own), as a busy
-    platform's other processes commit theirs: each one makes the answer cache's checks again in every process. Yields
+def writes(connect: Callable[[], contextlib.closing], per_s: float):
+    """A commit to the platform's database `per_s` times a second meanwhile (to a table of its own), as a busy
+    platform's other processes commit theirs (the node agents' samples, a job's events). On SQLite each one makes the
+    answer cache's checks again in every process; on PostgreSQL only a change to a table the checks read does. Yields
     a list that holds, on the way out, the commits made a second (fewer than asked when a commit takes longer)."""
     stop, failed = threading.Event(), []
     made = 0
@@ -361,11 +380,12 @@ def writes(database: Path, per_s: float):
     def write() -> None:
         nonlocal made
         try:
-            with contextlib.closing(sqlite3.connect(database, timeout=30, isolation_level=None)) as db:
-                db.execute("CREATE TABLE IF NOT EXISTS lookup_speed_writes (at REAL)")
+            with connect() as db:
+                cursor = db.cursor()
+                cursor.execute("CREATE TABLE IF NOT EXISTS lookup_speed_writes (n INTEGER)")
                 start = time.monotonic()
                 while not stop.wait(max(0.0, start + (made + 1) / per_s - time.monotonic())):
-                    db.execute("INSERT INTO lookup_speed_writes VALUES (?)", (time.time(),))
+                    cursor.execute("INSERT INTO lookup_speed_writes (n) VALUES (1)")
                     made += 1
         except BaseException as error:
             failed.append(error)
@@ -402,8 +422,8 @@ def load(wrk: str, target: Target, args, scratch: Path, seconds: int, server_pid
         str(script),
         target.url,
     ]
-    database = scratch / "var" / "db.sqlite3"
-    with writes(database, args.writes_per_s) if target.written else contextlib.nullcontext([0.0]) as written:
+    writing = writes(connect_to(args.scratch_database_url, scratch), args.writes_per_s)
+    with writing if target.written else contextlib.nullcontext([0.0]) as written:
         before = tree_cpu(server_pid)
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         after = tree_cpu(server_pid)
@@ -481,7 +501,7 @@ def targets(original_port: int, floor_port: int, platform_port: int, researcher:
                     written=True,
                 )
             ]
-            if args.writes_per_s and not args.database_url  # (on PostgreSQL every answer is checked anyway)
+            if args.writes_per_s
             else []
         ),
         Target(  # what the first answer to a query costs, through Django's whole path
@@ -521,8 +541,8 @@ def main() -> None:
         "--writes-per-s",
         type=float,
         default=100,
-        help="commits a second to our database during the row that measures the lookup GET under writes (SQLite; 0: "
-        "no such row)",
+        help="commits a second to our database (to a table of the benchmark's) during the row that measures the lookup "
+        "GET under writes (0: no such row)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument("--fresh-venv", action="store_true", help="rebuild the original's venv")
@@ -535,6 +555,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="fc2-lookup-speed-"))
     scratch_db = f"fc2_lookup_{os.getpid()}"
     database_url = create_database(args.database_url, scratch_db) if args.database_url else None
+    args.scratch_database_url = database_url  # (where `writes` writes)
     try:
         original_dir = write_original(scratch)
         var_dir = scratch / "var"
