@@ -22,17 +22,18 @@ request only when
   answer changed drops what was kept for it.
 
 These checks read the database (the session, the user, the token, the stamps) and cost more than the rest of an
-answer given again. Where the database can say without a query that nothing they read has changed (`_DatabaseVersion`:
-on SQLite, the embedded database, its own change counter; on PostgreSQL, the notifications migration fc2/0014's
-triggers send at the commit of a change to one of those tables), once they have passed for a request's key and
-credentials on a connection, that connection trusts them for that very kept answer while the database says so (a
-change committed by any other connection, any write of this one, or another connection, and they are made again) and
-until what they passed by runs out: the session's expiry as stored, the token's, and the minute after which the
-token's use is written down again (fc2.models.ApiToken.touch). Unchanged rows would give the same verdicts, so this is
-no grace period; what it takes on trust is the session engine's own promise that its cache and its table are written
-together (cached_db: a cache write that fails is only logged, and the session read from the table once that cache
-entry is gone), and on PostgreSQL that a notification reaches this process within a moment of its commit. With more
-than one database configured the checks are made for every answer given again.
+answer given again. Migration fc2/0014's triggers tell of every change to a table they read (`_DatabaseVersion`: on
+SQLite a version the triggers keep, read again only when the database's own change counter has moved; on PostgreSQL
+the notifications the triggers send at each commit), so once the checks have passed for a request's key and
+credentials on a connection, that connection trusts them for that very kept answer while none of those tables has
+changed (a change committed by any connection, this one's included, or another connection, and they are made again;
+a commit to any other table — a node's samples, a job's events — changes nothing) and until what they passed by runs
+out: the session's expiry as stored, the token's, and the minute after which the token's use is written down again
+(fc2.models.ApiToken.touch). Unchanged rows would give the same verdicts, so this is no grace period; what it takes on
+trust is the session engine's own promise that its cache and its table are written together (cached_db: a cache write
+that fails is only logged, and the session read from the table once that cache entry is gone), and on PostgreSQL that
+a notification reaches this process within a moment of its commit. With more than one database configured, or the
+triggers missing, the checks are made for every answer given again.
 
 Anything else goes to Django as before: a first request, another method, path or body, a caller not signed in (Django
 says why, 401, after this has looked too: a made-up cookie or token costs its lookup twice), an answer changed or
@@ -152,62 +153,56 @@ class Kept:
     body: bytes
 
 
+NAME = "fc2_answer_checks"  # migration fc2/0014's triggers: PostgreSQL's channel, SQLite's version table
+
+
 class _DatabaseVersion:
-    """Which state of the database this thread's connection sees, as far as the checks go, where the database can say
-    so without a query; None elsewhere (another database, several configured) or before a connection is made. Two equal
-    versions mean nothing the checks read has changed in between.
+    """Which version of what the checks read this thread's connection sees, where the database can say so without a
+    round trip for each request; None elsewhere (another database, several configured), before a connection is made,
+    inside a transaction, or when migration fc2/0014's triggers are not all found on the connection's first use here.
+    Two equal versions mean nothing the checks read has changed in between: the triggers tell of every change to a
+    table in `watched_tables()`, and a change to any other does not count.
 
-    - SQLite: (this connection, `PRAGMA data_version`, its `total_changes`): the first moves when another connection
-      commits a change, the second when this one writes. Exact: the counter is the database file's own.
-    - PostgreSQL: (this connection, the notifications it has been sent on `CHANNEL`): the triggers of migration
-      fc2/0014 send one at the commit of any change to a table the checks read (`WATCHED_TABLES`), to every
-      connection listening, this one included. The connection listens from its first use here, after checking the
-      triggers are all there (or it never trusts), and only outside a transaction (none is delivered inside one).
-      Not exact to the microsecond: a notification reaches a listener a moment after the writer's commit returns
-      (well under a millisecond on one machine), so a request that arrives within that moment is answered as one
-      that arrived just before the commit.
+    - SQLite: (this connection, the version the triggers keep in the table `NAME`), read again only when `PRAGMA
+      data_version` (moved by a commit of any other connection) or the connection's `total_changes` (by a write of its
+      own) has moved since it was last read. Exact: the triggers write in the same transaction as the change.
+    - PostgreSQL: (this connection, the notifications the triggers have sent it on `NAME`), each sent at the commit
+      of a change, to every connection listening, this one included, and read from what the server has sent without
+      waiting. Not exact to the microsecond: a notification reaches a listener a moment after the writer's commit
+      returns (on this machine, already there when it returns 9 times in 10, and within 4 ms), so a request that
+      arrives within that moment is answered as one that arrived just before the commit.
 
-    Read on the DB-API connection itself, outside Django's cursor (a counter, or the socket's pending messages: logged
-    nowhere). A connection is told from the one before it by a serial number, not by its id, which a new one may
-    reuse."""
+    Read on the DB-API connection itself, outside Django's cursor (logged nowhere, no query of a request's). A
+    connection is told from the one before it by a serial number, not by its id, which a new one may reuse."""
 
     def __init__(self) -> None:
         self.applies = len(connections.settings) == 1
         self.serials = itertools.count()
         self.local = threading.local()
 
-    def now(self) -> tuple[int, int, int] | tuple[int, int] | None:
-        if not self.applies or (raw := connection.connection) is None:
+    def now(self) -> tuple[int, int] | None:
+        raw = connection.connection
+        if not self.applies or raw is None or connection.in_atomic_block or connection.vendor not in _VENDORS:
             return None
         local = self.local
         try:
             if getattr(local, "raw", None) is not raw:  # (holding it, so that no new connection is taken for it)
-                local.raw, local.serial, local.notified = raw, next(self.serials), None
-            if connection.vendor == "sqlite":
-                (version,) = raw.execute("PRAGMA data_version").fetchone()
-                return local.serial, version, raw.total_changes
-            if connection.vendor == "postgresql" and not connection.in_atomic_block and raw.autocommit:
-                if local.notified is None:
-                    local.notified = _listen(raw)
-                    if local.notified is None:
-                        return None
-                raw.poll()  # (reads what the server has sent, without waiting)
-                local.notified += sum(1 for n in raw.notifies if n.channel == CHANNEL)
-                raw.notifies.clear()
-                return local.serial, local.notified
+                local.raw, local.serial = raw, next(self.serials)
+                local.version = _VENDORS[connection.vendor][0](raw)
+                local.seen = None
+            if local.version is None:
+                return None
+            local.version = _VENDORS[connection.vendor][1](raw, local)
         except connection.Database.Error as error:  # (the driver's own, which Django has not wrapped here)
             logger.debug("the database's version could not be read (%s): the checks are made", error)
-        return None
-
-
-CHANNEL = "fc2_answer_checks"  # what migration fc2/0014's triggers notify
-TRIGGER = "fc2_answer_checks"  # their name, on each table in WATCHED_TABLES
+            return None
+        return local.serial, local.version
 
 
 def watched_tables() -> frozenset[str]:
     """The tables the checks read: the users', the sessions', the API tokens', and what the recommender's stamps read
     (its catalogues and performance records). tests/test_answer_cache_unchanged_database.py checks it against the
-    queries the checks make."""
+    queries the checks make and the triggers migration fc2/0014 made."""
     from django.contrib.auth import get_user_model
     from django.contrib.sessions.models import Session
 
@@ -217,22 +212,59 @@ def watched_tables() -> frozenset[str]:
     return frozenset(m._meta.db_table for m in (get_user_model(), Session, ApiToken, Catalog, PerformanceRecord))
 
 
-def _listen(raw) -> int | None:
-    """LISTEN on CHANNEL on this PostgreSQL connection and 0, once the triggers are found on every watched table;
-    None (and nothing listened to) when any is missing, as where the migration has not run."""
+def _sqlite_begin(raw) -> int | None:
+    """0 once a trigger is found for each write on each watched table, else None."""
+    placeholders = ", ".join("?" * len(watched_tables()))
+    (found,) = raw.execute(
+        f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE '{NAME}%' "
+        f"AND tbl_name IN ({placeholders})",
+        sorted(watched_tables()),
+    ).fetchone()
+    return _found(found == 3 * len(watched_tables()), 0)
+
+
+def _sqlite_version(raw, local) -> int | None:
+    seen = (raw.execute("PRAGMA data_version").fetchone()[0], raw.total_changes)
+    if seen != local.seen:
+        row = raw.execute(f"SELECT version FROM {NAME}").fetchone()
+        local.seen = seen
+        return None if row is None else row[0]
+    return local.version
+
+
+def _postgresql_begin(raw) -> int | None:
+    """0, listening on NAME, once the trigger is found enabled on each watched table; else None, listening to
+    nothing."""
+    if not raw.autocommit:
+        return None
     with raw.cursor() as cursor:
         cursor.execute(
             "SELECT count(DISTINCT c.relname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
             "WHERE t.tgname = %s AND NOT t.tgisinternal AND t.tgenabled <> 'D' "
             "AND c.relname = ANY(%s) AND pg_table_is_visible(c.oid)",
-            [TRIGGER, sorted(watched_tables())],
+            [NAME, sorted(watched_tables())],
         )
         (found,) = cursor.fetchone()
-        if found != len(watched_tables()):
-            logger.warning("the answer cache's triggers are missing (migrate): every check is made")
-            return None
-        cursor.execute(f"LISTEN {CHANNEL}")
-    return 0
+        if found == len(watched_tables()):
+            cursor.execute(f"LISTEN {NAME}")
+    return _found(found == len(watched_tables()), 0)
+
+
+def _postgresql_version(raw, local) -> int:
+    raw.poll()  # (reads what the server has sent, without waiting)
+    version = local.version + sum(1 for n in raw.notifies if n.channel == NAME)
+    raw.notifies.clear()
+    return version
+
+
+def _found(all_there: bool, version: int) -> int | None:
+    if not all_there:
+        logger.warning("the answer cache's triggers are missing (migrate): every check is made")
+    return version if all_there else None
+
+
+# vendor -> (on a connection's first use: its first version, or None when the triggers are missing; its version now)
+_VENDORS = {"sqlite": (_sqlite_begin, _sqlite_version), "postgresql": (_postgresql_begin, _postgresql_version)}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ again in a pytest of its own on a scratch SQLite database, the platform's embedd
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import queue
@@ -20,6 +21,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.auth import get_user_model
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -279,35 +281,54 @@ def test_an_older_answer_stored_late_is_checked_not_trusted(app, session, thread
     assert json.loads(again.body)["workers"] == 2 and again.queries > 0
 
 
-@pytest.fixture
-def postgresql():
-    if connection.vendor != "postgresql":
-        pytest.skip("the triggers of migration fc2/0014: PostgreSQL")
-
-
 def _tables_read(sql: str) -> set[str]:
-    return {name for name in re.findall(r'(?:FROM|JOIN)\s+"?(\w+)"?', sql) if name != "SELECT"}
+    return set(re.findall(r'(?:FROM|JOIN)\s+"?(\w+)"?', sql))
 
 
-def test_the_triggers_watch_every_table_the_checks_read(app, session, token, postgresql):
+def _triggered_tables() -> dict[str, int]:
+    """Each table with a trigger of migration fc2/0014, and how many."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT c.relname, count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                "WHERE t.tgname = %s GROUP BY c.relname",
+                [answer_cache.NAME],
+            )
+        else:
+            cursor.execute(
+                "SELECT tbl_name, count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE %s "
+                "GROUP BY tbl_name",
+                [f"{answer_cache.NAME}%"],
+            )
+        return dict(cursor.fetchall())
+
+
+def test_the_triggers_watch_every_table_the_checks_read(app, session, token):
     read = set()
     for credentials in ({"cookie": session}, token):
         call(app, **credentials)  # Django's answer
         with CaptureQueriesContext(connection) as checks:
             trusted_answers = [call(app, **credentials) for _ in range(3)]  # the checks, a session's expiry, none
-        assert [a.queries for a in trusted_answers][-1] == 0
+        assert trusted_answers[-1].queries == 0
         read |= {table for query in checks.captured_queries for table in _tables_read(query["sql"])}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE t.tgname = %s",
-            [answer_cache.TRIGGER],
-        )
-        triggered = {name for (name,) in cursor.fetchall()}
+    triggered = _triggered_tables()
 
-    assert read and read <= answer_cache.watched_tables() == triggered
+    assert read and read <= answer_cache.watched_tables() == set(triggered)
+    assert set(triggered.values()) == {1 if connection.vendor == "postgresql" else 3}  # (SQLite: one for each write)
 
 
-def test_a_change_rolled_back_tells_nothing(app, session, alice, postgresql):
+def test_a_commit_to_any_other_table_keeps_the_checks_trusted(app, session):
+    trusted(app, cookie=session)
+
+    in_another_process(
+        "from django.contrib.contenttypes.models import ContentType\n"
+        "ContentType.objects.create(app_label='elsewhere', model='anything')"
+    )
+
+    assert call(app, cookie=session).queries == 0
+
+
+def test_a_change_rolled_back_tells_nothing(app, session, alice):
     trusted(app, cookie=session)
     other = connections.create_connection(DEFAULT_DB_ALIAS)
     try:
@@ -322,19 +343,37 @@ def test_a_change_rolled_back_tells_nothing(app, session, alice, postgresql):
     assert call(app, cookie=session).queries == 0
 
 
-def test_without_its_triggers_nothing_is_trusted(app, session, postgresql, caplog):
-    table = connection.ops.quote_name(get_user_model()._meta.db_table)
+@pytest.fixture
+def migration():
+    return importlib.import_module("fc2.migrations.0014_answer_checks_triggers")
+
+
+def test_without_its_triggers_nothing_is_trusted(app, session, caplog, migration):
+    table = get_user_model()._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER {answer_cache.TRIGGER}")
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ALTER TABLE {connection.ops.quote_name(table)} DISABLE TRIGGER {answer_cache.NAME}")
+        else:
+            cursor.execute(f'DROP TRIGGER "{answer_cache.NAME}_delete_{table}"')
     try:
         connection.close()  # (a connection that listens already was told so when it began)
         answers = [call(app, cookie=session) for _ in range(4)]
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER {answer_cache.TRIGGER}")
+        with connection.schema_editor() as editor:
+            migration.create(django_apps, editor)
 
     assert [a.queries for a in answers[1:]] == [2, 2, 2]
     assert "triggers are missing" in caplog.text
+    assert len(_triggered_tables()) == len(answer_cache.watched_tables())  # (made again)
+
+
+def test_the_triggers_go_and_come_back_with_the_migration(migration):
+    with connection.schema_editor() as editor:
+        migration.drop(django_apps, editor)
+    assert _triggered_tables() == {}
+    with connection.schema_editor() as editor:
+        migration.create(django_apps, editor)
+    assert set(_triggered_tables()) == answer_cache.watched_tables()
 
 
 def test_this_module_passes_on_sqlite(tmp_path):
