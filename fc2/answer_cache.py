@@ -60,6 +60,8 @@ import hashlib
 import io
 import itertools
 import logging
+import math
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -78,7 +80,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
-from fc2 import tokens
+from fc2 import answer_triggers, tokens
 from fc2.models import API_TOKEN_TOUCH_S
 from recommender import service
 from recommender.api import RENDERED, RecommendView
@@ -153,118 +155,127 @@ class Kept:
     body: bytes
 
 
-NAME = "fc2_answer_checks"  # migration fc2/0014's triggers: PostgreSQL's channel, SQLite's version table
+HEARTBEAT_S = 10.0  # PostgreSQL: how long a connection trusts its channel before it proves it again
 
 
 class _DatabaseVersion:
     """Which version of what the checks read this thread's connection sees, where the database can say so without a
-    round trip for each request; None elsewhere (another database, several configured), before a connection is made,
-    inside a transaction, or when migration fc2/0014's triggers are not all found on the connection's first use here.
-    Two equal versions mean nothing the checks read has changed in between: the triggers tell of every change to a
-    table in `watched_tables()`, and a change to any other does not count.
+    round trip for each request; None (the checks made) elsewhere: another database, several configured, no connection
+    yet, inside a transaction, any error, or fc2/answer_triggers.py's triggers not all found. Two equal versions mean
+    nothing the checks read has changed in between: the triggers tell of every change to a table in
+    `watched_tables()`, and a change to any other does not count. A version's first part is the connection's epoch, a
+    number no other connection or earlier state of this one had: whatever may have let a change go untold begins a
+    new one, and nothing trusted in an older one is trusted again.
 
-    - SQLite: (this connection, the version the triggers keep in the table `NAME`), read again only when `PRAGMA
-      data_version` (moved by a commit of any other connection) or the connection's `total_changes` (by a write of its
-      own) has moved since it was last read. Exact: the triggers write in the same transaction as the change.
-    - PostgreSQL: (this connection, the notifications the triggers have sent it on `NAME`), each sent at the commit
-      of a change, to every connection listening, this one included, and read from what the server has sent without
-      waiting. Not exact to the microsecond: a notification reaches a listener a moment after the writer's commit
-      returns (on this machine, already there when it returns 9 times in 10, and within 4 ms), so a request that
-      arrives within that moment is answered as one that arrived just before the commit.
+    - SQLite: (epoch, the version the triggers keep in their table), read again only when `PRAGMA data_version` (moved
+      by a commit of any other connection) or the connection's `total_changes` (by a write of its own) has moved since
+      it was last read. Exact: the triggers write in the same transaction as the change. A change of schema
+      (`PRAGMA schema_version`: a trigger dropped, a table rebuilt without its triggers, the table made anew) begins a
+      new epoch, with the triggers looked for again.
+    - PostgreSQL: (epoch, the notifications the triggers have sent it on their channel), each sent at the commit of a
+      change, to every connection listening, this one included, and read from what the server has sent without
+      waiting. Every HEARTBEAT_S a new epoch: the triggers looked for again, found firing, and a notification of its
+      own sent and received back (so a listener a connection pooler or anything else cut off trusts for that long at
+      most); the triggers dropped tell every listener at once (answer_triggers.OFF). Not exact to the microsecond: a
+      notification reaches a listener a moment after the writer's commit returns (on this machine, most often before
+      it returns, within a few ms under load), so a request that arrives within that moment is answered as one that
+      arrived just before the commit. A writer whose triggers do not fire (PostgreSQL's session_replication_role =
+      replica: a restore, a logical replica) is not told of.
 
-    Read on the DB-API connection itself, outside Django's cursor (logged nowhere, no query of a request's). A
-    connection is told from the one before it by a serial number, not by its id, which a new one may reuse."""
+    Read on the DB-API connection itself, outside Django's cursor (no query of a request's)."""
 
     def __init__(self) -> None:
         self.applies = len(connections.settings) == 1
-        self.serials = itertools.count()
+        self.epochs = itertools.count()
         self.local = threading.local()
 
     def now(self) -> tuple[int, int] | None:
         raw = connection.connection
-        if not self.applies or raw is None or connection.in_atomic_block or connection.vendor not in _VENDORS:
+        if not self.applies or raw is None or connection.in_atomic_block or connection.vendor not in _VERSIONS:
             return None
-        local = self.local
         try:
-            if getattr(local, "raw", None) is not raw:  # (holding it, so that no new connection is taken for it)
-                local.raw, local.serial = raw, next(self.serials)
-                local.version = _VENDORS[connection.vendor][0](raw)
-                local.seen = None
-            if local.version is None:
-                return None
-            local.version = _VENDORS[connection.vendor][1](raw, local)
-        except connection.Database.Error as error:  # (the driver's own, which Django has not wrapped here)
-            logger.debug("the database's version could not be read (%s): the checks are made", error)
+            return _VERSIONS[connection.vendor](raw, self._state(raw))
+        except Exception as error:  # (the driver's own, which Django has not wrapped here, or anything else)
+            self.local.state = None
+            logger.debug("the database's version could not be read (%r): the checks are made", error)
             return None
-        return local.serial, local.version
+
+    def _state(self, raw) -> _Connection:
+        """This thread's connection's state, new for a new connection (told from the one before by identity, held)."""
+        state = getattr(self.local, "state", None)
+        if state is None or state.raw is not raw:
+            state = self.local.state = _Connection(raw, self.epochs)
+        return state
 
 
-def watched_tables() -> frozenset[str]:
-    """The tables the checks read: the users', the sessions', the API tokens', and what the recommender's stamps read
-    (its catalogues and performance records). tests/test_answer_cache_unchanged_database.py checks it against the
-    queries the checks make and the triggers migration fc2/0014 made."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.sessions.models import Session
+class _Connection:
+    def __init__(self, raw, epochs: itertools.count) -> None:
+        self.raw, self.epochs = raw, epochs
+        self.epoch: int | None = None  # None: nothing trusted (the triggers not looked for yet, or not all found)
+        self.warned = False
+        self.seen: tuple | None = None  # SQLite: (data_version, total_changes, schema_version) last read
+        self.version = 0  # SQLite: the triggers' version; PostgreSQL: the notifications of changes counted
+        self.ping = ""  # PostgreSQL: the payload of the last notification this connection sent itself
+        self.pinged = self.proven = -math.inf  # PostgreSQL: when it was sent; when the last one came back
 
-    from fc2.models import ApiToken
-    from recommender.models import Catalog, PerformanceRecord
-
-    return frozenset(m._meta.db_table for m in (get_user_model(), Session, ApiToken, Catalog, PerformanceRecord))
-
-
-def _sqlite_begin(raw) -> int | None:
-    """0 once a trigger is found for each write on each watched table, else None."""
-    placeholders = ", ".join("?" * len(watched_tables()))
-    (found,) = raw.execute(
-        f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE '{NAME}%' "
-        f"AND tbl_name IN ({placeholders})",
-        sorted(watched_tables()),
-    ).fetchone()
-    return _found(found == 3 * len(watched_tables()), 0)
+    def begin(self, cursor, vendor: str) -> bool:
+        """A new epoch, when every trigger is found (else none, and a warning once)."""
+        all_there = answer_triggers.found(cursor, vendor) == answer_triggers.expected(vendor)
+        if not all_there and not self.warned:
+            self.warned = True
+            logger.warning("the answer cache's triggers are missing (migrate): the checks are made")
+        self.epoch = next(self.epochs) if all_there else None
+        return all_there
 
 
-def _sqlite_version(raw, local) -> int | None:
+def _sqlite_version(raw, state: _Connection) -> tuple[int, int] | None:
     seen = (raw.execute("PRAGMA data_version").fetchone()[0], raw.total_changes)
-    if seen != local.seen:
-        row = raw.execute(f"SELECT version FROM {NAME}").fetchone()
-        local.seen = seen
-        return None if row is None else row[0]
-    return local.version
+    if state.seen is None or seen != state.seen[:2]:
+        (schema,) = raw.execute("PRAGMA schema_version").fetchone()
+        if state.seen is None or schema != state.seen[2]:
+            state.begin(raw.cursor(), "sqlite")
+        if state.epoch is not None:
+            (state.version,) = raw.execute(f"SELECT version FROM {answer_triggers.NAME}").fetchone()
+        state.seen = (*seen, schema)
+    return None if state.epoch is None else (state.epoch, state.version)
 
 
-def _postgresql_begin(raw) -> int | None:
-    """0, listening on NAME, once the trigger is found enabled on each watched table; else None, listening to
-    nothing."""
+def _postgresql_version(raw, state: _Connection) -> tuple[int, int] | None:
     if not raw.autocommit:
         return None
-    with raw.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(DISTINCT c.relname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-            "WHERE t.tgname = %s AND NOT t.tgisinternal AND t.tgenabled <> 'D' "
-            "AND c.relname = ANY(%s) AND pg_table_is_visible(c.oid)",
-            [NAME, sorted(watched_tables())],
-        )
-        (found,) = cursor.fetchone()
-        if found == len(watched_tables()):
-            cursor.execute(f"LISTEN {NAME}")
-    return _found(found == len(watched_tables()), 0)
-
-
-def _postgresql_version(raw, local) -> int:
     raw.poll()  # (reads what the server has sent, without waiting)
-    version = local.version + sum(1 for n in raw.notifies if n.channel == NAME)
+    _told(raw, state)
+    now = time.monotonic()
+    if (state.epoch is None or now - state.proven >= HEARTBEAT_S) and now - state.pinged >= 1.0:
+        # A new epoch, proven by a notification of its own come back: on a connection of its own to the server, it
+        # comes back at once, with the answer to the query that sent it.
+        state.proven, state.pinged = -math.inf, now
+        with raw.cursor() as cursor:
+            if state.begin(cursor, "postgresql"):
+                state.ping = f"ping:{secrets.token_hex(8)}"
+                cursor.execute(f"LISTEN {answer_triggers.NAME}")
+                cursor.execute("SELECT pg_notify(%s, %s)", [answer_triggers.NAME, state.ping])
+        _told(raw, state)
+    if state.epoch is not None and now - state.proven < HEARTBEAT_S:
+        return state.epoch, state.version
+    return None  # (the triggers missing, or this epoch's own notification not back yet: looked at again in a second)
+
+
+def _told(raw, state: _Connection) -> None:
+    """What the notifications received on the triggers' channel tell this connection."""
+    for notification in raw.notifies:
+        if notification.channel != answer_triggers.NAME:
+            continue
+        if notification.payload == state.ping:
+            state.proven = state.pinged
+        elif notification.payload == answer_triggers.OFF:
+            state.epoch, state.proven, state.pinged = None, -math.inf, -math.inf
+        elif not notification.payload.startswith("ping:"):  # (not another connection's own)
+            state.version += 1
     raw.notifies.clear()
-    return version
 
 
-def _found(all_there: bool, version: int) -> int | None:
-    if not all_there:
-        logger.warning("the answer cache's triggers are missing (migrate): every check is made")
-    return version if all_there else None
-
-
-# vendor -> (on a connection's first use: its first version, or None when the triggers are missing; its version now)
-_VENDORS = {"sqlite": (_sqlite_begin, _sqlite_version), "postgresql": (_postgresql_begin, _postgresql_version)}
+_VERSIONS = {"sqlite": _sqlite_version, "postgresql": _postgresql_version}
 
 
 @dataclass(frozen=True)
@@ -442,7 +453,7 @@ class AnswerCache:
         (`_trusted`). The version is read before the checks: a write while they are made, theirs (a token's use) or
         anyone's, moves it, and the next request makes them again."""
         version = self.database.now()
-        trust = None if version is None else (key, credentials, version[0])  # (each connection's serial its own)
+        trust = None if version is None else (key, credentials, version[0])  # (each epoch's its own)
         if trust is not None and self._trusted(trust, version, kept, caller):
             return True
         try:

@@ -9,7 +9,6 @@ again in a pytest of its own on a scratch SQLite database, the platform's embedd
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import queue
@@ -21,14 +20,17 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.apps import apps as django_apps
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.sessions.models import Session
+from django.core.cache import caches
 from django.core.handlers.wsgi import WSGIHandler
+from django.core.management import call_command
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fc2 import answer_cache
+from fc2 import answer_cache, answer_triggers
 from fc2.answer_cache import AnswerCache
 from fc2.models import API_TOKEN_TOUCH_S, ApiToken
 from recommender.models import PerformanceRecord
@@ -286,34 +288,42 @@ def _tables_read(sql: str) -> set[str]:
 
 
 def _triggered_tables() -> dict[str, int]:
-    """Each table with a trigger of migration fc2/0014, and how many."""
+    """Each table with a trigger named as fc2/answer_triggers.py names them, and how many."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 "SELECT c.relname, count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-                "WHERE t.tgname = %s GROUP BY c.relname",
-                [answer_cache.NAME],
+                "WHERE t.tgname = %s AND t.tgenabled = 'O' GROUP BY c.relname",
+                [answer_triggers.NAME],
             )
         else:
             cursor.execute(
-                "SELECT tbl_name, count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE %s "
+                "SELECT tbl_name, count(*) FROM sqlite_master WHERE type = 'trigger' AND substr(name, 1, %s) = %s "
                 "GROUP BY tbl_name",
-                [f"{answer_cache.NAME}%"],
+                [len(answer_triggers.NAME), answer_triggers.NAME],
             )
         return dict(cursor.fetchall())
+
+
+def refused_once_alice_is_deactivated(app, cookie: str) -> bool:
+    """Whether a change committed by another process is told here: alice deactivated there, refused here."""
+    in_another_process("from django.contrib.auth import get_user_model\nget_user_model().objects.update(is_active=0)")
+    time.sleep(0.05)  # (what a notification takes to arrive)
+    return as_django_alone_answers(app, cookie=cookie).status == 401
 
 
 def test_the_triggers_watch_every_table_the_checks_read(app, session, token):
     read = set()
     for credentials in ({"cookie": session}, token):
         call(app, **credentials)  # Django's answer
+        caches[settings.SESSION_CACHE_ALIAS].clear()  # (so that the session is read from its table)
         with CaptureQueriesContext(connection) as checks:
             trusted_answers = [call(app, **credentials) for _ in range(3)]  # the checks, a session's expiry, none
         assert trusted_answers[-1].queries == 0
         read |= {table for query in checks.captured_queries for table in _tables_read(query["sql"])}
     triggered = _triggered_tables()
 
-    assert read and read <= answer_cache.watched_tables() == set(triggered)
+    assert Session._meta.db_table in read and read <= set(answer_triggers.watched_tables()) == set(triggered)
     assert set(triggered.values()) == {1 if connection.vendor == "postgresql" else 3}  # (SQLite: one for each write)
 
 
@@ -324,8 +334,10 @@ def test_a_commit_to_any_other_table_keeps_the_checks_trusted(app, session):
         "from django.contrib.contenttypes.models import ContentType\n"
         "ContentType.objects.create(app_label='elsewhere', model='anything')"
     )
+    time.sleep(0.05)
 
     assert call(app, cookie=session).queries == 0
+    assert refused_once_alice_is_deactivated(app, session)  # (and a change that counts is still told)
 
 
 def test_a_change_rolled_back_tells_nothing(app, session, alice):
@@ -338,42 +350,103 @@ def test_a_change_rolled_back_tells_nothing(app, session, alice):
             cursor.execute("ROLLBACK")
     finally:
         other.close()
-    time.sleep(0.05)  # (what a notification would take to arrive)
+    time.sleep(0.05)
 
     assert call(app, cookie=session).queries == 0
+    assert refused_once_alice_is_deactivated(app, session)
 
 
 @pytest.fixture
-def migration():
-    return importlib.import_module("fc2.migrations.0014_answer_checks_triggers")
+def triggers_back():
+    """The triggers made again after the test, whatever it did to them."""
+    yield
+    answer_triggers.create(connection)
 
 
-def test_without_its_triggers_nothing_is_trusted(app, session, caplog, migration):
+def test_a_trigger_lost_while_a_connection_trusts_is_told_at_once(app, session, triggers_back):
+    trusted(app, cookie=session)
     table = get_user_model()._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {connection.ops.quote_name(table)} DISABLE TRIGGER {answer_cache.NAME}")
-        else:
-            cursor.execute(f'DROP TRIGGER "{answer_cache.NAME}_delete_{table}"')
-    try:
-        connection.close()  # (a connection that listens already was told so when it began)
-        answers = [call(app, cookie=session) for _ in range(4)]
-    finally:
-        with connection.schema_editor() as editor:
-            migration.create(django_apps, editor)
+
+    # As a migration that rebuilds a table (SQLite) or is rolled back (PostgreSQL: the triggers dropped) would.
+    if connection.vendor == "sqlite":
+        in_another_process(
+            f"from django.db import connection\nconnection.cursor().execute('DROP TRIGGER "
+            f'"{answer_triggers.NAME}_update_{table}"\')'
+        )
+    else:
+        in_another_process("from django.db import connection\nfrom fc2 import answer_triggers\n"
+                           "answer_triggers.drop(connection)")  # fmt: skip
+
+    assert refused_once_alice_is_deactivated(app, session)
+
+
+def test_without_its_triggers_nothing_is_trusted(app, session, caplog, triggers_back):
+    answer_triggers.drop(connection)
+
+    answers = [call(app, cookie=session) for _ in range(4)]
 
     assert [a.queries for a in answers[1:]] == [2, 2, 2]
-    assert "triggers are missing" in caplog.text
-    assert len(_triggered_tables()) == len(answer_cache.watched_tables())  # (made again)
+    assert caplog.text.count("triggers are missing") == 1  # (once a connection)
 
 
-def test_the_triggers_go_and_come_back_with_the_migration(migration):
-    with connection.schema_editor() as editor:
-        migration.drop(django_apps, editor)
+def test_a_trigger_disabled_is_missing(app, session, triggers_back):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's ALTER TABLE … DISABLE TRIGGER")
+    table = connection.ops.quote_name(get_user_model()._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table} ENABLE REPLICA TRIGGER {answer_triggers.NAME}")
+    connection.close()
+
+    answers = [call(app, cookie=session) for _ in range(4)]
+
+    assert [a.queries for a in answers[1:]] == [2, 2, 2]
+
+
+def test_migrate_makes_the_triggers_a_later_migration_lost(triggers_back):
+    made = _triggered_tables()
+    with connection.cursor() as cursor:  # as SQLite's schema editor does when it rebuilds a table to alter it
+        if connection.vendor == "sqlite":
+            cursor.execute(f'DROP TRIGGER "{answer_triggers.NAME}_insert_fc2_apitoken"')
+        else:
+            cursor.execute(f"DROP TRIGGER {answer_triggers.NAME} ON fc2_apitoken")
+    assert _triggered_tables() != made
+
+    call_command("migrate", verbosity=0)
+
+    assert _triggered_tables() == made
+
+
+def test_the_triggers_go_and_come_back_with_their_migration(triggers_back):
+    call_command("migrate", "fc2", "0013", verbosity=0)
     assert _triggered_tables() == {}
-    with connection.schema_editor() as editor:
-        migration.create(django_apps, editor)
-    assert set(_triggered_tables()) == answer_cache.watched_tables()
+
+    call_command("migrate", verbosity=0)
+    assert set(_triggered_tables()) == set(answer_triggers.watched_tables())
+
+
+def test_an_error_while_the_triggers_are_looked_for_makes_the_checks(app, session, monkeypatch):
+    found = answer_triggers.found
+
+    def fails_once(*args):
+        monkeypatch.setattr(answer_triggers, "found", found)
+        raise connection.Database.OperationalError("canceling statement due to statement timeout")
+
+    connection.close()
+    monkeypatch.setattr(answer_triggers, "found", fails_once)
+    answers = [as_django_alone_answers(app, cookie=session) for _ in range(5)]
+
+    assert [a.status for a in answers] == [200] * 5
+    assert [a.queries for a in answers[1:]][-1] == 0  # (trusted once looked for again)
+
+
+def test_on_postgresql_each_epoch_is_proven_again_after_a_heartbeat(app, session, monkeypatch):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's notifications")
+    trusted(app, cookie=session)
+    ahead = time.monotonic() + answer_cache.HEARTBEAT_S + 1
+    monkeypatch.setattr(answer_cache.time, "monotonic", lambda: ahead)
+
+    assert [call(app, cookie=session).queries for _ in range(3)] in ([2, 1, 0], [2, 0, 0])  # a new epoch
 
 
 def test_this_module_passes_on_sqlite(tmp_path):
