@@ -22,17 +22,18 @@ request only when
   answer changed drops what was kept for it.
 
 These checks read the database (the session, the user, the token, the stamps) and cost more than the rest of an
-answer given again. Migration fc2/0014's triggers tell of every change to a table they read (`_DatabaseVersion`: on
+answer given again. Triggers tell of every change to a table they read (fc2/answer_triggers.py; `_DatabaseVersion`: on
 SQLite a version the triggers keep, read again only when the database's own change counter has moved; on PostgreSQL
 the notifications the triggers send at each commit), so once the checks have passed for a request's key and
 credentials on a connection, that connection trusts them for that very kept answer while none of those tables has
-changed (a change committed by any connection, this one's included, or another connection, and they are made again;
-a commit to any other table — a node's samples, a job's events — changes nothing) and until what they passed by runs
-out: the session's expiry as stored, the token's, and the minute after which the token's use is written down again
-(fc2.models.ApiToken.touch). Unchanged rows would give the same verdicts, so this is no grace period; what it takes on
-trust is the session engine's own promise that its cache and its table are written together (cached_db: a cache write
-that fails is only logged, and the session read from the table once that cache entry is gone), and on PostgreSQL that
-a notification reaches this process within a moment of its commit. With more than one database configured, or the
+changed (a change committed by any connection, this one's included, or another connection, or anything that could have
+let a change go untold, and they are made again; a commit to any other table — a node's samples, a job's events —
+changes nothing) and until what they passed by runs out: the session's expiry as stored, the token's, and the minute
+after which the token's use is written down again (fc2.models.ApiToken.touch). Unchanged rows would give the same
+verdicts, so this is no grace period; what it takes on trust is the session engine's own promise that its cache and
+its table are written together (cached_db: a cache write that fails is only logged, and the session read from the
+table once that cache entry is gone), and on PostgreSQL that a notification reaches this process within a moment of
+its commit (see `_DatabaseVersion` for what it proves, and how often). With more than one database configured, or the
 triggers missing, the checks are made for every answer given again.
 
 Anything else goes to Django as before: a first request, another method, path or body, a caller not signed in (Django
