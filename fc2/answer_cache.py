@@ -230,6 +230,8 @@ class _Connection:
 
 
 def _sqlite_version(raw, state: _Connection) -> tuple[int, int] | None:
+    if raw.in_transaction:  # (one Django does not know of: what it reads may yet be rolled back)
+        return None
     seen = (raw.execute("PRAGMA data_version").fetchone()[0], raw.total_changes)
     if state.seen is None or seen != state.seen[:2]:
         (schema,) = raw.execute("PRAGMA schema_version").fetchone()
@@ -252,9 +254,10 @@ def _postgresql_version(raw, state: _Connection) -> tuple[int, int] | None:
         # comes back at once, with the answer to the query that sent it.
         state.proven, state.pinged = -math.inf, now
         with raw.cursor() as cursor:
+            # Listening before the triggers are looked for: should they be dropped meanwhile, this one is told too.
+            cursor.execute(f"LISTEN {answer_triggers.NAME}")
             if state.begin(cursor, "postgresql"):
                 state.ping = f"ping:{secrets.token_hex(8)}"
-                cursor.execute(f"LISTEN {answer_triggers.NAME}")
                 cursor.execute("SELECT pg_notify(%s, %s)", [answer_triggers.NAME, state.ping])
         _told(raw, state)
     if state.epoch is not None and now - state.proven < HEARTBEAT_S:

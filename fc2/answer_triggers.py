@@ -53,19 +53,33 @@ def found(cursor, vendor: str) -> set[tuple[str, str]]:
     return set(map(tuple, cursor.fetchall())) & expected(vendor)
 
 
+def applicable(connection) -> bool:
+    """Whether `connection`'s database is one they are made on: SQLite or PostgreSQL, holding every watched table (a
+    router may keep some elsewhere)."""
+    return connection.vendor in VENDORS and set(watched_tables()) <= set(connection.introspection.table_names())
+
+
 def ensure(connection) -> None:
-    """Make the triggers that are missing on `connection`'s database (a Django connection), and nothing else."""
-    if connection.vendor not in VENDORS:
+    """Make what is missing on `connection`'s database (a Django connection) — triggers, and on SQLite the version's
+    table or its row — and nothing else."""
+    if not applicable(connection):
         return
     with connection.cursor() as cursor:
         missing = expected(connection.vendor) - found(cursor, connection.vendor)
+        if connection.vendor == "sqlite":
+            _version_table(cursor)
     if missing:
         create(connection, {table for _, table in missing})
 
 
+def _version_table(cursor) -> None:
+    cursor.execute(f"CREATE TABLE IF NOT EXISTS {NAME} (version INTEGER NOT NULL)")
+    cursor.execute(f"INSERT INTO {NAME} (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM {NAME})")
+
+
 def create(connection, tables=None) -> None:
     """Make the triggers on `tables` (default: every watched one), anew."""
-    if connection.vendor not in VENDORS:
+    if not applicable(connection):
         return
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
@@ -75,8 +89,7 @@ def create(connection, tables=None) -> None:
                 f"BEGIN PERFORM pg_notify('{NAME}', ''); RETURN NULL; END $$"
             )
         else:
-            cursor.execute(f"CREATE TABLE IF NOT EXISTS {NAME} (version INTEGER NOT NULL)")
-            cursor.execute(f"INSERT INTO {NAME} (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM {NAME})")
+            _version_table(cursor)
         for trigger, table in sorted(expected(connection.vendor)):
             if tables is not None and table not in tables:
                 continue

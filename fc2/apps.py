@@ -20,7 +20,8 @@ TRIGGERS_MIGRATION = ("fc2", "0014_answer_checks_triggers")
 
 def _triggers_back(using: str, **kwargs) -> None:
     """After a `migrate` (or a flush), the answer cache's triggers that a later migration lost are made again (SQLite
-    rebuilds a table to alter it, and drops its triggers with it) — unless their migration is not applied."""
+    rebuilds a table to alter it, and drops its triggers with it) — where their migration is applied and every table
+    they watch is there (a router may keep them on another database)."""
     from django.db import connections
     from django.db.migrations.recorder import MigrationRecorder
 

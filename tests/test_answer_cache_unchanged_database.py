@@ -380,6 +380,23 @@ def test_a_trigger_lost_while_a_connection_trusts_is_told_at_once(app, session, 
     assert refused_once_alice_is_deactivated(app, session)
 
 
+def test_triggers_lost_and_made_again_meanwhile_begin_anew(app, session, triggers_back):
+    """What was trusted before cannot be trusted after: a change made while they were gone was told to nobody."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's schema_version (PostgreSQL's listeners are told of the drop: the test above)")
+    trusted(app, cookie=session)
+    table = get_user_model()._meta.db_table
+
+    in_another_process(
+        "from django.db import connection\nfrom django.contrib.auth import get_user_model\n"
+        "from fc2 import answer_triggers\n"
+        f"connection.cursor().execute('DROP TRIGGER \"{answer_triggers.NAME}_update_{table}\"')\n"
+        "get_user_model().objects.update(is_active=0)\nanswer_triggers.create(connection)"
+    )
+
+    assert as_django_alone_answers(app, cookie=session).status == 401
+
+
 def test_without_its_triggers_nothing_is_trusted(app, session, caplog, triggers_back):
     answer_triggers.drop(connection)
 
@@ -437,6 +454,22 @@ def test_an_error_while_the_triggers_are_looked_for_makes_the_checks(app, sessio
 
     assert [a.status for a in answers] == [200] * 5
     assert [a.queries for a in answers[1:]][-1] == 0  # (trusted once looked for again)
+
+
+def test_on_postgresql_nothing_is_trusted_until_a_notification_of_its_own_comes_back(app, session, monkeypatch):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's notifications")
+    told = answer_cache._told
+
+    def pings_lost(raw, state):  # (as behind a proxy that does not pass them on)
+        raw.notifies[:] = [n for n in raw.notifies if not n.payload.startswith("ping:")]
+        told(raw, state)
+
+    monkeypatch.setattr(answer_cache, "_told", pings_lost)
+    connection.close()
+    call(app, cookie=session)  # Django's answer
+
+    assert [call(app, cookie=session).queries for _ in range(3)] == [2, 2, 2]
 
 
 def test_on_postgresql_each_epoch_is_proven_again_after_a_heartbeat(app, session, monkeypatch):
