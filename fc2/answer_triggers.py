@@ -36,7 +36,11 @@ def expected(vendor: str) -> set[tuple[str, str]]:
     """(trigger, table) of every trigger there should be."""
     if vendor == "postgresql":
         return {(NAME, table) for table in watched_tables()}
-    return {(f"{NAME}_{write}_{table}", table) for table in watched_tables() for write in _WRITES}
+    return {(_sqlite_trigger(write, table), table) for table in watched_tables() for write in _WRITES}
+
+
+def _sqlite_trigger(write: str, table: str) -> str:
+    return f"{NAME}_{write}_{table}"
 
 
 def found(cursor, vendor: str) -> set[tuple[str, str]]:
@@ -90,20 +94,21 @@ def create(connection, tables=None) -> None:
             )
         else:
             _version_table(cursor)
-        for trigger, table in sorted(expected(connection.vendor)):
+        for table in watched_tables():
             if tables is not None and table not in tables:
                 continue
             if connection.vendor == "postgresql":
-                cursor.execute(f"DROP TRIGGER IF EXISTS {trigger} ON {quote(table)}")
+                cursor.execute(f"DROP TRIGGER IF EXISTS {NAME} ON {quote(table)}")
                 cursor.execute(
-                    f"CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {quote(table)} "
+                    f"CREATE TRIGGER {NAME} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {quote(table)} "
                     f"FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}()"
                 )
-            else:
-                write = trigger.removeprefix(f"{NAME}_").split("_", 1)[0].upper()
-                cursor.execute(f"DROP TRIGGER IF EXISTS {quote(trigger)}")
+                continue
+            for write in _WRITES:
+                trigger = quote(_sqlite_trigger(write, table))
+                cursor.execute(f"DROP TRIGGER IF EXISTS {trigger}")
                 cursor.execute(
-                    f"CREATE TRIGGER {quote(trigger)} AFTER {write} ON {quote(table)} "
+                    f"CREATE TRIGGER {trigger} AFTER {write.upper()} ON {quote(table)} "
                     f"BEGIN UPDATE {NAME} SET version = version + 1; END"
                 )
 
