@@ -24,10 +24,14 @@ For each real or constructed grid, one latency, one batch size and one worker co
 predicted from the rest, by the predictor (recommender/perfmodel/predictor.py, model refitted per fold) and by the
 plain interpolation baseline (recommender.perfmodel.calibration.interpolation_baseline: linear between the two
 neighbouring measured values of the held-out axis, one machine latency-independent — the issue's baseline is its latency
-case; nothing brackets an end value, so its cells go unanswered). Printed per hold-out kind: cells (worker type ×
-batch size × latency with ≥ 2 measured worker counts), the share answered (every measured count predicted), mean
-regret (measured time of the predicted-fastest count ÷ the measured best − 1), exact best (share of answered cells
-where that count is the measured best), MAPE of the held-out times answered, and the predictor's MAPE by basis.
+case; nothing brackets an end value, so its cells go unanswered). Each cell's choice (worker type × batch size ×
+latency with ≥ 2 measured worker counts) is the recommender's from the fold's records: the fastest of the held-out
+counts' predictions and the other counts' measurements there — with one latency or batch size held out every count
+in its cells is predicted; with one worker count held out, it is predicted and set against the others' measurements,
+each cell chosen once per count held out. Printed per hold-out kind: cells (those choices), the share answered (every
+measured count predicted or measured), mean regret (measured time of the chosen count ÷ the measured best − 1), exact
+best (share of answered choices that are the measured best), MAPE of the held-out times answered, and the
+predictor's MAPE by basis.
 Goal on real grids (issue 13): regret ≤ 3 %, exact best ≥ 85 %, MAPE ≤ 20 %, every cell answered.
 
 The constructed grid: t(n, B, l) = a_n + b_n·B + λ·l·B·h(n) + ω·l²·[n = 4], × exp(ε), ε ~ N(0, 0.03²), seed 2021.
@@ -437,10 +441,11 @@ def main() -> None:
             report_grid(of, f"{kind} grid {path.name} ({fmt}{f', workload {name}' if len(workloads) > 1 else ''})")
         print()
     print(
-        f"{GOALS}. regret: measured time of the predicted-fastest count ÷ the measured best − 1, over the answered"
-        " cells (worker type × batch size × latency with ≥ 2 measured counts, each predicted); exact: the share of"
-        " answered cells where that is the measured best; MAPE: the held-out times answered; after it the"
-        " predictor's MAPE by basis (count)."
+        f"{GOALS}. cells: the choices of a worker count scored (worker type × batch size × latency with ≥ 2 measured"
+        " counts; once per count held out when worker counts are), each the fastest of the held-out counts' predicted"
+        " times and the fold's measured times there; regret: measured time of the chosen count ÷ the measured best"
+        " − 1, over the answered choices; exact: the share of them that are the measured best; MAPE: the held-out"
+        " times answered; after it the predictor's MAPE by basis (count)."
     )
     if not args.no_synthetic:
         print()

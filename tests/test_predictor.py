@@ -276,6 +276,29 @@ def test_each_worker_count_held_out_through_a_saturated_ps_is_predicted_under_la
     assert len(regrets) == 8 and np.mean(regrets) <= 0.03 and max(regrets) <= 0.06
 
 
+@pytest.mark.parametrize("records", [LAB_GRID, LAB_PS_GRID, TABLE4], ids=["all-reduce", "ps", "table4"])
+def test_a_worker_count_held_out_is_chosen_against_the_others_measurements(records):
+    """Leaving one worker count out asks what the recommender asks when nobody measured that count: its prediction
+    against the other counts' measurements at the same point — not four predictions, each from a different fold."""
+    report = holdout_report(records, group_by="workers")
+    measured = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r.epoch_time_s is not None:
+            measured[(r.batch_size, r.latency_ms)][r.workers].append(r.epoch_time_s)
+    cells = {key: {n: np.mean(t) for n, t in counts.items()} for key, counts in measured.items() if len(counts) > 1}
+    regrets = []
+    for p in report["pairs"]:
+        cell = cells.get((p["batch_size"], p["latency_ms"]))
+        if cell is None:
+            continue
+        candidates = cell | {p["workers"]: p["predicted_s"]}
+        pick = min(candidates, key=lambda n: (candidates[n], n))
+        regrets.append(cell[pick] / min(cell.values()) - 1)
+    assert report["cells"] == sum(len(cell) for cell in cells.values()) == len(regrets)
+    assert report["mean_regret"] == pytest.approx(np.mean(regrets))
+    assert report["best_found"] == pytest.approx(np.mean([r == 0 for r in regrets]))
+
+
 def test_the_answer_names_the_knee_only_where_its_pick_agrees():
     """On the lab's PS runs the model's knee is at 3 workers. At batch size 32 and 20 ms, 4 workers were measured
     faster than 3: the answer picks 4 from the measurement and does not claim that more than 3 train no faster. At

@@ -136,10 +136,14 @@ def holdout_report(
     coordinates; one machine of an all-reduce workload taken as latency-independent (its runs at the same batch size,
     any latency). The issue's baseline is its latency case.
 
-    Figures: mape over every held-out time answered; per (worker type, batch size, latency) cell with at least two
-    measured worker counts, the cell is answered when every measured count was predicted, and then regret = measured
-    time of the fastest predicted count ÷ the measured best − 1 and best = whether that count is the measured best
-    (a tie in measured time counts as found); cells_answered = answered ÷ cells.
+    Figures: mape over every held-out time answered. The choice is scored as the recommender makes it from the fold's
+    records: per (worker type, batch size, latency) cell with at least two measured worker counts, and per fold that
+    holds out runs of it, the candidates are the held-out counts' predicted times and the other counts' measured
+    times in the fold (a latency or a batch size held out leaves nothing measured in its cells, so every count there
+    is predicted; a worker count held out leaves the others measured). The cell is answered when every measured count
+    is a candidate, and then regret = measured time of the fastest candidate ÷ the measured best − 1 and best =
+    whether that count is the measured best (a tie in measured time counts as found); `cells` counts these choices
+    (a cell once per worker count when worker counts are held out), cells_answered = answered ÷ cells.
     """
     if group_by not in GROUPINGS:
         raise ValueError(f"unknown grouping {group_by!r}: use one of {', '.join(GROUPINGS)}")
@@ -148,7 +152,8 @@ def holdout_report(
     usable = _usable(records)
     key = GROUPINGS[group_by]
     groups = sorted({key(r) for r in usable}, key=lambda g: (g is None, g))
-    pairs, skipped = [], []
+    cells = _cells(usable)
+    pairs, skipped, choices = [], [], []
     for group in groups:
         train = [r for r in records if r.epoch_time_s is None or key(r) != group]
         held_out = [r for r in usable if key(r) == group]
@@ -156,14 +161,16 @@ def holdout_report(
             times = _fold_times(method, group_by, train, held_out, catalog)
         except RecommendationError as error:
             skipped.append({"group": _json(group), "records": len(held_out), "reason": str(error)})
+            choices += [None] * len({_cell_key(r) for r in held_out} & set(cells))
             continue
-        pairs += [
+        fold = [
             _pair(group, r, time_s) | {"basis": basis}
             for r, (time_s, basis) in zip(held_out, times, strict=True)
             if time_s is not None
         ]
-    cells = _cells(usable)
-    answered = _answered_cells(cells, pairs)
+        pairs += fold
+        choices += _fold_choices(cells, train, held_out, fold)
+    answered = [choice for choice in choices if choice is not None]
     regrets = [regret for regret, _ in answered]
     errors = defaultdict(list)
     for p in pairs:
@@ -178,8 +185,8 @@ def holdout_report(
         "predicted": len(pairs),
         "mape": float(np.mean(every)) if every else None,
         "by_basis": {basis: {"mape": float(np.mean(v)), "count": len(v)} for basis, v in sorted(errors.items())},
-        "cells": len(cells),
-        "cells_answered": len(answered) / len(cells) if cells else None,
+        "cells": len(choices),
+        "cells_answered": len(answered) / len(choices) if choices else None,
         "mean_regret": float(np.mean(regrets)) if regrets else None,
         "max_regret": float(np.max(regrets)) if regrets else None,
         "best_found": float(np.mean([best for _, best in answered])) if answered else None,
@@ -241,25 +248,48 @@ def _coordinate(record: PerfRecord, name: str):
     return float(value or 0.0) if name == "latency_ms" else value
 
 
-def _cells(usable: Sequence[PerfRecord]) -> dict:
-    """(worker type, batch size, latency) -> {workers: mean measured time}, for cells of at least two counts."""
+def _cell_key(record: PerfRecord) -> tuple:
+    return (record.instance_type, record.batch_size, float(record.latency_ms or 0.0))
+
+
+def _measured(usable: Sequence[PerfRecord]) -> dict:
+    """(worker type, batch size, latency) -> {workers: mean measured time}."""
     times = defaultdict(lambda: defaultdict(list))
     for r in usable:
-        times[(r.instance_type, r.batch_size, float(r.latency_ms or 0.0))][r.workers].append(r.epoch_time_s)
-    cells = {key: {n: float(np.mean(v)) for n, v in counts.items()} for key, counts in times.items()}
-    return {key: counts for key, counts in cells.items() if len(counts) >= 2}
+        times[_cell_key(r)][r.workers].append(r.epoch_time_s)
+    return {key: {n: float(np.mean(v)) for n, v in counts.items()} for key, counts in times.items()}
 
 
-def _answered_cells(cells: dict, pairs: list[dict]) -> list[tuple[float, bool]]:
+def _cells(usable: Sequence[PerfRecord]) -> dict:
+    """_measured's cells of at least two worker counts: those where a choice is made."""
+    return {key: counts for key, counts in _measured(usable).items() if len(counts) >= 2}
+
+
+def _fold_choices(cells: dict, train, held_out, fold: list[dict]) -> list[tuple[float, bool] | None]:
+    """One fold's choice in each cell it holds runs of: (regret, best), or None when some measured count has neither
+    a prediction nor a measurement in the fold.
+
+    >>> runs = [PerfRecord("w", workers=n, batch_size=64, latency_ms=0.0, epoch_time_s=t) for n, t in [(1, 9), (2, 6)]]
+    >>> cells = _cells(runs)
+    >>> two_held_out = [_pair(2, runs[1], 10.0)]  # two workers predicted 10 s: one machine's measured 9 s wins
+    >>> [(round(regret, 2), best) for regret, best in _fold_choices(cells, runs[:1], runs[1:], two_held_out)]
+    [(0.5, False)]
+    >>> _fold_choices(cells, runs[:1], runs[1:], [])  # the held-out count not answered
+    [None]
+    """
     predicted = defaultdict(lambda: defaultdict(list))
-    for p in pairs:
+    for p in fold:
         predicted[(p["worker_type"], p["batch_size"], p["latency_ms"])][p["workers"]].append(p["predicted_s"])
-    answered = []
-    for key, measured in cells.items():
-        guesses = predicted.get(key, {})
-        if set(measured) - set(guesses):
+    kept = _measured(_usable(train))
+    choices = []
+    for key in sorted({_cell_key(r) for r in held_out} & set(cells), key=str):
+        candidates = dict(kept.get(key, {}))  # the fold's own runs: none of the held-out ones
+        candidates |= {n: float(np.mean(times)) for n, times in predicted.get(key, {}).items()}
+        measured = cells[key]
+        if set(measured) - set(candidates):
+            choices.append(None)
             continue
-        pick = min(measured, key=lambda n: (np.mean(guesses[n]), n))
+        pick = min(measured, key=lambda n: (candidates[n], n))
         best = min(measured.values())
-        answered.append((measured[pick] / best - 1.0, measured[pick] == best))
-    return answered
+        choices.append((measured[pick] / best - 1.0, measured[pick] == best))
+    return choices
