@@ -266,6 +266,11 @@ def _cells(usable: Sequence[PerfRecord]) -> dict:
     return {key: counts for key, counts in _runs(usable).items() if len(counts) >= 2}
 
 
+def _means(counts: dict) -> dict:
+    """{workers: [times]} -> {workers: their mean}."""
+    return {n: float(np.mean(times)) for n, times in counts.items()}
+
+
 def _as_fast(runs: dict) -> set:
     """The worker counts the measurements cannot tell from the fastest (the smallest mean): those with a run at
     least as fast as the fastest count's slowest run. A count measured once ties only its equal.
@@ -275,7 +280,7 @@ def _as_fast(runs: dict) -> set:
     >>> sorted(_as_fast({1: [5.10], 2: [5.12]}))
     [1]
     """
-    means = {n: float(np.mean(times)) for n, times in runs.items()}
+    means = _means(runs)
     slowest = max(runs[min(means, key=means.get)])
     return {n for n, times in runs.items() if min(times) <= slowest}
 
@@ -297,11 +302,10 @@ def _fold_choices(cells: dict, train, held_out, fold: list[dict]) -> list[tuple[
         predicted[(p["worker_type"], p["batch_size"], p["latency_ms"])][p["workers"]].append(p["predicted_s"])
     kept = _runs(_usable(train))
     choices = []
-    for key in sorted({_cell_key(r) for r in held_out} & set(cells), key=str):
+    for key in {_cell_key(r) for r in held_out} & set(cells):
         # the fold's own runs (none of the held-out ones), then the held-out counts' predictions
-        candidates = {n: float(np.mean(times)) for n, times in kept.get(key, {}).items()}
-        candidates |= {n: float(np.mean(times)) for n, times in predicted.get(key, {}).items()}
-        measured = {n: float(np.mean(times)) for n, times in cells[key].items()}
+        candidates = _means(kept.get(key, {})) | _means(predicted.get(key, {}))
+        measured = _means(cells[key])
         if set(measured) - set(candidates):
             choices.append(None)
             continue
