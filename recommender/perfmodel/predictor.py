@@ -21,6 +21,10 @@ For one (worker type, worker count), from that pair's own measurements (failed r
    trend through the two nearest along that axis, by inverse squared error: each one's leave-one-end-out error on the
    workload's lines, the trend's grown with how many of its spacings it is continued. So the model extrapolates where
    it has earned it, and a poor model gives way to the data's own slope a step beyond them — but not ten steps.
+   Where the pair ran neither at this batch size nor at this latency, first the estimate at this batch size at the
+   measured latencies next to the query (as above, from the runs at each), then linear in latency between the two
+   around it, or the model carried in latency from the nearest: so the query's latency never cuts the estimate off
+   from the runs' trend in batch size, and it never falls with latency where the model rises.
    Without a model, the trend alone. A worker count never measured for the type: the model corrected by its error at
    the neighbouring measured counts at the same (B, l) (interpolated in n between two, the nearest one's beyond); for
    one machine of an all-reduce workload, latency-free, at the lowest measured latency whatever l is asked (the
@@ -303,6 +307,10 @@ class PredictorModel:
             if not priced:
                 return found.time_s, INTERPOLATED, found.detail
             return self._blend(found, model_time(worker_type, n, batch, latency))
+        if at is not None and all(b != batch and lat != at for b, lat in points):
+            across = self._across_latencies(worker_type, n, points, batch, at, priced, model_time)
+            if across is not None:
+                return across
         trend = self._trend(points, batch, at)
         if not priced:
             return None if trend is None else (trend[0], EXTRAPOLATED, trend[1])
@@ -323,6 +331,37 @@ class PredictorModel:
         weight = model_error**2 / (model_error**2 + trend_error**2)  # the trend's
         time_s = math.exp(weight * math.log(trend[0]) + (1 - weight) * math.log(carried))
         return time_s, EXTRAPOLATED, f"{trend[1]}, {weight:.0%}, and {detail}, {1 - weight:.0%}"
+
+    def _across_latencies(self, worker_type, n, points, batch, latency, priced, model_time) -> tuple | None:
+        """Neither this batch size nor this latency measured for the pair: the estimates at this batch size at the
+        measured latencies next to the query (each from the runs at its latency: their trend in batch size with the
+        model), then linear in latency between the two around it, or the model carried in latency from the nearest
+        beyond them — so an estimate does not leave those runs behind because the query is at a latency they missed,
+        and does not fall with latency where the model rises."""
+        latencies = sorted({lat for _, lat in points})
+        around = _bracket(latencies, latency)
+        if around is None and not priced:
+            return None
+        sides = around or (min(latencies, key=lambda lat: (abs(lat - latency), lat)),)
+        at = {lat: self._from_points(worker_type, n, batch, lat, model_time) for lat in sides}
+        if any(found is None for found in at.values()):
+            return None
+        if around is not None:
+            lo, hi = around
+            time_s = _between(latency, (lo, at[lo][0]), (hi, at[hi][0]), "linear")
+            detail = (
+                f"interpolated linearly in latency between {_latency_text(lo)} ({at[lo][2]}) and "
+                f"{_latency_text(hi)} ({at[hi][2]})"
+            )
+            return time_s, EXTRAPOLATED, detail
+        (near,) = sides
+        there = model_time(worker_type, n, batch, near)
+        time_s = _carry(at[near][0], there, model_time(worker_type, n, batch, latency), self.anchoring)
+        detail = (
+            f"the {self.model.family} model carried ({self.anchoring}) in latency from {_fmt(at[near][0])} s at "
+            f"{_latency_text(near)} ({at[near][2]})"
+        )
+        return time_s, EXTRAPOLATED, detail
 
     def _trend(self, points: dict, batch, latency) -> tuple[float, str, float] | None:
         """The measurements' own trend continued to a query beyond them: linear in latency through the two nearest
