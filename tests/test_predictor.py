@@ -272,14 +272,27 @@ def test_leave_one_worker_count_out_meets_the_mape_goal_on_the_lab_grid():
 
 
 @pytest.mark.parametrize("group_by", ["latency", "batch_size"])
-def test_one_latency_or_batch_size_held_out_meets_the_regret_and_mape_goals_through_a_ps(group_by):
+def test_one_latency_or_batch_size_held_out_meets_the_issues_goals_through_a_ps(group_by):
     """The lab's PS runs: the server saturates (3 workers no faster than 2 under latency), which only a roofline
     follows (on its 36 runs of 1–3 workers, leaving one latency out: 3.3 % regret and 16.8 % MAPE with a sum of the
-    two costs, 2.4 % and 7.7 % with the roofline). Exact best is not
-    asked: some cells are near-ties within the runs' noise (5.109 s against 5.118 s)."""
+    two costs, 2.4 % and 7.7 % with the roofline). Exact best counts a pick the cell's runs cannot tell from the
+    fastest (its 0 ms runs overlap: 0.16–0.60 s epochs spread 29 %)."""
     report = holdout_report(LAB_PS_GRID, group_by=group_by)
     assert report["cells_answered"] == 1.0 and report["predicted"] == len(LAB_PS_GRID)
-    assert report["mean_regret"] <= 0.03 and report["mape"] <= 0.20
+    assert report["mean_regret"] <= 0.03 and report["mape"] <= 0.20 and report["best_found"] >= 0.85
+
+
+def test_past_the_largest_batch_size_a_ps_workload_carries_the_model_from_its_two_nearest_runs():
+    """The PS grid's own line ends are predicted better from the model's mean error at the next two runs than at the
+    next one alone (one run's noise against the model's error moving along the line), so with batch size 256 held out
+    one worker at 20 ms is the pick, as measured (2.74 s, two workers 2.84 s); from the nearest run alone two workers
+    were (2.856 s against 2.863 s). The all-reduce grids' ends say the nearest run alone."""
+    fold = predictor(without(LAB_PS_GRID, batch_size=256), cross_validate=False)
+    assert fold.anchor_points == 2
+    estimates = {n: fold.estimate("lab-w-1g", n, 256, 20.0) for n in (1, 2, 3, 4)}
+    assert min(estimates, key=lambda n: estimates[n].epoch_time_s) == 1
+    assert "at batch size 128, 20 ms and " in estimates[1].detail, estimates[1].detail
+    assert [predictor(records, cross_validate=False).anchor_points for records in (LAB_GRID, GRID)] == [1, 1]
 
 
 def test_each_worker_count_held_out_through_a_saturated_ps_is_predicted_under_latency():

@@ -326,6 +326,7 @@ def _answer(
                 "errors_by_basis": {b: {"mape": e, "count": c} for b, (e, c) in model.cv_errors.items() if c},
                 "batch_space": model.batch_space,
                 "anchoring": model.anchoring,
+                "anchor_points": model.anchor_points,
             },
             "family": fitted.family if fitted else None,
             "speed": fitted.speed if fitted else None,

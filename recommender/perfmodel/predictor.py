@@ -17,7 +17,9 @@ For one (worker type, worker count), from that pair's own measurements (failed r
    model, the data decide. ``blend`` when the model's weight is 10 % or more.
 3. ``extrapolated`` — outside this pair's measured range. The model's prediction carried from the nearest
    measurement (× measured ÷ predicted there, or + measured − predicted: whichever predicts the ends of the workload's
-   own lines of measurements better from the point next to them), blended in log time with the measurements' own
+   own lines of measurements better from the point next to them) — or from the nearest two, by their mean error, where
+   that predicts those ends better from the two points next to them (a run's noise weighs more than the model's error
+   moving along the line: the lab's PS grid) — blended in log time with the measurements' own
    trend through the two nearest along that axis, by inverse squared error: each one's leave-one-end-out error on the
    workload's lines, the trend's grown with how many of its spacings it is continued. So the model extrapolates where
    it has earned it, and a poor model gives way to the data's own slope a step beyond them — but not ten steps.
@@ -62,6 +64,7 @@ BASES = (MEASURED, INTERPOLATED, BLEND, EXTRAPOLATED, MODEL)
 CV_GROUPINGS = ("latency", "batch_size", "workers")  # the ways a query can miss the measurements
 BATCH_SPACES = ("log-log", "linear")
 ANCHORINGS = ("multiplicative", "additive")
+ANCHOR_POINTS = (1, 2)  # how many of the nearest measurements the model is carried from (their mean error)
 PRIOR_INTERPOLATION_ERROR = 0.05  # an interpolation's error before any leave-one-out says otherwise
 PRIOR_TREND_ERROR = 0.20  # a trend continued past the measurements, before any leave-one-out says otherwise
 BLEND_LABEL = 0.10  # the model's weight from which an interpolated estimate is called a blend
@@ -145,12 +148,19 @@ class _ErrorLaw:
 _PRIOR = _ErrorLaw(PRIOR_INTERPOLATION_ERROR, 0.0)
 
 
-def _carry(measured: float, predicted_there: float, predicted_here: float, mode: str) -> float:
-    """The model's prediction here, carried from a measurement there: × measured ÷ predicted (multiplicative) or
-    + measured − predicted (additive; multiplicative where that would not leave a positive time)."""
-    if mode == "additive" and (time_s := measured + predicted_here - predicted_there) > 0:
+def _carry(there: Sequence[tuple[float, float]], predicted_here: float, mode: str) -> float:
+    """The model's prediction here, carried from measurements there ((measured, predicted) each): × their mean
+    measured ÷ predicted in log time (multiplicative) or + their mean measured − predicted (additive; multiplicative
+    where that would not leave a positive time).
+
+    >>> _carry([(12.0, 10.0)], 20.0, "multiplicative"), _carry([(12.0, 10.0)], 20.0, "additive")
+    (24.0, 22.0)
+    >>> round(_carry([(12.0, 10.0), (9.0, 10.0)], 20.0, "multiplicative"), 2)  # × √(1.2 · 0.9)
+    20.78
+    """
+    if mode == "additive" and (time_s := predicted_here + float(np.mean([m - p for m, p in there]))) > 0:
         return time_s
-    return predicted_here * measured / predicted_there
+    return predicted_here * math.exp(float(np.mean([math.log(m / p) for m, p in there])))
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,8 @@ class PredictorModel:
     batch_space: str  # one of BATCH_SPACES
     latency_loo: _ErrorLaw
     batch_loo: _ErrorLaw
-    anchoring: str  # one of ANCHORINGS: how the model is carried from a measurement
+    anchoring: str  # one of ANCHORINGS: how the model is carried from measurements
+    anchor_points: int  # one of ANCHOR_POINTS: from how many of the nearest
     # "model" / "trend" -> leave-one-end-out mean relative error (absent: no evidence); "trend_steps": how far, in
     # spacings, those trends were continued
     extrapolation_errors: dict
@@ -314,14 +325,16 @@ class PredictorModel:
         trend = self._trend(points, batch, at)
         if not priced:
             return None if trend is None else (trend[0], EXTRAPOLATED, trend[1])
-        anchor_batch, anchor_latency = self._nearest(points, batch, at)
-        there = model_time(worker_type, n, anchor_batch, latency if latency_free else anchor_latency)
-        measured = points[(anchor_batch, anchor_latency)]
-        carried = _carry(measured, there, model_time(worker_type, n, batch, latency), self.anchoring)
-        where = _batch_text(anchor_batch) + ("" if latency_free else f", {_latency_text(anchor_latency)}")
-        detail = (
-            f"the {self.model.family} model carried ({self.anchoring}) from the measured {_fmt(measured)} s at {where}"
+        anchors = self._nearest(points, batch, at)[: self.anchor_points]
+        there = [
+            (points[(b, lat)], model_time(worker_type, n, b, latency if latency_free else lat)) for b, lat in anchors
+        ]
+        carried = _carry(there, model_time(worker_type, n, batch, latency), self.anchoring)
+        where = " and ".join(
+            f"{_fmt(points[(b, lat)])} s at {_batch_text(b)}" + ("" if latency_free else f", {_latency_text(lat)}")
+            for b, lat in anchors
         )
+        detail = f"the {self.model.family} model carried ({self.anchoring}) from the measured {where}"
         if trend is None:
             return carried, EXTRAPOLATED, detail
         # The trend's error grows with how far it is continued (in steps of the spacing it was drawn through),
@@ -356,7 +369,7 @@ class PredictorModel:
             return time_s, EXTRAPOLATED, detail
         (near,) = sides
         there = model_time(worker_type, n, batch, near)
-        time_s = _carry(at[near][0], there, model_time(worker_type, n, batch, latency), self.anchoring)
+        time_s = _carry([(at[near][0], there)], model_time(worker_type, n, batch, latency), self.anchoring)
         detail = (
             f"the {self.model.family} model carried ({self.anchoring}) in latency from {_fmt(at[near][0])} s at "
             f"{_latency_text(near)} ({at[near][2]})"
@@ -488,9 +501,9 @@ class PredictorModel:
             f"{found.detail}, {1 - weight:.0%}, and the {self.model.family} model ({_fmt(predicted)} s), {weight:.0%}",
         )
 
-    def _nearest(self, points: dict, batch, latency) -> tuple:
-        """The measured point nearest the query: by latency over the workload's measured range plus log batch size
-        over its measured range (each at least 1)."""
+    def _nearest(self, points: dict, batch, latency) -> list[tuple]:
+        """The measured points, nearest the query first: by latency over the workload's measured range plus log batch
+        size over its measured range (each at least 1)."""
         latencies = [lat for _, lat in points if lat is not None]
         batches = [b for b, _ in points if b is not None]
         latency_span = max(max(latencies, default=0) - min(latencies, default=0), 1.0)
@@ -505,7 +518,7 @@ class PredictorModel:
                 d += 1.0
             return (d, -(b or 0), lat or 0)
 
-        return min(points, key=distance)
+        return sorted(points, key=distance)
 
 
 def _across_counts(n: int, residuals: dict, predicted: float, mode: str) -> float:
@@ -604,7 +617,7 @@ def _build(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec], cross
         key: {point: sums[key + point] / count for point, count in points.items()} for key, points in successes.items()
     }
     batch_space, batch_loo, latency_loo = _interpolation_errors(slices)
-    anchoring, extrapolation_errors = _extrapolation(slices, model, batch_space)
+    anchoring, anchor_points, extrapolation_errors = _extrapolation(slices, model, batch_space)
     built = PredictorModel(
         slices=slices,
         failed=dict(failed),
@@ -616,6 +629,7 @@ def _build(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec], cross
         latency_loo=latency_loo,
         batch_loo=batch_loo,
         anchoring=anchoring,
+        anchor_points=anchor_points,
         extrapolation_errors=extrapolation_errors,
         batch_ref=_most_common(r.batch_size for r in usable),
         latency_ref=_most_common(float(r.latency_ms or 0.0) for r in usable) or 0.0,
@@ -677,13 +691,15 @@ def _loo(errors: list[tuple[float, float]]) -> _ErrorLaw:
     return _ErrorLaw(float(floor / scale[0]), float(slope / scale[1]))
 
 
-def _extrapolation(slices: dict, model: PerfModel | None, batch_space: str) -> tuple[str, dict]:
+def _extrapolation(slices: dict, model: PerfModel | None, batch_space: str) -> tuple[str, int, dict]:
     """How to extrapolate, learnt from the workload's own runs: each end of every line of measurements (one latency,
     batch size or worker count varying, the rest fixed) predicted from the points next to it — an extrapolation one
-    step out. Returns the way of carrying the model that does better (multiplicative without evidence) and the mean
-    relative errors, on latency and batch-size lines, of the model so carried ("model") and of the trend through the
-    next two points ("trend", continued "trend_steps" of their spacing on average). (The model saw those points: a
-    small leak, the same for every end.)"""
+    step out. Returns the way of carrying the model that does better (multiplicative without evidence), from how many
+    of the nearest points (the next one, or the next two where the line has them: one unless two do better on the
+    ends where both can be tried — one measurement's noise against the model's error changing along the line), and
+    the mean relative errors, on latency and batch-size lines, of the model so carried ("model") and of the trend
+    through the next two points ("trend", continued "trend_steps" of their spacing on average). (The model saw those
+    points: a small leak, the same for every end.)"""
     points = [(t, n, b, lat) for (t, n), times in slices.items() for (b, lat) in times]
     measured = {(t, n, b, lat): slices[(t, n)][(b, lat)] for t, n, b, lat in points}
     lines = defaultdict(list)
@@ -697,34 +713,42 @@ def _extrapolation(slices: dict, model: PerfModel | None, batch_space: str) -> t
     predicted = (
         dict(zip(priced, map(float, model.predict_many(*zip(*priced, strict=True))), strict=True)) if priced else {}
     )
-    carried = {mode: defaultdict(list) for mode in ANCHORINGS}
+    carried = []  # per end: (axis, {(mode, anchor points): relative error})
     trend, steps = [], []
     for (axis, *_), line in lines.items():
         line.sort(key=lambda item: item[0])
         if len(line) < 2:
             continue
         for ends in (line[:3], line[::-1][:3]):
-            (_, end), (_, next_to) = ends[0], ends[1]
-            if end in predicted and next_to in predicted:
-                for mode in ANCHORINGS:
-                    guess = _carry(measured[next_to], predicted[next_to], predicted[end], mode)
-                    carried[mode][axis].append(_ratio(guess, measured[end]))
+            end, *next_to = (p for _, p in ends)
+            if end in predicted and next_to[0] in predicted:
+                errors = {}
+                for k in ANCHOR_POINTS[: len(next_to)]:
+                    there = [(measured[p], predicted[p]) for p in next_to[:k] if p in predicted]
+                    for mode in ANCHORINGS if len(there) == k else ():
+                        errors[(mode, k)] = _ratio(_carry(there, predicted[end], mode), measured[end])
+                carried.append((axis, errors))
             if axis != "workers" and len(ends) == 3:
                 space = "linear" if axis == "latency" else batch_space
                 xs = {x: measured[p] for x, p in ends[1:]}
                 if (guess := _continue(xs, ends[0][0], space, axis, _fmt)) is not None:
                     trend.append(_ratio(guess[0], measured[end]))
                     steps.append(guess[2])
-    pooled = {mode: [e for errors in by_axis.values() for e in errors] for mode, by_axis in carried.items()}
-    mode = min(ANCHORINGS, key=lambda m: np.mean(pooled[m]) if pooled[m] else 0.0)
+
+    def mean_error(way, ends) -> float:
+        return float(np.mean([errors[way] for _, errors in ends])) if ends else 0.0
+
+    mode = min(ANCHORINGS, key=lambda m: mean_error((m, 1), carried))
+    both = [end for end in carried if (mode, 2) in end[1]]
+    k = min(ANCHOR_POINTS, key=lambda k: (mean_error((mode, k), both), k))
     errors = {}
-    within = carried[mode]["latency"] + carried[mode]["batch size"]
+    within = [end for end in carried if end[0] != "workers" and (mode, k) in end[1]]
     if within:
-        errors["model"] = float(np.mean(within))
+        errors["model"] = mean_error((mode, k), within)
     if trend:
         errors["trend"] = float(np.mean(trend))
         errors["trend_steps"] = float(np.mean(steps))
-    return mode, errors
+    return mode, k, errors
 
 
 _GROUP_NAMES = {"latency": "latencies", "batch_size": "batch sizes", "workers": "worker counts"}
