@@ -124,6 +124,24 @@ def _lower_bound(field: FieldInfo) -> str:
     return "a finite number"
 
 
+def to_csv(records) -> str:
+    """Records in the `csv` format, every column of CSV_COLUMNS (an absent value, or a failed run's time, empty):
+    what `parse_csv` reads back, e.g. a `lab_sweep --csv` grid to ship in recommender/data/.
+
+    >>> text = to_csv([PerformanceRecord(workload="w", workers=2, batch_size=64, latency_ms=20.0, epoch_time_s=4.5)])
+    >>> text.splitlines()[1]
+    'w,,,2,64,20.0,4.5,,,'
+    >>> [(r.workers, r.latency_ms, r.epoch_time_s, r.cpu_util) for r in parse_csv(text)]
+    [(2, 20.0, 4.5, None)]
+    """
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for record in records:
+        writer.writerow(["" if (value := getattr(record, name)) is None else value for name in CSV_COLUMNS])
+    return out.getvalue()
+
+
 def parse_anwar2021(text: str, workload: str) -> list[PerformanceRecord]:
     """Headerless rows `workers,batch_size,latency_ms,step_time_s,epoch_time_s,loss`; empty fields mark a failed run.
 

@@ -22,6 +22,7 @@ from fc2.models import Job, ReapedCluster
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, labnet, nodes
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
+from recommender.perfdata import parse_csv
 from tests.conftest import call_json
 from tests.wheels import GOOD, make_wheel
 
@@ -212,16 +213,25 @@ def test_a_node_reaches_the_other_nodes_and_the_platform_port_only(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_lab_sweep_records_each_cell_and_lookup_answers_from_them(alice, example_wheel, lab_catalog):
-    """A 2 × 2 grid (workers × latency) of real lab jobs: each cell a measured record the lookup then reads."""
+def test_lab_sweep_records_each_cell_and_lookup_answers_from_them(alice, example_wheel, lab_catalog, tmp_path):
+    """A 2 × 2 grid (workers × latency) of real lab jobs: each cell a measured record the lookup then reads, and the
+    grid written as a file `import_perf_data --format csv` reads back."""
     out = StringIO()
     call_command(
         "lab_sweep", "--bundle", str(example_wheel), "--dataset", "digits", "--workers", "1,2",
         "--batch-sizes", "16", "--latency-ms", "0,40", "--strategy", "mirrored", "--worker-type", "lab-w-1g",
         "--workload", "digits-lab", "--param", "epochs=1", "--param", "steps_per_epoch=4", "--user", "alice",
-        "--json", stdout=out,
+        "--csv", str(tmp_path / "grid.csv"), "--json", stdout=out,
     )  # fmt: skip
     sweep = json.loads(out.getvalue())
+    assert sweep["csv"] == str(tmp_path / "grid.csv")
+    assert [p.name for p in tmp_path.iterdir() if "grid" in p.name] == ["grid.csv"]  # no temporary file left
+    shipped = parse_csv((tmp_path / "grid.csv").read_text())
+    assert [(r.workers, r.latency_ms, r.epoch_time_s, r.bandwidth_mbps) for r in shipped] == [
+        (c["workers"], c["latency_ms"], c["epoch_time_s"], c["bandwidth_mbps"]) for c in sweep["cells"]
+    ]
+    assert {(r.workload, r.instance_type, r.strategy) for r in shipped} == {("digits-lab", "lab-w-1g", "mirrored")}
+    assert all({"bandwidth_mbps", "cpu_util"} <= set(cell) for cell in sweep["cells"])  # None when not measured
 
     assert [(c["workers"], c["latency_ms"], c["status"]) for c in sweep["cells"]] == [
         (1, 0.0, "succeeded"), (2, 0.0, "succeeded"), (1, 40.0, "succeeded"), (2, 40.0, "succeeded"),

@@ -1,7 +1,8 @@
 """`manage.py lab_sweep`: run a grid of real jobs on the lab and keep each one's epoch time as a performance record.
 
     lab_sweep --bundle PATH --dataset NAME --workers 1,2,3 --batch-sizes 32,64 --latency-ms 0,40,80
-              [--worker-type T] [--ps-type T] [--strategy ps|mirrored] --workload NAME [--param K=V …] [--json]
+              [--worker-type T] [--ps-type T] [--strategy ps|mirrored] --workload NAME [--param K=V …]
+              [--csv PATH] [--json]
 
 What Anwar et al. measured by hand (epoch time for each worker count, batch size and network latency, §5.2.3) and
 FC² for each PS capacity (§8.2): each cell is a job on lab nodes whose links have the types' capacities and, between
@@ -9,11 +10,17 @@ them, the latency asked for; it runs in this process (as `submit_job --inline`),
 measurement becomes a record of the workload (source: measured) that `recommend --algorithm lookup|model` reads. A
 cell whose job failed is recorded as a failed run. Interrupted (Ctrl-C or SIGTERM), the running cell's job is
 cancelled and its cluster torn down before the command exits.
+
+Each cell reports its record's epoch time, bandwidth and CPU use. `--csv PATH` also writes the sweep's records, once
+it has run every cell, in `import_perf_data --format csv`'s format (recommender.perfdata.to_csv): a grid to ship in
+recommender/data/ or to import on another platform. PATH's folder must exist: that is checked before the first cell.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -23,6 +30,7 @@ from fc2.models import Job
 from fc2.services import datasets, inline, jobs
 from recommender.management.base import ContractCommand
 from recommender.models import PerformanceRecord
+from recommender.perfdata import to_csv
 
 
 def _numbers(kind):
@@ -56,6 +64,7 @@ class Command(ContractCommand):
         parser.add_argument("--workload", required=True, metavar="NAME", help="the records' workload name")
         parser.add_argument("--param", action="append", default=[], metavar="K=V", help="a parameter (repeatable)")
         parser.add_argument("--user", default="researcher", help="username the jobs belong to (default: researcher)")
+        parser.add_argument("--csv", default="", metavar="PATH", help="also write the records there (csv format)")
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
     def handle(self, *args, **options):
@@ -64,6 +73,7 @@ class Command(ContractCommand):
             workers = _numbers(int)(options["workers"])
             batch_sizes = _numbers(int)(options["batch_sizes"])
             latencies = _numbers(float)(options["latency_ms"])
+            csv_path = _csv_path(options["csv"])
             owner = get_user_model().objects.get(username=options["user"])
             dataset = datasets.ready(datasets.resolve(owner, options["dataset"]))
             parameters = jobs.parse_parameters(options["param"])
@@ -72,7 +82,7 @@ class Command(ContractCommand):
         except get_user_model().DoesNotExist:
             self.fail(f"no user {options['user']!r}", as_json)
 
-        cells = []
+        cells, records = [], []
         for latency in latencies:
             for batch_size in batch_sizes:
                 for count in workers:
@@ -88,15 +98,19 @@ class Command(ContractCommand):
                         "latency_ms": latency,
                         "job": job.pk,
                         "status": job.state,
-                        "epoch_time_s": record.epoch_time_s if record else None,
+                        **{name: getattr(record, name, None) for name in RECORD_FIELDS},
                     }
                     cells.append(cell)
+                    records += [record] if record else []
                     if not as_json:
                         time = f"{cell['epoch_time_s']:.3f} s" if cell["epoch_time_s"] else job.state
                         self.stderr.write(
                             f"workers {count:>3}  batch {batch_size:>6}  latency {latency:>6g} ms  {time}"
                         )
         out = {"workload": options["workload"], "cells": cells}
+        if csv_path is not None:
+            _write(csv_path, to_csv(records))
+            out["csv"] = str(csv_path)
         self.stdout.write(json.dumps(out) if as_json else _table(cells))
 
     def _submit(self, owner, dataset, parameters, workers, batch_size, latency, options) -> Job:
@@ -117,6 +131,33 @@ class Command(ContractCommand):
                 latency_ms=latency,
                 workload_name=options["workload"],
             )
+
+
+RECORD_FIELDS = ("epoch_time_s", "bandwidth_mbps", "cpu_util")  # each cell's, from its record (None without one)
+
+
+def _csv_path(text: str) -> Path | None:
+    """--csv's file, checked before the sweep spends its hours: its folder exists and it is not a folder itself."""
+    if not text:
+        return None
+    path = Path(text).expanduser().resolve()
+    if not path.parent.is_dir():
+        raise ValueError(f"--csv {text}: no folder {path.parent}")
+    if path.is_dir():
+        raise ValueError(f"--csv {text}: is a folder, not a file")
+    return path
+
+
+def _write(path: Path, text: str) -> None:
+    """All or nothing: a temporary file beside it, renamed over it."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _table(cells: list[dict]) -> str:
