@@ -152,7 +152,7 @@ def _write(path: Path, text: str) -> None:
     """All or nothing: a temporary file beside it, renamed over it."""
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as out:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(temporary, path)
     except BaseException:
