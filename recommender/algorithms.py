@@ -22,6 +22,8 @@ from decimal import Decimal
 
 from recommender.types import (
     ALGORITHMS,
+    MAX_BATCH_SIZE,
+    MAX_LATENCY_MS,
     Candidate,
     InstanceSpec,
     MissingProfile,
@@ -129,6 +131,22 @@ def _check_limit(request: RecommendRequest, *, required: bool) -> None:
         raise RecommendationError(
             f"the maximum number of workers must be a whole number of at least 1, not {max_workers}"
         )
+
+
+def _check_point(request: RecommendRequest) -> None:
+    """The batch size and latency asked about, when given, are ones a run could have: a whole number of samples from
+    1 to MAX_BATCH_SIZE, a finite number of ms from 0 to MAX_LATENCY_MS.
+
+    >>> _check_point(RecommendRequest("lookup", batch_size=64, latency_ms=float("nan")))
+    Traceback (most recent call last):
+    ...
+    recommender.types.RecommendationError: the latency must be a number of ms from 0 to 60000, not nan
+    """
+    batch, latency = request.batch_size, request.latency_ms
+    if batch is not None and not (isinstance(batch, int) and 1 <= batch <= MAX_BATCH_SIZE):
+        raise RecommendationError(f"the batch size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {batch}")
+    if latency is not None and not (math.isfinite(latency) and 0 <= latency <= MAX_LATENCY_MS):
+        raise RecommendationError(f"the latency must be a number of ms from 0 to {_fmt(MAX_LATENCY_MS)}, not {latency}")
 
 
 # --- PS selection and the worker count from the limit ----------------------------------------------------------------
@@ -818,6 +836,7 @@ def recommend(
     performance model itself ("model": predict(request))."""
     if request.algorithm not in ALGORITHMS:
         raise RecommendationError(f"unknown algorithm {request.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    _check_point(request)
     index = _index(catalog)
     _known(request.worker_types, index, "worker")
     _known(request.ps_types, index, "ps")

@@ -11,7 +11,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from recommender import service
-from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
+from recommender.types import (
+    ALGORITHMS,
+    MAX_BATCH_SIZE,
+    MAX_LATENCY_MS,
+    MissingProfilesError,
+    RecommendationError,
+    RecommendRequest,
+)
 
 
 class TypeList(serializers.ListField):
@@ -46,8 +53,8 @@ class RecommendInput(serializers.Serializer):
     ps_types = TypeList(required=False, default=list, help_text="L^p")
     worker_types = TypeList(required=False, default=list, help_text="L^w")
     worker_type = serializers.CharField(required=False, max_length=40, help_text="Scala-Opt-M's worker type")
-    batch_size = serializers.IntegerField(required=False, min_value=1)
-    latency_ms = serializers.FloatField(required=False, min_value=0.0)
+    batch_size = serializers.IntegerField(required=False, min_value=1, max_value=MAX_BATCH_SIZE)
+    latency_ms = serializers.FloatField(required=False, min_value=0.0, max_value=MAX_LATENCY_MS)
     saturation = serializers.FloatField(default=0.95, min_value=0.01, max_value=1.0, help_text="p")
     strategy = serializers.ChoiceField(
         choices=["ps", "mirrored", "auto"],

@@ -14,6 +14,11 @@ ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "mod
 # The catalogue the recommender prices from when none is named: FC²'s own Tables 1–2 (recommender/catalogs/).
 DEFAULT_CATALOG = "fc2-2018"
 
+# What a question may be about: a batch size a record can hold (a 32-bit integer column on PostgreSQL), a one-way
+# latency up to a minute (no network's; past it the models' exponentials overflow long before they mean anything).
+MAX_BATCH_SIZE = 2**31 - 1
+MAX_LATENCY_MS = 60_000.0
+
 
 class RecommendationError(ValueError):
     """The request cannot be answered (infeasible budget, unknown type, no data); the message says why."""

@@ -16,13 +16,13 @@ from django.shortcuts import render
 
 from recommender import perfmodel, service
 from recommender.models import Catalog, PerformanceRecord
-from recommender.types import RecommendationError, RecommendRequest
+from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, RecommendationError, RecommendRequest
 
 
 class LookupForm(forms.Form):
     workload = forms.ChoiceField()
-    batch_size = forms.IntegerField(min_value=1, label="Batch size")
-    latency_ms = forms.FloatField(min_value=0, label="Network latency (ms)")
+    batch_size = forms.IntegerField(min_value=1, max_value=MAX_BATCH_SIZE, label="Batch size")
+    latency_ms = forms.FloatField(min_value=0, max_value=MAX_LATENCY_MS, label="Network latency (ms)")
     # Anwar's runs were all-reduce: the answer comes from a workload's all-reduce runs unless the PS's are asked for
     # (a workload measured one way answers from its runs whichever is asked).
     strategy = forms.ChoiceField(

@@ -149,6 +149,9 @@ def test_rest_endpoint_matches_the_cli(client, alice, table4):
         ({"algorithm": "cost-opt", "budget": 1, "max_workers": 2}, "not both"),
         ({"algorithm": "cost-opt", "max_workers": 0}, "max_workers"),
         ({"algorithm": "cost-opt", "budget": 0.01, "worker_types": ["c4.xlarge"]}, "budget"),
+        # a latency or batch size no run can have: the models' exponentials overflowed on them (a 500)
+        ({"algorithm": "lookup", "workload": "mnist", "batch_size": 64, "latency_ms": 1e300}, "latency_ms"),
+        ({"algorithm": "model", "workload": "mnist", "batch_size": 2**40, "latency_ms": 0}, "batch_size"),
     ],
 )
 def test_rest_endpoint_refuses_bad_input_with_400(client, alice, body, fragment):
@@ -174,6 +177,28 @@ def test_openapi_schema_documents_recommend(client, alice):
     assert "/api/recommend" in schema["paths"]
     assert {"post", "get"} <= set(schema["paths"]["/api/recommend"])
     assert "RecommendationOutput" in schema["components"]["schemas"]
+
+
+@pytest.mark.parametrize("command", ["lookup", "model"])
+@pytest.mark.parametrize(
+    ("point", "reason"),
+    [
+        (("--batch-size", "64", "--latency-ms", "1e300"), "the latency must be a number of ms from 0 to 60000"),
+        (("--batch-size", "64", "--latency-ms", "nan"), "the latency must be a number of ms from 0 to 60000, not nan"),
+        (("--batch-size", "0", "--latency-ms", "20"), "the batch size must be a whole number from 1 to 2147483647"),
+    ],
+)
+def test_a_point_no_run_can_have_is_refused_with_the_reason(command, point, reason, table4):
+    code, answer, _ = recommend("--algorithm", command, "--workload", "mnist", *point)
+    assert code == 1 and reason in answer["error"]
+
+
+def test_anwar_page_refuses_a_latency_no_network_has_in_the_form(client, alice, table4):
+    client.force_login(alice)
+
+    response = client.get(reverse("recommender-anwar"), {"workload": "mnist", "batch_size": 64, "latency_ms": 1e300})
+
+    assert response.status_code == 200 and response.context["form"].errors["latency_ms"]
 
 
 def test_anwar_page_answers_batch_size_and_latency(client, alice, table4):
