@@ -35,7 +35,7 @@ from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
 from fc2.rest import Refused, SubmitThrottle, invalid, refusals
 from fc2.services import datasets, jobs, library, pipeline
 from fc2.services.bundles import store_bundle
-from recommender.types import ALGORITHMS, DEFAULT_CATALOG
+from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class JobInput(serializers.Serializer):
         choices=JOB_ALGORITHMS, default="manual", help_text="manual: the cluster given; else recommended"
     )
     workers = serializers.IntegerField(
-        default=2, min_value=1, max_value=10_000, help_text="manual: the count; an algorithm: the limit"
+        default=2, min_value=1, max_value=MAX_WORKERS, help_text="manual: the count; an algorithm: the limit"
     )
     hourly_budget = serializers.DecimalField(
         **MONEY, help_text="$/h: the algorithm's budget C, which then sets the worker count"

@@ -15,6 +15,7 @@ from recommender.types import (
     ALGORITHMS,
     MAX_BATCH_SIZE,
     MAX_LATENCY_MS,
+    MAX_WORKERS,
     MissingProfilesError,
     RecommendationError,
     RecommendRequest,
@@ -47,7 +48,10 @@ class RecommendInput(serializers.Serializer):
         required=False, min_value=0.0, help_text="Indicative budget C in $/h; not together with max_workers"
     )
     max_workers = serializers.IntegerField(
-        required=False, min_value=1, max_value=10_000, help_text="A limit on the worker count; not together with budget"
+        required=False,
+        min_value=1,
+        max_value=MAX_WORKERS,
+        help_text="A limit on the worker count; not together with budget",
     )
     ps_type = serializers.CharField(required=False, max_length=40)
     ps_types = TypeList(required=False, default=list, help_text="L^p")

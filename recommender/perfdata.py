@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from recommender.models import PerformanceRecord
+from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, MAX_WORKERS
 
 FORMATS = ("anwar2021", "csv")
 DEFAULT_ANWAR_WORKLOAD = "anwar2021"
@@ -54,9 +55,9 @@ class _Row(BaseModel):
 class AnwarRow(_Row):
     """One row of Anwar et al.'s Table 4; without the times it is a failed run (e.g. one machine out of memory)."""
 
-    workers: int = Field(ge=1)
-    batch_size: int = Field(ge=1)
-    latency_ms: float = Field(ge=0)
+    workers: int = Field(ge=1, le=MAX_WORKERS)
+    batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
+    latency_ms: float = Field(ge=0, le=MAX_LATENCY_MS)
     step_time_s: float | None = Field(None, gt=0)
     epoch_time_s: float | None = Field(None, gt=0)
     loss: float | None = Field(None, ge=0)
@@ -68,9 +69,9 @@ class CsvRow(_Row):
     workload: str = Field(max_length=_max_length("workload"))
     instance_type: str = Field("", max_length=_max_length("instance_type"))
     ps_type: str = Field("", max_length=_max_length("ps_type"))
-    workers: int | None = Field(None, ge=1)
-    batch_size: int | None = Field(None, ge=1)
-    latency_ms: float | None = Field(None, ge=0)
+    workers: int | None = Field(None, ge=1, le=MAX_WORKERS)
+    batch_size: int | None = Field(None, ge=1, le=MAX_BATCH_SIZE)
+    latency_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS)
     epoch_time_s: float | None = Field(None, gt=0)
     bandwidth_mbps: float | None = Field(None, gt=0)
     cpu_util: float | None = Field(None, ge=0, le=100)
@@ -104,7 +105,8 @@ def _reason(field: FieldInfo, error: ErrorDetails) -> str:
         case "greater_than" | "greater_than_equal" | "finite_number":
             return f"must be {_lower_bound(field)}, got {got!r}"
         case "less_than_equal":
-            return f"must be at most {context['le']:g}, got {got!r}"
+            bound = context["le"]
+            return f"must be at most {bound if isinstance(bound, int) else f'{bound:g}'}, got {got!r}"
         case "string_too_long":
             return f"is longer than {context['max_length']} characters"
         case "literal_error":

@@ -14,10 +14,12 @@ ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "mod
 # The catalogue the recommender prices from when none is named: FC²'s own Tables 1–2 (recommender/catalogs/).
 DEFAULT_CATALOG = "fc2-2018"
 
-# What a question may be about: a batch size a record can hold (a 32-bit integer column on PostgreSQL), a one-way
-# latency up to a minute (no network's; past it the models' exponentials overflow long before they mean anything).
+# What a question or a record may be about: a batch size a record can hold (a 32-bit integer column on PostgreSQL), a
+# one-way latency up to a minute (no network's; past it the models' exponentials overflow long before they mean
+# anything), a cluster of up to ten thousand workers.
 MAX_BATCH_SIZE = 2**31 - 1
 MAX_LATENCY_MS = 60_000.0
+MAX_WORKERS = 10_000
 
 
 class RecommendationError(ValueError):

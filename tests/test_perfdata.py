@@ -86,6 +86,11 @@ def test_csv_with_header_in_any_order(tmp_path):
         ("csv", "workload,workload\nw,w\n", "line 1: a column appears twice"),
         ("csv", "workload,strategy\nw,ring\n", "line 2: strategy must be"),
         ("csv", "workload,cpu_util\nw,140\n", "line 2: cpu_util must be at most 100"),
+        # past what a record's integer columns hold on PostgreSQL (there: a DataError, a traceback), or a latency the
+        # models overflow on
+        ("csv", "workload,batch_size\nw,3000000000\n", "line 2: batch_size must be at most 2147483647"),
+        ("csv", "workload,workers\nw,99999999999\n", "line 2: workers must be at most 10000"),
+        ("anwar2021", "4,64000,1e300,,419,\n", "line 1: latency_ms must be at most 60000, got '1e300'"),
         ("csv", "", "the file is empty"),
     ],
 )
