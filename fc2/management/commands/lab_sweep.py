@@ -32,6 +32,8 @@ from recommender.management.base import ContractCommand
 from recommender.models import PerformanceRecord
 from recommender.perfdata import to_csv
 
+RECORD_FIELDS = ("epoch_time_s", "bandwidth_mbps", "cpu_util")  # each cell's, from its record (None without one)
+
 
 def _numbers(kind):
     def parse(text: str) -> list:
@@ -131,9 +133,6 @@ class Command(ContractCommand):
                 latency_ms=latency,
                 workload_name=options["workload"],
             )
-
-
-RECORD_FIELDS = ("epoch_time_s", "bandwidth_mbps", "cpu_util")  # each cell's, from its record (None without one)
 
 
 def _csv_path(text: str) -> Path | None:
