@@ -249,6 +249,9 @@ class Job(models.Model):
     # Who is driving the job's current step and until when: the step's runner renews `lease_until` while it works, so
     # the sweep (fc2.services.sweep) knows a step whose worker died from one that is merely slow.
     lease_until = models.DateTimeField(null=True, blank=True)
+    # Sweeps in a row that raised on this job (fc2.services.sweep): past FC2_SWEEP_ATTEMPTS the job ends with the
+    # reason and its cluster is torn down, so that one job the sweep cannot handle never stays active for good.
+    sweep_failures = models.PositiveSmallIntegerField(default=0)
 
     epoch = models.PositiveIntegerField(null=True, blank=True)
     epochs = models.PositiveIntegerField(null=True, blank=True)
@@ -548,8 +551,13 @@ class Artifact(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
     node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="artifacts")
     name = models.CharField(max_length=255)
-    file = models.FileField(upload_to=artifact_upload_to, max_length=300)
+    # The output's path as its node wrote it (any bytes Linux allows), escaped to printable text (fc2.services.
+    # artifacts.escape); empty for what the platform itself wrote (a node's log).
+    original_name = models.TextField(blank=True)
+    file = models.FileField(upload_to=artifact_upload_to, max_length=300, blank=True)
     size_bytes = models.BigIntegerField()
+    # Why the output was not kept (e.g. over FC2_MAX_ARTIFACT_MB), with no file; empty for an artifact kept.
+    not_kept = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -684,3 +692,21 @@ class ApiToken(models.Model):
             return False
         self.revoked_at = now
         return True
+
+
+class IdempotencyKey(models.Model):
+    """A client's `Idempotency-Key` on `POST /api/jobs` (IETF httpapi draft): the same key from the same user within
+    IDEMPOTENCY_WINDOW answers the job its first use made, never a second one; the same key with another body is
+    refused. Stored in the submission's own transaction, so a key exists exactly when its job does."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="idempotency_keys")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64, help_text="SHA-256 of the request as it came (method, path, body)")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="unique_idempotency_key_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.key}"
