@@ -2,9 +2,10 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import fc2.models
 from django.conf import settings
 from django.db import migrations, models
+
+import fc2.models
 
 
 class Migration(migrations.Migration):
