@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 from io import StringIO
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -22,8 +26,8 @@ from django.db import connection
 from django.utils import timezone
 
 import provisioner
-from fc2.models import Job, Node
-from fc2.services import datasets, inline, jobs
+from fc2.models import Job, JobEvent, Node
+from fc2.services import datasets, inline, jobs, sweep
 from fc2.services.bundles import store_bundle
 from provisioner import ClusterInfo, ClusterSpec, aws, local
 from tests.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
@@ -302,3 +306,122 @@ class Outage:
                 target.sendall(data)
         with contextlib.suppress(OSError):
             target.shutdown(socket.SHUT_WR)
+
+
+# --- faults: real Celery workers that a test kills, and the sweep run as beat would ---------------------------------
+
+# Leases and pickup times of the fault tests (the defaults are 30 s and 120 s), and how long a fault may take to end.
+FAULT_LEASE_S = 3
+FAULT_DEADLINE_S = 180
+
+
+class Workers:
+    """Real `celery worker` processes on a queue of this test's own (tests/conftest.py's start_worker)."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path):
+        self.env, self.log_dir = env, log_dir
+        self.started: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, concurrency: int = 1, **env: str) -> tuple[subprocess.Popen, Path]:
+        log = self.log_dir / f"worker-{len(self.started)}.log"
+        process = start_worker({**self.env, **env}, log, concurrency)
+        self.started.append((process, log))
+        return process, log
+
+    def kill(self, process: subprocess.Popen) -> None:
+        os.killpg(process.pid, signal.SIGKILL)  # the worker and its pool: as a machine or a container is lost
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process, _ in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.kill(process)
+
+    def logs(self) -> str:
+        return "\n".join(log.read_text(errors="replace")[-3000:] for _, log in self.started)
+
+
+@pytest.fixture
+def workers(live_server, runtime_dir, settings, tmp_path):
+    """Real workers on a queue of their own, with the short lease and pickup times of the fault tests."""
+    queue = f"fc2-faults-{uuid.uuid4().hex[:8]}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    settings.FC2_LEASE_S = FAULT_LEASE_S
+    settings.FC2_STEP_PICKUP_S = FAULT_LEASE_S
+    settings.FC2_NODE_SILENCE_S = 5
+    env = {
+        **worker_env(live_server, runtime_dir, queue),
+        "FC2_LEASE_S": str(FAULT_LEASE_S),
+        "FC2_STEP_PICKUP_S": str(FAULT_LEASE_S),
+    }
+    pool = Workers(env, tmp_path)
+    yield pool
+    pool.stop_all()
+
+
+def sweeping(job: Job, done: Callable[[Job], bool], what: str, workers: Workers) -> Job:
+    """Run the sweep every half second (as beat would) until `done(job)`; fail after FAULT_DEADLINE_S."""
+    deadline = time.monotonic() + FAULT_DEADLINE_S
+    while not done(job := Job.objects.get(pk=job.pk)):
+        assert time.monotonic() < deadline, f"{what}: job {job.pk} still {job.state}\n{workers.logs()}"
+        sweep.sweep()
+        time.sleep(0.5)
+    return job
+
+
+def wait_for(predicate: Callable[[], bool], what: str, workers: Workers) -> None:
+    deadline = time.monotonic() + FAULT_DEADLINE_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"never {what}\n{workers.logs()}"
+        time.sleep(0.2)
+
+
+def ended_and_released(job: Job) -> bool:
+    return job.is_terminal and job.cluster is None
+
+
+def seconds_since(moment: datetime, job: Job) -> tuple[float, str]:
+    """Seconds from `moment` to the job's first event after it, and that event's message."""
+    event = JobEvent.objects.filter(job=job, at__gt=moment).order_by("at", "pk").first()
+    return (event.at - moment).total_seconds(), event.message
+
+
+def lab_leftovers(cluster_id: str, directory: Path, tag: str) -> dict[str, list[str]]:
+    """Everything of lab cluster `cluster_id` (installation `tag`, state under `directory`) still on the machine:
+    processes (its sshds, agents, relay, delay daemons and job code all name its directory or its hash), namespaces,
+    links (veths, bridge), iptables rules and chains, CPU and memory cgroups, mounts and loop devices."""
+    from provisioner import labnet, sandbox
+
+    h = labnet.cluster_hash(tag, cluster_id)
+
+    def lines(*argv: str) -> list[str]:
+        return subprocess.run(argv, capture_output=True, text=True).stdout.splitlines()
+
+    processes = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            line = " ".join(process.info["cmdline"])
+            if (str(directory) in line or h in line) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                processes.append(f"{process.pid} {line[:160]}")
+    prefix = labnet.netns_name(tag, h, 0).removesuffix("0")
+    cgroups = [str(p) for p in labnet.CGROUP_ROOT.glob(f"{prefix}*")] if labnet.CGROUP_ROOT.is_dir() else []
+    cgroups += [str(p) for p in sandbox.memory_cgroup(prefix).parent.glob(f"{prefix}*")]
+    return {
+        "processes": processes,
+        "namespaces": [line for line in lines("ip", "netns", "list") if h in line],
+        "links": [line.split(":")[1].strip() for line in lines("ip", "-o", "link") if h in line],
+        "iptables": [line for line in lines("iptables", "-S") if h in line],
+        "cgroups": cgroups,
+        "mounts": [line for line in Path("/proc/self/mounts").read_text().splitlines() if str(directory) in line],
+        "loops": [line for line in lines("losetup", "-a") if str(directory) in line],
+        "directory": [str(directory)] if directory.exists() else [],
+    }
+
+
+def nothing_left(found: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Only the kinds of which something was found: {} when nothing was."""
+    return {kind: items for kind, items in found.items() if items}

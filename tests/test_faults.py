@@ -8,29 +8,29 @@ give it back only after an hour). The figures are printed (`pytest -s`); benchma
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
-import uuid
-from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from fc2.models import Job, JobEvent
+from fc2.models import Job
 from fc2.services import jobs, sweep
 from recommender.catalog import load_catalog
-from tests.conftest import Outage, aws_worker_env, cluster_processes, start_worker, worker_env
+from tests.conftest import (
+    Outage,
+    aws_worker_env,
+    cluster_processes,
+    ended_and_released,
+    seconds_since,
+    sweeping,
+    wait_for,
+)
 from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 State = Job.State
-LEASE_S = 3
-DEADLINE_S = 180
 # Where the worker is killed: held there by FC2_FAULT_PAUSE (see pipeline._hold), except `running`, when no step runs.
 KILLED_WHILE = {
     State.PROFILING: State.SUCCEEDED,  # profiled again
@@ -41,53 +41,6 @@ KILLED_WHILE = {
 }
 
 
-class Workers:
-    """Real `celery worker` processes on a queue of this test's own (tests/conftest.py's start_worker)."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path):
-        self.env, self.log_dir = env, log_dir
-        self.started: list[tuple[subprocess.Popen, Path]] = []
-
-    def start(self, concurrency: int = 1, **env: str) -> tuple[subprocess.Popen, Path]:
-        log = self.log_dir / f"worker-{len(self.started)}.log"
-        process = start_worker({**self.env, **env}, log, concurrency)
-        self.started.append((process, log))
-        return process, log
-
-    def kill(self, process: subprocess.Popen) -> None:
-        os.killpg(process.pid, signal.SIGKILL)  # the worker and its pool: as a machine or a container is lost
-        process.wait()
-
-    def stop_all(self) -> None:
-        for process, _ in self.started:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.kill(process)
-
-    def logs(self) -> str:
-        return "\n".join(log.read_text(errors="replace")[-3000:] for _, log in self.started)
-
-
-@pytest.fixture
-def workers(live_server, runtime_dir, settings, tmp_path):
-    queue = f"fc2-faults-{uuid.uuid4().hex[:8]}"
-    settings.CELERY_TASK_DEFAULT_QUEUE = queue
-    settings.FC2_LEASE_S = LEASE_S
-    settings.FC2_STEP_PICKUP_S = LEASE_S
-    settings.FC2_NODE_SILENCE_S = 5
-    env = {
-        **worker_env(live_server, runtime_dir, queue),
-        "FC2_LEASE_S": str(LEASE_S),
-        "FC2_STEP_PICKUP_S": str(LEASE_S),
-    }
-    pool = Workers(env, tmp_path)
-    yield pool
-    pool.stop_all()
-
-
 def submit(owner, bundle, dataset, strategy: str = "mirrored", **parameters: str) -> Job:
     request = jobs.JobRequest(
         bundle=bundle, dataset=dataset, strategy=strategy, workers=1,
@@ -96,37 +49,10 @@ def submit(owner, bundle, dataset, strategy: str = "mirrored", **parameters: str
     return jobs.submit(owner, request, driver=Job.Driver.CELERY)
 
 
-def sweeping(job: Job, done: Callable[[Job], bool], what: str, workers: Workers) -> Job:
-    """Run the sweep every half second (as beat would) until `done(job)`; fail after DEADLINE_S."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not done(job := Job.objects.get(pk=job.pk)):
-        assert time.monotonic() < deadline, f"{what}: job {job.pk} still {job.state}\n{workers.logs()}"
-        sweep.sweep()
-        time.sleep(0.5)
-    return job
-
-
-def wait_for(predicate: Callable[[], bool], what: str, workers: Workers) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"never {what}\n{workers.logs()}"
-        time.sleep(0.2)
-
-
-def ended_and_released(job: Job) -> bool:
-    return job.is_terminal and job.cluster is None
-
-
 def assert_nothing_left(job: Job, runtime_dir: Path) -> None:
     left = cluster_processes()
     assert left == [], [(p.pid, p.cmdline()[:4]) for p in left]
     assert job.cluster_name and not (runtime_dir / "clusters" / job.cluster_name).exists()
-
-
-def seconds_since(moment: datetime, job: Job) -> tuple[float, str]:
-    """Seconds from `moment` to the job's first event after it, and that event's message."""
-    event = JobEvent.objects.filter(job=job, at__gt=moment).order_by("at", "pk").first()
-    return (event.at - moment).total_seconds(), event.message
 
 
 @pytest.mark.parametrize("state", KILLED_WHILE)
