@@ -51,10 +51,11 @@ run: setup
 # Installed when the platform runs as root and they are missing; otherwise the platform says at start why local jobs
 # are refused.
 sandbox:
-	@command -v bwrap >/dev/null && command -v ip >/dev/null && command -v mkfs.ext4 >/dev/null || [ "$$(id -u)" != 0 ] || { \
-		echo "installing bubblewrap and iproute2 for the job sandbox"; \
-		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs >/dev/null 2>&1 || { apt-get update -q && \
-		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs; }; }
+	@command -v bwrap >/dev/null && command -v ip >/dev/null && command -v mkfs.ext4 >/dev/null && \
+		/sbin/ldconfig -p | grep -q 'libseccomp\.so\.2 ' || [ "$$(id -u)" != 0 ] || { \
+		echo "installing bubblewrap, iproute2 and libseccomp2 for the job sandbox"; \
+		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs libseccomp2 >/dev/null 2>&1 || { apt-get update -q && \
+		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs libseccomp2; }; }
 
 # The lab provider (provisioner/lab.py) runs Debian's OpenSSH server in each node's network namespace, delays the
 # nodes' traffic with iptables and turns IPv6 off in them with sysctl (procps); `make test` installs them (as root),

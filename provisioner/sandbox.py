@@ -13,6 +13,13 @@ with the platform's rights. Each node's command runs:
 - as the cluster's **own unprivileged uid** (`setpriv` inside the sandbox): no capabilities (bounding set emptied),
   no-new-privs, no supplementary groups, at most MAX_TASKS processes and threads (`prlimit`, RLIMIT_NPROC). The
   uid is drawn at random from a range no account uses and checked unused;
+- under a **seccomp filter** (provisioner/seccomp.py, bubblewrap's `--seccomp`): no new namespaces — a user
+  namespace, in which the code would be root, least of all — no mounts, no ptrace or reading other processes' memory,
+  no kernel keys, eBPF, perf events, io_uring, modules, kexec, clock or swap changes, and the rest of what Docker's
+  default profile refuses a container; `clone3` answers ENOSYS (glibc then uses `clone`, whose flags the filter
+  reads), and a system call through a 32-bit ABI kills the process. bubblewrap reads the program from a file
+  beside the cluster's etc files (SECCOMP_FILE) that a root shell opens as fd SECCOMP_FD: the agent that starts the
+  command passes no file descriptor of its own;
 - in the cluster's own **memory cgroup** (`create_memory_cgroup`), joined by a root shell step before anything else of
   the chain runs: all the cluster's nodes together get at most FC2_LOCAL_CLUSTER_MEMORY_MB of memory (and no swap
   beyond it). Past it the kernel's OOM killer kills a process of the cluster — never one of the platform's — with
@@ -27,11 +34,12 @@ with the platform's rights. Each node's command runs:
   charged to the cluster's memory cgroup, and the disk and memory limits would eat into each other.
 
 Why bubblewrap run by root with setpriv inside, rather than bubblewrap unprivileged (user namespaces): the process is
-then a plain unprivileged uid on the machine — file permissions judge it as that uid, it has no user namespace in
-which it would be root (a large kernel attack surface, and often disabled on hardened hosts), and joining the
-cluster's network namespace needs root anyway. The price is that the platform must run as root to sandbox; when it
-does not, `unavailable()` says why and local jobs are refused unless the operator opts in
-(FC2_UNSANDBOXED_LOCAL_JOBS=1, for a single-user machine).
+then a plain unprivileged uid on the machine — file permissions judge it as that uid, bubblewrap gives it no user
+namespace in which it would be root (a large kernel attack surface, and often disabled on hardened hosts), and
+joining the cluster's network namespace needs root anyway. Nor can the code make one itself: the kernel lets any
+process unshare(CLONE_NEWUSER), and only the seccomp filter refuses it. The price is that the platform must run as
+root to sandbox; when it does not, or the filter cannot be built (no libseccomp), `unavailable()` says why and local
+jobs are refused unless the operator opts in (FC2_UNSANDBOXED_LOCAL_JOBS=1, for a single-user machine).
 
 The node agent stays outside the sandbox (it holds the job's report token, which the code must never see) and starts
 the command built by `command()`.
@@ -48,12 +56,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import psutil
 
+from provisioner import seccomp
 from provisioner.errors import ProvisionError
 
 # Sandbox uids: far above any account (Debian gives users 1000–59999 and systemd's dynamic users 61184–65519) and
@@ -68,6 +78,10 @@ MAX_TASKS = 4096
 WORK = "/job/work"  # the node's writable working directory (cwd and HOME)
 OUTPUT = "/job/output"  # the node's writable output directory (its files become artifacts)
 DATA = "/job/data"  # the dataset, read-only
+# The seccomp program, written beside the cluster's etc files (Mounts.etc; the sandbox never sees it), and the file
+# descriptor the shell ahead of bubblewrap opens it as (a single digit: dash's redirections take no more).
+SECCOMP_FILE = "seccomp.bpf"
+SECCOMP_FD = 9
 
 
 class SandboxError(ProvisionError):
@@ -84,11 +98,15 @@ def unavailable() -> str | None:
     missing = [tool for tool in TOOLS if not shutil.which(tool)]
     if missing:
         return f"{', '.join(missing)} not installed (Debian packages bubblewrap, util-linux, iproute2)"
-    probe = subprocess.run(
-        ["bwrap", "--unshare-pid", "--ro-bind", "/", "/", "--", "true"], capture_output=True, text=True, timeout=30
-    )
+    reason = seccomp.unavailable()
+    if reason:
+        return reason
+    with tempfile.TemporaryDirectory() as directory:
+        bwrap = ["bwrap", "--seccomp", str(SECCOMP_FD), "--unshare-pid", "--ro-bind", "/", "/", "--", "true"]
+        program = seccomp.write(Path(directory, SECCOMP_FILE))
+        probe = subprocess.run([*_with_seccomp(program), *bwrap], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {probe.stderr.strip()[:200]}"
+        return f"bubblewrap cannot create namespaces under a seccomp filter here: {probe.stderr.strip()[:200]}"
     if _memory_hierarchy() is None:
         return "no memory cgroup controller (cgroup v1 /sys/fs/cgroup/memory or v2 with `memory`) to limit jobs with"
     return None
@@ -294,7 +312,8 @@ def command(
 ) -> list[str]:
     """The command line that runs `argv` in the node's sandbox (see the module docstring), in the network namespace
     `netns` (None: the one it is started in — a lab node's own) and in the memory cgroup `cgroup` if given: a root
-    shell joins it, then execs the rest, so every process of the chain starts in it."""
+    shell joins it, then execs the rest, so every process of the chain starts in it. The same shell opens the seccomp
+    program (written to the cluster's etc directory if it is not there yet) as SECCOMP_FD for bubblewrap."""
     binds: list[tuple[str, str, str]] = [("--ro-bind", str(path), str(path)) for path in mounts.read_only]
     binds += [("--bind", str(mounts.work), WORK), ("--bind", str(mounts.output), OUTPUT)]
     if mounts.dataset is not None:
@@ -306,6 +325,8 @@ def command(
     parents = sorted({str(p) for _, _, target in binds for p in PurePosixPath(target).parents if str(p) != "/"})
     bwrap = [
         "bwrap",
+        "--seccomp",
+        str(SECCOMP_FD),
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -354,9 +375,17 @@ def command(
         "--no-new-privs",
         "--",
     ]
-    join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs")] if cgroup else []
+    program = seccomp.write(mounts.etc / SECCOMP_FILE)
     enter = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
-    return [*join, *enter, *bwrap, *drop, *argv]
+    return [*_with_seccomp(program, cgroup), *enter, *bwrap, *drop, *argv]
+
+
+def _with_seccomp(program: Path, cgroup: Path | None = None) -> list[str]:
+    """A root shell that opens `program` as SECCOMP_FD (and joins `cgroup` first, if given), then execs the rest."""
+    script = f'exec "$@" {SECCOMP_FD}<"$0"'
+    if cgroup is None:
+        return ["sh", "-c", script, str(program)]
+    return ["sh", "-c", f'echo $$ > "$1" && shift && {script}', str(program), str(cgroup / "cgroup.procs")]
 
 
 def processes(uid: int) -> list[psutil.Process]:
