@@ -3,8 +3,6 @@ GET /api/me for signed-in users, both in the OpenAPI schema."""
 
 from __future__ import annotations
 
-import json
-
 from django.http import JsonResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
@@ -21,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fc2 import rest
 from fc2.models import Job, is_platform_admin
 from fc2.services.reports import Report, ReportRejected, receive
 
@@ -151,8 +150,8 @@ class ReportView(APIView):
             return _error(403, "this token does not belong to this job")
         raw = request.POST.get("report", "") if request.content_type == "multipart/form-data" else request.body
         try:
-            data = json.loads(raw or b"null")
-        except (ValueError, RecursionError) as exc:  # bad JSON, or nested too deep to parse
+            data = rest.loads(raw or b"null")
+        except ValueError as exc:  # bad JSON, or nested deeper than a report ever is
             return JsonResponse({"error": "invalid report", "detail": str(exc)}, status=400)
         try:
             job = receive(job, data, request.FILES.getlist("artifact"))

@@ -9,7 +9,6 @@ upload stores nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 
@@ -22,17 +21,18 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils import html
 from rest_framework.views import APIView
 
 import provisioner
+from fc2 import rest
 from fc2.api import JsonWhateverAccepted, UploadedFile
 from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH, BundleError
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
-from fc2.rest import Refused, SubmitThrottle, invalid, refusals
+from fc2.rest import BoundedJSONParser, Refused, SubmitThrottle, invalid, refusals
 from fc2.services import datasets, jobs, library, pipeline
 from fc2.services.bundles import store_bundle
 from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
@@ -206,7 +206,8 @@ class LogOutput(serializers.Serializer):
 class Parameters(serializers.DictField):
     """The script's parameters: a JSON object of strings (in a multipart body, that object as a JSON string)."""
 
-    child = serializers.CharField(allow_blank=True, max_length=1000)
+    # Bounded by fc2.services.jobs.check_parameters, as at the wizard's and submit_job's doors, in the same words.
+    child = serializers.CharField(allow_blank=True)
 
     def get_value(self, dictionary):
         if html.is_html_input(dictionary) and self.field_name in dictionary:
@@ -216,7 +217,7 @@ class Parameters(serializers.DictField):
     def to_internal_value(self, data):
         if isinstance(data, str):
             try:
-                data = json.loads(data or "{}")
+                data = rest.loads(data or "{}")
             except ValueError as exc:
                 raise serializers.ValidationError(f"not a JSON object: {exc}") from None
         return super().to_internal_value(data)
@@ -409,7 +410,7 @@ class BundleView(APIView):
 class DatasetsView(APIView):
     """The built-in datasets and the user's own; register a URL or upload a file."""
 
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    parser_classes = [BoundedJSONParser, MultiPartParser, FormParser]
 
     @extend_schema(
         operation_id="datasets_list",
@@ -505,7 +506,7 @@ class SubmitView(APIView):
 class JobsView(SubmitView):
     """The user's jobs, newest first; submit one."""
 
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    parser_classes = [BoundedJSONParser, MultiPartParser, FormParser]
     pagination_class = PageNumberPagination
 
     @extend_schema(

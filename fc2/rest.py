@@ -1,8 +1,10 @@
 """What every endpoint of the REST API shares (docs/API.md): refusals as `{"error": reason}` with the fields at fault,
-their place in the OpenAPI schema, the rate limit on job submissions per token, and the choice of renderer."""
+their place in the OpenAPI schema, JSON bodies bounded in depth, the rate limit on job submissions per user, and the
+choice of renderer."""
 
 from __future__ import annotations
 
+import json
 import math
 
 from django.conf import settings
@@ -12,6 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers
 from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import JSONParser
 from rest_framework.throttling import SimpleRateThrottle
 
 from fc2.models import ApiToken
@@ -52,6 +55,58 @@ class Refused(exceptions.APIException):
     def __init__(self, status: int, reason: str):
         super().__init__(reason)
         self.status_code = status
+
+
+# The deepest a JSON body may nest (`[[…]]` is 2 deep): no request of the platform's comes near it, and a body nested
+# a hundred thousand deep would otherwise end in a RecursionError (a 500) in the decoder or in whatever walks it.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(data, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep `data` nests arrays and objects (a scalar: 0), counted without recursion; it stops counting once past
+    `limit`.
+
+    >>> json_depth(1), json_depth([]), json_depth({"a": [1, {"b": []}]}), json_depth([[[[]]]], limit=2)
+    (0, 1, 4, 3)
+    """
+    deepest, stack = 0, [(data, 1)]
+    while stack and deepest <= limit:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_json_depth(data, limit: int = MAX_JSON_DEPTH):
+    """`data` itself, or a ValueError when it nests deeper than `limit`."""
+    if json_depth(data, limit) > limit:
+        raise ValueError(f"nested deeper than {limit} levels")
+    return data
+
+
+def loads(text: str | bytes, limit: int = MAX_JSON_DEPTH):
+    """json.loads, but nesting deeper than `limit` is a ValueError as bad JSON is, never a RecursionError."""
+    try:
+        data = json.loads(text)
+    except RecursionError:  # the decoder's own recursion, well past `limit`
+        raise ValueError(f"nested deeper than {limit} levels") from None
+    return check_json_depth(data, limit)
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser (settings.REST_FRAMEWORK's default), a body nested deeper than MAX_JSON_DEPTH a 400 too."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:  # the decoder's own recursion, well past the bound
+            raise exceptions.ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels") from None
+        try:
+            return check_json_depth(data)
+        except ValueError as exc:
+            raise exceptions.ParseError(f"JSON parse error - {exc}") from None
 
 
 class ApiError(serializers.Serializer):

@@ -300,6 +300,12 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "FC² platform API",
+    # DRF's parsers, JSON nested deeper than fc2.rest.MAX_JSON_DEPTH refused with a 400 (not a RecursionError's 500).
+    "DEFAULT_PARSER_CLASSES": [
+        "fc2.rest.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DESCRIPTION": "Training jobs over HTTP (bundles, datasets, jobs, their logs and artifacts) and cluster "
     "recommendations (FC² and Anwar et al.). docs/API.md describes it.",
     "VERSION": "1",

@@ -3,6 +3,8 @@ request gets, priced — that the wizard shows before the job exists."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import BinaryIO
@@ -186,11 +188,39 @@ def check_budget(request: JobRequest, plan: Plan) -> None:
         )
 
 
+# The script's parameters, bounded so that each passes on a command line as `--NAME=VALUE` (fc2.models.Job.parameters):
+# a name is an identifier of ASCII letters, digits, '_' and '-', a value one line of printable text.
+MAX_PARAMETERS = 100
+MAX_PARAMETER_NAME = 64
+MAX_PARAMETER_VALUE = 1000
+PARAMETER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def check_parameters(parameters: dict[str, str]) -> None:
-    """Parameter names the nodes can pass on as `--NAME=VALUE`."""
-    for key in parameters:
-        if not key or not key.replace("_", "a").replace("-", "a").isalnum():
-            raise SubmitError(f"parameter name {key!r} must be letters, digits, '_' or '-'", "parameters")
+    """Parameters the nodes can pass on as `--NAME=VALUE`: refused here, at every door (the API, the wizard,
+    `submit_job`), with the reason, rather than failing the job when its nodes start."""
+    if len(parameters) > MAX_PARAMETERS:
+        raise SubmitError(f"at most {MAX_PARAMETERS} parameters (not {len(parameters)})", "parameters")
+    for key, value in parameters.items():
+        shown = repr(key if len(key) <= MAX_PARAMETER_NAME else key[:MAX_PARAMETER_NAME] + "…")
+        if not PARAMETER_NAME.fullmatch(key):
+            raise SubmitError(f"parameter name {shown} must be letters, digits, '_' or '-'", "parameters")
+        if len(key) > MAX_PARAMETER_NAME:
+            raise SubmitError(f"parameter name {shown} is longer than {MAX_PARAMETER_NAME} characters", "parameters")
+        if key.startswith("-"):
+            raise SubmitError(f"parameter name {shown} must begin with a letter, a digit or '_'", "parameters")
+        if not isinstance(value, str):
+            raise SubmitError(f"parameter {shown}: its value must be text", "parameters")
+        if len(value) > MAX_PARAMETER_VALUE:
+            raise SubmitError(
+                f"parameter {shown}: a value has at most {MAX_PARAMETER_VALUE:,} characters (not {len(value):,})",
+                "parameters",
+            )
+        if any(unicodedata.category(char) == "Cc" for char in value):
+            raise SubmitError(
+                f"parameter {shown}: a value may not hold control characters (a NUL, a tab, a line break…)",
+                "parameters",
+            )
 
 
 @dataclass(frozen=True)
