@@ -146,6 +146,9 @@ FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)
 FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
 FC2_STEP_RESENDS = envint("FC2_STEP_RESENDS", 2)
+# Sweeps in a row that may fail on one job (an error looking after it, e.g. a result it cannot apply) before the job
+# ends with the error and its cluster is torn down: a job the platform cannot look after must not run on for good.
+FC2_SWEEP_ATTEMPTS = envint("FC2_SWEEP_ATTEMPTS", 3)
 # Attempts of a resumable step that fails transiently (a node's SSH not up yet, a cloud API throttling), with backoff.
 FC2_STEP_ATTEMPTS = envint("FC2_STEP_ATTEMPTS", 4)
 # After a mirrored job's chief succeeds, its other workers end on their own (the final barrier): teardown waits up to
@@ -297,15 +300,15 @@ REST_FRAMEWORK = {
     # Every refusal as {"error": reason} (and "fields" for invalid input), as docs/API.md says.
     "EXCEPTION_HANDLER": "fc2.rest.exception_handler",
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "fc2.rest.RememberedNegotiation",
-}
-SPECTACULAR_SETTINGS = {
-    "TITLE": "FC² platform API",
     # DRF's parsers, JSON nested deeper than fc2.rest.MAX_JSON_DEPTH refused with a 400 (not a RecursionError's 500).
     "DEFAULT_PARSER_CLASSES": [
         "fc2.rest.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "FC² platform API",
     "DESCRIPTION": "Training jobs over HTTP (bundles, datasets, jobs, their logs and artifacts) and cluster "
     "recommendations (FC² and Anwar et al.). docs/API.md describes it.",
     "VERSION": "1",

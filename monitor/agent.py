@@ -260,12 +260,78 @@ class Sampler:
         return {"gpu_percent": sum(r[0] for r in rows) / len(rows), "gpu_memory_mb": sum(r[1] for r in rows)}
 
 
-class OutputsTooLarge(Exception):
-    pass
+MAX_OUTPUT_FILES = 10_000
+MAX_OUTPUT_DEPTH = 32
+MAX_NOT_KEPT_LISTED = 100  # outputs not kept that a report names one by one; the rest are counted
+CONTROL_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
 
-def collect_outputs(output_dir: Path, max_bytes: int) -> dict[str, bytes]:
+def escape_name(name: str) -> str:
+    r"""A file name as printable text, whatever bytes it holds: printable characters as they are, a backslash
+    doubled, anything else — control characters, invisible ones, bytes that are not UTF-8 (which os.listdir gives as
+    surrogates) — as a Python escape. Two names never escape alike.
+
+    >>> escape_name("model.keras"), escape_name("a\nb"), escape_name(os.fsdecode(b"\xff")), escape_name("x\\y")
+    ('model.keras', 'a\\nb', '\\xff', 'x\\\\y')
+    """
+    out = []
+    for char in name:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8 (surrogateescape)
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char in CONTROL_ESCAPES:
+            out.append(CONTROL_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        else:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+class Outputs:
+    """What a node's output directory holds, as its final report carries it.
+
+    `files` maps each kept output's wire name — its number, "0", "1", …: a name that is safe in a multipart header, in
+    a file system and in a URL, whatever the output was called — to its bytes. `listed` describes each kept output
+    (`{"file": wire name, "path": its name escaped, "size": bytes, "archive": true for a directory}`), `not_kept` each
+    output left behind and why (`{"path", "size", "reason"}`, the first MAX_NOT_KEPT_LISTED), `not_kept_more` how many
+    more were left behind. Nothing is ever dropped without a line in one of them."""
+
+    def __init__(self, max_bytes: int):
+        self.files: dict[str, bytes] = {}
+        self.listed: list[dict] = []
+        self.not_kept: list[dict] = []
+        self.not_kept_more = 0
+        self.room = max_bytes  # bytes the outputs may still take
+        self.max_bytes = max_bytes
+        self.count = 0  # regular files read (archive members included)
+
+    def keep(self, path: str, data: bytes, archive: bool = False) -> None:
+        wire = str(len(self.files))
+        self.files[wire] = data
+        self.listed.append({"file": wire, "path": path, "size": len(data), **({"archive": True} if archive else {})})
+
+    def leave(self, path: str, size: int, reason: str) -> None:
+        if len(self.not_kept) < MAX_NOT_KEPT_LISTED:
+            self.not_kept.append({"path": path, "size": size, "reason": reason})
+        else:
+            self.not_kept_more += 1
+        print(f"fc2-agent: output {path} ({size} bytes) not kept: {reason}", file=sys.stderr, flush=True)
+
+    def report(self) -> dict:
+        """The final report's fields that say what became of the outputs."""
+        fields = {"outputs": self.listed, "not_kept": self.not_kept}
+        return {**fields, "not_kept_more": self.not_kept_more} if self.not_kept_more else fields
+
+    def over_limit(self) -> str:
+        return f"over the {self.max_bytes / 2**20:g} MB limit on a node's outputs (FC2_MAX_ARTIFACT_MB)"
+
+
+def collect_outputs(output_dir: Path, max_bytes: int) -> Outputs:
     """Files the node left in its output directory; sub-directories (e.g. a SavedModel) are zipped.
+
+    Any name Linux allows is kept (escape_name: the report carries it, the files cross under their numbers). An output
+    that does not fit in what is left of `max_bytes` is left behind and said so, and the next ones still count.
 
     Only regular files count, never reached through a symbolic link at any level: every entry is opened relative to
     its directory's descriptor with O_NOFOLLOW and judged by what was opened (fstat), not by a path looked up again.
@@ -273,14 +339,14 @@ def collect_outputs(output_dir: Path, max_bytes: int) -> dict[str, bytes]:
     would upload them — and while the agent collects, another node of the cluster may still be running and swap a
     directory it has already listed for a link. At most MAX_OUTPUT_FILES files, MAX_OUTPUT_DEPTH levels deep.
     """
-    files: dict[str, bytes] = {}
-    budget = _Budget(max_bytes)
+    outputs = Outputs(max_bytes)
     try:
         top = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
-        return files
+        return outputs
     try:
         for name in sorted(os.listdir(top)):
+            path = escape_name(name)
             try:
                 fd = _open_entry(top, name)
             except OSError:
@@ -288,52 +354,60 @@ def collect_outputs(output_dir: Path, max_bytes: int) -> dict[str, bytes]:
             try:
                 mode = os.fstat(fd).st_mode
                 if stat.S_ISDIR(mode):
-                    buffer = io.BytesIO()
-                    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-                        for member, data in _tree_files(fd, name, budget, depth=1):
-                            archive.writestr(member, data)
-                    files[f"{name}.zip"] = buffer.getvalue()
+                    _collect_tree(outputs, fd, path)
                 elif stat.S_ISREG(mode):
-                    files[name] = budget.read(fd)
-            except OutputsTooLarge:
-                print(
-                    f"fc2-agent: outputs exceed {max_bytes} bytes or {MAX_OUTPUT_FILES} files; {name} and later not "
-                    "uploaded",
-                    file=sys.stderr,
-                )
-                break
+                    size = os.fstat(fd).st_size
+                    if outputs.count >= MAX_OUTPUT_FILES:
+                        outputs.leave(path, size, f"over the {MAX_OUTPUT_FILES} files limit on a node's outputs")
+                    elif size > outputs.room:
+                        outputs.leave(path, size, outputs.over_limit())
+                    else:
+                        data = _read(fd, outputs.room)
+                        if data is None:
+                            outputs.leave(path, os.fstat(fd).st_size, outputs.over_limit())
+                        else:
+                            outputs.count += 1
+                            outputs.room -= len(data)
+                            outputs.keep(path, data)
             except OSError:
                 continue
             finally:
                 os.close(fd)
     finally:
         os.close(top)
-    return files
+    return outputs
 
 
-MAX_OUTPUT_FILES = 10_000
-MAX_OUTPUT_DEPTH = 32
+def _collect_tree(outputs: Outputs, fd: int, path: str) -> None:
+    """Keep the directory open at `fd` as one zip archive, or leave it whole when it does not fit."""
+    buffer = io.BytesIO()
+    room, count = outputs.room, outputs.count
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, member_fd in _tree_files(fd, path, depth=1):
+            count += 1
+            if count > MAX_OUTPUT_FILES:
+                outputs.leave(
+                    f"{path}/", _tree_size(fd), f"over the {MAX_OUTPUT_FILES} files limit on a node's outputs"
+                )
+                return
+            if (data := _read(member_fd, room)) is None:
+                outputs.leave(f"{path}/", _tree_size(fd), outputs.over_limit())
+                return
+            room -= len(data)
+            archive.writestr(member, data)
+    outputs.room, outputs.count = room, count
+    outputs.keep(path, buffer.getvalue(), archive=True)
 
 
-class _Budget:
-    """Bytes and files the outputs may still take."""
-
-    def __init__(self, max_bytes: int):
-        self.bytes = max_bytes
-        self.files = MAX_OUTPUT_FILES
-
-    def read(self, fd: int) -> bytes:
-        """The bytes of the regular file open at `fd`; OutputsTooLarge past what is left."""
-        self.files -= 1
-        if self.files < 0:
-            raise OutputsTooLarge
-        chunks = []
-        while chunk := os.read(fd, min(2**20, self.bytes + 1)):
-            chunks.append(chunk)
-            self.bytes -= len(chunk)
-            if self.bytes < 0:
-                raise OutputsTooLarge
-        return b"".join(chunks)
+def _read(fd: int, room: int) -> bytes | None:
+    """The bytes of the regular file open at `fd`, or None if it holds more than `room` (it grew since fstat)."""
+    chunks = []
+    while chunk := os.read(fd, min(2**20, room + 1)):
+        chunks.append(chunk)
+        room -= len(chunk)
+        if room < 0:
+            return None
+    return b"".join(chunks)
 
 
 def _open_entry(dir_fd: int, name: str) -> int:
@@ -341,21 +415,40 @@ def _open_entry(dir_fd: int, name: str) -> int:
     return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
 
 
-def _tree_files(dir_fd: int, prefix: str, budget: _Budget, depth: int):
-    """(path under the output directory, bytes) of the regular files under the directory open at `dir_fd`."""
+def _tree_entries(dir_fd: int, depth: int):
+    """(escaped name, descriptor, mode) of each entry of the directory open at `dir_fd` that can be opened; the
+    descriptor is closed once the caller moves on."""
     for name in sorted(os.listdir(dir_fd)):
         try:
             fd = _open_entry(dir_fd, name)
         except OSError:
             continue
         try:
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISREG(mode):
-                yield f"{prefix}/{name}", budget.read(fd)
-            elif stat.S_ISDIR(mode) and depth < MAX_OUTPUT_DEPTH:
-                yield from _tree_files(fd, f"{prefix}/{name}", budget, depth + 1)
+            yield escape_name(name), fd, os.fstat(fd).st_mode
         finally:
             os.close(fd)
+
+
+def _tree_files(dir_fd: int, prefix: str, depth: int):
+    """(path under the output directory, open descriptor) of the regular files under the directory open at `dir_fd`
+    (each descriptor is closed once the caller moves on); a member's name is its path with each part escaped
+    (escape_name), so any name fits in the archive."""
+    for name, fd, mode in _tree_entries(dir_fd, depth):
+        if stat.S_ISREG(mode):
+            yield f"{prefix}/{name}", fd
+        elif stat.S_ISDIR(mode) and depth < MAX_OUTPUT_DEPTH:
+            yield from _tree_files(fd, f"{prefix}/{name}", depth + 1)
+
+
+def _tree_size(dir_fd: int, depth: int = 1) -> int:
+    """Bytes of the regular files under the directory open at `dir_fd`, as _tree_files would read them."""
+    total = 0
+    for _name, fd, mode in _tree_entries(dir_fd, depth):
+        if stat.S_ISREG(mode):
+            total += os.fstat(fd).st_size
+        elif stat.S_ISDIR(mode) and depth < MAX_OUTPUT_DEPTH:
+            total += _tree_size(fd, depth + 1)
+    return total
 
 
 def out_of_memory(cgroup: Path) -> str | None:
@@ -376,7 +469,8 @@ def out_of_memory(cgroup: Path) -> str | None:
 
 def keep_result(result_dir: Path, report: dict, files: dict[str, bytes]) -> None:
     """Write the final report and its files where the platform can fetch them if the report never arrives: the
-    files first, the report last (renamed into place), so a report on disk always has all its files."""
+    files first, under their wire names (Outputs), the report last (renamed into place), so a report on disk always
+    has all its files — and says which they are (`outputs`): nothing on the node is ever listed to find them."""
     files_dir = result_dir / "files"
     files_dir.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
@@ -559,8 +653,8 @@ def main(argv: list[str] | None = None) -> int:
         "samples": sampler.take(),
         "log_tail": run.log_tail(),
     }
-    files = collect_outputs(args.output, args.max_artifact_mb * 2**20) if code == 0 else {}
-    return finish(reporter, args, final, files, deadline)
+    outputs = collect_outputs(args.output, args.max_artifact_mb * 2**20) if code == 0 else Outputs(0)
+    return finish(reporter, args, {**final, **outputs.report()}, outputs.files, deadline)
 
 
 def finish(reporter: Reporter, args: argparse.Namespace, final: dict, files: dict[str, bytes], deadline: float) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -49,8 +50,10 @@ PASSTHROUGH_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 INSTALL_TIMEOUT_S = 900
 READY_TIMEOUT_S = 120  # how long a node's machine may take to answer (its SSH server to come up)
 PARALLEL_NODES = 16  # nodes bootstrapped at once (benchmarks/lab_bootstrap.py sets 1 to compare)
-MAX_REPORT_BYTES = 2**20
+MAX_REPORT_BYTES = 16 * 2**20  # a final report kept on the node: the outputs it names included
 SAMPLES_FILE = "samples.jsonl"  # where the agent of a run that reports to nobody keeps its samples
+# An output's name as its agent keeps and sends it (monitor/agent.py, Outputs).
+WIRE_NAME = re.compile(r"[0-9]{1,6}")
 
 
 @dataclass(frozen=True)
@@ -328,17 +331,28 @@ def fetch_logs(cluster: ClusterInfo, max_bytes: int = 64 * 2**20, only: Sequence
 
 
 def fetch_results(cluster: ClusterInfo, max_file_bytes: int = 2**31) -> dict[str, NodeResult]:
-    """Node name -> the final report (and output files) its agent kept on the node, for nodes whose command ended."""
+    """Node name -> the final report (and output files) its agent kept on the node, for nodes whose command ended.
+
+    The report names its files (`outputs`, each by its wire name: a number), so nothing on the node is listed or
+    parsed: a file the report names that cannot be read is left out (the report still says it was there)."""
 
     def read(machine: Machine, root: PurePosixPath) -> NodeResult | None:
         runner, kept = machine.runner, root / "result"
-        listing = runner.run(["sh", "-c", f"test -f {kept}/report.json && cd {kept}/files 2>/dev/null && ls -A; :"])
         try:
             report = json.loads(runner.get(str(kept / "report.json"), max_bytes=MAX_REPORT_BYTES))
         except (ProvisionError, OSError, ValueError):
             return None  # no final report kept: the command has not ended, or the agent died before it could keep one
-        names = [name for name in listing.stdout.splitlines() if name and "/" not in name]
-        files = {name: runner.get(str(kept / "files" / name), max_bytes=max_file_bytes) for name in names}
+        if not isinstance(report, dict):
+            return None
+        files = {}
+        for output in report.get("outputs") or []:
+            wire = output.get("file") if isinstance(output, dict) else None
+            if not isinstance(wire, str) or not WIRE_NAME.fullmatch(wire):
+                continue
+            try:
+                files[wire] = runner.get(str(kept / "files" / wire), max_bytes=max_file_bytes)
+            except (ProvisionError, OSError) as error:
+                logger.warning("%s: kept output %s cannot be read: %s", runner.node, wire, error)
         return NodeResult(report=report, files=files)
 
     return _read_nodes(cluster, read)

@@ -500,7 +500,8 @@ def test_agent_reports_success_to_the_server(live_server, job, tmp_path):
     # ... and it kept the final report and its files on the node, for the platform to fetch had it not arrived.
     kept = json.loads((tmp_path / "result" / "report.json").read_text())
     assert (kept["status"], kept["exit_code"]) == ("succeeded", 0)
-    assert json.loads((tmp_path / "result" / "files" / "metrics.json").read_text()) == {"acc": 1}
+    assert kept["outputs"] == [{"file": "0", "path": "metrics.json", "size": len(b'{"acc": 1}')}]
+    assert json.loads((tmp_path / "result" / "files" / "0").read_text()) == {"acc": 1}
 
 
 def print_losses(count: int, then_sleep_s: float) -> str:

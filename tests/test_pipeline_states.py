@@ -472,9 +472,11 @@ def test_release_keeps_the_outputs_of_a_node_whose_report_came_too_late(job):
     agent kept on the node is stored before the teardown."""
     cluster = launch_cluster(job, strategy="mirrored", workers=2)
     succeeded = {"status": "succeeded", "exit_code": 0}
-    agent.keep_result(Path(cluster.nodes[1].workdir) / "result", succeeded, {"x.txt": b"1"})
+    outputs = {"outputs": [{"file": "0", "path": "x.txt", "size": 1}]}
+    agent.keep_result(Path(cluster.nodes[1].workdir) / "result", {**succeeded, **outputs}, {"0": b"1"})
     # The chief's report arrived (its files are stored from it): what it kept is not stored again.
-    agent.keep_result(Path(cluster.nodes[0].workdir) / "result", succeeded, {"y": b"2"})
+    outputs = {"outputs": [{"file": "0", "path": "y", "size": 1}]}
+    agent.keep_result(Path(cluster.nodes[0].workdir) / "result", {**succeeded, **outputs}, {"0": b"2"})
     set_state(job, State.SUCCEEDED)
     Node.objects.filter(job=job, name="worker-0").update(status=Node.Status.SUCCEEDED)
 

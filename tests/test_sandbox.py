@@ -267,12 +267,17 @@ def test_agent_uploads_no_link_fifo_or_file_outside_the_output(tmp_path):
     (out / "dirlink").symlink_to(tmp_path)
     os.mkfifo(out / "fifo")
 
-    files = agent.collect_outputs(out, 10_000)
+    outputs = agent.collect_outputs(out, 10_000)
 
-    assert set(files) == {"model.keras", "saved_model.zip"}
-    with zipfile.ZipFile(io.BytesIO(files["saved_model.zip"])) as archive:
+    assert [(o["path"], o.get("archive", False)) for o in outputs.listed] == [
+        ("model.keras", False),
+        ("saved_model", True),
+    ]
+    archive_file = outputs.listed[1]["file"]
+    with zipfile.ZipFile(io.BytesIO(outputs.files[archive_file])) as archive:
         assert archive.namelist() == ["saved_model/variables/data"]
-    assert all(b"platform secret" not in data for data in files.values())
+    assert all(b"platform secret" not in data for data in outputs.files.values())
+    assert outputs.not_kept == []
 
 
 @pytest.mark.django_db(transaction=True)

@@ -21,7 +21,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
+from kombu.exceptions import KombuError
 
 import provisioner
 from fc2.models import Job, Node
@@ -344,7 +345,7 @@ def finish(job_id: int, **_) -> bool:
         return False
     _hold(job, State.COLLECTING)
     if cluster := cluster_info(job):
-        _keep_logs(job, cluster)
+        _guarded(job, "keeping the nodes' logs", _keep_logs, job, cluster)  # the job has succeeded all the same
     if not job.transition(State.COLLECTING, State.SUCCEEDED, "results stored"):
         return False
     ended(job)
@@ -403,17 +404,32 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             if not job.is_terminal or job.cluster is None:
                 return False
             cluster = ClusterInfo.from_dict(job.cluster)
+            # What the nodes leave is kept first, but nothing may keep the cluster up: a failure is a line on the
+            # job's timeline, and the teardown runs all the same.
             if _let_workers_finish(job, cluster) or job.state != State.SUCCEEDED:
-                _keep_logs(job, cluster)
-            _keep_late_outputs(job, cluster)
+                _guarded(job, "keeping the nodes' logs", _keep_logs, job, cluster)
+            _guarded(job, "keeping the outputs of nodes whose report came late", _keep_late_outputs, job, cluster)
             provisioner.teardown(cluster.provider, cluster.cluster_id, cluster.region)
             Job.objects.filter(pk=job.pk).update(cluster=None, torn_down_at=timezone.now())  # its billing ends
             job.nodes.exclude(status__in=Node.FINISHED).update(status=Node.Status.STOPPED)
-            job.log(f"cluster {cluster.cluster_id} torn down")
+            _guarded(job, "writing the teardown on the timeline", job.log, f"cluster {cluster.cluster_id} torn down")
             return True
     finally:
         if lease is None:
             own.end()
+
+
+def _guarded(job: Job, what: str, action: Callable[..., object], *args) -> None:
+    """Do what an ending job keeps (its logs, late outputs); a failure becomes a line on its timeline (or, if even
+    that cannot be written, the log) instead of stopping the caller — which goes on to tear the cluster down."""
+    try:
+        action(*args)
+    except Exception as exc:
+        logger.exception("job %s: %s failed", job.pk, what)
+        try:
+            job.log(f"{what} failed: {exc}")
+        except Exception:
+            logger.exception("job %s: the failure could not be written on its timeline", job.pk)
 
 
 def _keep_logs(job: Job, cluster: ClusterInfo) -> None:
@@ -444,10 +460,9 @@ def _keep_late_outputs(job: Job, cluster: ClusterInfo) -> None:
     chiefs = chief_names(job)
     for name, result in provisioner.fetch_results(cluster).items():
         if name in late and result.report.get("status") == "succeeded":
-            for filename, data in result.files.items():
-                stored = artifacts.artifact_name(filename, None if name in chiefs else name)
-                if not job.artifacts.filter(name=stored).exists():
-                    artifacts.store_artifact(job, stored, data, node=late[name])
+            stored = artifacts.store_outputs(job, late[name], result.report, result.files, chief=name in chiefs)
+            for line in stored.lines:
+                job.log(line)
 
 
 def chief_names(job: Job) -> set[str]:
@@ -530,7 +545,18 @@ def enqueue(job: Job, step: str, *, lease: Lease | None = None, resume: bool = F
         elif (until := lease.hand_over()) is None:
             return  # the lease was lost: whoever took the job over decides what comes next
         kwargs["lease"] = until.isoformat()
+    transaction.on_commit(lambda: _send(job.pk, step, kwargs))
+
+
+def _send(job_id: int, step: str, kwargs: dict) -> None:
+    """Send a step to the workers. With the broker unreachable the job is kept, not lost nor refused: it waits, says
+    so on its timeline, and the sweep sends the step again once a worker is back (its lease has expired by then). The
+    caller — a submission answering its client — goes on: the job exists and will run, exactly once."""
     from fc2.celery import app
 
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    transaction.on_commit(lambda: app.send_task(f"fc2.tasks.{step}", args=[job.pk], kwargs=kwargs, queue=queue))
+    try:
+        app.send_task(f"fc2.tasks.{step}", args=[job_id], kwargs=kwargs, queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    except (KombuError, OSError) as exc:
+        logger.warning("job %s: %s could not be sent: %s", job_id, step, exc)
+        after = "its cluster is torn down" if step == "release" else f"{step} is sent again"
+        _job(job_id).log(f"waiting for a worker: the task queue cannot be reached ({exc}); {after} once it is back")

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fc2.models import Dataset, Job, Node
 from fc2.results import LOG_INTRO
 from fc2.services import artifacts, pipeline
-from monitor.agent import DATASET_FETCH_FAILED
+from monitor.agent import DATASET_FETCH_FAILED, MAX_NOT_KEPT_LISTED, MAX_OUTPUT_FILES
 from monitor.ingest import finite_or_none, record_losses, record_samples
 
 # Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
@@ -22,6 +22,7 @@ Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
 ByteCount = Annotated[int, Field(ge=0, le=2**63 - 1)]
 MAX_PROGRESS_LOG = 1000  # progress lines in one report, as monitor/agent.py bounds them
 MAX_BUFFERED_SAMPLES = 3600  # resource samples in one report, as monitor/agent.py's buffer holds them
+MAX_OUTPUT_PATH = 4 * 255  # an output's name escaped: 255 bytes, each at most 4 characters (\xNN)
 
 
 # Reports are read with json.loads, which accepts NaN and ±Infinity: such a number (a diverging run, a broken counter)
@@ -64,6 +65,26 @@ class Sample(BaseModel):
     )(finite_or_none)
 
 
+class Output(BaseModel):
+    """One output a node's agent sends with its final report (monitor/agent.py, Outputs): `file` is the upload's
+    name, `path` the output's own name, escaped."""
+
+    model_config = ConfigDict(extra="ignore")
+    file: str = Field(pattern=r"^[0-9]{1,6}$")
+    path: str = Field(min_length=1, max_length=MAX_OUTPUT_PATH)
+    size: ByteCount
+    archive: bool = False
+
+
+class NotKept(BaseModel):
+    """An output the agent left behind, and why (e.g. over the size limit)."""
+
+    model_config = ConfigDict(extra="ignore")
+    path: str = Field(min_length=1, max_length=MAX_OUTPUT_PATH)
+    size: ByteCount
+    reason: str = Field(max_length=300)
+
+
 class Report(BaseModel):
     model_config = ConfigDict(extra="ignore")
     node: str = Field(min_length=1, max_length=50)
@@ -76,6 +97,10 @@ class Report(BaseModel):
     # The samples taken since the node's previous report (an hour's at most: the agent's buffer).
     samples: list[Sample] | None = Field(None, max_length=MAX_BUFFERED_SAMPLES)
     log_tail: str | None = Field(None, max_length=100_000)
+    # A final report's outputs: those sent with it, those left behind (the first ones) and how many more were.
+    outputs: list[Output] | None = Field(None, max_length=MAX_OUTPUT_FILES)
+    not_kept: list[NotKept] | None = Field(None, max_length=MAX_NOT_KEPT_LISTED)
+    not_kept_more: Count | None = None
 
 
 class ReportRejected(ValueError):
@@ -89,11 +114,10 @@ class ReportRejected(ValueError):
 
 def receive(job: Job, data: object, files: list[UploadedFile]) -> Job:
     """A node's report as it comes — over the report API, or fetched from the node when it never arrived: refused
-    (ReportRejected) when the job has ended, its files are too large or it is not a valid report; applied otherwise."""
+    (ReportRejected) when the job has ended or it is not a valid report; applied otherwise. Its files are kept up to
+    FC2_MAX_ARTIFACT_MB; those past it are listed as not kept (apply_report), never refused with the report."""
     if job.is_terminal:
         raise ReportRejected(f"job {job.pk} is {job.state}; no more reports are taken", 409)
-    if sum(f.size for f in files) > settings.FC2_MAX_ARTIFACT_MB * 2**20:
-        raise ReportRejected(f"artifacts exceed {settings.FC2_MAX_ARTIFACT_MB} MB", 413)
     try:
         report = Report.model_validate(data)
     except ValidationError as exc:
@@ -140,11 +164,9 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
             record_losses(node, [progress])
         if chief and progress:
             Job.objects.filter(pk=job.pk).update(**progress)
-        for upload in files:
-            name = artifacts.artifact_name(upload.name, None if chief else node.name)
-            artifacts.store_artifact(job, name, upload.read(), node=node)
-            if chief and upload.name == "metrics.json":
-                Job.objects.filter(pk=job.pk).update(metrics=_metrics(upload))
+    stored = _store_outputs(job, node, report, files, chief=chief)
+    for line in stored.lines:
+        job.log(line)
 
     if report.status == "failed":
         reason = f"{node.name} failed" + (f" with exit code {report.exit_code}" if report.exit_code is not None else "")
@@ -162,10 +184,40 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
     return job
 
 
-def _metrics(upload: UploadedFile) -> dict:
-    upload.seek(0)
+def _store_outputs(
+    job: Job, node: Node, report: Report, files: list[UploadedFile], *, chief: bool
+) -> artifacts.Stored:
+    """Store the report's files as the node's outputs, within FC2_MAX_ARTIFACT_MB (the agent keeps to it; past it,
+    an output is listed as not kept), and take the chief's metrics.json as the job's metrics."""
+    room = settings.FC2_MAX_ARTIFACT_MB * 2**20
+    named = {output.file: output for output in report.outputs or []}
+    kept: dict[str, bytes] = {}
+    not_kept = [entry.model_dump() for entry in report.not_kept or []]
+    for upload in files:
+        output = named.get(upload.name)
+        path = output.path if output else upload.name
+        if upload.size > room:
+            reason = f"over the {settings.FC2_MAX_ARTIFACT_MB} MB limit on a node's outputs (FC2_MAX_ARTIFACT_MB)"
+            not_kept.append({"path": path + ("/" if output and output.archive else ""), "size": upload.size,
+                             "reason": reason})  # fmt: skip
+            continue
+        room -= upload.size
+        kept[upload.name] = upload.read()
+    manifest = {
+        "outputs": [output.model_dump() for output in report.outputs or []],
+        "not_kept": not_kept,
+        "not_kept_more": report.not_kept_more,
+    }
+    stored = artifacts.store_outputs(job, node, manifest, kept, chief=chief)
+    metrics = next((wire for wire in kept if (named[wire].path if wire in named else wire) == "metrics.json"), None)
+    if chief and metrics is not None and not (metrics in named and named[metrics].archive):
+        Job.objects.filter(pk=job.pk).update(metrics=_metrics(kept[metrics]))
+    return stored
+
+
+def _metrics(data: bytes) -> dict:
     try:
-        data = json.loads(upload.read())
+        data = json.loads(data)
     except ValueError:
         return {"error": "metrics.json is not valid JSON"}
     return data if isinstance(data, dict) else {"value": data}

@@ -104,12 +104,35 @@ def sweep() -> int:
         try:
             with lease.renewing():
                 reconcile(Job.objects.get(pk=job_id), lease)
-        except Exception:
-            logger.exception("sweep: job %s", job_id)  # the next sweep tries again; the other jobs go on
+            Job.objects.filter(pk=job_id, sweep_failures__gt=0).update(sweep_failures=0)
+        except Exception as exc:
+            logger.exception("sweep: job %s", job_id)  # the other jobs go on
+            _failed(job_id, lease, exc)
         finally:
             lease.end()
     reap_orphans()
     return taken
+
+
+def _failed(job_id: int, lease: Lease, error: Exception) -> None:
+    """A sweep that raised on a job: tried again at the next sweep, FC2_SWEEP_ATTEMPTS times in a row at most; then
+    an active job ends with the error and its cluster is torn down. An ended job's teardown that fails is said once
+    on its timeline and tried again at every sweep (giving up on it would leave the cluster running)."""
+    try:
+        Job.objects.filter(pk=job_id).update(sweep_failures=F("sweep_failures") + 1)
+        job = Job.objects.get(pk=job_id)
+        if job.is_terminal:
+            if job.sweep_failures == 1:
+                job.log(f"tearing down its cluster failed ({error}): tried again at every sweep")
+            return
+        if job.sweep_failures >= settings.FC2_SWEEP_ATTEMPTS:
+            reason = (
+                f"the platform could not look after this job ({job.sweep_failures} sweeps in a row failed): {error}"
+            )
+            pipeline.fail(job, reason)
+            pipeline.release(job_id, lease)
+    except Exception:
+        logger.exception("sweep: job %s: handling its failure failed too", job_id)  # the next sweep tries again
 
 
 # pipeline.cluster_name's names: a cluster so named belongs to a job, and is an orphan when no job records it.
@@ -264,13 +287,14 @@ def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str
         job.refresh_from_db()
         if job.is_terminal:
             break
-        job.log(f"{node.name} {status}; its report never arrived: the result kept on the node was fetched")
         files = [SimpleUploadedFile(name, data) for name, data in result.files.items()]
         try:
             reports.receive(job, {**result.report, "node": node.name}, files)
         except reports.ReportRejected as exc:
             logger.warning("job %s: %s's kept result refused: %s %s", job.pk, node.name, exc, exc.detail or "")
             continue
+        # Written once it is applied: a sweep that fails before tries again without a line each time.
+        job.log(f"{node.name} {status}; its report never arrived: the result kept on the node was fetched")
         applied.add(node.name)
     return applied
 
