@@ -567,6 +567,13 @@ class Artifact(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def written_as(self) -> str:
+        """The output's own name, escaped, where the name it is stored under differs from it (made safe, or made
+        unique); empty otherwise."""
+        own = self.name.rsplit("/", 1)[-1]
+        return self.original_name if self.original_name not in ("", own, own.removesuffix(".zip")) else ""
+
 
 class ReapedCluster(models.Model):
     """A leftover cluster the platform found and removed (fc2.services.sweep.reap): made for a job no row records

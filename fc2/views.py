@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Prefetch
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -150,5 +150,7 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 def artifact_download(request: HttpRequest, job_id: int, artifact_id: int) -> FileResponse:
     job = _visible_job(request, job_id)
     artifact = get_object_or_404(Artifact, pk=artifact_id, job=job)
+    if artifact.not_kept:
+        raise Http404(f"{artifact.name} was not kept: {artifact.not_kept}")
     filename = artifact.name.replace("/", "_")
     return FileResponse(artifact.file.open("rb"), as_attachment=True, filename=filename)

@@ -261,7 +261,7 @@ class Sampler:
 
 
 MAX_OUTPUT_FILES = 10_000
-MAX_OUTPUT_DEPTH = 32
+MAX_OUTPUT_DEPTH = 128  # a deeper folder is not looked into (a path that deep is over 256 characters)
 MAX_NOT_KEPT_LISTED = 100  # outputs not kept that a report names one by one; the rest are counted
 CONTROL_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 

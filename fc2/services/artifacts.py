@@ -36,7 +36,7 @@ def safe_name(escaped: str, archive: bool = False) -> str:
     ends in .zip).
 
     >>> safe_name("model.keras"), safe_name(" "), safe_name("-rf"), safe_name(".env"), safe_name("a\\\\nb")
-    ('model.keras', 'output', '_rf', '_env', 'a__nb')
+    ('model.keras', 'output', '_rf', '_env', 'a_nb')
     >>> safe_name("saved model", archive=True), safe_name("..."), safe_name("日本.txt")
     ('saved_model.zip', '_..', '日本.txt')
     """
@@ -58,7 +58,7 @@ def artifact_name(filename: str, node: str | None = None) -> str:
     ('model.keras', 'worker-0/log.txt')
     >>> name = artifact_name("x" * 300 + ".keras", "worker-0")
     >>> len(name), name[-21:]
-    (209, 'xxx~8d43f7c74e3.keras')
+    (209, 'xxx-8d43f7c74e3.keras')
     """
     prefix = f"{node}/" if node else ""
     max_chars = Artifact._meta.get_field("name").max_length - len(prefix)
@@ -71,7 +71,7 @@ def _marked(name: str, original: str, max_chars: int) -> str:
     """`name` with a digest of `original` before its extension, within `max_chars` and the file name's bytes."""
     suffix = PurePosixPath(name).suffix
     suffix = suffix if len(suffix) <= 16 else ""
-    tail = f"~{hashlib.sha256(original.encode(errors='surrogatepass')).hexdigest()[:11]}{suffix}"
+    tail = f"-{hashlib.sha256(original.encode(errors='surrogatepass')).hexdigest()[:11]}{suffix}"
     stem = name[: len(name) - len(suffix)][: max_chars - len(tail)]
     while len(f"{stem}{tail}".encode()) > ARTIFACT_FILE_NAME_BYTES:
         stem = stem[:-1]
