@@ -48,6 +48,12 @@ Limits (fc2/services/limits.py: the time limit, FC2_JOB_TIMEOUT_S, and the whole
 cluster is torn down. A running job's kept results are applied first (a job that has just finished is not failed); a
 collecting job, whose chief has succeeded, is left to finish. A job whose step's runner still holds it (a launch that
 hangs renews its lease forever) is failed by the sweep and released by that runner when its step ends.
+
+A pass that raises on one job goes on with the others, and tries that job again at the next pass — FC2_SWEEP_ATTEMPTS
+passes in a row at most (Job.sweep_failures): then an active job ends with the error and its cluster is torn down.
+An ended job whose teardown keeps failing says so once on its timeline and is tried again at every pass, since giving
+up would leave its cluster running. What a job's results could not be kept (its logs, a late node's outputs) is a line
+on its timeline, never a reason to keep its cluster (pipeline.release).
 """
 
 from __future__ import annotations
