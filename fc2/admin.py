@@ -126,13 +126,15 @@ class NodeAdmin(RecordAdmin):
 
 @admin.register(Artifact)
 class ArtifactAdmin(RecordAdmin):
-    list_display = ("job", "name", "size_bytes", "created_at")
-    fields = ("job", "node", "name", "download", "size_bytes", "created_at")
+    list_display = ("job", "name", "size_bytes", "not_kept", "created_at")
+    fields = ("job", "node", "name", "original_name", "download", "size_bytes", "not_kept", "created_at")
     readonly_fields = ("download",)
 
     @admin.display(description="File")
     def download(self, artifact: Artifact) -> str:
-        """The job page's download link (the stored file's own path is not served)."""
+        """The job page's download link (the stored file's own path is not served); none for an output not kept."""
+        if artifact.not_kept:
+            return "—"
         return format_html(
             '<a href="{}">{}</a>', reverse("artifact-download", args=[artifact.job_id, artifact.pk]), artifact.name
         )

@@ -167,8 +167,15 @@ class Command(ContractCommand):
             "workers": job.workers,
             "duration_s": round(job.duration_s, 3) if job.duration_s is not None else None,
             "artifacts": [
-                {"name": a.name, "size_bytes": a.size_bytes, "path": a.file.path} for a in job.artifacts.all()
-            ],
+                {
+                    "name": a.name,
+                    "size_bytes": a.size_bytes,
+                    "path": a.file.path if a.file else None,
+                    "original_name": a.original_name,
+                    "not_kept": a.not_kept,
+                }
+                for a in job.artifacts.all()
+            ],  # fmt: skip
             "metrics": job.metrics,
             "cost": job.cost_summary(),
         }
