@@ -1,0 +1,279 @@
+"""Nodes that die mid-training, each way a cloud host dies, on the lab (namespaces with their own sshd and links) and
+on aws (moto's EC2, its instances lab hosts): the node's SSH server killed, its agent killed, its host gone (namespace
+deleted, its processes killed — what a terminated instance is), its link cut (the veth down, or removed).
+
+Each job is 2 mirrored workers running code that sleeps and reports a step every half second (no TensorFlow: the
+fault is the node's, not the training's), driven by a real Celery worker with the sweep run here every half second;
+a node silent for 3 s is looked at over SSH, and one silent for 10 s fails the job with its name. What each case
+checks is what a user would see: the job ends within 60 s of the loss — failed, naming the node, or succeeded where
+nothing of the run was lost — and nothing of the cluster is left on the machine (tests/conftest.py's lab_leftovers),
+nor found by `cluster reap`. The figures are printed (`pytest -s`); benchmarks/faults.py collects them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+import provisioner
+from fc2.models import Job
+from fc2.services import jobs, sweep
+from fc2.services.bundles import store_bundle
+from provisioner import ClusterInfo, ClusterSpec, RunSpec, aws, lab, labnet
+from recommender.catalog import load_catalog
+from tests.conftest import Workers, aws_worker_env, call_json, lab_leftovers, nothing_left, wait_for
+from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
+from tests.wheels import GOOD, make_wheel
+
+pytestmark = [
+    pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab"))),
+    pytest.mark.django_db(transaction=True),
+]
+
+State = Job.State
+SILENCE_S = 3  # FC2_NODE_SILENCE_S: a node silent this long is looked at on its machine
+LOST_S = 10  # FC2_NODE_LOST_S: a node silent this long fails the job, whether or not it can be reached
+ENDED_WITHIN_S = 60  # of a loss the platform can see
+RELEASED_WITHIN_S = 30  # from the job's end to its cluster gone
+VICTIM = "worker-1"  # not the chief: the chief's nodes keep reporting while it is gone
+LATENCY_MS = 2  # so that every node has a delay daemon too, which must go with it
+
+# Every node sleeps `--seconds` in half-second steps, the chief reporting each; then the chief writes its metrics.
+TRAINER = b"""
+import json, os, pathlib, sys, time
+seconds = float(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--seconds=")), "60"))
+chief = os.environ.get("FC2_IS_CHIEF") == "1"
+steps = int(seconds * 2)
+for step in range(1, steps + 1):
+    time.sleep(0.5)
+    print(f"step {step}", flush=True)
+    if chief:
+        print("FC2_PROGRESS " + json.dumps({"epoch": 1, "step": step, "steps": steps, "loss": 1 / step}), flush=True)
+if chief:
+    (pathlib.Path(os.environ["FC2_OUTPUT_DIR"]) / "metrics.json").write_text(json.dumps({"steps": steps}))
+print("done", flush=True)
+"""
+
+
+def trainer_wheel(directory: Path) -> Path:
+    return make_wheel(directory, {**GOOD, "demo/main.py": TRAINER})
+
+
+# --- the faults: what happens to the victim node's machine ----------------------------------------------------------
+
+
+def _node(cluster: ClusterInfo, name: str):
+    return next(node for node in cluster.nodes if node.name == name)
+
+
+def kill_sshd(cluster: ClusterInfo, name: str) -> None:
+    os.kill(int((Path(_node(cluster, name).workdir) / "sshd" / "sshd.pid").read_text()), signal.SIGKILL)
+
+
+def kill_agent(cluster: ClusterInfo, name: str) -> None:
+    os.kill(_node(cluster, name).pid, signal.SIGKILL)  # the command it started goes on, reporting to nobody
+
+
+def host_gone(cluster: ClusterInfo, name: str) -> None:
+    """As a hypervisor loses a machine: every process of the node killed, its namespace (and so its link) deleted."""
+    node = _node(cluster, name)
+    labnet.remove_node(lab.tag(), cluster.cluster_id, int(node.instance_id.rsplit("-", 1)[1]))
+
+
+def link_down(cluster: ClusterInfo, name: str) -> None:
+    subprocess.run(["ip", "link", "set", _veth(cluster, name), "down"], check=True)
+
+
+def link_removed(cluster: ClusterInfo, name: str) -> None:
+    subprocess.run(["ip", "link", "del", _veth(cluster, name)], check=True)  # both ends: the node has no eth0
+
+
+def _veth(cluster: ClusterInfo, name: str) -> str:
+    index = int(_node(cluster, name).instance_id.rsplit("-", 1)[1])
+    return labnet.veth_name(labnet.cluster_hash(lab.tag(), cluster.cluster_id), index)
+
+
+# Bugs these faults expose, outside this file's owner's code: the tests are marked xfail (strict) until fixed.
+LOGS_BUG = (
+    "provisioner.nodes._read_nodes (fetch_logs, fetch_results) raises for every node when one cannot be reached over "
+    "SSH (run_parallel raises the first failure): release keeps no node's logs, not even the reachable ones', and "
+    "check_running cannot fetch the chief's kept result while another node is unreachable (fix: _read_nodes skips, "
+    "with a warning, a node whose runner raises NodeError, and returns what the others gave)"
+)
+RELEASE_BUG = (
+    "pipeline.release calls _let_workers_finish outside _guarded: for a succeeded mirrored job, nodes.alive raises "
+    "when a worker cannot be reached over SSH, so the teardown is never reached and the sweep fails the same way "
+    "every pass, the cluster left running (fix: guard it too, or have nodes.alive leave an unreachable node out / "
+    "count it as not running for that wait; and fetch_logs as in LOGS_BUG)"
+)
+# fault -> (how, the code's --seconds, the job's state after it (a failure names the victim), a known bug or None)
+FAULTS: dict[str, tuple[Callable[[ClusterInfo, str], None], int, str, str | None]] = {
+    # The platform cannot see it until it needs SSH: the run goes on and succeeds; its logs are what is lost.
+    "sshd killed": (kill_sshd, 12, State.SUCCEEDED, RELEASE_BUG),
+    "agent killed": (kill_agent, 60, State.FAILED, None),
+    "host gone": (host_gone, 60, State.FAILED, LOGS_BUG),
+    "link down": (link_down, 60, State.FAILED, LOGS_BUG),
+    "link removed": (link_removed, 60, State.FAILED, LOGS_BUG),
+}
+
+
+@pytest.fixture
+def node_loss(settings, workers):
+    settings.FC2_NODE_SILENCE_S = SILENCE_S
+    settings.FC2_NODE_LOST_S = LOST_S
+    workers.env["FC2_WORKERS_FINISH_S"] = "5"
+    return workers
+
+
+def run_until_killed(job: Job, fault: Callable[[ClusterInfo, str], None], workers: Workers) -> ClusterInfo:
+    """Wait until the job trains (the chief reports steps, the victim's agent has reported), then hit the victim."""
+
+    def training() -> bool:
+        victim_up = job.nodes.filter(name=VICTIM, started_at__isnull=False).exists()
+        return Job.objects.get(pk=job.pk).is_terminal or (victim_up and job.nodes.filter(step__gte=2).exists())
+
+    wait_for(training, "training", workers)
+    job.refresh_from_db()
+    assert job.state == State.RUNNING, (job.state, job.failure_reason, workers.logs())
+    cluster = ClusterInfo.from_dict(job.cluster)
+    fault(cluster, VICTIM)
+    return cluster
+
+
+def sweep_until(job: Job, done: Callable[[Job], bool], within_s: float) -> Job:
+    deadline = time.monotonic() + within_s
+    while not done(job := Job.objects.get(pk=job.pk)) and time.monotonic() < deadline:
+        sweep.sweep()
+        time.sleep(0.5)
+    return job
+
+
+def check_ended(job: Job, killed_at, expected: str, name: str, workers: Workers) -> tuple[Job, float]:
+    job = sweep_until(job, lambda j: j.is_terminal, ENDED_WITHIN_S + 15)
+    assert job.is_terminal, f"still {job.state} {ENDED_WITHIN_S + 15} s after the loss\n{workers.logs()}"
+    ended_s = (job.finished_at - killed_at).total_seconds()
+    assert job.state == expected, (job.failure_reason, workers.logs())
+    if expected == State.FAILED:
+        assert job.failure_reason.startswith(name), job.failure_reason  # the node, named first
+    assert ended_s < ENDED_WITHIN_S
+    return job, ended_s
+
+
+def check_released(job: Job, what: str) -> float:
+    job = sweep_until(job, lambda j: j.cluster is None, RELEASED_WITHIN_S)
+    released_s = (timezone.now() - job.finished_at).total_seconds()
+    assert job.cluster is None, f"{what}: cluster still recorded {RELEASED_WITHIN_S} s after the end: " + " | ".join(
+        job.events.order_by("-pk").values_list("message", flat=True)[:3]
+    )
+    return released_s
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_lab_node_lost_mid_training_ends_the_job_by_name_and_leaves_nothing(
+    fault, request, alice, digits, node_loss, tmp_path
+):
+    how, seconds, expected, bug = FAULTS[fault]
+    if bug:
+        request.applymarker(pytest.mark.xfail(reason=bug, strict=True))
+    load_catalog("lab")
+    node_loss.start()
+    with trainer_wheel(tmp_path).open("rb") as wheel:
+        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    job = jobs.submit(
+        alice,
+        jobs.JobRequest(
+            bundle=bundle,
+            dataset=digits,
+            provider="lab",
+            strategy="mirrored",
+            workers=2,
+            worker_type="lab-w-100",
+            latency_ms=LATENCY_MS,
+            parameters={"seconds": str(seconds)},
+        ),  # fmt: skip
+        driver=Job.Driver.CELERY,
+    )
+    cluster = run_until_killed(job, how, node_loss)
+    killed_at = timezone.now()
+
+    job, ended_s = check_ended(job, killed_at, expected, VICTIM, node_loss)
+    print(f"\nFIGURE lab {fault}: {job.state} {ended_s:.1f} s after ({job.failure_reason[:100]!r})")
+    released_s = check_released(job, f"lab {fault}")
+    print(f"FIGURE lab {fault}: torn down {released_s:.1f} s after the end")
+    left = nothing_left(lab_leftovers(cluster.cluster_id, Path(cluster.workdir), lab.tag()))
+    print(f"FIGURE lab {fault}: left {left or 'nothing'}")
+    assert left == {}
+    assert sweep.orphans("lab", every=True) == []
+    kept = set(job.artifacts.values_list("name", flat=True))
+    assert "logs/worker-0.log" in kept, kept  # the nodes that could be reached have their logs kept
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_lab_teardown_after_each_loss_removes_everything(fault, tmp_path):
+    """The provider's part alone (no job): a cluster that was running its code when a node died is removed to the
+    last process, namespace, veth, bridge, chain, cgroup, mount and delay daemon — by the teardown, and by the reaper
+    when nothing records it."""
+    how = FAULTS[fault][0]
+    name = f"fc2-loss-{fault.replace(' ', '-')}"
+    cluster = provisioner.launch(ClusterSpec(name, "lab", "mirrored", 2, worker_type="lab-w-100", latency_ms=2))
+    try:
+        (data := tmp_path / "data.csv").write_text("x\n1\n")
+        wheel, args = str(trainer_wheel(tmp_path)), ("--seconds=60",)
+        run = RunSpec(1, wheel, "demo.main", args=args, dataset=str(data), report_url="http://127.0.0.1:9")
+        cluster = provisioner.bootstrap(cluster, run)
+        how(cluster, VICTIM)
+        before = nothing_left(lab_leftovers(name, Path(cluster.workdir), lab.tag()))
+        assert before["processes"] and before["cgroups"] and before["mounts"]  # there was something to remove
+    finally:
+        code, reaped, _ = call_json("cluster", "reap", "--provider", "lab", "--all")
+    assert code == 0 and name in reaped["removed"], reaped
+    assert nothing_left(lab_leftovers(name, Path(cluster.workdir), lab.tag())) == {}
+    assert provisioner.list_clusters("lab") == []
+
+
+@pytest.mark.xfail(reason=LOGS_BUG, strict=True)
+def test_an_ec2_instance_terminated_behind_the_platforms_back_fails_the_job_and_leaves_nothing(
+    alice, digits, node_loss, ec2_hosts, settings, tmp_path
+):
+    """EC2 terminates one of the job's two instances mid-run (a spot reclaim, an operator's console): its lab host
+    goes with it. The job fails naming the node, and the rest is terminated: no instance, key pair, group, subnet."""
+    load_catalog("fc2-2018")
+    node_loss.start(**aws_worker_env(settings))
+    with trainer_wheel(tmp_path).open("rb") as wheel:
+        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    job = jobs.submit(
+        alice,
+        jobs.JobRequest(
+            bundle=bundle,
+            dataset=digits,
+            provider="aws",
+            region=REGION,
+            strategy="mirrored",
+            workers=2,
+            worker_type="c4.xlarge",
+            parameters={"seconds": "60"},
+        ),  # fmt: skip
+        driver=Job.Driver.CELERY,
+    )
+
+    def terminate(cluster: ClusterInfo, name: str) -> None:
+        ec2().terminate_instances(InstanceIds=[_node(cluster, name).instance_id])
+
+    run_until_killed(job, terminate, node_loss)
+    killed_at = timezone.now()
+
+    job, ended_s = check_ended(job, killed_at, State.FAILED, VICTIM, node_loss)
+    print(f"\nFIGURE aws instance terminated: {job.state} {ended_s:.1f} s after ({job.failure_reason[:100]!r})")
+    released_s = check_released(job, "aws instance terminated")
+    print(f"FIGURE aws instance terminated: torn down {released_s:.1f} s after the end")
+    assert everything_tagged(job.cluster_name) == NOTHING and live_instances() == []
+    assert aws.list_clusters(REGION) == [] and sweep.orphans("aws", REGION, every=True) == []
+    kept = set(job.artifacts.values_list("name", flat=True))
+    assert "logs/worker-0.log" in kept, kept  # the node that could be reached has its log kept
