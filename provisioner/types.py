@@ -111,7 +111,18 @@ class NodeResult:
     """What a node's agent kept on the node when its command ended, in case its final report never arrived."""
 
     report: dict  # the final report as the agent sends it: status, exit_code, progress, log_tail
-    files: dict[str, bytes] = field(default_factory=dict, repr=False)  # the output files it would upload
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)  # the output files it would upload, by number
+
+    @property
+    def outputs(self) -> dict[str, bytes]:
+        """The output files by the names the node's code gave them, escaped as the report names them (a folder's
+        archive as `<name>.zip`)."""
+        names = {
+            output.get("file"): output.get("path", "") + (".zip" if output.get("archive") else "")
+            for output in self.report.get("outputs") or []
+            if isinstance(output, dict)
+        }
+        return {names.get(wire) or wire: data for wire, data in self.files.items()}
 
 
 def cluster_directory(root: Path, cluster_id: str) -> Path:

@@ -114,7 +114,7 @@ def test_agent_uploads_no_file_through_a_directory_swapped_for_a_link_while_it_c
     result = wait_result(cluster)
     node_log = (Path(cluster.nodes[1].workdir) / "node.log").read_text()
     assert "swapped" in node_log, node_log  # the attack ran
-    files = provisioner.fetch_results(cluster)["worker-0"].files
+    files = provisioner.fetch_results(cluster)["worker-0"].outputs
     assert "a.zip" in files
     kept = b"".join(files.values())
     for member in files.get("b.zip") and zipfile.ZipFile(BytesIO(files["b.zip"])).namelist() or []:
@@ -201,7 +201,7 @@ def test_a_thread_bomb_is_bounded(tmp_path, settings, teardown_after):
     cluster = start_cluster(tmp_path / "bomb", code_wheel(tmp_path, code), settings)
     teardown_after(cluster)
     wait_result(cluster)
-    count = int(provisioner.fetch_results(cluster)["worker-0"].files["count"])
+    count = int(provisioner.fetch_results(cluster)["worker-0"].outputs["count"])
     assert count < 6000, f"{count} threads"
 
 
@@ -240,7 +240,7 @@ def test_a_node_cannot_fill_the_platforms_disk(tmp_path, settings, teardown_afte
     cluster = start_cluster(tmp_path / "disk", code_wheel(tmp_path, code), settings)
     teardown_after(cluster)
     wait_result(cluster)
-    got = json.loads(provisioner.fetch_results(cluster)["worker-0"].files["got"])
+    got = json.loads(provisioner.fetch_results(cluster)["worker-0"].outputs["got"])
     assert got["fallocate"] == "ENOSPC", got
     assert got["write"] == "ENOSPC" and 32 <= got["written_mb"] <= 64, got
     image = Path(cluster.nodes[0].workdir) / "disk.img"
@@ -270,6 +270,6 @@ def test_a_node_cannot_take_the_machines_memory(tmp_path, settings, teardown_aft
     teardown_after(cluster)
     wait_result(cluster)
     result = provisioner.fetch_results(cluster)["worker-0"]
-    assert result.files.get("got") != b"allocated"
+    assert result.outputs.get("got") != b"allocated"
     assert result.report["status"] == "failed" and result.report["exit_code"] in (-9, 137), result.report
     assert result.report["log_tail"].endswith("fc2-agent: killed: out of memory (cluster limit 512 MB)")
