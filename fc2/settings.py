@@ -140,6 +140,10 @@ FC2_LEASE_S = envint("FC2_LEASE_S", 30)
 FC2_STEP_PICKUP_S = envint("FC2_STEP_PICKUP_S", 120)
 FC2_NODE_SILENCE_S = envint("FC2_NODE_SILENCE_S", 20)
 FC2_NODE_LOST_S = envint("FC2_NODE_LOST_S", 600)
+# A node that neither reports nor answers on its machine (its host gone, its link cut, its SSH server dead) for this
+# long is lost: its job fails naming it, without waiting for FC2_NODE_LOST_S (meant for a node that runs but cannot
+# reach the platform, whose results are still on it).
+FC2_NODE_UNREACHABLE_S = envint("FC2_NODE_UNREACHABLE_S", 40)
 # Scala-Opt's profiling run (monitor/profiling.py): it ends once its worker has communicated for FC2_PROFILE_BUSY_S,
 # and at the latest FC2_PROFILE_S after its nodes started.
 FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)

@@ -284,18 +284,23 @@ def _agent_running(machine: Machine, node: NodeInfo) -> bool:
     return machine.runner.run(check, check=False).exit_status == 0
 
 
-def alive(cluster: ClusterInfo) -> dict[str, bool]:
-    """Node name -> whether its agent is still running."""
+def alive(cluster: ClusterInfo) -> dict[str, bool | None]:
+    """Node name -> whether its agent is still running; None for a node whose machine cannot be reached (its host
+    gone, its link cut, its SSH server dead): the others are answered all the same."""
     provider = _provider(cluster)
 
-    def one(node: NodeInfo) -> bool:
+    def one(node: NodeInfo) -> bool | None:
         if not node.pid:
             return False
-        machine = provider.machine(cluster, node)
         try:
-            return _agent_running(machine, node)
-        finally:
-            machine.runner.close()
+            machine = provider.machine(cluster, node)
+            try:
+                return _agent_running(machine, node)
+            finally:
+                machine.runner.close()
+        except (ProvisionError, OSError) as error:
+            logger.warning("%s cannot be reached: %s", node.name, error)
+            return None
 
     return run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
 
@@ -303,15 +308,20 @@ def alive(cluster: ClusterInfo) -> dict[str, bool]:
 def _read_nodes(
     cluster: ClusterInfo, read: Callable[[Machine, PurePosixPath], T | None], only: Sequence[str] | None = None
 ) -> dict[str, T]:
-    """Node name -> what `read` found on it, for the nodes (all, or those named in `only`) where it found something."""
+    """Node name -> what `read` found on it, for the nodes (all, or those named in `only`) where it found something;
+    a node that cannot be reached is left out."""
     provider = _provider(cluster)
 
     def one(node: NodeInfo) -> T | None:
-        machine = provider.machine(cluster, node)
         try:
-            return read(machine, PurePosixPath(machine.root))
-        finally:
-            machine.runner.close()
+            machine = provider.machine(cluster, node)
+            try:
+                return read(machine, PurePosixPath(machine.root))
+            finally:
+                machine.runner.close()
+        except (ProvisionError, OSError) as error:  # one node out of reach never costs what the others have
+            logger.warning("%s cannot be read: %s", node.name, error)
+            return None
 
     nodes = [node for node in cluster.nodes if only is None or node.name in only]
     found = run_parallel({node.name: (lambda n=node: one(n)) for node in nodes})

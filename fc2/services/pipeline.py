@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
@@ -42,6 +43,7 @@ from provisioner.types import is_chief
 from recommender.types import MissingProfilesError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 State = Job.State
 ACTIVE = Job.ACTIVE
 # Not `collecting`: the chief has succeeded and its results are stored, so the job can only succeed now.
@@ -406,7 +408,8 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             cluster = ClusterInfo.from_dict(job.cluster)
             # What the nodes leave is kept first, but nothing may keep the cluster up: a failure is a line on the
             # job's timeline, and the teardown runs all the same.
-            if _let_workers_finish(job, cluster) or job.state != State.SUCCEEDED:
+            waited = _guarded(job, "waiting for the workers to finish", _let_workers_finish, job, cluster)
+            if waited is not False or job.state != State.SUCCEEDED:
                 _guarded(job, "keeping the nodes' logs", _keep_logs, job, cluster)
             _guarded(job, "keeping the outputs of nodes whose report came late", _keep_late_outputs, job, cluster)
             provisioner.teardown(cluster.provider, cluster.cluster_id, cluster.region)
@@ -419,17 +422,19 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             own.end()
 
 
-def _guarded(job: Job, what: str, action: Callable[..., object], *args) -> None:
-    """Do what an ending job keeps (its logs, late outputs); a failure becomes a line on its timeline (or, if even
-    that cannot be written, the log) instead of stopping the caller — which goes on to tear the cluster down."""
+def _guarded(job: Job, what: str, action: Callable[..., T], *args) -> T | None:
+    """Do what an ending job keeps (its logs, late outputs) and return what it gave; a failure becomes a line on its
+    timeline (or, if even that cannot be written, the log) and None, instead of stopping the caller — which goes on to
+    tear the cluster down."""
     try:
-        action(*args)
+        return action(*args)
     except Exception as exc:
         logger.exception("job %s: %s failed", job.pk, what)
         try:
             job.log(f"{what} failed: {exc}")
         except Exception:
             logger.exception("job %s: the failure could not be written on its timeline", job.pk)
+        return None
 
 
 def _keep_logs(job: Job, cluster: ClusterInfo) -> None:

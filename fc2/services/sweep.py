@@ -34,9 +34,10 @@ sent like any other job's; its nodes, whose reports went to that process, are le
 Running jobs (check_running; run_inline calls it too): a node without a final status that is not alive, or that has
 been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node fetched (provisioner.fetch_results) and
 applied as if reported — the chief's success completes the job with its model. A node that is gone and left no result
-fails the job. A node whose agent is alive but silent is waited for: the platform was unreachable for it, and it keeps
-trying — for FC2_NODE_LOST_S; a node silent that long, alive or unreachable, fails the job with its name. A job
-whose result is unknown is never called failed while the result can be fetched.
+fails the job; so does one whose machine does not answer (its host gone, its link cut, its SSH server dead) and that
+has been silent for FC2_NODE_UNREACHABLE_S. A node whose agent is alive but silent is waited for: the platform was
+unreachable for it, and it keeps trying — for FC2_NODE_LOST_S; a node silent that long fails the job with its name.
+A job whose result is unknown is never called failed while the result can be fetched.
 
 Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
 records — its row deleted, or the database restored from before it — is torn down and recorded (ReapedCluster: what
@@ -264,11 +265,20 @@ def check_running(job: Job) -> None:
     for node in suspects:
         if node.name in rescued:
             continue
-        if alive is not None and not alive.get(node.name, False):
+        running = alive.get(node.name, False) if alive is not None else None  # None: its machine does not answer
+        quiet = (now - figures.last_heard(job, node)).total_seconds()
+        if running is False:
             pipeline.fail(job, f"{node.name} stopped without reporting a result{pipeline.node_tail(job, node.name)}")
             return
-        if (quiet := (now - figures.last_heard(job, node)).total_seconds()) >= settings.FC2_NODE_LOST_S:
-            state = "its agent is running" if alive else "it cannot be reached"
+        if running is None and alive is not None and quiet >= settings.FC2_NODE_UNREACHABLE_S:
+            pipeline.fail(
+                job,
+                f"{node.name} is lost: its machine does not answer and it has not reported for {quiet:.0f} s "
+                f"(FC2_NODE_UNREACHABLE_S is {settings.FC2_NODE_UNREACHABLE_S} s): its host is gone or cut off",
+            )
+            return
+        if quiet >= settings.FC2_NODE_LOST_S:
+            state = "its agent is running" if running else "it cannot be reached"
             pipeline.fail(
                 job,
                 f"{node.name} has not reported for {quiet:.0f} s ({state}; FC2_NODE_LOST_S is "
