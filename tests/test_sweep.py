@@ -318,6 +318,28 @@ def test_a_node_silent_past_the_lost_limit_fails_the_job_by_name_and_is_torn_dow
     assert job.cluster is None and not Path(cluster.workdir).exists()
 
 
+@pytest.mark.parametrize(("quiet_s", "ends"), [(30, False), (50, True)])
+def test_a_node_whose_machine_does_not_answer_is_lost_once_silent_long_enough(job, sent, settings, quiet_s, ends):
+    """Its host gone or its link cut: after FC2_NODE_UNREACHABLE_S of silence (not FC2_NODE_LOST_S) the job fails
+    naming it; the other nodes' machines answer as usual."""
+    settings.FC2_NODE_UNREACHABLE_S = 40
+    job = lost(job, State.RUNNING, started_at=timezone.now() - LONG_AGO, lease_until=None)
+    cluster = launch_cluster(job, workers=1)
+    Node.objects.filter(job=job, name="worker-0").update(last_report_at=timezone.now() - timedelta(seconds=quiet_s))
+
+    with alive(**{n.name: None if n.name == "worker-0" else True for n in cluster.nodes}), kept():
+        sweep.sweep()
+        sweep.sweep()  # the release it sent
+
+    job.refresh_from_db()
+    if not ends:
+        assert job.state == State.RUNNING
+        return
+    assert job.state == State.FAILED
+    assert job.failure_reason.startswith("worker-0 is lost: its machine does not answer and it has not reported for")
+    assert job.cluster is None and not Path(cluster.workdir).exists()
+
+
 def test_a_silent_node_whose_command_ended_has_its_kept_result_applied(job, sent):
     job = lost(job, State.RUNNING, started_at=timezone.now() - LONG_AGO, lease_until=None)
     cluster = launch_cluster(job, strategy="mirrored", workers=1)
