@@ -9,15 +9,18 @@ upload stores nothing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import math
 import re
 
 from django.db.models import Count, Prefetch, QuerySet
-from django.http import FileResponse
+from django.http import FileResponse, QueryDict
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.pagination import PageNumberPagination
@@ -32,8 +35,16 @@ from fc2 import rest
 from fc2.api import JsonWhateverAccepted, UploadedFile
 from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH, BundleError
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
-from fc2.rest import BoundedJSONParser, Refused, SubmitThrottle, invalid, refusals
-from fc2.services import datasets, jobs, library, pipeline
+from fc2.rest import (
+    BoundedJSONParser,
+    Refused,
+    SubmitThrottle,
+    idempotency_key,
+    invalid,
+    refusals,
+    too_many_submissions,
+)
+from fc2.services import datasets, jobs, library, pipeline, submissions
 from fc2.services.bundles import store_bundle
 from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
@@ -149,15 +160,24 @@ class CostOutput(serializers.Serializer):
 
 
 class ArtifactOutput(serializers.ModelSerializer):
+    name = serializers.CharField(help_text="A safe name of its own in the job: a node's under `<node>/`")
+    original_name = serializers.CharField(
+        help_text="The output's path as its node wrote it, escaped to printable text; empty for the platform's own"
+    )
     node = serializers.CharField(source="node.name", allow_null=True)
-    url = serializers.SerializerMethodField(help_text="Where to download it (with the same token)")
+    not_kept = serializers.CharField(
+        help_text="Why the output was not kept (e.g. over the size limit), with no file to download; empty if kept"
+    )
+    url = serializers.SerializerMethodField(help_text="Where to download it (with the same token); null if not kept")
 
     class Meta:
         model = Artifact
-        fields = ["id", "name", "size_bytes", "node", "url"]
+        fields = ["id", "name", "original_name", "size_bytes", "node", "not_kept", "url"]
 
-    @extend_schema_field(OpenApiTypes.URI)
-    def get_url(self, artifact: Artifact) -> str:
+    @extend_schema_field(serializers.URLField(allow_null=True))
+    def get_url(self, artifact: Artifact) -> str | None:
+        if artifact.not_kept or not artifact.file:
+            return None
         url = reverse("api-job-artifact", args=[artifact.job_id, artifact.pk])
         return self.context["request"].build_absolute_uri(url)
 
@@ -480,27 +500,75 @@ class DatasetView(APIView):
         return _delete(request, _one(Dataset.objects.visible_to(request.user), dataset_id, "dataset"))
 
 
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description="Any 1 to 255 printable ASCII characters, new for each submission (e.g. a UUID): the same key with the "
+    "same request within 24 h answers the job it made (`Idempotent-Replayed: true`) instead of a second one",
+)
+KEY_IN_USE = "A request with this Idempotency-Key is in progress"
+
+
 class SubmitView(APIView):
-    """Throttled per token on POST (FC2_API_SUBMIT_RATE): every submission, a re-run too."""
+    """A submission (a re-run too): FC2_API_SUBMIT_RATE per user on POST, and made once for an Idempotency-Key
+    (fc2.services.submissions)."""
 
     def get_throttles(self):
         return [SubmitThrottle()] if self.request.method == "POST" else []
 
+    def throttled(self, request: Request, wait: float) -> None:
+        raise too_many_submissions(submissions.TooManySubmissions(*submissions.submission_rate(), math.ceil(wait)))
+
     def submit(self, request: Request, job_request: jobs.JobRequest | None = None, **upload) -> Response:
-        """Submit `job_request`, or store the wheel in `upload` and submit with it (all or nothing); 201 and the
-        job, or the service's refusal as a 400 naming the field."""
+        """Submit `job_request`, or store the wheel in `upload` and submit with it (all or nothing): 201 and the
+        job, or the service's refusal as a 400 naming the field. With an Idempotency-Key the user used for the same
+        request, 201 and the job it made (`Idempotent-Replayed: true`): nothing is submitted."""
+        key = idempotency_key(request)
+
+        def make() -> Job:
+            try:
+                if job_request is not None:
+                    return jobs.submit(request.user, job_request, plan_first=True)
+                return jobs.submit_upload(request.user, plan_first=True, **upload)
+            except BundleError as exc:
+                raise invalid("bundle_file", str(exc)) from exc
+            except datasets.DatasetError as exc:
+                raise invalid("dataset", str(exc)) from exc
+            except jobs.SubmitError as exc:
+                raise invalid(exc.field, str(exc)) from exc
+
         try:
-            if job_request is not None:
-                job = jobs.submit(request.user, job_request, plan_first=True)
-            else:
-                job = jobs.submit_upload(request.user, plan_first=True, **upload)
-        except BundleError as exc:
-            raise invalid("bundle_file", str(exc)) from exc
-        except datasets.DatasetError as exc:
-            raise invalid("dataset", str(exc)) from exc
-        except jobs.SubmitError as exc:
-            raise invalid(exc.field, str(exc)) from exc
-        return Response(_job_output(request, job.pk), status=201)
+            job, made = submissions.submit_once(request.user, make, key, request_hash(request) if key else "")
+        except submissions.KeyReused as exc:
+            raise Refused(422, str(exc)) from exc
+        except submissions.KeyInUse as exc:
+            raise Refused(409, str(exc)) from exc
+        except submissions.TooManySubmissions as exc:
+            raise too_many_submissions(exc) from exc
+        response = Response(_job_output(request, job.pk), status=201)
+        if not made:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+def request_hash(request: Request) -> str:
+    """SHA-256 of the request as parsed: its method and path, its fields (a JSON body, or a form's), and the SHA-256
+    of each file it uploads — what an Idempotency-Key's request is compared by."""
+    files = {name: [_sha256(upload) for upload in request.FILES.getlist(name)] for name in request.FILES}
+    data = request.data
+    if isinstance(data, QueryDict):
+        data = {name: data.getlist(name) for name in data if name not in files}
+    as_parsed = json.dumps([request.method, request.path, data, files], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(as_parsed.encode()).hexdigest()
+
+
+def _sha256(upload) -> str:
+    digest = hashlib.sha256()
+    for chunk in upload.chunks():
+        digest.update(chunk)
+    upload.seek(0)
+    return digest.hexdigest()
 
 
 class JobsView(SubmitView):
@@ -527,7 +595,8 @@ class JobsView(SubmitView):
         operation_id="jobs_submit",
         summary="Submit a job",
         request={"application/json": JobSubmit, "multipart/form-data": JobUpload},
-        responses={201: JobOutput, **refusals(400, 413, 415, 429)},
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: JobOutput, **refusals(400, 409, 413, 415, 422, 429, s409=KEY_IN_USE)},
     )
     def post(self, request: Request) -> Response:
         if "bundle_file" in request.FILES or request.content_type.startswith("multipart/"):
@@ -595,9 +664,17 @@ class JobRerunView(SubmitView):
         operation_id="jobs_rerun",
         summary="Run a job again",
         request=None,
+        parameters=[IDEMPOTENCY_KEY],
         responses={
             201: OpenApiResponse(JobOutput, description="The new job: the same code, data and resources"),
-            **refusals(400, 404, 429, s400="It cannot run again as it was, and why (e.g. its provider is gone)"),
+            **refusals(
+                400,
+                404,
+                422,
+                429,
+                s400="It cannot run again as it was, and why (e.g. its provider is gone)",
+                s409=KEY_IN_USE,
+            ),
         },
     )
     def post(self, request: Request, job_id: int) -> Response:
@@ -643,7 +720,7 @@ def node_log(job: Job, name: str) -> tuple[str, bool]:
             logger.info("job %s: the log of %s could not be read: %s", job.pk, name, exc)
             return "", False
     kept = job.artifacts.filter(name=f"logs/{name}.log").first()
-    if kept is None:
+    if kept is None or not kept.file:  # none, or one not kept (it has no file)
         return "", job.is_terminal
     try:
         with kept.file.open("rb") as stored:
@@ -670,7 +747,7 @@ class ArtifactDownloadView(APIView):
         summary="Download an artifact",
         responses={
             (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="The file"),
-            **refusals(404),
+            **refusals(s404="No such artifact (or it is someone else's), or it was not kept: the reason"),
         },
     )
     def get(self, request: Request, job_id: int, artifact_id: int):
@@ -678,6 +755,8 @@ class ArtifactDownloadView(APIView):
         artifact = job.artifacts.filter(pk=artifact_id).first() if artifact_id <= MAX_ID else None
         if artifact is None:
             raise NotFound(f"job {job.pk} has no artifact {artifact_id}")
+        if artifact.not_kept or not artifact.file:
+            raise NotFound(f"artifact {artifact.name} was not kept: {artifact.not_kept or 'it has no file'}")
         try:
             stored = artifact.file.open("rb")
         except FileNotFoundError:

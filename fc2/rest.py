@@ -1,23 +1,20 @@
 """What every endpoint of the REST API shares (docs/API.md): refusals as `{"error": reason}` with the fields at fault,
-their place in the OpenAPI schema, JSON bodies bounded in depth, the rate limit on job submissions per user, and the
-choice of renderer."""
+their place in the OpenAPI schema, JSON bodies bounded in depth, the rate limit on job submissions per user and their
+Idempotency-Key, and the choice of renderer."""
 
 from __future__ import annotations
 
 import json
-import math
 
-from django.conf import settings
-from django.core.cache import caches
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import JSONParser
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 
-from fc2.models import ApiToken
+from fc2.services import submissions
 
 
 def exception_handler(exc, context):
@@ -125,7 +122,8 @@ def refusals(*statuses: int, **described: str) -> dict[int, OpenApiResponse]:
         409: "Conflicts with the object's state",
         413: "The upload is over its limit",
         415: "The body is not of a type the endpoint takes",
-        429: "Too many job submissions with this token: see Retry-After",
+        422: "The Idempotency-Key was used for another request",
+        429: "Too many job submissions by this user: see Retry-After",
     }
     return {
         status: OpenApiResponse(ApiError, description=described.get(f"s{status}", words[status]))
@@ -133,25 +131,48 @@ def refusals(*statuses: int, **described: str) -> dict[int, OpenApiResponse]:
     }
 
 
-class SubmitThrottle(SimpleRateThrottle):
-    """FC2_API_SUBMIT_RATE job submissions per token (per user for the browser's session), counted in the cache every
-    process shares (settings.CACHES["shared"]), so that more web workers do not multiply the rate."""
+def idempotency_key(request) -> str | None:
+    """The request's `Idempotency-Key` (a Structured Field string, `"…"`, or the bare key), or None without one; a
+    key that is none is a 400."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    key = key.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    if refusal := submissions.key_refusal(key):
+        raise Refused(400, refusal)
+    return key
 
-    scope = "submit"
-    cache = caches["shared"]
 
-    def get_rate(self) -> str:
-        return settings.FC2_API_SUBMIT_RATE
+def too_many_submissions(limited: submissions.TooManySubmissions) -> exceptions.Throttled:
+    """The 429, its Retry-After in whole seconds."""
+    return exceptions.Throttled(limited.wait, detail=f"{limited}.")
 
-    def get_cache_key(self, request, view) -> str:
-        token = request.auth if isinstance(request.auth, ApiToken) else None
-        ident = f"token-{token.pk}" if token else f"user-{request.user.pk}"
-        return self.cache_format % {"scope": self.scope, "ident": ident}
 
-    def wait(self) -> float | None:
-        # Whole seconds, as Retry-After carries them: never 0 while the limit still holds.
-        wait = super().wait()
-        return None if wait is None else max(1, math.ceil(wait))
+class SubmitThrottle(BaseThrottle):
+    """FC2_API_SUBMIT_RATE job submissions per user, whatever token or session they come with: refused here, before
+    the body is read, when the user's period is full already; fc2.services.submissions judges it again as the job is
+    made, under the user's lock, so that requests at once cannot pass it together. A request whose Idempotency-Key
+    answers a job already made is let through: it makes nothing."""
+
+    limited: submissions.TooManySubmissions | None = None
+
+    def allow_request(self, request, view) -> bool:
+        wait = submissions.wait_before_next(request.user)
+        if wait is None:
+            return True
+        try:
+            key = idempotency_key(request)
+        except Refused:
+            return True  # the view says why
+        if key is not None and submissions.stored_job(request.user, key) is not None:
+            return True
+        self.limited = submissions.TooManySubmissions(*submissions.submission_rate(), wait)
+        return False
+
+    def wait(self) -> int | None:
+        return self.limited.wait if self.limited else None
 
 
 class RememberedNegotiation(DefaultContentNegotiation):

@@ -67,10 +67,13 @@ FC2_LOCAL_CLUSTER_DIR = Path(os.environ.get("FC2_LOCAL_CLUSTER_DIR", VAR_DIR / "
 FC2_MAX_BUNDLE_MB = envint("FC2_MAX_BUNDLE_MB", 50)
 FC2_MAX_DATASET_MB = envint("FC2_MAX_DATASET_MB", 500)
 FC2_MAX_ARTIFACT_MB = envint("FC2_MAX_ARTIFACT_MB", 200)
-# Job submissions through the API (POST /api/jobs, re-runs) each personal token may make: N/second|minute|hour|day.
+# Job submissions through the API (POST /api/jobs, re-runs) each user may make, whatever tokens they have: N jobs in
+# the last second|minute|hour|day (fc2.services.submissions).
 FC2_API_SUBMIT_RATE = os.environ.get("FC2_API_SUBMIT_RATE", "30/hour").strip()
 if not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)", FC2_API_SUBMIT_RATE):
     raise ImproperlyConfigured(f"FC2_API_SUBMIT_RATE must be N/second|minute|hour|day, not {FC2_API_SUBMIT_RATE!r}")
+# The most live (neither revoked nor expired) personal API tokens one user may have.
+FC2_MAX_API_TOKENS_PER_USER = envint("FC2_MAX_API_TOKENS_PER_USER", 20)
 # URL datasets come from public addresses only (monitor/safe_fetch.py); an operator may allow private networks on
 # purpose, e.g. a lab's data mirror: comma-separated CIDRs. Checked at submit time and again by the downloading node.
 _networks = os.environ.get("FC2_DATASET_ALLOWED_NETWORKS", "")

@@ -6,16 +6,17 @@ from __future__ import annotations
 import io
 import itertools
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 from django.core.cache import caches
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
 
 from fc2.bundles import MB
 from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
-from fc2.rest import SubmitThrottle
 from fc2.services import artifacts, datasets, jobs, tokens
 from fc2.wizard import Wizard
 from recommender.catalog import load_catalog
@@ -475,22 +476,44 @@ def test_rerun_asks_what_the_wizard_fills_in(rf, alice, bundle, digits, fc2_2018
     assert jobs.request_like(job) == wizard.job_request()
 
 
-def test_submissions_are_rate_limited_per_token(api, client, alice, bundle, digits, settings):
+def test_submissions_are_rate_limited_per_user(api, client, alice, bob, bundle, digits, settings):
+    """Whatever token (or session) they come with: a user with many tokens does not have many allowances."""
     settings.FC2_API_SUBMIT_RATE = "2/hour"
     other = Api(client, alice)
     body = {"bundle": bundle.pk, "dataset": "digits"}
 
-    statuses = [api.post(JOBS, body).status_code for _ in range(2)]
+    statuses = [api.post(JOBS, body).status_code, other.post(JOBS, body).status_code]
     limited = api.post(JOBS, body)
-    rerun = api.post(f"{JOBS}/{Job.objects.first().pk}/rerun")
+    by_another_token = Api(client, alice).post(JOBS, body)
+    rerun = other.post(f"{JOBS}/{Job.objects.first().pk}/rerun")
+    client.force_login(alice)
+    by_session = client.post(JOBS, json.dumps(body), content_type="application/json")
 
     assert statuses == [201, 201]
-    assert limited.status_code == 429 and rerun.status_code == 429
-    assert 3500 <= int(limited["Retry-After"]) <= 3600
-    assert limited.json()["error"].startswith("Request was throttled.")
-    assert other.post(JOBS, body).status_code == 201  # another token of the same user has its own allowance
+    for refused in (limited, by_another_token, rerun, by_session):
+        assert refused.status_code == 429
+        assert 3590 <= int(refused["Retry-After"]) <= 3600  # whole seconds
+        assert refused.json()["error"].startswith("too many job submissions: 2 an hour per user. Expected available")
     assert api.get(JOBS).status_code == 200  # only submitting is limited
-    assert Job.objects.count() == 3
+    assert Job.objects.count() == 2
+    assert Api(client, bob).post(JOBS, {**body, "bundle": bundle.pk}).status_code == 400  # bob: his own allowance
+
+
+def test_the_limit_counts_the_jobs_of_the_last_period(api, alice, bundle, digits, settings):
+    """A sliding period: Retry-After says when the oldest job counted leaves it, and then one more is taken."""
+    settings.FC2_API_SUBMIT_RATE = "2/minute"
+    body = {"bundle": bundle.pk, "dataset": "digits"}
+    first, second = (api.post(JOBS, body).json()["id"] for _ in range(2))
+    now = timezone.now()
+    Job.objects.filter(pk=first).update(created_at=now - timedelta(seconds=50))
+    Job.objects.filter(pk=second).update(created_at=now - timedelta(seconds=20))
+
+    limited = api.post(JOBS, body)
+    assert limited.status_code == 429 and 9 <= int(limited["Retry-After"]) <= 10
+
+    Job.objects.filter(pk=first).update(created_at=now - timedelta(seconds=61))
+    assert api.post(JOBS, body).status_code == 201
+    assert api.post(JOBS, body).status_code == 429
 
 
 # --- logs and artifacts -----------------------------------------------------------------------------------------------
@@ -543,7 +566,7 @@ def test_artifacts_are_listed_and_downloaded(api, job):
     download = api.get(f"{JOBS}/{job.pk}/artifacts/{model.pk}")
 
     assert listed == [
-        {"id": model.pk, "name": "model.keras", "size_bytes": 7, "node": None,
+        {"id": model.pk, "name": "model.keras", "original_name": "", "size_bytes": 7, "node": None, "not_kept": "",
          "url": f"http://testserver/api/jobs/{job.pk}/artifacts/{model.pk}"}
     ]  # fmt: skip
     assert download.status_code == 200 and download.body == b"weights"
@@ -552,6 +575,32 @@ def test_artifacts_are_listed_and_downloaded(api, job):
         "error": f"job {job.pk} has no artifact {model.pk + 1}"
     }
     assert api.get(f"{JOBS}/{job.pk}").json()["artifacts"] == listed
+
+
+def test_an_artifact_not_kept_has_no_url_and_its_download_says_why(api, job):
+    kept = artifacts.store_artifact(job, "model.keras", b"weights", original_name="out/model.keras")
+    reason = "3.0 GB, over the 200 MB limit (FC2_MAX_ARTIFACT_MB)"
+    big = artifacts.store_artifact(
+        job, "checkpoint.bin", b"", original_name="out/check\\x00point.bin", not_kept=reason, size_bytes=3 * 10**9
+    )
+    log = artifacts.store_artifact(job, "logs/chief-0.log", b"", not_kept="no log", size_bytes=0)
+
+    listed = {a["name"]: a for a in api.get(f"{JOBS}/{job.pk}/artifacts").json()["results"]}
+    download = api.get(f"{JOBS}/{job.pk}/artifacts/{big.pk}")
+
+    assert listed["checkpoint.bin"]["url"] is None and listed["checkpoint.bin"]["not_kept"] == reason
+    assert listed["checkpoint.bin"]["original_name"] == "out/check\\x00point.bin"
+    assert listed["checkpoint.bin"]["size_bytes"] == 3 * 10**9
+    assert listed["model.keras"]["url"].endswith(f"/artifacts/{kept.pk}") and listed["model.keras"]["not_kept"] == ""
+    assert download.status_code == 404
+    assert download.json() == {"error": f"artifact checkpoint.bin was not kept: {reason}"}
+    assert api.get(f"{JOBS}/{job.pk}/artifacts/{log.pk}").status_code == 404
+    assert api.get(f"{JOBS}/{job.pk}").json()["artifacts"] == list(listed.values())
+    job.state = Job.State.FAILED
+    job.save()
+    Node.objects.create(job=job, name="chief-0", role="chief", index=0)
+    logs = api.get(f"{JOBS}/{job.pk}/logs")  # the node's log is an artifact not kept: none to read
+    assert logs.status_code == 200 and logs.json()["text"] == "" and logs.json()["complete"] is True
 
 
 def test_a_missing_artifact_file_is_404(api, job):
@@ -624,13 +673,13 @@ def test_the_schema_describes_the_jobs_api(api):
 
 
 def test_the_submit_count_is_shared_by_every_process(api, bundle, digits, settings):
-    """Counted in the cache the platform's processes share (files under FC2_VAR_DIR), not in one process's memory:
-    another web worker, with its own empty memory, still refuses."""
+    """Counted in the database, not in one process's memory nor in a cache: another web worker, with its own empty
+    memory, still refuses."""
     settings.FC2_API_SUBMIT_RATE = "1/hour"
     body = {"bundle": bundle.pk, "dataset": "digits"}
     assert api.post(JOBS, body).status_code == 201
 
-    caches["default"].clear()  # what another process's memory holds of it: nothing
+    for cache in caches.all():
+        cache.clear()  # what another process holds of it: nothing
 
     assert api.post(JOBS, body).status_code == 429
-    assert SubmitThrottle.cache is caches["shared"]

@@ -181,6 +181,29 @@ def test_settings_page_needs_a_login(client, db):
     assert client.get(reverse("account-tokens")).status_code == 302
 
 
+def test_a_user_has_a_bounded_number_of_live_tokens(client, alice, bob, settings):
+    """At every door: the settings page, `manage.py api_token create`, the service both call. A revoked or expired
+    token does not count."""
+    settings.FC2_MAX_API_TOKENS_PER_USER = 3
+    made = [tokens.create(alice, f"t{i}")[0] for i in range(3)]
+    reason = "alice has 3 live API tokens, the most one user may have (3): revoke one first"
+
+    with pytest.raises(tokens.TokenError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        tokens.create(alice, "one more")
+    code, out, _ = call_json("api_token", "create", "alice", "--name", "one more")
+    assert code == 1 and out["error"] == reason
+    client.force_login(alice)
+    page = client.post(reverse("account-tokens"), {"name": "one more"})
+    assert page.status_code == 400 and "revoke one first" in page.content.decode()
+    assert tokens.create(bob, "bobs")  # each user's own bound
+
+    made[0].revoke()
+    tokens.create(alice, "after a revoke")
+    ApiToken.objects.filter(pk=made[1].pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    tokens.create(alice, "after an expiry")
+    assert ApiToken.objects.filter(user=alice).count() == 5
+
+
 # --- manage.py api_token ---------------------------------------------------------------------------------------------
 
 

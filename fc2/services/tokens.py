@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from fc2.models import ApiToken
@@ -29,9 +32,17 @@ def create(user, name: str, expires_days: int | None = None) -> tuple[ApiToken, 
         raise TokenError(f"a token's name has at most {max_length} characters")
     if expires_days is not None and not 1 <= expires_days <= MAX_EXPIRY_DAYS:
         raise TokenError(f"a token expires after 1 to {MAX_EXPIRY_DAYS} days (or give no expiry)")
-    expires_at = timezone.now() + timedelta(days=expires_days) if expires_days is not None else None
+    now = timezone.now()
+    expires_at = now + timedelta(days=expires_days) if expires_days is not None else None
     try:
         with transaction.atomic():
+            # The user's tokens are counted and made one request at a time (PostgreSQL: the row's lock).
+            get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+            live = ApiToken.objects.filter(Q(expires_at=None) | Q(expires_at__gt=now), user=user, revoked_at=None)
+            if (count := live.count()) >= (limit := settings.FC2_MAX_API_TOKENS_PER_USER):
+                raise TokenError(
+                    f"{user} has {count} live API tokens, the most one user may have ({limit}): revoke one first"
+                )
             return ApiToken.issue(user, name, expires_at)
     except IntegrityError:  # unique_live_token_name
         raise TokenError(
