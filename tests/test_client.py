@@ -12,11 +12,13 @@ import stat
 import subprocess
 import sys
 import threading
+import uuid
 import zipfile
 from pathlib import Path
 
 import pytest
 from django.test import RequestFactory
+from fc2_client import api as api_module
 from fc2_client import cli, config, display
 from fc2_client.api import ApiError, Client, Multipart
 
@@ -155,52 +157,144 @@ def test_the_progress_bar_and_the_live_line():
 
 
 @pytest.mark.parametrize(
-    ("name", "expected"),
+    ("name", "expected", "renamed"),
     [
-        ("model.keras", "out/model.keras"),
-        ("worker-0/model.keras", "out/worker-0/model.keras"),
-        ("logs/chief-0.log", "out/logs/chief-0.log"),
-        ("./metrics.json", "out/metrics.json"),
-        ("/etc/passwd", None),
-        ("../escape", None),
-        ("worker-0/../../escape", None),
-        ("worker-0/../model.keras", None),  # harmless, but a name with .. is not a name the platform gives
-        ("..\\escape", None),
-        ("\\\\server\\share\\x", None),
-        ("C:/Windows/x", None),
-        ("C:x", None),
-        ("", None),
-        (".", None),
-        ("a\0b", None),
+        ("model.keras", "model.keras", False),
+        ("worker-0/model.keras", "worker-0/model.keras", False),
+        ("logs/chief-0.log", "logs/chief-0.log", False),
+        ("./metrics.json", "metrics.json", False),
+        (".hidden", ".hidden", False),
+        ("日本/データ.txt", "日本/データ.txt", False),
+        ("/etc/passwd", "etc/passwd", True),
+        ("../escape", "escape", True),
+        ("worker-0/../../escape", "worker-0/escape", True),
+        ("..\\escape", "escape", True),
+        ("\\\\server\\share\\x", "server/share/x", True),
+        ("C:/Windows/x", "C_/Windows/x", True),
+        ("C:x", "C_x", True),
+        ("", "artifact-9", True),
+        (".", "artifact-9", True),
+        ("..", "artifact-9", True),
+        ("a\0b", "a_b", True),
+        ("line\nbreak\r.txt", "line_break_.txt", True),
+        ("esc\x1b[2J", "esc_[2J", True),
+        ("what?.txt", "what_.txt", True),
+        ("CON", "_CON", True),
+        ("logs/nul.txt", "logs/_nul.txt", True),
+        ("Com1.tar.gz", "_Com1.tar.gz", True),
+        ("console.log", "console.log", False),
+        ("trailing. ", "trailing_", True),
+        ("x" * 300 + ".keras", "x" * 222 + "-{digest}.keras", True),
+        ("é" * 200, "é" * 114 + "-{digest}", True),
     ],
 )
-def test_download_destinations(name, expected):
-    if expected is None:
-        with pytest.raises(cli.Failure, match="refusing artifact name"):
-            cli.destination(Path("out"), name)
+def test_where_an_artifact_is_written(name, expected, renamed, tmp_path):
+    (place,) = cli.placements(tmp_path, [{"id": 9, "name": name, "url": "u"}])
+
+    relative = place.path.relative_to(tmp_path).as_posix()
+    if "{digest}" in expected:
+        prefix, suffix = expected.split("{digest}")
+        assert relative.startswith(prefix) and relative.endswith(suffix) and len(relative.encode()) <= 240
     else:
-        assert cli.destination(Path("out"), name).as_posix() == expected
+        assert relative == expected
+    assert bool(place.why) is renamed
 
 
-def test_download_refuses_a_bad_name_before_writing_anything(stub, logged_in, tmp_path, capsys):
-    stub.routes["GET /api/jobs/4/artifacts"] = (
-        200,
-        {"results": [{"id": 1, "name": "model.keras"}, {"id": 2, "name": "../../.bashrc"}]},
-    )
+def test_names_that_meet_are_placed_apart(tmp_path):
+    """A file where another needs a folder, the same name but for case (one file on macOS or Windows), two names
+    made safe alike: each gets a place of its own, at the top."""
+    listed = [
+        {"id": 1, "name": "out", "url": "u"},
+        {"id": 2, "name": "out/model.keras", "url": "u"},
+        {"id": 3, "name": "Model.keras", "url": "u"},
+        {"id": 4, "name": "model.keras", "url": "u"},
+        {"id": 5, "name": "a?b", "url": "u"},
+        {"id": 6, "name": "a*b", "url": "u"},
+        {"id": 7, "name": "big.bin", "url": None, "not_kept": "over the 200 MB limit"},
+    ]
+
+    placed = {p.artifact["id"]: p for p in cli.placements(tmp_path, listed)}
+
+    where = {i: p.path.relative_to(tmp_path).as_posix() if p.path else None for i, p in placed.items()}
+    assert where == {
+        1: "out", 2: "artifact-2-model.keras", 3: "Model.keras", 4: "artifact-4-model.keras", 5: "a_b",
+        6: "artifact-6-a_b", 7: None,
+    }  # fmt: skip
+    assert placed[2].why == placed[4].why == "renamed: its path meets another artifact's or something in the way"
+    assert placed[7].why == "not kept: over the 200 MB limit"
+
+
+def test_what_is_in_the_way_on_disk_is_left_alone(tmp_path):
+    (tmp_path / "logs").write_text("a file where a folder goes")
+    (tmp_path / "model.keras").mkdir()  # a folder where the file goes
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "ok.txt").write_text("an earlier download of it: written again")
+    names = ["logs/a.log", "model.keras", "link/x", "ok.txt"]
+    listed = [{"id": i, "name": name, "url": "u"} for i, name in enumerate(names)]
+
+    where = [p.path.relative_to(tmp_path).as_posix() for p in cli.placements(tmp_path, listed)]
+
+    assert where == ["artifact-0-a.log", "artifact-1-model.keras", "artifact-2-x", "ok.txt"]
+
+
+def test_download_renames_what_is_unsafe_and_keeps_going(stub, logged_in, tmp_path, capsys):
+    stub.routes["GET /api/jobs/4/artifacts"] = (200, {"results": [
+        {"id": 1, "name": "model.keras", "url": "u"},
+        {"id": 2, "name": "../../.bashrc", "url": "u"},
+        {"id": 3, "name": "big.bin", "url": None, "not_kept": "3.0 GB, over the 200 MB limit"},
+        {"id": 4, "name": "gone.txt", "url": "u"},
+        {"id": 5, "name": "/abs/CON", "url": "u"},
+    ]})  # fmt: skip
     stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
-    out = tmp_path / "out"
+    stub.routes["GET /api/jobs/4/artifacts/2"] = (200, b"echo pwned")
+    stub.routes["GET /api/jobs/4/artifacts/4"] = (404, {"error": "the file of artifact gone.txt is missing"})
+    stub.routes["GET /api/jobs/4/artifacts/5"] = (200, b"device")
+    out = tmp_path / "deep" / "out"
 
     code = cli.main(["download", "4", "--dir", str(out), "--json"])
 
-    assert code == 1
-    assert "refusing artifact name '../../.bashrc'" in json.loads(capsys.readouterr().out)["error"]
-    assert not out.exists() and not (tmp_path / ".bashrc").exists()
-    assert [r["path"] for r in stub.requests] == ["/api/jobs/4/artifacts"]
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 1 and answer["error"] == "2 of 5 artifacts skipped"
+    assert [(f["name"], f["size_bytes"]) for f in answer["files"]] == [
+        ("model.keras", 5), ("../../.bashrc", 10), ("/abs/CON", 6)
+    ]  # fmt: skip
+    assert answer["renamed"] == [
+        {"name": "../../.bashrc", "path": str(out / ".bashrc"), "why": "renamed: '..'"},
+        {"name": "/abs/CON", "path": str(out / "abs" / "_CON"), "why": "renamed: absolute, a reserved name"},
+    ]
+    assert answer["skipped"] == [
+        {"name": "big.bin", "why": "not kept: 3.0 GB, over the 200 MB limit"},
+        {"name": "gone.txt", "why": "the file of artifact gone.txt is missing"},
+    ]
+    assert (out / ".bashrc").read_bytes() == b"echo pwned" and (out / "abs" / "_CON").read_bytes() == b"device"
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "deep", "deep/out", "deep/out/.bashrc", "deep/out/abs", "deep/out/abs/_CON", "deep/out/model.keras"
+    ]  # fmt: skip
+    assert "/api/jobs/4/artifacts/3" not in [r["path"] for r in stub.requests]
+
+
+def test_download_says_what_it_renamed_and_skipped(stub, logged_in, tmp_path, capsys):
+    stub.routes["GET /api/jobs/4/artifacts"] = (200, {"results": [
+        {"id": 1, "name": "a\nb", "url": "u"}, {"id": 2, "name": "big", "url": None, "not_kept": "too big"},
+    ]})  # fmt: skip
+    stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"x")
+
+    assert cli.main(["download", "4", "--dir", str(tmp_path / "out")]) == 1
+
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1:] == [
+        f"renamed: 'a\\nb' -> {tmp_path / 'out' / 'a_b'} (renamed: characters no file name may hold)",
+        "skipped: 'big' (not kept: too big)",
+    ]
+    assert err == ""  # (the exit code says it; --json's "error" too)
 
 
 def test_download_does_not_follow_a_symlinked_folder_out(stub, logged_in, tmp_path, capsys):
-    stub.routes["GET /api/jobs/4/artifacts"] = (200, {"results": [{"id": 1, "name": "worker-0/model.keras"}]})
+    stub.routes["GET /api/jobs/4/artifacts"] = (200, {"results": [
+        {"id": 1, "name": "worker-0/model.keras", "url": "u"}, {"id": 2, "name": "metrics.json", "url": "u"},
+    ]})  # fmt: skip
     stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
+    stub.routes["GET /api/jobs/4/artifacts/2"] = (200, b"{}")
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     out.mkdir()
     elsewhere.mkdir()
@@ -208,14 +302,28 @@ def test_download_does_not_follow_a_symlinked_folder_out(stub, logged_in, tmp_pa
 
     code = cli.main(["download", "4", "--dir", str(out), "--json"])
 
-    assert code == 1 and "leads outside" in json.loads(capsys.readouterr().out)["error"]
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 0 and answer["renamed"][0]["path"] == str(out / "artifact-1-model.keras")
     assert list(elsewhere.iterdir()) == []
+    assert (out / "artifact-1-model.keras").read_bytes() == b"model" and (out / "metrics.json").read_bytes() == b"{}"
+
+
+def test_a_download_never_writes_through_a_symlink_left_at_its_temporary_name(stub, logged_in, tmp_path):
+    stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / ".model.keras.part").symlink_to(victim)
+
+    with pytest.raises(OSError):
+        Client(stub.url, "t").download("/api/jobs/4/artifacts/1", tmp_path / "model.keras")
+
+    assert victim.read_text() == "mine"
 
 
 def test_download_keeps_folders(stub, logged_in, tmp_path, capsys):
     stub.routes["GET /api/jobs/4/artifacts"] = (
         200,
-        {"results": [{"id": 1, "name": "model.keras"}, {"id": 2, "name": "worker-1/log.txt"}]},
+        {"results": [{"id": 1, "name": "model.keras", "url": "u"}, {"id": 2, "name": "worker-1/log.txt", "url": "u"}]},
     )
     stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
     stub.routes["GET /api/jobs/4/artifacts/2"] = (200, b"log")
@@ -306,7 +414,7 @@ def test_a_usage_error_without_json_shows_the_usage(capsys):
 
 class Stub:
     """A stand-in platform: canned answers by "METHOD /path" (a status and a JSON object or bytes, or a function of
-    the request's query that gives them), and every request it got."""
+    the request's query that gives them; status None: the connection closed unanswered), and every request it got."""
 
     def __init__(self):
         self.routes: dict = {}
@@ -325,6 +433,9 @@ class Stub:
                                       "headers": dict(self.headers)})  # fmt: skip
                 route = stub.routes.get(f"{self.command} {path}", (404, b"<html>Not Found</html>"))
                 status, answer, *headers = route(query) if callable(route) else route
+                if status is None:  # the connection lost before any answer
+                    self.close_connection = True
+                    return
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
                 for name, value in (headers[0] if headers else {}).items():
@@ -467,6 +578,81 @@ def test_interrupting_a_follow_says_the_job_goes_on(stub, logged_in, monkeypatch
     answer = json.loads(capsys.readouterr().out)
     assert answer["error"] == "stopped following; job 4 goes on (`fc2 status 4 --follow`, `fc2 cancel 4`)"
     assert answer["job"]["state"] == "running"
+
+
+@pytest.fixture
+def submitting(stub, logged_in, tmp_path, monkeypatch) -> tuple[Path, list[float]]:
+    """A wheel to submit (the platform stores it as bundle 7), and the pauses the client makes between tries."""
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"a wheel")
+    stub.routes["GET /api/bundles"] = (200, {"results": []})
+    stub.routes["POST /api/bundles"] = (201, {"id": 7})
+    pauses: list[float] = []
+    monkeypatch.setattr(api_module.time, "sleep", pauses.append)
+    return wheel, pauses
+
+
+def job_posts(stub) -> list[dict]:
+    return [r for r in stub.requests if r["method"] == "POST" and r["path"] == "/api/jobs"]
+
+
+def idempotency_key(request: dict) -> str:
+    return next(value for name, value in request["headers"].items() if name.lower() == "idempotency-key")
+
+
+def test_submit_sends_a_fresh_key_and_the_same_one_when_it_tries_again(stub, submitting, capsys):
+    wheel, pauses = submitting
+    answers = iter([
+        (None, b""),  # the answer lost: the job may have been made
+        (503, b"<html>unavailable</html>"),
+        (429, {"error": "slow down"}, {"Retry-After": "10"}),
+        (502, b"bad gateway"),
+        (201, {"id": 11, "state": "queued"}),
+        (201, {"id": 12, "state": "queued"}),
+    ])  # fmt: skip
+    stub.routes["POST /api/jobs"] = lambda query: next(answers)
+
+    assert cli.main(["submit", str(wheel), "--dataset", "digits", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"]["id"] == 11
+    assert cli.main(["submit", str(wheel), "--dataset", "digits", "--json"]) == 0
+
+    posts = job_posts(stub)
+    keys = [idempotency_key(r) for r in posts]
+    assert len(posts) == 6 and len(set(keys[:5])) == 1 and keys[5] != keys[0]  # a fresh key per invocation
+    assert uuid.UUID(keys[0].strip('"')) and keys[0].startswith('"')  # a Structured Field string, as the draft has it
+    assert all(r["body"] == posts[0]["body"] for r in posts)
+    assert pauses == [1.0, 2.0, 10.0, 8.0]  # backoff, or the Retry-After when it asks for longer
+
+
+def test_submit_tries_again_a_bounded_number_of_times(stub, submitting, capsys):
+    wheel, pauses = submitting
+    stub.routes["POST /api/jobs"] = (503, b"down for maintenance")
+
+    assert cli.main(["submit", str(wheel), "--dataset", "digits"]) == 1
+
+    assert len(job_posts(stub)) == 1 + cli.SUBMIT_RETRIES and len(pauses) == cli.SUBMIT_RETRIES
+    out, err = capsys.readouterr()
+    assert err.count("submitting: ") == cli.SUBMIT_RETRIES and "(trying again in 16 s)" in err
+    assert err.endswith("failed: HTTP 503 Service Unavailable\n")
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ((400, {"error": "invalid request", "fields": {"workers": ["too many"]}}), "workers: too many"),
+        ((422, {"error": "this Idempotency-Key was used for another request"}), "used for another request"),
+        ((429, {"error": "too many job submissions"}, {"Retry-After": "3599"}), "(try again in 3599 s)"),
+        ((500, b"<html>Server Error</html>"), "failed: HTTP 500"),
+    ],
+)
+def test_submit_does_not_try_again_what_would_fail_again(stub, submitting, capsys, answer, message):
+    wheel, pauses = submitting
+    stub.routes["POST /api/jobs"] = answer
+
+    assert cli.main(["submit", str(wheel), "--dataset", "digits", "--json"]) == 1
+
+    assert message in json.loads(capsys.readouterr().out)["error"]
+    assert len(job_posts(stub)) == 1 and pauses == []
 
 
 def test_the_client_imports_no_platform_code():

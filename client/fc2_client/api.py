@@ -8,6 +8,7 @@ import json
 import mimetypes
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -26,10 +27,20 @@ class ApiError(Exception):
     """A request that did not succeed: refused by the platform (`status` is its HTTP status, `body` its JSON answer)
     or never answered (`status` None)."""
 
-    def __init__(self, message: str, status: int | None = None, body: dict | None = None):
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        body: dict | None = None,
+        *,
+        retry_after: float | None = None,
+        unanswered: bool = False,
+    ):
         super().__init__(message)
         self.status = status
         self.body = body or {}
+        self.retry_after = retry_after  # seconds, as the answer's Retry-After said
+        self.unanswered = unanswered  # the connection failed or timed out: the request may or may not have been done
 
     @property
     def reason(self) -> str:
@@ -129,9 +140,34 @@ class Client:
         params = {name: value for name, value in query.items() if value is not None}
         return self._json("GET", f"{path}?{urlencode(params)}" if params else path)
 
-    def post(self, path: str, payload: dict | None = None) -> dict:
+    def post(
+        self,
+        path: str,
+        payload: dict | None = None,
+        *,
+        idempotency_key: str | None = None,
+        retries: int = 0,
+        waiting: Callable[[ApiError, float], None] | None = None,
+    ) -> dict:
+        """POST `payload` as JSON; its JSON answer. With `retries`, a request that was not answered, or answered
+        502, 503, 504 or 429 with a short Retry-After, is sent again up to that many times, after a growing pause
+        (`waiting` is told of each) — with the same `idempotency_key`, so that the platform does it at most once."""
         body = json.dumps(payload or {}).encode()
-        return self._json("POST", path, body, {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = f'"{idempotency_key}"'  # a Structured Field string, as the draft has it
+        attempt = 0
+        while True:
+            try:
+                return self._json("POST", path, body, headers)
+            except ApiError as exc:
+                pause = retry_pause(exc, attempt) if attempt < retries else None
+                if pause is None:
+                    raise
+                if waiting:
+                    waiting(exc, pause)
+                time.sleep(pause)
+                attempt += 1
 
     def upload(
         self, path: str, fields: Mapping[str, str], file_field: str, file: Path, progress: Progress | None = None
@@ -148,8 +184,10 @@ class Client:
         done = 0
         with self._translated("GET", path):
             response = self._open("GET", path)
+        # Never through a symlink someone left at the temporary name (nor at the target: os.replace replaces a link).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
         try:
-            with response, partial.open("wb") as out:
+            with response, os.fdopen(os.open(partial, flags, 0o644), "wb") as out:
                 total = int(response.headers.get("Content-Length") or 0)
                 while True:
                     with self._translated("GET", path):
@@ -198,11 +236,13 @@ class Client:
         except HTTPError as exc:
             raise self._refusal(exc, method, url) from None
         except URLError as exc:
-            raise ApiError(f"cannot reach {self.url}: {exc.reason}") from None
+            raise ApiError(f"cannot reach {self.url}: {exc.reason}", unanswered=True) from None
         except socket.timeout:
-            raise ApiError(f"{self.url} did not answer within {self.timeout:g} s ({method} {path})") from None
+            message = f"{self.url} did not answer within {self.timeout:g} s ({method} {path})"
+            raise ApiError(message, unanswered=True) from None
         except OSError as exc:  # the connection lost while sending or reading
-            raise ApiError(f"lost the connection to {self.url} ({method} {path}): {exc}") from None
+            message = f"lost the connection to {self.url} ({method} {path}): {exc}"
+            raise ApiError(message, unanswered=True) from None
 
     def _refusal(self, exc: HTTPError, method: str, url: str) -> ApiError:
         status = exc.code
@@ -225,4 +265,40 @@ class Client:
             message = f"{method} {url}: not found (HTTP 404); is {self.url} an FC² platform with the jobs API?"
         else:
             message = f"{method} {url} failed: HTTP {status} {exc.reason}"
-        return ApiError(message, status, body)
+        return ApiError(message, status, body, retry_after=_seconds(exc.headers.get("Retry-After")))
+
+
+# A request sent again (Client.post's `retries`): after BACKOFF_S, then twice as long each time, or after the answer's
+# Retry-After if it says longer — but not one that asks for more than MAX_RETRY_AFTER_S (a rate limit's hour).
+RETRY_STATUSES = (502, 503, 504)
+BACKOFF_S = 1.0
+MAX_RETRY_AFTER_S = 60.0
+
+
+def retry_pause(error: ApiError, attempt: int) -> float | None:
+    """Seconds to wait before sending a request again after `error` (its `attempt`-th, from 0), or None when
+    sending it again would not help.
+
+    >>> retry_pause(ApiError("lost", unanswered=True), 0), retry_pause(ApiError("busy", 503), 2)
+    (1.0, 4.0)
+    >>> retry_pause(ApiError("soon", 429, retry_after=7.0), 0), retry_pause(ApiError("later", 429, retry_after=3600), 0)
+    (7.0, None)
+    >>> retry_pause(ApiError("no", 400), 0), retry_pause(ApiError("limit", 429), 0)
+    (None, None)
+    """
+    backoff = BACKOFF_S * 2**attempt
+    if error.unanswered:
+        return backoff
+    if error.status in RETRY_STATUSES or error.status == 429:
+        if error.retry_after is not None:
+            return max(backoff, error.retry_after) if error.retry_after <= MAX_RETRY_AFTER_S else None
+        return backoff if error.status != 429 else None
+    return None
+
+
+def _seconds(value: str | None) -> float | None:
+    """A Retry-After in seconds (an HTTP date is taken as no advice)."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None

@@ -15,8 +15,10 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from urllib.parse import urlsplit
@@ -30,6 +32,7 @@ POLL_S = 2.0  # between two looks at a followed job or log
 PATIENCE_S = 120.0  # how long following rides out an unreachable platform (a restart) before giving up
 RELEASE_WAIT_S = 120.0  # how long following waits, once a job has ended, for its cluster to be torn down
 ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model")  # the platform says which it has
+SUBMIT_RETRIES = 5  # a submission not answered (or answered 502, 503, 504, 429) is sent again this often at most
 
 
 class UsageError(Exception):
@@ -310,7 +313,19 @@ def cmd_submit(args: argparse.Namespace, terminal: Terminal) -> Outcome:
     api = client()
     dataset = _dataset(api, args.dataset, terminal)
     bundle = _bundle(api, args.wheel, args.main, terminal)
-    job = api.post("/api/jobs", job_payload(args, bundle["id"], dataset))
+    # One key for this submission, sent again with each retry: however often it is sent, the platform makes one job.
+    key = str(uuid.uuid4())
+
+    def waiting(error: ApiError, pause: float) -> None:
+        terminal.say(f"submitting: {error} (trying again in {pause:g} s)")
+
+    job = api.post(
+        "/api/jobs",
+        job_payload(args, bundle["id"], dataset),
+        idempotency_key=key,
+        retries=SUBMIT_RETRIES,
+        waiting=waiting,
+    )
     terminal.say(f"job {job['id']} submitted: {job.get('url', '')}")
     if not args.follow:
         return Outcome({"job": job, "bundle": bundle}, display.job_line(job))
@@ -444,41 +459,173 @@ def cmd_cancel(args: argparse.Namespace, terminal: Terminal) -> Outcome:
 
 
 def cmd_download(args: argparse.Namespace, terminal: Terminal) -> Outcome:
+    """Every artifact the job kept, each under its own name where that is safe on this machine, else under a safe
+    one (renamed); one that cannot be written (not kept, or no safe place for it) is skipped and the rest go on."""
     api = client()
     artifacts = api.get(f"/api/jobs/{args.job}/artifacts").get("results", [])
     root = args.dir or Path(f"fc2-job-{args.job}")
+    files, renamed, skipped = [], [], []
     # Every name is judged before the first byte is written: a job's files come from its (untrusted) training code.
-    targets = [(artifact, destination(root, artifact["name"])) for artifact in artifacts]
-    files = []
-    for artifact, target in targets:
-        inside(root, target.parent)  # a folder in D that is a symlink cannot carry the file (or a folder) elsewhere
-        target.parent.mkdir(parents=True, exist_ok=True)
+    for place in placements(root, artifacts):
+        name = str(place.artifact.get("name"))
+        if place.path is None:
+            skipped.append({"name": name, "why": place.why})
+            continue
+        try:
+            make_folders(root, place.path.parent)
+        except Failure as exc:
+            skipped.append({"name": name, "why": str(exc)})
+            continue
         line = terminal.bar()
-        progress = display.ProgressBar(artifact["name"], line) if line else None
-        size = api.download(f"/api/jobs/{args.job}/artifacts/{artifact['id']}", target, progress)
-        if line:
-            line.close()
-        files.append({"name": artifact["name"], "path": str(target), "size_bytes": size})
-    text = "\n".join(f"{f['path']}  ({display.size(f['size_bytes'])})" for f in files) or "no artifacts"
-    return Outcome({"dir": str(root), "files": files}, text)
+        progress = display.ProgressBar(name, line) if line else None
+        try:
+            size = api.download(f"/api/jobs/{args.job}/artifacts/{place.artifact['id']}", place.path, progress)
+        except ApiError as exc:
+            if exc.status != 404:  # (the platform or the connection: the next one would fail as well)
+                raise
+            skipped.append({"name": name, "why": exc.reason})
+            continue
+        finally:
+            if line:
+                line.close()
+        files.append({"name": name, "path": str(place.path), "size_bytes": size})
+        if place.why:
+            renamed.append({"name": name, "path": str(place.path), "why": place.why})
+    lines = [f"{f['path']}  ({display.size(f['size_bytes'])})" for f in files] or ["no artifacts downloaded"]
+    lines += [f"renamed: {r['name']!r} -> {r['path']} ({r['why']})" for r in renamed]
+    lines += [f"skipped: {s['name']!r} ({s['why']})" for s in skipped]
+    data = {"dir": str(root), "files": files, "renamed": renamed, "skipped": skipped}
+    if skipped:
+        return Outcome(data, "\n".join(lines), EXIT_ERROR, f"{len(skipped)} of {len(artifacts)} artifacts skipped")
+    return Outcome(data, "\n".join(lines) if artifacts else "no artifacts")
 
 
-def destination(root: Path, name: str) -> Path:
-    """Where artifact `name` goes under `root`, keeping its folders (worker-0/…); a name that could land anywhere
-    else — absolute, with a drive, with `..`, empty — is refused, whatever the OS (so `\\` separates too).
+# What a file or folder name may not be or hold on the machines the client runs on (Windows the strictest): control
+# characters, the characters Windows refuses, a device name whatever its extension; nor end in a dot or a space.
+UNPORTABLE = re.compile(r'[\x00-\x1f\x7f<>:"|?*]')
+RESERVED_NAMES = {"con", "prn", "aux", "nul", "conin$", "conout$"} | {
+    f"{d}{i}" for d in ("com", "lpt") for i in range(10)
+}
+# Longest name written, in UTF-8 bytes: file systems take 255, and the download is first written as `.<name>.part`.
+MAX_NAME_BYTES = 240
 
-    >>> destination(Path("out"), "worker-0/model.keras").as_posix()
-    'out/worker-0/model.keras'
-    >>> destination(Path("out"), "../x")
-    Traceback (most recent call last):
-    ...
-    fc2_client.cli.Failure: refusing artifact name '../x': it would be written outside out
+
+@dataclass
+class Placement:
+    artifact: dict  # as the platform lists it
+    path: Path | None  # where it is written; None: skipped
+    why: str = ""  # why it was renamed or skipped; empty for one written under its own name
+
+
+def safe_parts(name: str) -> tuple[list[str], list[str]]:
+    r"""The folders and file name artifact `name` is written under, each a name every OS takes, and what had to
+    change to make them so (nothing, for a name that is fine as it is); a slash and a backslash both separate.
+
+    >>> safe_parts("worker-0/model.keras"), safe_parts("./metrics.json")
+    ((['worker-0', 'model.keras'], []), (['metrics.json'], []))
+    >>> safe_parts("/etc/../passwd")
+    (['etc', 'passwd'], ['absolute', "'..'"])
+    >>> safe_parts("C:\\x\\CON.txt")
+    (['C_', 'x', '_CON.txt'], ['absolute', 'characters no file name may hold', 'a reserved name'])
+    >>> safe_parts("a\nb/end. ")
+    (['a_b', 'end_'], ['characters no file name may hold', 'a dot or space at the end'])
     """
-    windows = PureWindowsPath(name)  # splits at both / and \
-    parts = [part for part in windows.parts if part not in ("", ".")]
-    if not parts or "\0" in name or windows.drive or windows.root or PurePosixPath(name).is_absolute() or ".." in parts:
-        raise Failure(f"refusing artifact name {name!r}: it would be written outside {root}")
-    return root.joinpath(*parts)
+    changes: list[str] = []
+
+    def changed(why: str) -> None:
+        if why not in changes:
+            changes.append(why)
+
+    windows = PureWindowsPath(name)
+    if windows.drive or windows.root or name.startswith("/"):
+        changed("absolute")
+    parts = []
+    for part in re.split(r"[\\/]", name):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            changed("'..'")
+            continue
+        safe = UNPORTABLE.sub("_", part)
+        if safe != part:
+            changed("characters no file name may hold")
+        if safe.rstrip(". ") != safe:
+            safe = safe.rstrip(". ") + "_"
+            changed("a dot or space at the end")
+        if safe.split(".")[0].rstrip(" ").casefold() in RESERVED_NAMES:
+            safe = "_" + safe
+            changed("a reserved name")
+        if len(safe.encode()) > MAX_NAME_BYTES:
+            safe = _shortened(safe)
+            changed("too long")
+        parts.append(safe)
+    return parts, changes
+
+
+def _shortened(name: str) -> str:
+    """`name` within MAX_NAME_BYTES: itself, or shortened, its extension kept, and marked with a digest of the whole
+    (two stay two)."""
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    suffix = PurePosixPath(name).suffix
+    suffix = suffix if len(suffix.encode()) <= 16 else ""
+    tail = f"-{hashlib.sha256(name.encode()).hexdigest()[:11]}{suffix}"
+    stem = name[: len(name) - len(suffix)]
+    while len(f"{stem}{tail}".encode()) > MAX_NAME_BYTES:
+        stem = stem[:-1]
+    return f"{stem}{tail}"
+
+
+def placements(root: Path, artifacts: list[dict]) -> list[Placement]:
+    """Where each artifact goes under `root`: its own name made safe (`safe_parts`), else — when that path meets
+    another artifact's (a file where the other needs a folder, or the same name but for case), or something in
+    `root` that is in the way (a symlink, a file where a folder goes, a folder where the file goes) — a name of its
+    own at the top, else nowhere (skipped); one not kept is skipped."""
+    files: set[str] = set()  # what the artifacts placed so far take, case folded (macOS and Windows ignore case)
+    folders: set[str] = set()
+    placed = []
+    for artifact in artifacts:
+        if artifact.get("not_kept") or ("url" in artifact and artifact["url"] is None):
+            placed.append(Placement(artifact, None, f"not kept: {artifact.get('not_kept') or 'it has no file'}"))
+            continue
+        parts, changes = safe_parts(str(artifact.get("name") or ""))
+        why = f"renamed: {', '.join(changes)}" if changes else ""
+        if not parts:
+            parts, why = [f"artifact-{artifact['id']}"], "renamed: no name"
+        if not _free(root, parts, files, folders):
+            parts = [_shortened(f"artifact-{artifact['id']}-{parts[-1]}")]
+            why = "renamed: its path meets another artifact's or something in the way"
+            if not _free(root, parts, files, folders):
+                placed.append(Placement(artifact, None, f"no free place for it in {root}"))
+                continue
+        files.add("/".join(parts).casefold())
+        folders.update("/".join(parts[:i]).casefold() for i in range(1, len(parts)))
+        placed.append(Placement(artifact, root.joinpath(*parts), why))
+    return placed
+
+
+def _free(root: Path, parts: list[str], files: set[str], folders: set[str]) -> bool:
+    key = "/".join(parts).casefold()
+    if key in files or key in folders or any("/".join(parts[:i]).casefold() in files for i in range(1, len(parts))):
+        return False
+    for i in range(1, len(parts)):
+        folder = root.joinpath(*parts[:i])
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            return False
+    target = root.joinpath(*parts)
+    return not target.is_symlink() and not target.is_dir()
+
+
+def make_folders(root: Path, folder: Path) -> None:
+    """`folder` made under `root`, level by level; refused where a level is a symlink or leads outside `root`."""
+    root.mkdir(parents=True, exist_ok=True)
+    for level in reversed([folder, *folder.parents]):
+        if level == root or root not in level.parents:
+            continue
+        if level.is_symlink():
+            raise Failure(f"{level} is a symlink: not followed")
+        level.mkdir(exist_ok=True)
+    inside(root, folder)
 
 
 def inside(root: Path, folder: Path) -> None:
