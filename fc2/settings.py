@@ -192,6 +192,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Around everything that may reach the database or the broker (sessions, auth, views): a 503 while one is down.
+    "fc2.outage.OutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # Before the CSRF check, which would read (and spool) the whole body of a request refused anyway.

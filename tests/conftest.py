@@ -31,6 +31,7 @@ from fc2.services import datasets, inline, jobs, sweep
 from fc2.services.bundles import store_bundle
 from provisioner import ClusterInfo, ClusterSpec, aws, local
 from tests.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
+from tests.wheels import GOOD, make_wheel
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -425,3 +426,25 @@ def lab_leftovers(cluster_id: str, directory: Path, tag: str) -> dict[str, list[
 def nothing_left(found: dict[str, list[str]]) -> dict[str, list[str]]:
     """Only the kinds of which something was found: {} when nothing was."""
     return {kind: items for kind, items in found.items() if items}
+
+
+# A trainer that costs nothing but its processes (no TensorFlow): every node sleeps `--seconds` in half-second steps,
+# the chief reporting each as progress; then the chief writes its metrics.
+TRAINER = b"""
+import json, os, pathlib, sys, time
+seconds = float(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--seconds=")), "60"))
+chief = os.environ.get("FC2_IS_CHIEF") == "1"
+steps = int(seconds * 2)
+for step in range(1, steps + 1):
+    time.sleep(0.5)
+    print(f"step {step}", flush=True)
+    if chief:
+        print("FC2_PROGRESS " + json.dumps({"epoch": 1, "step": step, "steps": steps, "loss": 1 / step}), flush=True)
+if chief:
+    (pathlib.Path(os.environ["FC2_OUTPUT_DIR"]) / "metrics.json").write_text(json.dumps({"steps": steps}))
+print("done", flush=True)
+"""
+
+
+def trainer_wheel(directory: Path) -> Path:
+    return make_wheel(directory, {**GOOD, "demo/main.py": TRAINER})

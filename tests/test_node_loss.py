@@ -28,9 +28,16 @@ from fc2.services import jobs, sweep
 from fc2.services.bundles import store_bundle
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, aws, lab, labnet
 from recommender.catalog import load_catalog
-from tests.conftest import Workers, aws_worker_env, call_json, lab_leftovers, nothing_left, wait_for
+from tests.conftest import (
+    Workers,
+    aws_worker_env,
+    call_json,
+    lab_leftovers,
+    nothing_left,
+    trainer_wheel,
+    wait_for,
+)
 from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
-from tests.wheels import GOOD, make_wheel
 
 pytestmark = [
     pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab"))),
@@ -44,27 +51,6 @@ ENDED_WITHIN_S = 60  # of a loss the platform can see
 RELEASED_WITHIN_S = 30  # from the job's end to its cluster gone
 VICTIM = "worker-1"  # not the chief: the chief's nodes keep reporting while it is gone
 LATENCY_MS = 2  # so that every node has a delay daemon too, which must go with it
-
-# Every node sleeps `--seconds` in half-second steps, the chief reporting each; then the chief writes its metrics.
-TRAINER = b"""
-import json, os, pathlib, sys, time
-seconds = float(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--seconds=")), "60"))
-chief = os.environ.get("FC2_IS_CHIEF") == "1"
-steps = int(seconds * 2)
-for step in range(1, steps + 1):
-    time.sleep(0.5)
-    print(f"step {step}", flush=True)
-    if chief:
-        print("FC2_PROGRESS " + json.dumps({"epoch": 1, "step": step, "steps": steps, "loss": 1 / step}), flush=True)
-if chief:
-    (pathlib.Path(os.environ["FC2_OUTPUT_DIR"]) / "metrics.json").write_text(json.dumps({"steps": steps}))
-print("done", flush=True)
-"""
-
-
-def trainer_wheel(directory: Path) -> Path:
-    return make_wheel(directory, {**GOOD, "demo/main.py": TRAINER})
-
 
 # --- the faults: what happens to the victim node's machine ----------------------------------------------------------
 
