@@ -146,14 +146,14 @@ def worker_env(live_server, runtime_dir: Path, queue: str) -> dict[str, str]:
     }
 
 
-def start_worker(env: dict[str, str], log: Path, concurrency: int = 1) -> subprocess.Popen:
+def start_worker(env: dict[str, str], log: Path, concurrency: int = 1, hostname: str | None = None) -> subprocess.Popen:
     """A real `celery worker` on env's queue, in a session of its own: killing its process group takes its pool (the
-    processes running the tasks) with it."""
+    processes running the tasks) with it. `hostname` names it as a host of its own would be (celery's -n)."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "fc2", "worker", "-Q", env["FC2_QUEUE"],
              "--concurrency", str(concurrency), "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "--loglevel", "INFO"],
+             "--loglevel", "INFO", *(["--hostname", hostname] if hostname else [])],
             cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
@@ -323,9 +323,9 @@ class Workers:
         self.env, self.log_dir = env, log_dir
         self.started: list[tuple[subprocess.Popen, Path]] = []
 
-    def start(self, concurrency: int = 1, **env: str) -> tuple[subprocess.Popen, Path]:
+    def start(self, concurrency: int = 1, hostname: str | None = None, **env: str) -> tuple[subprocess.Popen, Path]:
         log = self.log_dir / f"worker-{len(self.started)}.log"
-        process = start_worker({**self.env, **env}, log, concurrency)
+        process = start_worker({**self.env, **env}, log, concurrency, hostname)
         self.started.append((process, log))
         return process, log
 

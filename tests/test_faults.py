@@ -8,6 +8,7 @@ give it back only after an hour). The figures are printed (`pytest -s`); benchma
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -57,17 +58,22 @@ def assert_nothing_left(job: Job, runtime_dir: Path) -> None:
 
 @pytest.mark.parametrize("state", KILLED_WHILE)
 def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle, digits, workers, runtime_dir):
-    first, first_log = workers.start(**({} if state == State.RUNNING else {"FC2_FAULT_PAUSE": f"{state}=120"}))
+    """Two workers as two hosts (each its own --hostname): the one running the job's step is SIGKILLed inside it, and
+    the other, which was idle all along, finishes the job (or fails it, where the step may not be done again)."""
+    pause = {} if state == State.RUNNING else {"FC2_FAULT_PAUSE": f"{state}=120"}
+    first, first_log = workers.start(hostname="fc2-host-a@%h", **pause)
     job = submit(alice, bundle, digits)
     if state == State.RUNNING:
         wait_for(lambda: Job.objects.get(pk=job.pk).state == State.RUNNING, "running", workers)
     else:
         held = f"job {job.pk}: {state} held"
         wait_for(lambda: held in first_log.read_text(errors="replace"), f"held while {state}", workers)
+    # The second host joins while the first holds the step (started after, so that the first is the one holding it).
+    _, second_log = workers.start(hostname="fc2-host-b@%h")
+    wait_for(lambda: re.search(r"fc2-host-b@\S+ ready\.", second_log.read_text(errors="replace")), "b up", workers)
 
     workers.kill(first)
     killed_at = timezone.now()
-    workers.start()
     job = sweeping(job, ended_and_released, f"killed while {state}", workers)
 
     moved_s, how = seconds_since(killed_at, job)
@@ -78,6 +84,8 @@ def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle,
         assert job.failure_reason == "the worker running bootstrap was lost"
     else:
         assert "model.keras" in set(job.artifacts.values_list("name", flat=True))
+        step = "finish" if state == State.RUNNING else sweep.STEP_OF[state]
+        assert f"fc2.tasks.{step}[" in second_log.read_text(errors="replace"), "the other host did the step"
     assert_nothing_left(job, runtime_dir)
 
 

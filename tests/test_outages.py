@@ -274,6 +274,18 @@ class Platform:
         (state,) = self.pg.query("SELECT state FROM fc2_job WHERE id = %s", job_id)[0]
         return state, self.pg.query("SELECT state, message FROM fc2_jobevent WHERE job_id = %s ORDER BY at, id", job_id)
 
+    def released(self, job_id: int) -> bool:
+        """The job has ended and its cluster is torn down."""
+        state, cluster = self.pg.query("SELECT state, cluster FROM fc2_job WHERE id = %s", job_id)[0]
+        return state in Job.TERMINAL and cluster is None
+
+    def nothing_left(self) -> list[str]:
+        """The clusters' directories, mounts and processes still on the machine."""
+        clusters = self.var_dir / "clusters"
+        left = [str(p) for p in clusters.iterdir()] if clusters.is_dir() else []
+        left += [line for line in Path("/proc/self/mounts").read_text().splitlines() if str(self.var_dir) in line]
+        return left
+
     def submit(self, wheel: Path) -> int:
         argv = ["submit_job", "--bundle", str(wheel), "--main", "main.py", "--dataset", "digits", "--provider"]
         argv += ["local", "--workers", "1", "--strategy", "mirrored", "--param", f"seconds={TRAIN_S}"]
@@ -307,7 +319,7 @@ def _missing() -> str | None:
 
 
 @pytest.fixture
-def platform(tmp_path) -> Iterator[Platform]:
+def platform(tmp_path, settings) -> Iterator[Platform]:
     if reason := _missing():
         pytest.skip(reason)
     pg = Postgres()
@@ -320,8 +332,10 @@ def platform(tmp_path) -> Iterator[Platform]:
     finally:
         if served is not None:
             served.close()
-            for name in (d.name for d in (tmp_path / "var" / "clusters").glob("*")):
-                provisioner.teardown("local", name)  # whatever a failed test left running
+            # Whatever a failed test left running (the platform's clusters are under its own FC2_VAR_DIR).
+            settings.FC2_LOCAL_CLUSTER_DIR = tmp_path / "var" / "clusters"
+            for name in provisioner.list_clusters("local"):
+                provisioner.teardown("local", name)
         redis.close()
         pg.close()
 
@@ -379,12 +393,13 @@ def test_postgres_restarted_mid_job_answers_503_meanwhile_and_the_job_goes_on(pl
         _, headers, body = answers[what]
         assert headers["Retry-After"] == str(outage.RETRY_AFTER_S) and "database" in json.loads(body)["error"]
 
-    wait_until("ended", lambda: platform.job(job_id)[0] in Job.TERMINAL, JOB_WITHIN_S, platform)
+    wait_until("ended and torn down", lambda: platform.released(job_id), JOB_WITHIN_S, platform)
     state, events = platform.job(job_id)
     print(f"\nFIGURE postgres down {DOWN_S} s at the end of training: {state} {time.monotonic() - back:.1f} s after")
     assert state == Job.State.SUCCEEDED, (events, platform.logs())
     each_step_once(events)
     assert platform.get(f"/api/jobs/{job_id}", token=token)[0] == 200
+    assert platform.nothing_left() == []
 
 
 def test_redis_restarted_mid_job_answers_503_meanwhile_and_the_job_recovers(platform, tmp_path):
@@ -418,7 +433,7 @@ def test_redis_restarted_mid_job_answers_503_meanwhile_and_the_job_recovers(plat
     for (other,) in platform.pg.query("SELECT id FROM fc2_job WHERE id <> %s", job_id):
         platform.request("POST", f"/api/jobs/{other}/cancel", {}, token=token)  # not to run beside this one
 
-    wait_until("ended", lambda: platform.job(job_id)[0] in Job.TERMINAL, JOB_WITHIN_S, platform)
+    wait_until("ended and torn down", lambda: platform.released(job_id), JOB_WITHIN_S, platform)
     state, events = platform.job(job_id)
     resent = [message for _, message in events if "sent again" in message]
     print(
@@ -427,3 +442,6 @@ def test_redis_restarted_mid_job_answers_503_meanwhile_and_the_job_recovers(plat
     )
     assert state == Job.State.SUCCEEDED, (events, platform.logs())
     each_step_once(events)
+    every = [row[0] for row in platform.pg.query("SELECT id FROM fc2_job")]
+    wait_until("every job torn down", lambda: all(platform.released(j) for j in every), 60, platform)
+    assert platform.nothing_left() == []
