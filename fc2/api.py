@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fc2 import rest
+from fc2 import jsonbounds
 from fc2.models import Job, is_platform_admin
 from fc2.services.reports import Report, ReportRejected, receive
 
@@ -150,7 +150,7 @@ class ReportView(APIView):
             return _error(403, "this token does not belong to this job")
         raw = request.POST.get("report", "") if request.content_type == "multipart/form-data" else request.body
         try:
-            data = rest.loads(raw or b"null")
+            data = jsonbounds.loads(raw or b"null")
         except ValueError as exc:  # bad JSON, or nested deeper than a report ever is
             return JsonResponse({"error": "invalid report", "detail": str(exc)}, status=400)
         try:

@@ -31,7 +31,7 @@ from rest_framework.utils import html
 from rest_framework.views import APIView
 
 import provisioner
-from fc2 import rest
+from fc2 import jsonbounds
 from fc2.api import JsonWhateverAccepted, UploadedFile
 from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH, BundleError
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
@@ -237,7 +237,7 @@ class Parameters(serializers.DictField):
     def to_internal_value(self, data):
         if isinstance(data, str):
             try:
-                data = rest.loads(data or "{}")
+                data = jsonbounds.loads(data or "{}")
             except ValueError as exc:
                 raise serializers.ValidationError(f"not a JSON object: {exc}") from None
         return super().to_internal_value(data)

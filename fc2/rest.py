@@ -4,8 +4,6 @@ Idempotency-Key, and the choice of renderer."""
 
 from __future__ import annotations
 
-import json
-
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse
@@ -14,6 +12,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import JSONParser
 from rest_framework.throttling import BaseThrottle
 
+from fc2.jsonbounds import MAX_JSON_DEPTH, check_json_depth
 from fc2.services import submissions
 
 
@@ -52,44 +51,6 @@ class Refused(exceptions.APIException):
     def __init__(self, status: int, reason: str):
         super().__init__(reason)
         self.status_code = status
-
-
-# The deepest a JSON body may nest (`[[…]]` is 2 deep): no request of the platform's comes near it, and a body nested
-# a hundred thousand deep would otherwise end in a RecursionError (a 500) in the decoder or in whatever walks it.
-MAX_JSON_DEPTH = 64
-
-
-def json_depth(data, limit: int = MAX_JSON_DEPTH) -> int:
-    """How deep `data` nests arrays and objects (a scalar: 0), counted without recursion; it stops counting once past
-    `limit`.
-
-    >>> json_depth(1), json_depth([]), json_depth({"a": [1, {"b": []}]}), json_depth([[[[]]]], limit=2)
-    (0, 1, 4, 3)
-    """
-    deepest, stack = 0, [(data, 1)]
-    while stack and deepest <= limit:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def check_json_depth(data, limit: int = MAX_JSON_DEPTH):
-    """`data` itself, or a ValueError when it nests deeper than `limit`."""
-    if json_depth(data, limit) > limit:
-        raise ValueError(f"nested deeper than {limit} levels")
-    return data
-
-
-def loads(text: str | bytes, limit: int = MAX_JSON_DEPTH):
-    """json.loads, but nesting deeper than `limit` is a ValueError as bad JSON is, never a RecursionError."""
-    try:
-        data = json.loads(text)
-    except RecursionError:  # the decoder's own recursion, well past `limit`
-        raise ValueError(f"nested deeper than {limit} levels") from None
-    return check_json_depth(data, limit)
 
 
 class BoundedJSONParser(JSONParser):

@@ -309,7 +309,7 @@ REST_FRAMEWORK = {
     # Every refusal as {"error": reason} (and "fields" for invalid input), as docs/API.md says.
     "EXCEPTION_HANDLER": "fc2.rest.exception_handler",
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "fc2.rest.RememberedNegotiation",
-    # DRF's parsers, JSON nested deeper than fc2.rest.MAX_JSON_DEPTH refused with a 400 (not a RecursionError's 500).
+    # DRF's parsers, JSON nested deeper than fc2.jsonbounds.MAX_JSON_DEPTH refused with a 400 (not a 500).
     "DEFAULT_PARSER_CLASSES": [
         "fc2.rest.BoundedJSONParser",
         "rest_framework.parsers.FormParser",

@@ -141,14 +141,14 @@ def parse_progress(line: bytes) -> dict | None:
 
     >>> parse_progress(b'FC2_PROGRESS {"epoch": 1, "steps": 60, "loss": 0.5, "other": 1}\\n')
     {'epoch': 1, 'steps': 60, 'loss': 0.5}
-    >>> parse_progress(b'FC2_PROGRESS not json') is None
-    True
+    >>> parse_progress(b'FC2_PROGRESS not json') is None, parse_progress(b'FC2_PROGRESS ' + b'[' * 60000) is None
+    (True, True)
     """
     if not line.startswith(PROGRESS_PREFIX):
         return None
     try:
         data = json.loads(line[len(PROGRESS_PREFIX) :])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deep enough to exhaust the decoder
         return None
     if not isinstance(data, dict):
         return None

@@ -350,7 +350,7 @@ def fetch_results(cluster: ClusterInfo, max_file_bytes: int = 2**31) -> dict[str
         runner, kept = machine.runner, root / "result"
         try:
             report = json.loads(runner.get(str(kept / "report.json"), max_bytes=MAX_REPORT_BYTES))
-        except (ProvisionError, OSError, ValueError):
+        except (ProvisionError, OSError, ValueError, RecursionError):
             return None  # no final report kept: the command has not ended, or the agent died before it could keep one
         if not isinstance(report, dict):
             return None

@@ -9,8 +9,8 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from fc2.jsonbounds import MAX_JSON_DEPTH, json_depth, loads
 from fc2.models import Job
-from fc2.rest import MAX_JSON_DEPTH, json_depth, loads
 from fc2.services import jobs
 from fc2.wizard.forms import ParametersField
 from tests.conftest import call_json
@@ -73,7 +73,7 @@ def test_a_json_body_nested_too_deep_is_400_at_every_endpoint(api, job, path, bo
 
 def test_a_json_body_at_the_depth_bound_is_read(api, bundle, digits):
     """64 levels are a body like any other: judged field by field (here `parameters` is no object)."""
-    body = '{"bundle": %d, "dataset": "digits", "parameters": %s}' % (bundle.pk, nested(MAX_JSON_DEPTH - 2))
+    body = f'{{"bundle": {bundle.pk}, "dataset": "digits", "parameters": {nested(MAX_JSON_DEPTH - 2)}}}'
 
     response = api.client.post("/api/jobs", body, content_type="application/json", headers=api.headers)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Literal
 
 from django.conf import settings
@@ -11,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fc2 import jsonbounds
 from fc2.models import Dataset, Job, Node
 from fc2.results import LOG_INTRO
 from fc2.services import artifacts, pipeline
@@ -184,9 +184,7 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
     return job
 
 
-def _store_outputs(
-    job: Job, node: Node, report: Report, files: list[UploadedFile], *, chief: bool
-) -> artifacts.Stored:
+def _store_outputs(job: Job, node: Node, report: Report, files: list[UploadedFile], *, chief: bool) -> artifacts.Stored:
     """Store the report's files as the node's outputs, within FC2_MAX_ARTIFACT_MB (the agent keeps to it; past it,
     an output is listed as not kept), and take the chief's metrics.json as the job's metrics."""
     room = settings.FC2_MAX_ARTIFACT_MB * 2**20
@@ -217,7 +215,7 @@ def _store_outputs(
 
 def _metrics(data: bytes) -> dict:
     try:
-        data = json.loads(data)
+        data = jsonbounds.loads(data)
     except ValueError:
         return {"error": "metrics.json is not valid JSON"}
     return data if isinstance(data, dict) else {"value": data}

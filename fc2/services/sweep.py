@@ -71,7 +71,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node, ReapedCluster
-from fc2.services import limits, pipeline, reports
+from fc2.services import limits, pipeline, reports, submissions
 from fc2.services.pipeline import Lease
 from monitor import figures
 from provisioner import ClusterInfo
@@ -118,6 +118,7 @@ def sweep() -> int:
         finally:
             lease.end()
     reap_orphans()
+    submissions.forget_expired_keys()
     return taken
 
 
