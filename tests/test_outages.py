@@ -46,6 +46,8 @@ REDIS_SERVER = shutil.which("redis-server")
 
 
 def assert_outage(response, api: bool) -> None:
+    what = "API" if api else "page"
+    print(f"FIGURE {what}: answered {response.status_code}, Retry-After {response.get('Retry-After')}")
     assert response.status_code == 503, response.content[:300]
     assert response["Retry-After"] == str(outage.RETRY_AFTER_S)
     if api:
@@ -55,7 +57,11 @@ def assert_outage(response, api: bool) -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("error", [OperationalError("server closed the connection"), InterfaceError("closed")])
+@pytest.mark.parametrize(
+    "error",
+    [OperationalError("server closed the connection"), InterfaceError("closed")],
+    ids=lambda error: type(error).__name__,
+)
 def test_a_database_error_in_a_view_is_a_503(error, client, alice, monkeypatch):
     client.force_login(alice)
 
@@ -114,7 +120,9 @@ def test_any_other_error_stays_a_500(client, alice, monkeypatch, settings):
         raise ValueError("a bug")
 
     monkeypatch.setattr("fc2.views.filter_jobs", broken)
-    assert client.get("/jobs/").status_code == 500
+    response = client.get("/jobs/")
+    print(f"FIGURE page: answered {response.status_code}")
+    assert response.status_code == 500
 
 
 # --- for real: a PostgreSQL and a Redis of the test's own, restarted under a running platform ----------------------
