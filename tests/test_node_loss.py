@@ -86,27 +86,14 @@ def _veth(cluster: ClusterInfo, name: str) -> str:
     return labnet.veth_name(labnet.cluster_hash(lab.tag(), cluster.cluster_id), index)
 
 
-# Bugs these faults expose, outside this file's owner's code: the tests are marked xfail (strict) until fixed.
-LOGS_BUG = (
-    "provisioner.nodes._read_nodes (fetch_logs, fetch_results) raises for every node when one cannot be reached over "
-    "SSH (run_parallel raises the first failure): release keeps no node's logs, not even the reachable ones', and "
-    "check_running cannot fetch the chief's kept result while another node is unreachable (fix: _read_nodes skips, "
-    "with a warning, a node whose runner raises NodeError, and returns what the others gave)"
-)
-RELEASE_BUG = (
-    "pipeline.release calls _let_workers_finish outside _guarded: for a succeeded mirrored job, nodes.alive raises "
-    "when a worker cannot be reached over SSH, so the teardown is never reached and the sweep fails the same way "
-    "every pass, the cluster left running (fix: guard it too, or have nodes.alive leave an unreachable node out / "
-    "count it as not running for that wait; and fetch_logs as in LOGS_BUG)"
-)
-# fault -> (how, the code's --seconds, the job's state after it (a failure names the victim), a known bug or None)
-FAULTS: dict[str, tuple[Callable[[ClusterInfo, str], None], int, str, str | None]] = {
+# fault -> (how, the code's --seconds, the job's state after it: a failure names the victim)
+FAULTS: dict[str, tuple[Callable[[ClusterInfo, str], None], int, str]] = {
     # The platform cannot see it until it needs SSH: the run goes on and succeeds; its logs are what is lost.
-    "sshd killed": (kill_sshd, 12, State.SUCCEEDED, RELEASE_BUG),
-    "agent killed": (kill_agent, 60, State.FAILED, None),
-    "host gone": (host_gone, 60, State.FAILED, LOGS_BUG),
-    "link down": (link_down, 60, State.FAILED, LOGS_BUG),
-    "link removed": (link_removed, 60, State.FAILED, LOGS_BUG),
+    "sshd killed": (kill_sshd, 12, State.SUCCEEDED),
+    "agent killed": (kill_agent, 60, State.FAILED),
+    "host gone": (host_gone, 60, State.FAILED),
+    "link down": (link_down, 60, State.FAILED),
+    "link removed": (link_removed, 60, State.FAILED),
 }
 
 
@@ -114,6 +101,7 @@ FAULTS: dict[str, tuple[Callable[[ClusterInfo, str], None], int, str, str | None
 def node_loss(settings, workers):
     settings.FC2_NODE_SILENCE_S = SILENCE_S
     settings.FC2_NODE_LOST_S = LOST_S
+    settings.FC2_NODE_UNREACHABLE_S = LOST_S  # (where the sweep has it: a node neither reporting nor answering)
     workers.env["FC2_WORKERS_FINISH_S"] = "5"
     return workers
 
@@ -163,11 +151,11 @@ def check_released(job: Job, what: str) -> float:
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_lab_node_lost_mid_training_ends_the_job_by_name_and_leaves_nothing(
-    fault, request, alice, digits, node_loss, tmp_path
+    fault, alice, digits, node_loss, tmp_path
 ):
-    how, seconds, expected, bug = FAULTS[fault]
-    if bug:
-        request.applymarker(pytest.mark.xfail(reason=bug, strict=True))
+    """Every node of the cluster is removed, the victim's remains included, and the nodes that could still be reached
+    have their logs kept: one node out of reach blocks neither."""
+    how, seconds, expected = FAULTS[fault]
     load_catalog("lab")
     node_loss.start()
     with trainer_wheel(tmp_path).open("rb") as wheel:
@@ -224,7 +212,6 @@ def test_the_lab_teardown_after_each_loss_removes_everything(fault, tmp_path):
     assert provisioner.list_clusters("lab") == []
 
 
-@pytest.mark.xfail(reason=LOGS_BUG, strict=True)
 def test_an_ec2_instance_terminated_behind_the_platforms_back_fails_the_job_and_leaves_nothing(
     alice, digits, node_loss, ec2_hosts, settings, tmp_path
 ):
