@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from fc2.models import Job
-from fc2.services import jobs, sweep
+from fc2.services import jobs, pipeline, sweep
 from recommender.catalog import load_catalog
 from tests.conftest import (
     Outage,
@@ -84,7 +84,7 @@ def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle,
         assert job.failure_reason == "the worker running bootstrap was lost"
     else:
         assert "model.keras" in set(job.artifacts.values_list("name", flat=True))
-        step = "finish" if state == State.RUNNING else sweep.STEP_OF[state]
+        step = "finish" if state == State.RUNNING else pipeline.STEP_OF[state]
         assert f"fc2.tasks.{step}[" in second_log.read_text(errors="replace"), "the other host did the step"
     assert_nothing_left(job, runtime_dir)
 

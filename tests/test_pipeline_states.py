@@ -39,6 +39,11 @@ def set_state(job: Job, state: str, **fields) -> Job:
     return job
 
 
+def step_runs(step: str, run):
+    """The pipeline's `step` run by `run` instead, for the block."""
+    return mock.patch.dict(pipeline.STEPS, {step: dataclasses.replace(pipeline.STEPS[step], run=run)})
+
+
 def events(job: Job) -> list[tuple[str, str]]:
     return list(job.events.values_list("state", "message"))
 
@@ -149,7 +154,7 @@ def test_step_out_of_order_does_nothing(job, step):
     set_state(job, State.CANCELLED)
     count = job.events.count()
 
-    assert pipeline.STEPS[step](job.pk) is False
+    assert pipeline.STEPS[step].run(job.pk) is False
 
     job.refresh_from_db()
     assert job.state == State.CANCELLED
@@ -375,7 +380,7 @@ def test_advance_turns_an_exception_into_a_failed_job(job):
     def broken(job_id, **_):
         raise OSError("disk full")
 
-    with mock.patch.dict(pipeline.STEPS, {"recommend": broken}):
+    with step_runs("recommend", broken):
         pipeline.advance("recommend", job.pk)
 
     job.refresh_from_db()
@@ -397,7 +402,7 @@ def test_advance_hands_the_lease_to_the_next_step(job, settings, django_capture_
     celery_job(job)
 
     with (
-        mock.patch.dict(pipeline.STEPS, {step: lambda job_id, **_: True}),
+        step_runs(step, lambda job_id, **_: True),
         mock.patch.object(celery_app, "send_task") as send_task,
         django_capture_on_commit_callbacks(execute=True),
     ):
@@ -422,7 +427,7 @@ def test_a_step_whose_message_was_replaced_does_nothing(job, django_capture_on_c
     ran = []
 
     with (
-        mock.patch.dict(pipeline.STEPS, {"recommend": lambda job_id, **_: ran.append(job_id)}),
+        step_runs("recommend", lambda job_id, **_: ran.append(job_id)),
         mock.patch.object(celery_app, "send_task"),
     ):
         pipeline.advance("recommend", job.pk, first)
@@ -436,7 +441,7 @@ def test_advance_stops_when_the_step_did_nothing(job, django_capture_on_commit_c
     celery_job(job)
 
     with (
-        mock.patch.dict(pipeline.STEPS, {step: lambda job_id, **_: False}),
+        step_runs(step, lambda job_id, **_: False),
         mock.patch.object(celery_app, "send_task") as send_task,
         django_capture_on_commit_callbacks(execute=True),
     ):

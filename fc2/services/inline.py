@@ -26,12 +26,12 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
         raise RuntimeError(f"job {job_id} is driven by another process")
     with terminate_as_interrupt(), report_server() as url, lease.renewing():
         try:
-            for step in ("recommend", "provision", "bootstrap"):
-                if not lease.held or not pipeline.run_step(step, job_id, report_url=url):
-                    break
+            step: str | None = pipeline.FIRST_STEP
+            while step and lease.held and pipeline.run_step(step, job_id, report_url=url):
+                step = pipeline.STEPS[step].next
             while lease.held and not (job := Job.objects.get(pk=job_id)).is_terminal:
                 if job.state == State.COLLECTING:
-                    pipeline.run_step("finish", job_id)
+                    pipeline.run_step(pipeline.STEP_OF[job.state], job_id)
                 elif job.state == State.RUNNING:
                     sweep.check_running(job)
                 else:

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -474,17 +474,26 @@ def chief_names(job: Job) -> set[str]:
     return {n.name for n in job.nodes.all() if is_chief(job.strategy, n.role, n.index)}
 
 
-# The steps a message sends to the workers; a running job has none (its nodes' reports move it on, the sweep watches).
+@dataclass(frozen=True)
+class Step:
+    """One step of the pipeline, as every driver (the Celery chain, `inline.run_inline`, the sweep) reads it."""
+
+    run: Callable[..., bool]  # the service function: takes the job id, returns whether the job may go on
+    owns: tuple[str, ...]  # the states the job is in while it runs (the sweep finds a lost step by them)
+    next: str | None = None  # the step sent once it succeeded (None: the nodes' reports, or nothing, move the job on)
+    resumable: bool = False  # may be done again when its worker was lost or it failed transiently
+
+
+# The pipeline's one table, in order. A running job has no step: its nodes' reports move it on, the sweep watches it.
+# `bootstrap` may not be done again (see bootstrap for why).
 STEPS = {
-    "recommend": recommend,
-    "provision": provision,
-    "bootstrap": bootstrap,
-    "finish": finish,
+    "recommend": Step(recommend, owns=(State.QUEUED, State.PROFILING), next="provision", resumable=True),
+    "provision": Step(provision, owns=(State.PROVISIONING,), next="bootstrap", resumable=True),
+    "bootstrap": Step(bootstrap, owns=(State.BOOTSTRAPPING,)),
+    "finish": Step(finish, owns=(State.COLLECTING,), resumable=True),
 }
-NEXT = {"recommend": "provision", "provision": "bootstrap"}
-# The steps that may be done again when their worker was lost or they failed transiently (see `bootstrap` for why it
-# may not).
-RESUMABLE = {"recommend", "provision", "finish"}
+FIRST_STEP = "recommend"
+STEP_OF = {state: name for name, step in STEPS.items() for state in step.owns}  # a state -> the step that owns it
 
 
 def advance(step: str, job_id: int, lease: str | None = None, resume: bool = False) -> None:
@@ -499,8 +508,8 @@ def advance(step: str, job_id: int, lease: str | None = None, resume: bool = Fal
         return
     with held.renewing():
         ok = run_step(step, job_id, resume=resume)
-        if ok and step in NEXT:
-            enqueue(_job(job_id), NEXT[step], lease=held)
+        if ok and (after := STEPS[step].next):
+            enqueue(_job(job_id), after, lease=held)
         else:
             release(job_id, held)  # only if the job has ended (cancelled, failed) and has a cluster
     held.end()
@@ -514,12 +523,12 @@ def run_step(step: str, job_id: int, **kwargs) -> bool:
     attempt = 0
     while True:
         try:
-            return STEPS[step](job_id, **kwargs)
+            return STEPS[step].run(job_id, **kwargs)
         except OperationalError:
             raise
         except ProvisionError as exc:
             attempt += 1
-            if exc.transient and step in RESUMABLE and attempt < settings.FC2_STEP_ATTEMPTS:
+            if exc.transient and STEPS[step].resumable and attempt < settings.FC2_STEP_ATTEMPTS:
                 delay = min(2**attempt, 30)
                 _job(job_id).log(f"{step}: {exc} — trying again in {delay} s")
                 time.sleep(delay)

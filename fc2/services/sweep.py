@@ -79,15 +79,6 @@ from provisioner import ClusterInfo
 logger = logging.getLogger(__name__)
 State = Job.State
 
-# The step that owns each state before `running`, and those that may be done again when their worker was lost.
-STEP_OF = {
-    State.QUEUED: "recommend",
-    State.PROFILING: "recommend",
-    State.PROVISIONING: "provision",
-    State.BOOTSTRAPPING: "bootstrap",
-    State.COLLECTING: "finish",
-}
-
 
 def sweep() -> int:
     """One pass: every job whose lease is free or expired and that has not ended or still has a cluster. Returns how
@@ -99,7 +90,7 @@ def sweep() -> int:
     # A job with no lease at all before it runs is an inline job its process has not claimed yet: give it the time a
     # sent step gets to start.
     unclaimed = Q(lease_until__isnull=True, created_at__gt=now - timedelta(seconds=settings.FC2_STEP_PICKUP_S))
-    unclaimed &= Q(state__in=list(STEP_OF))
+    unclaimed &= Q(state__in=list(pipeline.STEP_OF))
     taken = 0
     for job_id, seen in (
         Job.objects.filter(free, pending).exclude(unclaimed).order_by("pk").values_list("pk", "lease_until")
@@ -212,13 +203,13 @@ def reconcile(job: Job, lease: Lease) -> None:
 
 def _recover(job: Job, lease: Lease) -> None:
     """Send the lost step of a job again — or fail the job, if the step is not safe to redo or was lost too often."""
-    step = STEP_OF[job.state]
+    step = pipeline.STEP_OF[job.state]
     if job.state == State.QUEUED:
         lost = f"no worker started the job within {settings.FC2_STEP_PICKUP_S} s"
     else:
         lost = f"the worker running {step} was lost"
     resent = job.events.filter(message__endswith=f": {step} sent again").count()
-    if step not in pipeline.RESUMABLE or resent >= settings.FC2_STEP_RESENDS:
+    if not pipeline.STEPS[step].resumable or resent >= settings.FC2_STEP_RESENDS:
         pipeline.fail(job, lost)
         return
     job.log(f"{lost}: {step} sent again")
@@ -356,7 +347,7 @@ def _enforce_limits(now: datetime) -> None:
     started_long_ago = Q(started_at__lt=limit) | Q(started_at__isnull=True, created_at__lt=limit)
     billed_against_a_budget = Q(budget__isnull=False, hourly_cost__isnull=False, launched_at__isnull=False)
     held = Job.objects.filter(
-        started_long_ago | billed_against_a_budget, lease_until__gte=now, state__in=list(STEP_OF)
+        started_long_ago | billed_against_a_budget, lease_until__gte=now, state__in=list(pipeline.STEP_OF)
     ).exclude(state=State.COLLECTING)
     for job in held:
         if crossed := _limit_crossed(job, now):
