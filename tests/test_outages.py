@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.sessions.backends.cached_db import SessionStore
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.db import InterfaceError, OperationalError
 
 import provisioner
@@ -75,13 +76,30 @@ def test_a_database_error_in_a_view_is_a_503(error, client, alice, monkeypatch):
 
 
 @pytest.mark.django_db
-def test_a_database_error_in_the_session_middleware_before_the_view_is_a_503(client, alice, monkeypatch):
+def test_a_database_error_reading_the_session_is_a_503(client, alice, monkeypatch):
+    """The session is read (lazily) when the view or the authentication asks who is signed in."""
     client.force_login(alice)
 
     def down(self, *args, **kwargs):
         raise OperationalError("could not connect to server: Connection refused")
 
     monkeypatch.setattr(SessionStore, "load", down)
+    assert_outage(client.get("/jobs/"), api=False)
+    assert_outage(client.get("/api/me"), api=True)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("where", ["process_request", "process_response"])
+def test_a_database_error_in_a_middleware_around_the_view_is_a_503(where, client, alice, monkeypatch):
+    """Raised in a middleware (a session saved after the view, one read before it), where Django makes it a 500 at
+    that middleware's layer, before any process_exception could see it."""
+    client.raise_request_exception = False  # as a server: the answer, not the exception
+    client.force_login(alice)
+
+    def down(self, request, *args):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(SessionMiddleware, where, down)
     assert_outage(client.get("/jobs/"), api=False)
     assert_outage(client.get("/api/me"), api=True)
 
