@@ -2,7 +2,7 @@
 
 A real Scala-Opt job of the example bundle (examples/digits_cnn) on the lab, for a workload with no bandwidth
 records, L^w = the types given: its recommend step runs one profiling run per type (1 PS + 1 worker of that type, the
-user's code, monitor/profiling.py), keeps each b_t as a record (source: profiled) and chooses the cluster by them —
+user's code, fc2/services/profiling.py), keeps each b_t as a record (source: profiled) and chooses the cluster by them —
 the step is run here as the pipeline runs it, and stops there (no cluster is launched after it). Prints, per type:
 the profiling run's wall time (launch to teardown), its $/h, what it cost the job, and b_t; then Scala-Opt's answer.
 

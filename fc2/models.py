@@ -261,8 +261,8 @@ class Job(models.Model):
     metrics = models.JSONField(default=dict, blank=True)
     # What its nodes' samples said once it ended (monitor/figures.py): bandwidth, saturation, idleness, alerts.
     figures = models.JSONField(null=True, blank=True, help_text="The run's figures and alerts, kept once it ended")
-    # Scala-Opt's bandwidth profiling runs made for it (monitor/profiling.py): each with its types, start, end, $/h and
-    # what it measured. Their cost is part of the job's.
+    # Scala-Opt's bandwidth profiling runs made for it (fc2/services/profiling.py): each with its types, start, end,
+    # $/h and what it measured. Their cost is part of the job's.
     profiling_runs = models.JSONField(default=list, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -359,7 +359,7 @@ class Job(models.Model):
         self, start: datetime | None = None, end: datetime | None = None, now: datetime | None = None
     ) -> float:
         """$ of the parts of its clusters' lives inside [start, end): its cluster's (launched → torn down, or `now`
-        while it is up) and its profiling runs' (monitor/profiling.py), each at its own $/h."""
+        while it is up) and its profiling runs' (fc2/services/profiling.py), each at its own $/h."""
         now = now or timezone.now()
         spans = [
             # A run cut off (its worker lost) ended with its cluster's teardown.

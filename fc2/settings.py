@@ -83,6 +83,9 @@ for _network in FC2_DATASET_ALLOWED_NETWORKS:
         ipaddress.ip_network(_network, strict=False)
     except ValueError as exc:
         raise ImproperlyConfigured(f"FC2_DATASET_ALLOWED_NETWORKS: {_network!r} is not a CIDR network: {exc}") from exc
+# How long a process may give a recommendation again from what it read before (recommender/service.py): a write by
+# another process, a bulk update or raw SQL is seen within this many seconds; 0: never memoised.
+FC2_RECOMMEND_MEMO_S = float(os.environ.get("FC2_RECOMMEND_MEMO_S", "5"))
 # A job that has not finished after this long is failed and its cluster torn down.
 FC2_JOB_TIMEOUT_S = envint("FC2_JOB_TIMEOUT_S", 6 * 3600)
 # Local jobs run sandboxed (provisioner/sandbox.py), which needs root; without it they are refused unless the operator
@@ -147,8 +150,8 @@ FC2_NODE_LOST_S = envint("FC2_NODE_LOST_S", 600)
 # long is lost: its job fails naming it, without waiting for FC2_NODE_LOST_S (meant for a node that runs but cannot
 # reach the platform, whose results are still on it).
 FC2_NODE_UNREACHABLE_S = envint("FC2_NODE_UNREACHABLE_S", 40)
-# Scala-Opt's profiling run (monitor/profiling.py): it ends once its worker has communicated for FC2_PROFILE_BUSY_S,
-# and at the latest FC2_PROFILE_S after its nodes started.
+# Scala-Opt's profiling run (fc2/services/profiling.py): it ends once its worker has communicated for
+# FC2_PROFILE_BUSY_S, and at the latest FC2_PROFILE_S after its nodes started.
 FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)
 FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
@@ -308,7 +311,6 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Every refusal as {"error": reason} (and "fields" for invalid input), as docs/API.md says.
     "EXCEPTION_HANDLER": "fc2.rest.exception_handler",
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "fc2.rest.RememberedNegotiation",
     # DRF's parsers, JSON nested deeper than fc2.jsonbounds.MAX_JSON_DEPTH refused with a 400 (not a 500).
     "DEFAULT_PARSER_CLASSES": [
         "fc2.rest.BoundedJSONParser",

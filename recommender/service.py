@@ -1,12 +1,29 @@
 """The recommender's service layer: loads catalogues and performance records from the database into the
-algorithms' dataclasses, runs the algorithm, and shapes the answer for the CLI, the REST API and the pages."""
+algorithms' dataclasses, runs the algorithm, and shapes the answer for the CLI, the REST API and the pages.
+
+Answers are memoised per process, with what they were computed from, for `settings.FC2_RECOMMEND_MEMO_S` seconds (5 by
+default; 0 turns the memo off): every algorithm is a pure function of the request, the catalogue and the workload's
+records, and a page or a script polling a recommendation asks the same question again and again. The staleness bound:
+
+- a write the platform makes in this process — a catalogue, an instance type or a performance record saved or deleted
+  (model signals, the admin, a job's measured run) or records imported (`recommender.perfdata.import_file`) — empties
+  this process's memo at once, and again when its transaction commits: the next answer here reads the database;
+- any other write — another process's, a bulk `.update()`, raw SQL — is seen by every process within
+  FC2_RECOMMEND_MEMO_S seconds, when what it kept runs out.
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, replace
 from decimal import Decimal
 
-from django.db import connection
+from cachetools import TTLCache
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 
 from recommender import algorithms, perfmodel
 from recommender.models import Catalog, InstanceType, PerformanceRecord
@@ -19,63 +36,74 @@ from recommender.types import (
     RecommendRequest,
 )
 
-# What the recommender answers from is read from the database once per change, not once per request. Whether it
-# changed is one query (`_stamps`): a catalogue's row id and updated_at (moved by any change to its types, see
-# recommender.models), and a workload's records' count and latest updated_at (a record added, saved or deleted moves
-# one of them; an import replaces its rows with new ones). Each process keeps its own copy; the stamp, read from the
-# database every time, is what keeps the copies of several processes right.
-
-# name -> (stamp, specs)
-_catalog_cache: dict[str, tuple[object, tuple[InstanceSpec, ...]]] = {}
-# workload -> (stamp, records)
-_records_cache: dict[str, tuple[object, tuple[PerfRecord, ...]]] = {}
-# (catalogue, request) -> (catalogue stamp, records stamp, answer, its JSON shape): every algorithm is a pure function
-# of the request, the catalogue and the workload's records, so an answer holds until either changes. The lookup's
-# answers for one workload are its prepared table; the model's spare a fit per repeated request.
-_answers: dict[tuple[str, RecommendRequest], tuple[object, object, Recommendation, dict]] = {}
-MAX_CACHED_ANSWERS = 4096  # the oldest go first: a bound, not a policy (a lookup grid is a few hundred points)
+# ("answer", catalogue, request) -> (answer, its JSON shape); ("catalog", name) -> specs; ("records", workload) ->
+# records. A bound, not a policy: a lookup grid is a few hundred points.
+MEMO_SIZE = 4096
 
 
-def _stamps(catalog: str | None, workload: str | None) -> tuple[object, object]:
-    """The catalogue's (id, updated_at), None when there is no such catalogue, and the workload's records' (count,
-    latest updated_at), in one round trip. Plain SQL: the ORM would take longer to build the query than the database
-    takes to answer it, on the path of every recommendation."""
-    quote = connection.ops.quote_name
-    catalogs, records = quote(Catalog._meta.db_table), quote(PerformanceRecord._meta.db_table)
-    sql = (
-        f"SELECT (SELECT id FROM {catalogs} WHERE name = %s), (SELECT updated_at FROM {catalogs} WHERE name = %s), "
-        f"(SELECT COUNT(*) FROM {records} WHERE workload = %s), "
-        f"(SELECT MAX(updated_at) FROM {records} WHERE workload = %s)"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [catalog, catalog, workload, workload])
-        catalog_id, updated_at, count, latest = cursor.fetchone()
-    return (None if catalog_id is None else (catalog_id, updated_at)), (count, latest)
+def _new_memo() -> TTLCache | None:
+    return TTLCache(MEMO_SIZE, ttl=settings.FC2_RECOMMEND_MEMO_S) if settings.FC2_RECOMMEND_MEMO_S > 0 else None
 
 
-def _specs(name: str, stamp: object) -> tuple[InstanceSpec, ...]:
-    if stamp is None:
+_memo = _new_memo()
+_memo_lock = threading.Lock()  # (a TTLCache is not safe across threads: runserver's, a threaded server's)
+
+
+def _memoised(key: tuple, compute):
+    """What `compute()` gives, kept under `key` for FC2_RECOMMEND_MEMO_S seconds."""
+    memo = _memo
+    if memo is None:
+        return compute()
+    with _memo_lock:
+        found = memo.get(key)
+    if found is None:
+        found = compute()
+        with _memo_lock:
+            memo[key] = found
+    return found
+
+
+def forget() -> None:
+    """Empty this process's memo, now and when the current transaction commits (a read meanwhile, inside it, may
+    have kept rows that a rollback takes back)."""
+    with _memo_lock:
+        if _memo is not None:
+            _memo.clear()
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(forget)
+
+
+@receiver([post_save, post_delete], sender=Catalog)
+@receiver([post_save, post_delete], sender=InstanceType)
+@receiver([post_save, post_delete], sender=PerformanceRecord)
+def _written(**kwargs) -> None:
+    forget()
+
+
+@receiver(setting_changed)
+def _memo_setting_changed(setting: str, **kwargs) -> None:
+    global _memo
+    if setting == "FC2_RECOMMEND_MEMO_S":
+        with _memo_lock:
+            _memo = _new_memo()
+
+
+def _load_specs(name: str) -> tuple[InstanceSpec, ...]:
+    specs = tuple(to_spec(t) for t in InstanceType.objects.filter(catalog__name=name))
+    if not specs and not Catalog.objects.filter(name=name).exists():
         available = ", ".join(Catalog.objects.order_by("name").values_list("name", flat=True)) or "none loaded"
         raise RecommendationError(f"unknown catalogue {name!r} (available: {available})")
-    cached = _catalog_cache.get(name)
-    if cached is None or cached[0] != stamp:
-        cached = (stamp, tuple(to_spec(t) for t in InstanceType.objects.filter(catalog_id=stamp[0])))
-        _catalog_cache[name] = cached
-    return cached[1]
+    return specs
 
 
-def _records(workload: str, stamp: object) -> tuple[PerfRecord, ...]:
-    cached = _records_cache.get(workload)
-    if cached is None or cached[0] != stamp:
-        fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
-        rows = PerformanceRecord.objects.filter(workload=workload).order_by("pk").values(*fields)
-        cached = (stamp, tuple(PerfRecord(**row) for row in rows))
-        _records_cache[workload] = cached
-    return cached[1]
+def _load_records(workload: str) -> tuple[PerfRecord, ...]:
+    fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
+    rows = PerformanceRecord.objects.filter(workload=workload).order_by("pk").values(*fields)
+    return tuple(PerfRecord(**row) for row in rows)
 
 
 def catalog_specs(name: str = DEFAULT_CATALOG) -> tuple[InstanceSpec, ...]:
-    return _specs(name, _stamps(name, None)[0])
+    return _memoised(("catalog", name), lambda: _load_specs(name))
 
 
 def to_spec(row: InstanceType) -> InstanceSpec:
@@ -93,7 +121,7 @@ def to_spec(row: InstanceType) -> InstanceSpec:
 
 
 def workload_records(workload: str) -> tuple[PerfRecord, ...]:
-    return _records(workload, _stamps(None, workload)[1])
+    return _memoised(("records", workload), lambda: _load_records(workload))
 
 
 def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "") -> Decimal:
@@ -110,7 +138,7 @@ def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "
 def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Recommendation:
     """Answer `request` from the catalogue and the workload's records (RecommendationError when it cannot).
 
-    The answer may be one given before, from the same catalogue and records: shared, so not to be changed."""
+    The answer may be one given before (see the module's docstring): shared, so not to be changed."""
     return _answer(request, catalog)[0]
 
 
@@ -120,13 +148,12 @@ def recommend_as_dict(request: RecommendRequest, catalog: str = DEFAULT_CATALOG)
 
 
 def _answer(request: RecommendRequest, catalog: str) -> tuple[Recommendation, dict]:
-    catalog_stamp, records_stamp = _stamps(catalog, request.workload or None)
-    key = (catalog, request)
-    cached = _answers.get(key)
-    if cached is not None and cached[0] == catalog_stamp and cached[1] == records_stamp:
-        return cached[2], cached[3]
-    specs = _specs(catalog, catalog_stamp)
-    every = _records(request.workload, records_stamp) if request.workload else ()
+    return _memoised(("answer", catalog, request), lambda: _compute(request, catalog))
+
+
+def _compute(request: RecommendRequest, catalog: str) -> tuple[Recommendation, dict]:
+    specs = catalog_specs(catalog)
+    every = workload_records(request.workload) if request.workload else ()
     # A strategy asked for: a workload measured both ways answers from that strategy's runs alone (left open, the
     # model compares the two).
     records = every if request.parameter_server is None else algorithms.of_strategy(every, request.parameter_server)
@@ -145,11 +172,7 @@ def _answer(request: RecommendRequest, catalog: str) -> tuple[Recommendation, di
             f"{len(every) - len(records)} runs with {other} say nothing of this strategy (the model compares the two "
             "when the strategy is left open).",
         )
-    shape = as_dict(answer)
-    if len(_answers) >= MAX_CACHED_ANSWERS:
-        _answers.pop(next(iter(_answers), None), None)
-    _answers[key] = (catalog_stamp, records_stamp, answer, shape)
-    return answer, shape
+    return answer, as_dict(answer)
 
 
 def as_dict(recommendation: Recommendation) -> dict:
@@ -184,7 +207,7 @@ def lacking_records(workload: str) -> dict[str, str]:
     """algorithm -> what `workload`'s records lack for it to answer at all, whatever else is asked (none: absent).
 
     The model and Lookup learn from measured epoch times. Scala-Opt(-M) sizes the cluster by measured bandwidth, which
-    a job lacking it measures first, in a profiling run (monitor/profiling.py): never absent for want of records.
+    a job lacking it measures first, in a profiling run (fc2/services/profiling.py): never absent for want of records.
     """
     records = workload_records(workload)
     lacking = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import BinaryIO
 
@@ -13,14 +13,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 import provisioner
-from fc2.models import CodeBundle, Dataset, Job, epochs_parameter, workload_name
-from fc2.services import datasets, pipeline, pricing
+from fc2.models import Dataset, Job
+from fc2.services import datasets, pipeline, pricing, profiling
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
+from fc2.services.requests import JobRequest
 from fc2.templatetags.fc2_ui import usd
-from monitor import profiling
 from recommender import service
-from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MissingProfilesError, RecommendationError
+from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError
 
 WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
@@ -37,40 +37,6 @@ class SubmitError(ValueError):
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
-
-
-@dataclass
-class JobRequest:
-    bundle: CodeBundle
-    dataset: Dataset
-    parameters: dict[str, str] = field(default_factory=dict)
-    provider: str = "local"
-    strategy: str = Job.Strategy.PS
-    workers: int = 2
-    algorithm: str = "manual"
-    ps_type: str = ""
-    worker_type: str = ""
-    region: str = ""
-    latency_ms: float = 0.0  # lab: delay between the nodes, ms one way
-    hourly_budget: Decimal | None = None
-    budget: Decimal | None = None  # $ for the whole job: stopped before its cost would exceed it (sweep.py)
-    catalog: str = DEFAULT_CATALOG
-    worker_types: list[str] = field(default_factory=list)
-    workload_name: str = ""  # the records' name for this code and data; "" for the default (fc2.models.workload_name)
-
-    def __post_init__(self):
-        # A provider whose instance types are its own (the lab's) prices and recommends from its own catalogue.
-        if self.provider in provisioner.PROVIDERS and (own := provisioner.get(self.provider).catalog):
-            self.catalog = own
-
-    @property
-    def workload(self) -> str:
-        return self.workload_name or workload_name(self.bundle, self.dataset)
-
-    @property
-    def epochs(self) -> int | None:
-        """The `epochs` parameter when it is a whole number of at least 1 (what the cost estimate multiplies by)."""
-        return epochs_parameter(self.parameters)
 
 
 MAX_LATENCY_MS = 1000
@@ -265,7 +231,7 @@ def plan(request: JobRequest) -> Plan:
         )
     try:
         answer = service.recommend(pricing.recommend_request(request), request.catalog)
-    except MissingProfilesError as missing:  # the job's recommend step measures them first (monitor/profiling.py)
+    except MissingProfilesError as missing:  # the job's recommend step measures them first (fc2/services/profiling.py)
         if reason := profiling.cannot_profile(request.provider, missing.missing):
             raise SubmitError(reason, "algorithm") from missing
         return Plan(

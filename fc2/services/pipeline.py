@@ -36,8 +36,8 @@ from kombu.exceptions import KombuError
 import provisioner
 from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import artifacts, datasets, feedback, pricing
-from monitor import figures, profiling
+from fc2.services import artifacts, datasets, feedback, pricing, profiling
+from monitor import figures
 from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
 from recommender.types import MissingProfilesError
@@ -164,8 +164,8 @@ def _hold(job: Job, state: str) -> None:
 
 def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
     """Choose the cluster — for Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it
-    (monitor/profiling.py). A lost profile is done again: it reads and writes the job's row, and a profiling cluster
-    the lost one left is torn down first."""
+    (fc2/services/profiling.py). A lost profile is done again: it reads and writes the job's row, and a profiling
+    cluster the lost one left is torn down first."""
     job = _job(job_id)
     if not _begin(job, State.QUEUED, State.PROFILING, "choosing the cluster", resume):
         return False

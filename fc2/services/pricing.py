@@ -4,15 +4,12 @@ service (planning, before a job exists) and the pipeline (its recommend step).""
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 import provisioner
 from fc2.models import Job, batch_size_parameter
+from fc2.services.requests import JobRequest
 from recommender import service
 from recommender.types import Recommendation, RecommendRequest
-
-if TYPE_CHECKING:
-    from fc2.services.jobs import JobRequest
 
 
 def ps_node_type(job: Job | JobRequest) -> str:
