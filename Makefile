@@ -79,12 +79,14 @@ test: export DEBUG ?= 1
 test: $(BIN)/.installed examples browser sandbox lab
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
 
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 format:
 	$(BIN)/ruff check --fix .
