@@ -52,6 +52,9 @@ CATALOG = Path(__file__).resolve().parent.parent / "recommender" / "catalogs" / 
 TF_PORT = 7000  # every node has an address of its own: one TensorFlow port is enough
 SSH_PORT = 22
 SSH_READY_S = 60
+# A node is on this machine's own bridge: its kernel completes a TCP handshake in well under a millisecond, however
+# busy the node. Past this, its address is gone (host deleted, link cut) and waiting longer only delays the sweep.
+TCP_CONNECT_S = 2
 
 
 def tag() -> str:
@@ -165,7 +168,7 @@ def _join_cpu_cgroup(netns: str, pid: int) -> None:
 
 def machine(cluster: ClusterInfo, node: NodeInfo) -> Machine:
     return Machine(
-        runner=ssh.cluster_runner(Path(cluster.workdir), node),
+        runner=ssh.cluster_runner(Path(cluster.workdir), node, tcp_connect_s=TCP_CONNECT_S),
         host=node.external_host,
         root=node.workdir,
         python=sys.executable,

@@ -127,10 +127,20 @@ class SSHRunner:
     never logged (and a command line is visible in the node's process list anyway).
     """
 
-    def __init__(self, endpoint: Endpoint, log: Path | None = None, connect_timeout_s: float = 10):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        log: Path | None = None,
+        connect_timeout_s: float = 10,
+        tcp_connect_s: float | None = None,
+    ):
         self.endpoint = endpoint
         self.log = log
         self.connect_timeout_s = connect_timeout_s
+        # The TCP handshake alone, where the node is known to be near (the kernel answers it, however busy its sshd):
+        # the address of a node that is gone black-holes, and every probe of it would otherwise wait the whole
+        # connect timeout.
+        self.tcp_connect_s = tcp_connect_s
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
 
@@ -294,7 +304,7 @@ class SSHRunner:
                 endpoint.port,
                 username=endpoint.user,
                 pkey=key,
-                timeout=timeout_s,
+                timeout=min(timeout_s, self.tcp_connect_s or timeout_s),
                 banner_timeout=timeout_s,
                 auth_timeout=timeout_s,
                 allow_agent=False,
@@ -414,9 +424,12 @@ def _tail(text: str) -> str:
     return " | ".join(text.strip().splitlines()[-STDERR_LINES:])
 
 
-def cluster_runner(workdir: Path, node, passphrase: bytes | None = None) -> SSHRunner:
+def cluster_runner(
+    workdir: Path, node, passphrase: bytes | None = None, tcp_connect_s: float | None = None
+) -> SSHRunner:
     """The runner of a remote node of a cluster whose platform-side directory is `workdir`: its key (id_ed25519,
-    encrypted with `passphrase` when given), its pinned host keys (known_hosts) and the node's bootstrap log."""
+    encrypted with `passphrase` when given), its pinned host keys (known_hosts) and the node's bootstrap log;
+    `tcp_connect_s` bounds the TCP handshake alone (SSHRunner)."""
     endpoint = Endpoint(
         host=node.external_host,
         port=node.ssh_port,
@@ -427,4 +440,4 @@ def cluster_runner(workdir: Path, node, passphrase: bytes | None = None) -> SSHR
         node=node.name,
     )
     log = workdir / "logs" / f"{node.name}.bootstrap.log"
-    return SSHRunner(endpoint, log=log if log.parent.is_dir() else None)
+    return SSHRunner(endpoint, log=log if log.parent.is_dir() else None, tcp_connect_s=tcp_connect_s)
