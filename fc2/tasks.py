@@ -1,40 +1,59 @@
 """Celery tasks: thin wrappers over the pipeline's steps (services/pipeline.py) and the sweep (services/sweep.py).
 
-A step's message carries the job's lease as it was handed over (`lease`), and `resume` when the sweep sends a lost
-step again. Only a database that cannot be reached is retried here, with backoff: anything else a step raises fails
-its job, and whatever is lost (a message, a worker) is the sweep's to find.
+Every step's task is a StepTask: its message carries the job's id, the job's lease as it was handed over (`lease`),
+`resume` when the sweep sends a lost step again, and `attempt`. What every step repeats lives in the base class: a
+database that cannot be reached is retried with backoff (the job is not at fault), and a step that failed
+transiently (pipeline.TryAgain) is sent again with `self.retry(countdown=…)`, its lease handed to that message — no
+worker sleeps meanwhile. Anything else a step raises fails its job, and whatever is lost (a message, a worker) is the
+sweep's to find.
 """
 
-from celery import shared_task
+from celery import Task, shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 from fc2.services import pipeline
 from fc2.services import sweep as sweeping
 
-RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": True, "max_retries": 5}
+
+class StepTask(Task):
+    """One step of the pipeline, run under the job's lease by pipeline.advance."""
+
+    autoretry_for = (OperationalError,)
+    retry_backoff = True
+    max_retries = 5
+
+    def advance(self, step: str, job_id: int, lease: str | None, resume: bool, attempt: int) -> None:
+        try:
+            pipeline.advance(step, job_id, lease, resume, attempt)
+        except pipeline.TryAgain as again:
+            kwargs = {"lease": again.lease.isoformat(), "resume": True, "attempt": attempt + 1}
+            # Bounded by FC2_STEP_ATTEMPTS in the pipeline; Celery counts database retries too.
+            limit = self.max_retries + settings.FC2_STEP_ATTEMPTS
+            raise self.retry(args=[job_id], kwargs=kwargs, countdown=again.delay_s, max_retries=limit) from again
 
 
-@shared_task(name="fc2.tasks.recommend", **RETRY)
-def recommend(job_id: int, lease: str | None = None, resume: bool = False) -> None:
-    pipeline.advance("recommend", job_id, lease, resume)
+@shared_task(name="fc2.tasks.recommend", base=StepTask, bind=True)
+def recommend(self: StepTask, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
+    self.advance("recommend", job_id, lease, resume, attempt)
 
 
-@shared_task(name="fc2.tasks.provision", **RETRY)
-def provision(job_id: int, lease: str | None = None, resume: bool = False) -> None:
-    pipeline.advance("provision", job_id, lease, resume)
+@shared_task(name="fc2.tasks.provision", base=StepTask, bind=True)
+def provision(self: StepTask, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
+    self.advance("provision", job_id, lease, resume, attempt)
 
 
-@shared_task(name="fc2.tasks.bootstrap", **RETRY)
-def bootstrap(job_id: int, lease: str | None = None, resume: bool = False) -> None:
-    pipeline.advance("bootstrap", job_id, lease, resume)
+@shared_task(name="fc2.tasks.bootstrap", base=StepTask, bind=True)
+def bootstrap(self: StepTask, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
+    self.advance("bootstrap", job_id, lease, resume, attempt)
 
 
-@shared_task(name="fc2.tasks.finish", **RETRY)
-def finish(job_id: int, lease: str | None = None, resume: bool = False) -> None:
-    pipeline.advance("finish", job_id, lease, resume)
+@shared_task(name="fc2.tasks.finish", base=StepTask, bind=True)
+def finish(self: StepTask, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
+    self.advance("finish", job_id, lease, resume, attempt)
 
 
-@shared_task(name="fc2.tasks.release", **RETRY)
+@shared_task(name="fc2.tasks.release", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5)
 def release(job_id: int) -> None:
     pipeline.release(job_id)
 

@@ -15,12 +15,16 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
+import provisioner
+from fc2 import tasks
 from fc2.celery import app as celery_app
 from fc2.models import Job, JobEvent, Node
-from fc2.services import pipeline
+from fc2.services import inline, jobs, pipeline
 from monitor import agent
 from provisioner import local
+from provisioner.errors import TransientProvisionError
 from tests.conftest import launch_cluster
+from tests.wheels import GOOD, make_wheel
 
 State = Job.State
 CANCELLABLE = [s for s in State.values if s not in Job.TERMINAL and s != State.COLLECTING]
@@ -496,3 +500,77 @@ def test_release_keeps_the_outputs_of_a_node_whose_report_came_too_late(job):
 def test_every_state_is_either_active_or_terminal_never_both():
     assert sorted(Job.ACTIVE + Job.TERMINAL) == sorted(Job.State.values)
     assert not set(Job.ACTIVE) & set(Job.TERMINAL)
+
+
+def flaky(failures: int):
+    """A step's run that fails transiently `failures` times (a cloud API throttling), then succeeds; its calls."""
+    calls: list[dict] = []
+
+    def run(job_id, **kwargs):
+        calls.append(kwargs)
+        if len(calls) <= failures:
+            raise TransientProvisionError("RequestLimitExceeded: throttled")
+        return True
+
+    run.calls = calls
+    return run
+
+
+def test_a_transient_failure_is_retried_by_celery_with_the_lease_handed_on(job, django_capture_on_commit_callbacks):
+    """No worker sleeps: the task's retry (run at once here: `apply`) carries the step again, with the job's lease and
+    the next attempt."""
+    celery_job(set_state(job, State.PROFILING))
+    run = flaky(failures=2)
+
+    with (
+        step_runs("provision", run),
+        mock.patch.object(celery_app, "send_task") as send_task,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        tasks.provision.apply(args=[job.pk])
+
+    assert [call.get("resume", False) for call in run.calls] == [False, True, True]
+    messages = [message for _, message in events(job)]
+    assert sum("provision: RequestLimitExceeded: throttled — trying again in" in m for m in messages) == 2
+    assert "(attempt 3)" in messages[-1]
+    assert [call.args[0] for call in send_task.call_args_list] == ["fc2.tasks.bootstrap"]
+    job.refresh_from_db()
+    assert job.lease_until is not None  # handed to the bootstrap message
+
+
+def test_a_step_failing_transiently_past_its_attempts_fails_the_job(job, settings):
+    settings.FC2_STEP_ATTEMPTS = 2
+    celery_job(set_state(job, State.PROFILING))
+
+    with step_runs("provision", flaky(failures=5)), mock.patch.object(celery_app, "send_task"):
+        tasks.provision.apply(args=[job.pk])
+
+    job.refresh_from_db()
+    assert job.state == State.FAILED
+    assert job.failure_reason == "provision failed: RequestLimitExceeded: throttled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_inline_driver_retries_a_transient_failure_itself(alice, digits, tmp_path):
+    """`submit_job --inline` has no Celery: its own process waits and runs the step again (attempt 2, resumed)."""
+    wheel = make_wheel(tmp_path, {**GOOD, "demo/main.py": b"print('trained')\n"})
+    with wheel.open("rb") as upload:
+        job = jobs.submit_upload(
+            alice, upload, wheel.name, "demo/main.py", dataset=digits, driver=Job.Driver.INLINE,
+            strategy="mirrored", workers=1,
+        )  # fmt: skip
+    real = provisioner.launch
+    calls = []
+
+    def throttled_once(spec, **kwargs):  # the cloud's API, throttling the first launch
+        calls.append(spec.cluster_id)
+        if len(calls) == 1:
+            raise TransientProvisionError("RequestLimitExceeded: throttled")
+        return real(spec, **kwargs)
+
+    with mock.patch("provisioner.launch", throttled_once):
+        job = inline.run_inline(job.pk)
+
+    assert job.state == State.SUCCEEDED, job.failure_reason
+    assert len(calls) == 2 and calls[0] == calls[1]  # the same cluster, launched again
+    assert job.events.filter(message__contains="trying again in 2 s (attempt 2)").count() == 1

@@ -27,8 +27,16 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
     with terminate_as_interrupt(), report_server() as url, lease.renewing():
         try:
             step: str | None = pipeline.FIRST_STEP
-            while step and lease.held and pipeline.run_step(step, job_id, report_url=url):
-                step = pipeline.STEPS[step].next
+            attempt = 1
+            while step and lease.held:
+                try:
+                    if not pipeline.run_step(step, job_id, attempt, report_url=url, resume=attempt > 1):
+                        break
+                except pipeline.TryAgain as again:
+                    time.sleep(again.delay_s)  # this process is the job's driver: nothing else to do meanwhile
+                    attempt += 1
+                    continue
+                step, attempt = pipeline.STEPS[step].next, 1
             while lease.held and not (job := Job.objects.get(pk=job_id)).is_terminal:
                 if job.state == State.COLLECTING:
                     pipeline.run_step(pipeline.STEP_OF[job.state], job_id)

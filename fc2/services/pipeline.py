@@ -114,9 +114,10 @@ class Lease:
         """Give the job up: anyone may take it now."""
         self._swap(None, keep=False)
 
-    def hand_over(self) -> datetime | None:
-        """Give the job to a step about to be sent: its lease is the returned value until it starts."""
-        until = pickup_deadline()
+    def hand_over(self, delay_s: float = 0) -> datetime | None:
+        """Give the job to a step about to be sent (to start in `delay_s`): its lease is the returned value until it
+        starts."""
+        until = pickup_deadline() + timedelta(seconds=delay_s)
         return until if self._swap(until, keep=False) else None
 
     @contextmanager
@@ -496,18 +497,37 @@ FIRST_STEP = "recommend"
 STEP_OF = {state: name for name, step in STEPS.items() for state in step.owns}  # a state -> the step that owns it
 
 
-def advance(step: str, job_id: int, lease: str | None = None, resume: bool = False) -> None:
+class TryAgain(Exception):
+    """A resumable step failed transiently (a cloud API throttling, a node not answering yet): its driver runs it
+    again in `delay_s` — the Celery chain through its task's retry, with the job's lease handed to that message
+    (`lease`), the inline driver in its own process."""
+
+    def __init__(self, step: str, delay_s: float, lease: datetime | None = None):
+        super().__init__(f"{step} is tried again in {delay_s:g} s")
+        self.step = step
+        self.delay_s = delay_s
+        self.lease = lease
+
+
+def advance(step: str, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
     """Run one step of a Celery-driven job under its lease, then send the next step, or release the job if it ended.
 
     `lease` is the lease handed over with the message: once it is no longer the job's (the sweep sent the step again
-    meanwhile, or a runner has the job), the message is stale and does nothing.
+    meanwhile, or a runner has the job), the message is stale and does nothing. A transient failure raises TryAgain
+    with the lease handed on to the retry, which its task sends (fc2/tasks.py).
     """
     held = Lease.take(job_id, datetime.fromisoformat(lease)) if lease else Lease.claim(job_id)
     if held is None:
         logger.info("job %s: %s not run: the job's lease is no longer this message's", job_id, step)
         return
     with held.renewing():
-        ok = run_step(step, job_id, resume=resume)
+        try:
+            ok = run_step(step, job_id, resume=resume, attempt=attempt)
+        except TryAgain as again:
+            again.lease = held.hand_over(again.delay_s)
+            if again.lease is None:
+                return  # the lease was lost meanwhile: whoever took the job over drives it
+            raise
         if ok and (after := STEPS[step].next):
             enqueue(_job(job_id), after, lease=held)
         else:
@@ -515,32 +535,27 @@ def advance(step: str, job_id: int, lease: str | None = None, resume: bool = Fal
     held.end()
 
 
-def run_step(step: str, job_id: int, **kwargs) -> bool:
-    """Run a step; one that raises fails its job — unless the database could not be reached, which is not the job's
-    fault: that is left to the task's retry, or to the sweep once the lease has expired. A transient provisioning
-    error (a cloud API throttling, a node not answering yet) has a resumable step tried again, with backoff, under
-    the same lease; anything else fails the job with its message at once."""
-    attempt = 0
-    while True:
-        try:
-            return STEPS[step].run(job_id, **kwargs)
-        except OperationalError:
-            raise
-        except ProvisionError as exc:
-            attempt += 1
-            if exc.transient and STEPS[step].resumable and attempt < settings.FC2_STEP_ATTEMPTS:
-                delay = min(2**attempt, 30)
-                _job(job_id).log(f"{step}: {exc} — trying again in {delay} s")
-                time.sleep(delay)
-                kwargs = {**kwargs, "resume": True}
-                continue
-            logger.warning("job %s: step %s failed: %s", job_id, step, exc)
-            fail(_job(job_id), f"{step} failed: {exc}")
-            return False
-        except Exception as exc:
-            logger.exception("job %s: step %s failed", job_id, step)
-            fail(_job(job_id), f"{step} failed: {exc}")
-            return False
+def run_step(step: str, job_id: int, attempt: int = 1, **kwargs) -> bool:
+    """Run a step (`attempt` counts from 1); one that raises fails its job — unless the database could not be
+    reached, which is not the job's fault: that is left to the task's retry, or to the sweep once the lease has
+    expired. A transient provisioning error has a resumable step tried again, FC2_STEP_ATTEMPTS times in all with
+    backoff (TryAgain: its driver waits, not this call); anything else fails the job with its message at once."""
+    try:
+        return STEPS[step].run(job_id, **kwargs)
+    except OperationalError:
+        raise
+    except ProvisionError as exc:
+        if exc.transient and STEPS[step].resumable and attempt < settings.FC2_STEP_ATTEMPTS:
+            delay = min(2**attempt, 30)
+            _job(job_id).log(f"{step}: {exc} — trying again in {delay} s (attempt {attempt + 1})")
+            raise TryAgain(step, delay) from exc
+        logger.warning("job %s: step %s failed: %s", job_id, step, exc)
+        fail(_job(job_id), f"{step} failed: {exc}")
+        return False
+    except Exception as exc:
+        logger.exception("job %s: step %s failed", job_id, step)
+        fail(_job(job_id), f"{step} failed: {exc}")
+        return False
 
 
 def enqueue(job: Job, step: str, *, lease: Lease | None = None, resume: bool = False) -> None:
