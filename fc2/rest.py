@@ -1,6 +1,6 @@
 """What every endpoint of the REST API shares (docs/API.md): refusals as `{"error": reason}` with the fields at fault,
 their place in the OpenAPI schema, JSON bodies bounded in depth, the rate limit on job submissions per user and their
-Idempotency-Key, and the choice of renderer."""
+Idempotency-Key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers
-from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import JSONParser
 from rest_framework.throttling import BaseThrottle
 
@@ -134,29 +133,3 @@ class SubmitThrottle(BaseThrottle):
 
     def wait(self) -> int | None:
         return self.limited.wait if self.limited else None
-
-
-class RememberedNegotiation(DefaultContentNegotiation):
-    """DRF's content negotiation, its choice remembered: the renderer it picks is a pure function of the Accept header,
-    the format asked for (`?format=`, a suffix) and the view's renderers, and parsing the header anew for every request
-    cost a tenth of a small API answer. A header it refuses (406) or one too long to be worth a key is negotiated every
-    time; what is kept stays small, as clients send few distinct headers."""
-
-    MAX_CHOICES = 256  # the oldest go first
-    MAX_ACCEPT_CHARS = 200
-    _choices: dict[tuple, tuple[int, str]] = {}
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        accept = request.META.get("HTTP_ACCEPT", "*/*")
-        if len(accept) > self.MAX_ACCEPT_CHARS:
-            return super().select_renderer(request, renderers, format_suffix)
-        format_ = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
-        key = (accept, format_, tuple(type(renderer) for renderer in renderers))
-        choice = self._choices.get(key)
-        if choice is None:
-            renderer, media_type = super().select_renderer(request, renderers, format_suffix)
-            choice = (renderers.index(renderer), media_type)
-            if len(self._choices) >= self.MAX_CHOICES:
-                self._choices.pop(next(iter(self._choices), None), None)
-            self._choices[key] = choice
-        return renderers[choice[0]], choice[1]

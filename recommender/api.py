@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import threading
+
+from cachetools import LRUCache
 from django.http import QueryDict
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -126,50 +130,29 @@ class ErrorOutput(serializers.Serializer):
 
 BAD_REQUEST = OpenApiResponse(ErrorOutput, description=f"Invalid or infeasible. {LIMIT_RULE}")
 
-# A valid input's request and catalogue, by the input as sent: validation is a pure function of the input, and
-# building RecommendInput's fields anew for each request took longer than the lookup itself. Invalid input is
-# validated every time (its errors are the serializer's to word), and so is a long one: what is kept stays small.
-_valid_inputs: dict[tuple, tuple[RecommendRequest, str]] = {}
-MAX_VALID_INPUTS = 1024  # the oldest go first
-MAX_KEY_CHARS = 1000
-_FIELDS = frozenset(RecommendInput._declared_fields)  # the serializer ignores any other field, and so does the key
+
+# Validating an input costs about a third of a lookup's answer (DRF builds the serializer's fields anew for each
+# request; benchmarks/lookup_speed.py), and it is a pure function of the input: a valid input's request and catalogue
+# are kept by the input's JSON text, which tells 1, 1.0, true and "1" apart as the serializer does. Invalid input is
+# validated every time (the serializer words its errors), and so is a long one.
+_valid_inputs: LRUCache = LRUCache(maxsize=1024)
+_valid_inputs_lock = threading.Lock()
+MAX_INPUT_CHARS = 2000
 
 
-def _typed(value: object) -> tuple | None:
-    """A hashable copy of one JSON value that tells 1, 1.0, True and "1" apart (the serializer does), or None for
-    an object, which is not worth a key."""
-    if isinstance(value, list):
-        items = tuple(_typed(item) for item in value)
-        return None if None in items else ("list", items)
-    if value is None or isinstance(value, str | int | float):
-        return (type(value).__name__, value)
-    return None
-
-
-def input_key(data) -> tuple | None:
-    """The key of an input in `_valid_inputs`: a query string or form (every value of each field, as the serializer
-    reads lists from one), or a JSON object; None when it has no key.
+def input_key(data) -> str | None:
+    """The input's key in `_valid_inputs` (a query string or form: every value of each field), or None.
 
     >>> input_key(QueryDict("algorithm=lookup&batch_size=64")) == input_key(QueryDict("batch_size=64&algorithm=lookup"))
     True
-    >>> input_key({"max_workers": 1}) == input_key({"max_workers": True}), input_key({"ps_types": {"a": 1}})
+    >>> input_key({"max_workers": 1}) == input_key({"max_workers": True}), input_key({"note": "x" * 5000})
     (False, None)
-    >>> input_key({"algorithm": "lookup", "note": "x" * 10_000}) == input_key({"algorithm": "lookup"})
-    True
     """
-    if isinstance(data, QueryDict):
-        key = ("form", tuple(sorted((name, tuple(values)) for name, values in data.lists() if name in _FIELDS)))
-    elif isinstance(data, dict):
-        fields = tuple(sorted((name, _typed(value)) for name, value in data.items() if name in _FIELDS))
-        key = None if any(typed is None for _, typed in fields) else ("json", fields)
-    else:
-        key = None
-    return key if key is not None and len(repr(key)) <= MAX_KEY_CHARS else None
-
-
-# Where the view says, in its request's environ, which recommendation it rendered: (request, catalogue, the answer's
-# dict), so that fc2/answer_cache.py may give the same answer again.
-RENDERED = "fc2.recommender.rendered"
+    try:
+        key = json.dumps(sorted(data.lists()) if isinstance(data, QueryDict) else data, sort_keys=True)
+    except (TypeError, ValueError):  # (a form's uploaded file)
+        return None
+    return key if len(key) <= MAX_INPUT_CHARS else None
 
 
 class RecommendView(APIView):
@@ -185,16 +168,16 @@ class RecommendView(APIView):
 
     def _answer(self, data) -> Response:
         key = input_key(data)
-        valid = _valid_inputs.get(key) if key is not None else None
+        with _valid_inputs_lock:
+            valid = None if key is None else _valid_inputs.get(key)
         if valid is None:
             form = RecommendInput(data=data)
             if not form.is_valid():
                 return Response({"error": "invalid request", "fields": form.errors}, status=400)
             valid = (form.to_request(), form.validated_data["catalog"])
             if key is not None:
-                if len(_valid_inputs) >= MAX_VALID_INPUTS:
-                    _valid_inputs.pop(next(iter(_valid_inputs), None), None)
-                _valid_inputs[key] = valid
+                with _valid_inputs_lock:
+                    _valid_inputs[key] = valid
         try:
             answer = service.recommend_as_dict(*valid)
         except RecommendationError as exc:
@@ -202,6 +185,4 @@ class RecommendView(APIView):
             if isinstance(exc, MissingProfilesError):
                 body["missing_profiles"] = [vars(p) for p in exc.missing]
             return Response(body, status=400)
-        if set(data) <= _FIELDS:  # (a field it ignores would make another key for the same answer)
-            self.request.META[RENDERED] = (*valid, answer)  # what it is, should it be given again
         return Response(answer)

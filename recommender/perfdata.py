@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from recommender import service
 from recommender.models import PerformanceRecord
 from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, MAX_WORKERS
 
@@ -227,6 +228,7 @@ def import_file(path: Path, fmt: str, workload: str | None = None) -> ImportResu
     with transaction.atomic():
         replaced, _ = PerformanceRecord.objects.filter(origin=origin, source=PerformanceRecord.Source.IMPORTED).delete()
         PerformanceRecord.objects.bulk_create(records)
+        service.forget()  # (bulk_create sends no signal)
     return ImportResult(
         workloads=tuple(sorted({r.workload for r in records})),
         imported=len(records),

@@ -30,6 +30,7 @@ from fc2.models import Job, JobEvent, Node
 from fc2.services import datasets, inline, jobs, sweep
 from fc2.services.bundles import store_bundle
 from provisioner import ClusterInfo, ClusterSpec, aws, local
+from recommender import service
 from tests.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
 from tests.wheels import GOOD, make_wheel
 
@@ -45,9 +46,11 @@ def runtime_dir(tmp_path) -> Path:
 @pytest.fixture(autouse=True)
 def _fresh_cache():
     """Every test starts with empty caches (a running job's figures are cached by its id, which tests reuse; the
-    shared cache holds sessions and the API's submit counts)."""
+    shared cache holds sessions and the API's submit counts; the recommender's memo, answers from rows that the last
+    test's rollback took back)."""
     for each in caches.all():
         each.clear()
+    service.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """What makes every signed-in API request cheap must not make it any less safe: the user is read from the database on
 every request (a password changed or an account deactivated anywhere counts at once), a request that has no use for
-the user loads none, the renderer DRF would choose is the one chosen, and the database connection each process keeps
+the user loads none, the renderer is DRF's choice, and the database connection each process keeps
 between requests sees what other processes commit. How fast it is, benchmarks/lookup_speed.py measures."""
 
 from __future__ import annotations
@@ -14,17 +14,10 @@ from unittest import mock
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.http import Http404
-from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from rest_framework.exceptions import NotAcceptable
-from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
-from rest_framework.request import Request
 
 from fc2.accounts import UserBackend, load_user
-from fc2.rest import RememberedNegotiation
 from tests.conftest import PROJECT_DIR, _database_url
 
 pytestmark = pytest.mark.django_db
@@ -146,26 +139,6 @@ def test_a_signed_in_api_request_reads_the_database_once(client, alice, django_a
 
 
 # --- content negotiation ----------------------------------------------------------------------------------------------
-
-ACCEPTS = ["*/*", "application/json", "application/json; indent=4", "text/html", "text/html,application/json;q=0.9",
-           "application/xml", "image/*", ""]  # fmt: skip
-
-
-@pytest.mark.parametrize("accept", ACCEPTS)
-@pytest.mark.parametrize("format_", [None, "json", "api", "xml"])
-def test_the_remembered_choice_is_drf_s_choice(accept, format_):
-    def choose(negotiation):
-        query = {"format": format_} if format_ else {}
-        request = Request(RequestFactory().get("/api/me", query, HTTP_ACCEPT=accept))
-        try:
-            renderer, media_type = negotiation.select_renderer(request, [JSONRenderer(), BrowsableAPIRenderer()])
-        except (NotAcceptable, Http404) as exc:
-            return type(exc)
-        return type(renderer), media_type
-
-    expected = choose(DefaultContentNegotiation())
-
-    assert [choose(RememberedNegotiation()) for _ in range(3)] == [expected] * 3
 
 
 def test_the_api_still_answers_each_accept_header_as_drf_does(client, alice):
