@@ -252,6 +252,9 @@ class Job(models.Model):
     # Sweeps in a row that raised on this job (fc2.services.sweep): past FC2_SWEEP_ATTEMPTS the job ends with the
     # reason and its cluster is torn down, so that one job the sweep cannot handle never stays active for good.
     sweep_failures = models.PositiveSmallIntegerField(default=0)
+    # Step name -> times the sweep sent it again after its worker (or message) was lost: past FC2_STEP_RESENDS the job
+    # fails rather than try once more.
+    resends = models.JSONField(default=dict, blank=True)
 
     epoch = models.PositiveIntegerField(null=True, blank=True)
     epochs = models.PositiveIntegerField(null=True, blank=True)

@@ -208,10 +208,12 @@ def _recover(job: Job, lease: Lease) -> None:
         lost = f"no worker started the job within {settings.FC2_STEP_PICKUP_S} s"
     else:
         lost = f"the worker running {step} was lost"
-    resent = job.events.filter(message__endswith=f": {step} sent again").count()
+    resent = job.resends.get(step, 0)
     if not pipeline.STEPS[step].resumable or resent >= settings.FC2_STEP_RESENDS:
         pipeline.fail(job, lost)
         return
+    # The sweep holds the job's lease: nobody else writes this field meanwhile.
+    Job.objects.filter(pk=job.pk).update(resends={**job.resends, step: resent + 1})
     job.log(f"{lost}: {step} sent again")
     pipeline.enqueue(job, step, lease=lease, resume=job.state != State.QUEUED)
 
