@@ -1,26 +1,32 @@
 """The recommender's service layer: loads catalogues and performance records from the database into the
 algorithms' dataclasses, runs the algorithm, and shapes the answer for the CLI, the REST API and the pages.
 
-Answers are memoised per process, with what they were computed from, for `settings.FC2_RECOMMEND_MEMO_S` seconds (5 by
-default; 0 turns the memo off): every algorithm is a pure function of the request, the catalogue and the workload's
-records, and a page or a script polling a recommendation asks the same question again and again. The staleness bound:
+Answers are memoised per process, with the catalogues and records they were computed from, for
+`settings.FC2_RECOMMEND_MEMO_S` seconds (5 by default; 0 turns the memo off): every algorithm is a pure function of the
+request, the catalogue and the workload's records, and a page or a script polling a recommendation asks the same
+question again and again. The staleness bound:
 
 - a write the platform makes in this process — a catalogue, an instance type or a performance record saved or deleted
-  (model signals, the admin, a job's measured run) or records imported (`recommender.perfdata.import_file`) — empties
-  this process's memo at once, and again when its transaction commits: the next answer here reads the database;
-- any other write — another process's, a bulk `.update()`, raw SQL — is seen by every process within
-  FC2_RECOMMEND_MEMO_S seconds, when what it kept runs out.
+  (model signals: the admin, a job's measured run, `save_catalog`) or records imported
+  (`recommender.perfdata.import_file`) — empties this process's memo at once, and again when its transaction commits:
+  the next answer here reads the database;
+- any other write — another process's, a bulk `.update()`, raw SQL — is seen by every process at most
+  FC2_RECOMMEND_MEMO_S seconds later: what was read from the database is kept that long from the moment it was read,
+  and an answer no longer than what it was computed from (a cachetools.TLRUCache, a TTL per entry, for that reason).
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from decimal import Decimal
+from typing import TypeVar
 
-from cachetools import TTLCache
+from cachetools import TLRUCache
 from django.conf import settings
-from django.core.signals import setting_changed
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -36,30 +42,25 @@ from recommender.types import (
     RecommendRequest,
 )
 
+T = TypeVar("T")
+
 # ("answer", catalogue, request) -> (answer, its JSON shape); ("catalog", name) -> specs; ("records", workload) ->
-# records. A bound, not a policy: a lookup grid is a few hundred points.
-MEMO_SIZE = 4096
+# records; each entry with the time it runs out. A bound, not a policy: a lookup grid is a few hundred points.
+_memo = TLRUCache(maxsize=4096, ttu=lambda key, value, now: value[0])
+_memo_lock = threading.Lock()  # (a cachetools cache is not safe across threads: runserver's, a threaded server's)
 
 
-def _new_memo() -> TTLCache | None:
-    return TTLCache(MEMO_SIZE, ttl=settings.FC2_RECOMMEND_MEMO_S) if settings.FC2_RECOMMEND_MEMO_S > 0 else None
-
-
-_memo = _new_memo()
-_memo_lock = threading.Lock()  # (a TTLCache is not safe across threads: runserver's, a threaded server's)
-
-
-def _memoised(key: tuple, compute):
-    """What `compute()` gives, kept under `key` for FC2_RECOMMEND_MEMO_S seconds."""
-    memo = _memo
-    if memo is None:
-        return compute()
+def _kept(key: tuple, load: Callable[[], T], until: float | None = None) -> tuple[float, T]:
+    """(when it runs out, what `load()` gives), kept under `key` until then: FC2_RECOMMEND_MEMO_S from now unless
+    `until` says sooner."""
     with _memo_lock:
-        found = memo.get(key)
+        found = _memo.get(key)
     if found is None:
-        found = compute()
-        with _memo_lock:
-            memo[key] = found
+        now = time.monotonic()
+        found = (min(now + settings.FC2_RECOMMEND_MEMO_S, until or math.inf), load())
+        if found[0] > now:
+            with _memo_lock:
+                _memo[key] = found
     return found
 
 
@@ -67,8 +68,7 @@ def forget() -> None:
     """Empty this process's memo, now and when the current transaction commits (a read meanwhile, inside it, may
     have kept rows that a rollback takes back)."""
     with _memo_lock:
-        if _memo is not None:
-            _memo.clear()
+        _memo.clear()
     if transaction.get_connection().in_atomic_block:
         transaction.on_commit(forget)
 
@@ -78,14 +78,6 @@ def forget() -> None:
 @receiver([post_save, post_delete], sender=PerformanceRecord)
 def _written(**kwargs) -> None:
     forget()
-
-
-@receiver(setting_changed)
-def _memo_setting_changed(setting: str, **kwargs) -> None:
-    global _memo
-    if setting == "FC2_RECOMMEND_MEMO_S":
-        with _memo_lock:
-            _memo = _new_memo()
 
 
 def _load_specs(name: str) -> tuple[InstanceSpec, ...]:
@@ -103,7 +95,7 @@ def _load_records(workload: str) -> tuple[PerfRecord, ...]:
 
 
 def catalog_specs(name: str = DEFAULT_CATALOG) -> tuple[InstanceSpec, ...]:
-    return _memoised(("catalog", name), lambda: _load_specs(name))
+    return _kept(("catalog", name), lambda: _load_specs(name))[1]
 
 
 def to_spec(row: InstanceType) -> InstanceSpec:
@@ -121,7 +113,7 @@ def to_spec(row: InstanceType) -> InstanceSpec:
 
 
 def workload_records(workload: str) -> tuple[PerfRecord, ...]:
-    return _memoised(("records", workload), lambda: _load_records(workload))
+    return _kept(("records", workload), lambda: _load_records(workload))[1]
 
 
 def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "") -> Decimal:
@@ -148,12 +140,23 @@ def recommend_as_dict(request: RecommendRequest, catalog: str = DEFAULT_CATALOG)
 
 
 def _answer(request: RecommendRequest, catalog: str) -> tuple[Recommendation, dict]:
-    return _memoised(("answer", catalog, request), lambda: _compute(request, catalog))
+    key = ("answer", catalog, request)
+    with _memo_lock:
+        found = _memo.get(key)
+    if found is None:
+        specs_until, specs = _kept(("catalog", catalog), lambda: _load_specs(catalog))
+        records_until, every = (
+            _kept(("records", request.workload), lambda: _load_records(request.workload))
+            if request.workload
+            else (math.inf, ())
+        )
+        found = _kept(key, lambda: _compute(request, specs, every), until=min(specs_until, records_until))
+    return found[1]
 
 
-def _compute(request: RecommendRequest, catalog: str) -> tuple[Recommendation, dict]:
-    specs = catalog_specs(catalog)
-    every = workload_records(request.workload) if request.workload else ()
+def _compute(
+    request: RecommendRequest, specs: tuple[InstanceSpec, ...], every: tuple[PerfRecord, ...]
+) -> tuple[Recommendation, dict]:
     # A strategy asked for: a workload measured both ways answers from that strategy's runs alone (left open, the
     # model compares the two).
     records = every if request.parameter_server is None else algorithms.of_strategy(every, request.parameter_server)

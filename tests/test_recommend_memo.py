@@ -36,7 +36,7 @@ def answer() -> tuple[int, float]:
 
 @pytest.fixture
 def memo_s(settings):
-    """Sets FC2_RECOMMEND_MEMO_S (the memo is made anew with it)."""
+    """Sets FC2_RECOMMEND_MEMO_S (for what is kept from then on)."""
 
     def set_to(seconds: float) -> None:
         settings.FC2_RECOMMEND_MEMO_S = seconds
@@ -110,6 +110,24 @@ def test_a_write_behind_the_orm_is_seen_once_the_memo_runs_out(memo_s, how):
     time.sleep(SHORT_S * 1.5)
 
     assert answer() == (1, 96)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("table4")
+def test_an_answer_runs_out_with_the_records_it_came_from(memo_s):
+    """Not FC2_RECOMMEND_MEMO_S after it was computed, from records kept nearly that long already: the bound would be
+    twice the setting."""
+    memo_s(4 * SHORT_S)
+    began = time.monotonic()
+    assert answer() == (4, 57)  # the records read now
+    time.sleep(2 * SHORT_S)
+    write_behind_the_orm("raw SQL")
+    another = RecommendRequest(algorithm="lookup", workload="mnist", batch_size=6400, latency_ms=0.0, max_workers=8)
+    assert service.recommend(another).workers == 4  # from the records kept since `began`
+
+    time.sleep(max(0.0, began + 4 * SHORT_S + 0.05 - time.monotonic()))
+
+    assert service.recommend(another).workers == 1
 
 
 @pytest.mark.django_db
