@@ -67,10 +67,14 @@ def _kept(key: tuple, load: Callable[[], T], until: float | None = None) -> tupl
 def forget() -> None:
     """Empty this process's memo, now and when the current transaction commits (a read meanwhile, inside it, may
     have kept rows that a rollback takes back)."""
+    _clear()
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(_clear)
+
+
+def _clear() -> None:
     with _memo_lock:
         _memo.clear()
-    if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(forget)
 
 
 @receiver([post_save, post_delete], sender=Catalog)
