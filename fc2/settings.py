@@ -94,14 +94,14 @@ FC2_UNSANDBOXED_LOCAL_JOBS = envbool("FC2_UNSANDBOXED_LOCAL_JOBS", "false")
 # Limits of a sandboxed local cluster: the disk each node may write (its work and output directories together; past it
 # ENOSPC) and the memory of all the cluster's nodes together (past it the kernel kills one: the job fails, "out of
 # memory"), by default three quarters of the machine's.
-# The lab provider (provisioner/lab.py): its clusters' state, and the private network its clusters' subnets (a /24
+# The lab provider (provisioner/lab/): its clusters' state, and the private network its clusters' subnets (a /24
 # each, on bridges of their own) are taken from — any part of it in use on this machine is skipped.
 FC2_LAB_DIR = Path(os.environ.get("FC2_LAB_DIR", VAR_DIR / "lab")).resolve()
 FC2_LAB_NETWORK = os.environ.get("FC2_LAB_NETWORK", "10.213.0.0/16")
 # Lab nodes reach the platform at their bridge's address (the first of their cluster's /24), which is the Host their
 # reports carry: every such address is one of the platform's names.
 ALLOWED_HOSTS += [str(net.network_address + 1) for net in ipaddress.ip_network(FC2_LAB_NETWORK).subnets(new_prefix=24)]
-# The aws provider (provisioner/aws.py). Credentials are boto3's own chain (AWS_ACCESS_KEY_ID…, AWS_PROFILE, an
+# The aws provider (provisioner/aws/). Credentials are boto3's own chain (AWS_ACCESS_KEY_ID…, AWS_PROFILE, an
 # instance profile) and AWS_ENDPOINT_URL is honoured by boto3 itself (moto or LocalStack can stand in for EC2).
 # FC2_AWS_REGION: where clusters are made unless a job says otherwise (the fc2-2018 catalogue is Singapore's);
 # FC2_AWS_REGIONS: every region the reaper looks for leftovers in. FC2_AWS_DIR keeps each cluster's SSH key (encrypted
@@ -155,6 +155,7 @@ FC2_NODE_UNREACHABLE_S = envint("FC2_NODE_UNREACHABLE_S", 40)
 FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)
 FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
+FC2_SAMPLE_FULL_DAYS = envint("FC2_SAMPLE_FULL_DAYS", 7)  # node samples kept whole this long after a job ends
 FC2_STEP_RESENDS = envint("FC2_STEP_RESENDS", 2)
 # Sweeps in a row that may fail on one job (an error looking after it, e.g. a result it cannot apply) before the job
 # ends with the error and its cluster is torn down: a job the platform cannot look after must not run on for good.
@@ -362,7 +363,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "fc2.tasks.sweep",
         "schedule": FC2_SWEEP_INTERVAL_S,
         "options": {"expires": FC2_SWEEP_INTERVAL_S, "queue": CELERY_TASK_DEFAULT_QUEUE},
-    }
+    },
+    # Node samples of jobs that ended more than FC2_SAMPLE_FULL_DAYS ago kept a minute apart (monitor/retention.py).
+    "fc2-compact-samples": {
+        "task": "fc2.tasks.compact_samples",
+        "schedule": 24 * 3600,
+        "options": {"expires": 3600, "queue": CELERY_TASK_DEFAULT_QUEUE},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

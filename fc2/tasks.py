@@ -14,6 +14,7 @@ from django.db import OperationalError
 
 from fc2.services import pipeline
 from fc2.services import sweep as sweeping
+from monitor import retention
 
 
 class StepTask(Task):
@@ -61,3 +62,8 @@ def release(job_id: int) -> None:
 @shared_task(name="fc2.tasks.sweep")
 def sweep() -> None:
     sweeping.sweep()
+
+
+@shared_task(name="fc2.tasks.compact_samples")
+def compact_samples() -> None:
+    retention.compact_ended_jobs()

@@ -10,7 +10,8 @@ is what it was. A counter reset inside a minute leaves that minute's rate unknow
 Compaction goes a node at a time, each in a transaction of its own that holds the node's row (a second compaction
 of the same node waits, then finds nothing to do), and only on jobs that have ended: no report is taken for them any
 more (fc2.services.reports), so no sample arrives meanwhile. It is idempotent: a minute that holds one sample is left
-as it is. `compact_ended_jobs` is what the daily periodic task and `manage.py compact_samples` call.
+as it is. `compact_ended_jobs` is what the daily beat task (fc2.tasks.compact_samples) and `manage.py
+compact_samples` call.
 """
 
 from __future__ import annotations
