@@ -57,7 +57,7 @@ sandbox:
 		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs libseccomp2 >/dev/null 2>&1 || { apt-get update -q && \
 		apt-get install -y -q bubblewrap iproute2 util-linux e2fsprogs libseccomp2; }; }
 
-# The lab provider (provisioner/lab.py) runs Debian's OpenSSH server in each node's network namespace, delays the
+# The lab provider (provisioner/lab/) runs Debian's OpenSSH server in each node's network namespace, delays the
 # nodes' traffic with iptables and turns IPv6 off in them with sysctl (procps); `make test` installs them (as root),
 # `make run` leaves the choice to the operator: installed, the lab is offered. (On a machine with systemd, installing openssh-server also starts the
 # machine's own sshd; the lab never uses it.)

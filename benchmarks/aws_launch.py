@@ -39,8 +39,9 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 
+from common import awsapi  # noqa: E402
 from fc2.services import sweep  # noqa: E402
-from provisioner import ClusterSpec, aws, awsapi  # noqa: E402
+from provisioner import ClusterSpec, aws  # noqa: E402
 from tests.ec2lab import REGION, MotoServer  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """The lab provider's network as the nodes see it: requested vs achieved bandwidth and round-trip time between two lab
-nodes (provisioner/labnet.py), measured with plain TCP sockets run inside the nodes' namespaces:
+nodes (provisioner/lab/net.py), measured with plain TCP sockets run inside the nodes' namespaces:
 
     sudo .venv/bin/python benchmarks/lab_network.py [--seconds 4]
 
@@ -30,7 +30,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from provisioner import labnet  # noqa: E402
+from provisioner.lab import net as labnet  # noqa: E402
 
 # Run as `python -c PROBE MODE HOST PORT [ARG]`: stdlib only, so it runs on a node as it is.
 PROBE = r"""

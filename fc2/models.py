@@ -215,7 +215,7 @@ class Job(models.Model):
 
     provider = models.CharField(max_length=20, default="local")
     region = models.CharField(max_length=30, blank=True)
-    # Lab clusters (provisioner/lab.py): every packet from one node to another arrives this late (Anwar §5.2.3).
+    # Lab clusters (provisioner/lab/): every packet from one node to another arrives this late (Anwar §5.2.3).
     latency_ms = models.FloatField(default=0, help_text="Delay added between the nodes (lab), ms one way")
     algorithm = models.CharField(max_length=20, default="manual")
     strategy = models.CharField(max_length=10, choices=Strategy.choices, default=Strategy.PS)

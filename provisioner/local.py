@@ -45,7 +45,8 @@ from django.conf import settings
 
 from provisioner import sandbox
 from provisioner.errors import ProvisionError, TransientProvisionError
-from provisioner.nodes import AGENT_FILES, Machine, NodeCommand
+from provisioner.interface import Machine, NodeCommand
+from provisioner.nodes import AGENT_FILES
 from provisioner.runners import LocalRunner, reap
 from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, cluster_directory, node_layout
 
@@ -205,10 +206,6 @@ def sandboxed_command(
     return NodeCommand(
         tuple(wrapped), data, sandbox.OUTPUT, sandbox.WORK, str(output), str(work), ("--memory-cgroup", str(cgroup))
     )
-
-
-def report_url(cluster: ClusterInfo, url: str) -> str:
-    return url
 
 
 def read_only_mounts(env_dir: Path) -> tuple[Path, ...]:

@@ -23,19 +23,21 @@ that reports to nobody (RunSpec.report_url empty: Scala-Opt's profiling run), `s
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
-from provisioner.errors import NodeError, ProvisionError, retry
-from provisioner.runners import Result, Runner, run_parallel
+from common.retry import retry
+from provisioner.errors import NodeError, ProvisionError, transient
+from provisioner.interface import Machine, NodeCommand, Primitives
+from provisioner.registry import get, primitives
+from provisioner.runners import Result, run_parallel
 from provisioner.types import ClusterInfo, NodeInfo, NodeResult, RunSpec, is_chief
 
 logger = logging.getLogger(__name__)
@@ -56,47 +58,11 @@ SAMPLES_FILE = "samples.jsonl"  # where the agent of a run that reports to nobod
 WIRE_NAME = re.compile(r"[0-9]{1,6}")
 
 
-@dataclass(frozen=True)
-class Machine:
-    """A node's machine as the bootstrap sees it."""
-
-    runner: Runner  # runs commands and copies files there
-    host: str  # which machine it is (nodes with the same host and install_dir share one install)
-    root: str  # the node's directory on the machine
-    python: str  # the machine's Python: makes the job's env (with the machine's packages) and runs the agent
-    install_dir: str  # where the job's env is made; nodes of one machine share it
-    platform_storage: bool = False  # the machine is the platform's: a dataset file is used where it is, not copied
-
-
-@dataclass(frozen=True)
-class NodeCommand:
-    """How the node's command runs on its machine."""
-
-    argv: tuple[str, ...]  # the command as the agent starts it (inside the node's sandbox, where it has one)
-    data: str  # the dataset file's path as the command sees it (FC2_DATA)
-    output: str  # the output directory as the command sees it (FC2_OUTPUT_DIR)
-    work: str  # its working directory and HOME, as the command sees it
-    agent_output: str  # the output directory as the agent sees it (its files become artifacts)
-    agent_cwd: str  # the working directory the agent starts the command in
-    agent_args: tuple[str, ...] = field(default=())  # more agent options (e.g. --memory-cgroup)
-
-
-def _entry(cluster: ClusterInfo):
-    """The cluster's provider as the registry describes it (provisioner.Provider)."""
-    from provisioner import PROVIDERS
-
-    return PROVIDERS[cluster.provider]
-
-
-def _provider(cluster: ClusterInfo):
-    return importlib.import_module(_entry(cluster).module)
-
-
 def bootstrap(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
     """Install and start every node of the cluster in parallel; returns the cluster with each node's agent pid.
 
     A node already started (a redelivered step) is left running as it is."""
-    provider = _provider(cluster)
+    provider = primitives(cluster.provider)
     machines = {node.name: provider.machine(cluster, node) for node in cluster.nodes}
     try:
         ready = {name: (lambda m=m: m.runner.wait_ready(READY_TIMEOUT_S)) for name, m in machines.items()}
@@ -129,7 +95,7 @@ def bootstrap(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
 
 def wait_ready(cluster: ClusterInfo, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Wait until every node's machine answers (its SSH server), all at once; raises naming a node that does not."""
-    provider = _provider(cluster)
+    provider = primitives(cluster.provider)
 
     def one(node: NodeInfo) -> None:
         machine = provider.machine(cluster, node)
@@ -144,7 +110,7 @@ def wait_ready(cluster: ClusterInfo, timeout_s: float = READY_TIMEOUT_S) -> None
 def run_on(cluster: ClusterInfo, node_name: str, command: Sequence[str]) -> Result:
     """Run `command` on one node's machine (over its SSH on lab and aws) and return what it did."""
     node = next(n for n in cluster.nodes if n.name == node_name)
-    machine = _provider(cluster).machine(cluster, node)
+    machine = primitives(cluster.provider).machine(cluster, node)
     try:
         machine.runner.wait_ready(READY_TIMEOUT_S)
         return machine.runner.run(command, check=False)
@@ -154,7 +120,7 @@ def run_on(cluster: ClusterInfo, node_name: str, command: Sequence[str]) -> Resu
 
 def _step(machine: Machine, what: str, action: Callable[..., T], *args) -> T:
     try:
-        return retry(lambda: action(*args), what=f"{machine.runner.node}: {what}")
+        return retry(lambda: action(*args), retryable=transient, what=f"{machine.runner.node}: {what}")
     except NodeError:
         raise
     except ProvisionError as error:
@@ -231,7 +197,9 @@ def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand)
     }
 
 
-def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine, run: RunSpec, python: str):
+def _start_node(
+    provider: Primitives, cluster: ClusterInfo, node: NodeInfo, machine: Machine, run: RunSpec, python: str
+):
     if node.pid and _agent_running(machine, node):
         return node  # started before (a redelivered step)
     runner, root = machine.runner, PurePosixPath(machine.root)
@@ -244,7 +212,7 @@ def _start_node(provider, cluster: ClusterInfo, node: NodeInfo, machine: Machine
 
     dataset, fetch = _step(machine, "copy the agent and the dataset", prepare)
     command = provider.node_command(cluster, node, [python, "-m", run.main_module, *run.args], dataset)
-    entry = _entry(cluster)
+    entry = get(cluster.provider)
 
     def start() -> int:
         # The command's output and working directories: a sandbox made them already, a cloud node has none.
@@ -287,7 +255,7 @@ def _agent_running(machine: Machine, node: NodeInfo) -> bool:
 def alive(cluster: ClusterInfo) -> dict[str, bool | None]:
     """Node name -> whether its agent is still running; None for a node whose machine cannot be reached (its host
     gone, its link cut, its SSH server dead): the others are answered all the same."""
-    provider = _provider(cluster)
+    provider = primitives(cluster.provider)
 
     def one(node: NodeInfo) -> bool | None:
         if not node.pid:
@@ -310,7 +278,7 @@ def _read_nodes(
 ) -> dict[str, T]:
     """Node name -> what `read` found on it, for the nodes (all, or those named in `only`) where it found something;
     a node that cannot be reached is left out."""
-    provider = _provider(cluster)
+    provider = primitives(cluster.provider)
 
     def one(node: NodeInfo) -> T | None:
         try:
@@ -371,7 +339,7 @@ def fetch_results(cluster: ClusterInfo, max_file_bytes: int = 2**31) -> dict[str
 def kept_samples(cluster: ClusterInfo, node_name: str, max_bytes: int = 16 * 2**20) -> list[dict]:
     """The resource samples the node's agent kept on the node (a run that reports to nobody), oldest first."""
     node = next(n for n in cluster.nodes if n.name == node_name)
-    machine = _provider(cluster).machine(cluster, node)
+    machine = primitives(cluster.provider).machine(cluster, node)
     path = str(PurePosixPath(machine.root) / SAMPLES_FILE)
     try:
         if machine.runner.run(["test", "-f", path], check=False).exit_status != 0:
@@ -392,7 +360,7 @@ def kept_samples(cluster: ClusterInfo, node_name: str, max_bytes: int = 16 * 2**
 
 def stop_agents(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
     """Ask every node's agent to stop its command (SIGTERM), and wait up to `grace_s` for them to go."""
-    provider = _provider(cluster)
+    provider = primitives(cluster.provider)
 
     def one(node: NodeInfo) -> None:
         if not node.pid:

@@ -1,6 +1,6 @@
 """A TCP relay from a lab cluster's gateway address to the platform's web server.
 
-Lab nodes reach the platform only at their bridge's address (provisioner/labnet.py: no route anywhere else), and the
+Lab nodes reach the platform only at their bridge's address (provisioner/lab/net.py: no route anywhere else), and the
 platform's web server listens where its operator said (127.0.0.1:8000 by default, or the private port of
 `submit_job --inline`). One relay per cluster listens on <gateway>:<port> and passes each connection through to the
 platform, byte for byte in both directions, so the node agents' reports and uploads arrive as they would on a cloud.

@@ -33,7 +33,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from paramiko.hostkeys import HostKeyEntry
 
-from provisioner.errors import NodeError
+from common.retry import retry
+from provisioner.errors import NodeError, transient
 from provisioner.runners import Result
 
 logger = logging.getLogger(__name__)
@@ -169,24 +170,24 @@ class SSHRunner:
         if self._connected():
             return
         deadline = time.monotonic() + timeout_s
-        delay = 0.1
-        while True:
-            try:
-                self._connect(min(self.connect_timeout_s, max(deadline - time.monotonic(), 0.1)))
-                return
-            except NodeError as error:
-                if not error.transient:
-                    raise
-                last_error = error.reason
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise NodeError(
-                    self.endpoint.node,
-                    f"SSH at {self.endpoint.address} did not answer within {timeout_s:g} s: {last_error}",
-                    transient=True,
-                )
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, 2.0)
+        try:
+            retry(
+                lambda: self._connect(min(self.connect_timeout_s, max(deadline - time.monotonic(), 0.1))),
+                retryable=transient,
+                attempts=None,
+                timeout_s=timeout_s,
+                first_delay_s=0.1,
+                max_delay_s=2.0,
+                what=f"SSH to {self.endpoint.node}",
+            )
+        except NodeError as error:
+            if not error.transient:
+                raise
+            raise NodeError(
+                self.endpoint.node,
+                f"SSH at {self.endpoint.address} did not answer within {timeout_s:g} s: {error.reason}",
+                transient=True,
+            ) from None
 
     def run(
         self,

@@ -4,7 +4,8 @@
 software, capacity status Used) for the region's on-demand prices and EC2 `describe_instance_types` for vCPUs, memory,
 GPUs and network capacity, keeps the families in FAMILIES, and returns the catalogue dict recommender.catalog saves.
 The parsing functions below are pure (they take what AWS returns and give values) and the AWS calls are separate;
-boto3 is reached only through `client()`, so tests hand out stubbed clients there and nowhere else.
+AWS is reached only through the platform's one boto3 adaptor (common/awsapi.py: its retries, credential chain and
+AWS_ENDPOINT_URL), whose failures become PricingErrors here.
 
 Network capacity (B_ps when a type serves as PS) is the baseline bandwidth EC2 reports per network card, summed; a
 type that reports none falls back to its NetworkPerformance text ("25 Gigabit" → 25000 Mbps, "Up to 10 Gigabit" →
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from common import awsapi
 
 PRICING_REGION = "us-east-1"  # the Pricing API answers from us-east-1 for every region's prices
 PAGE_SIZE = 100  # get_products' largest page
@@ -283,56 +286,42 @@ def _plain(number: float) -> float | int:
 # ---- AWS calls ----------------------------------------------------------------------------------------------------
 
 
-def client(service: str, region: str):
-    """The one place boto3 is reached: a client from a fresh session (sessions are not thread-safe), with botocore's
-    standard retries (throttling and server-side errors only). boto3's own configuration applies — the credential
-    chain, AWS_ENDPOINT_URL, AWS_MAX_ATTEMPTS."""
-    import boto3
-    from botocore.config import Config
-
-    return boto3.session.Session().client(service, region_name=region, config=Config(retries={"mode": "standard"}))
-
-
 @contextmanager
 def aws_errors(what: str) -> Iterator[None]:
-    """Turn botocore's failures into a PricingError saying what could not be done and why."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
-
+    """Turn the adaptor's failures into a PricingError saying what could not be done and why."""
     try:
         yield
-    except (NoCredentialsError, PartialCredentialsError):
+    except awsapi.AwsError as error:
+        if error.credentials:
+            raise PricingError(
+                f"{what}: no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+            ) from None
         raise PricingError(
-            f"{what}: no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+            f"{what}: {error.code}: {error.detail}" if error.code else f"{what}: {error.detail}"
         ) from None
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise PricingError(f"{what}: {error.get('Code', 'error')}: {error.get('Message', exc)}") from None
-    except BotoCoreError as exc:
-        raise PricingError(f"{what}: {exc}") from None
 
 
 def fetch_offers(region: str) -> list[Offer]:
     """The region's on-demand offers for the chosen families, from the Pricing API (every page)."""
     with aws_errors(f"cannot read prices for {region} from the AWS Pricing API"):
-        pages = (
-            client("pricing", PRICING_REGION)
-            .get_paginator("get_products")
-            .paginate(
-                ServiceCode="AmazonEC2",
-                Filters=product_filters(region),
-                FormatVersion="aws_v1",
-                PaginationConfig={"PageSize": PAGE_SIZE},
-            )
+        items = awsapi.pages(
+            "pricing",
+            PRICING_REGION,
+            "get_products",
+            "PriceList",
+            ServiceCode="AmazonEC2",
+            Filters=product_filters(region),
+            FormatVersion="aws_v1",
+            MaxResults=PAGE_SIZE,
         )
-        offers = [offer for page in pages for item in page.get("PriceList", []) if (offer := parse_offer(item))]
+        offers = [offer for item in items if (offer := parse_offer(item))]
     return [offer for offer in offers if wanted(offer.instance_type)]
 
 
 def fetch_specs(region: str) -> dict[str, TypeSpec]:
     """Capacities of the chosen families' types offered in the region, from EC2 (every page)."""
     with aws_errors(f"cannot describe instance types in {region}"):
-        pages = client("ec2", region).get_paginator("describe_instance_types").paginate(Filters=type_filters())
-        infos = [info for page in pages for info in page.get("InstanceTypes", [])]
+        infos = awsapi.pages("ec2", region, "describe_instance_types", "InstanceTypes", Filters=type_filters())
     return {spec.name: spec for spec in map(parse_type_info, infos) if wanted(spec.name)}
 
 

@@ -398,7 +398,8 @@ def lab_leftovers(cluster_id: str, directory: Path, tag: str) -> dict[str, list[
     """Everything of lab cluster `cluster_id` (installation `tag`, state under `directory`) still on the machine:
     processes (its sshds, agents, relay, delay daemons and job code all name its directory or its hash), namespaces,
     links (veths, bridge), iptables rules and chains, CPU and memory cgroups, mounts and loop devices."""
-    from provisioner import labnet, sandbox
+    from provisioner import sandbox
+    from provisioner.lab import net as labnet
 
     h = labnet.cluster_hash(tag, cluster_id)
 

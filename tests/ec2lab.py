@@ -2,7 +2,7 @@
 
 `MotoServer` runs moto's EC2 server (`moto_server`) on a free 127.0.0.1 port; boto3 reaches it through
 AWS_ENDPOINT_URL. `Ec2Lab` plays the part of the hypervisor behind it: every instance moto says is running becomes a
-lab host (provisioner/labnet.py) at the very private address moto gave it, on a bridge serving the instance's subnet,
+lab host (provisioner/lab/net.py) at the very private address moto gave it, on a bridge serving the instance's subnet,
 with an OpenSSH server letting in the instance's key pair (as cloud-init would) — so the provider SSHes to the
 address EC2 reported, and the job trains there for real. The emulated image is this machine's, its Python (with
 TensorFlow) under /root, which no other user may enter: the login user is root. An instance moto says is
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import boto3
 
-from provisioner import labnet, sshd
+from provisioner.lab import net as labnet
+from provisioner.lab import sshd
 
 LOGIN_USER = "root"  # the emulated image's login user (ec2-user on Amazon Linux)
 REGION = "ap-southeast-1"

@@ -17,9 +17,10 @@ from botocore.exceptions import ClientError
 from django.core.management import call_command
 
 import provisioner
+from common import awsapi
 from fc2.models import Job, ReapedCluster
 from fc2.services import jobs, sweep
-from provisioner import ClusterSpec, aws, awsapi
+from provisioner import ClusterSpec, aws
 from provisioner.errors import CapacityError, ProvisionError
 from recommender.catalog import load_catalog
 from tests.conftest import call_json
@@ -74,7 +75,8 @@ def test_a_second_launch_finds_the_first_and_makes_nothing_more(aws_env):
 KILLED_LAUNCH = """
 import os, signal, django
 django.setup()
-from provisioner import aws, awsapi
+from common import awsapi
+from provisioner import aws
 from provisioner.types import ClusterSpec
 send, made = awsapi._send, []
 def send_then_die(service, region, operation, params):

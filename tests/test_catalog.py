@@ -1,9 +1,9 @@
 """Instance catalogues: the AWS price/spec parsing, `refresh_catalog` against stubbed AWS clients, its error paths,
 and the bundled JSON catalogues.
 
-AWS is patched at one place only — recommender.pricing.client, which hands out real boto3 clients wrapped in
-botocore's Stubber and fed the responses in tests/data/ (AWS's own response shapes: PriceList is a list of JSON
-strings, and both answers come in two pages).
+AWS is patched at one place only — common.awsapi.client (the one boto3 adaptor), which hands out real boto3
+clients wrapped in botocore's Stubber and fed the responses in tests/data/ (AWS's own response shapes: PriceList is
+a list of JSON strings, and both answers come in two pages).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from botocore.stub import Stubber
 from django.core.management import call_command
 
+from common import awsapi
 from recommender import catalog as catalog_module
 from recommender import pricing
 from recommender.catalog import bundled_catalogs, load_catalog, save_catalog
@@ -59,7 +60,7 @@ def stubbed_aws(monkeypatch):
         "ec2": boto3.client("ec2", region_name="us-east-1"),
     }
     stubbers = {service: Stubber(client) for service, client in clients.items()}
-    monkeypatch.setattr(pricing, "client", lambda service, region: clients[service])
+    monkeypatch.setattr(awsapi, "client", lambda service, region: clients[service])
     for stubber in stubbers.values():
         stubber.activate()
     yield stubbers

@@ -6,6 +6,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "common.retry",
     "fc2.bundles",
     "fc2.models",
     "fc2.results",
@@ -22,7 +23,7 @@ MODULES = [
     "monitor.retention",
     "monitor.safe_fetch",
     "monitor.series",
-    "provisioner.labnet",
+    "provisioner.lab.net",
     "provisioner.types",
     "recommender.perfdata",
     "recommender.algorithms",

@@ -19,7 +19,8 @@ from django.core.management import call_command
 
 import provisioner
 from fc2.models import Job, ReapedCluster
-from provisioner import ClusterSpec, NodeError, RunSpec, lab, labnet, nodes
+from provisioner import ClusterSpec, NodeError, RunSpec, lab, nodes
+from provisioner.lab import net as labnet
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from recommender.perfdata import parse_csv

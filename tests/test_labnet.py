@@ -1,4 +1,4 @@
-"""The lab provider's network (provisioner/labnet.py) on real namespaces, bridges, qdiscs, iptables and cgroups:
+"""The lab provider's network (provisioner/lab/net.py) on real namespaces, bridges, qdiscs, iptables and cgroups:
 what a node can reach, how fast and how late its packets go, and that nothing of a cluster outlives its removal.
 
 Every cluster here belongs to a tag made for this run, so an installation's own lab clusters are never touched; the
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.lab_network import connect, rtts_ms, serving, throughput_mbit
-from provisioner import labnet
 from provisioner.errors import ProvisionError
+from provisioner.lab import net as labnet
 
 REASON = labnet.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the lab network cannot run here: {REASON}")
@@ -193,7 +193,7 @@ def test_the_delay_daemon_accepts_what_it_holds_and_exits_on_sigterm(make):
     net = make("daemon", [labnet.NodeShape()])
     node = net.nodes[0]
     daemon = subprocess.Popen(
-        ["ip", "netns", "exec", node.netns, sys.executable, "-m", "provisioner.delay", "--delay-ms", "5"],
+        ["ip", "netns", "exec", node.netns, sys.executable, "-m", "provisioner.lab.delay", "--delay-ms", "5"],
         cwd=PROJECT_DIR,
     )
     try:

@@ -26,7 +26,8 @@ import provisioner
 from fc2.models import Job
 from fc2.services import jobs, sweep
 from fc2.services.bundles import store_bundle
-from provisioner import ClusterInfo, ClusterSpec, RunSpec, aws, lab, labnet
+from provisioner import ClusterInfo, ClusterSpec, RunSpec, aws, lab
+from provisioner.lab import net as labnet
 from recommender.catalog import load_catalog
 from tests.conftest import (
     Workers,

@@ -1,4 +1,4 @@
-"""provisioner/ssh.py and provisioner/sshd.py against OpenSSH's real sshd on 127.0.0.1, through real paramiko.
+"""provisioner/ssh.py and provisioner/lab/sshd.py against OpenSSH's real sshd on 127.0.0.1, through real paramiko.
 
 The "node" is this machine, so a remote path is a local path under tmp_path and the tests look at it directly.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from provisioner import sshd
 from provisioner.errors import NodeError, ProvisionError
+from provisioner.lab import sshd
 from provisioner.runners import Result, run_parallel
 from provisioner.ssh import Endpoint, SSHRunner, generate_keypair
 

@@ -1,9 +1,9 @@
 """The `lab` provider: an emulated cloud on this machine, whose nodes are hosts with their own addresses, SSH servers
 and shaped links — so that SSH bootstrap, bandwidth limits and latency are real here (FC² §8, Anwar §5.2.3 and §6.2).
 
-A lab node is a network namespace (provisioner/labnet.py) with its own address on a bridge of its cluster's own, its
+A lab node is a network namespace (provisioner/lab/net.py) with its own address on a bridge of its cluster's own, its
 link shaped to its instance type's network capacity and its CPU capped at its vCPUs (the `lab` catalogue,
-recommender/catalogs/lab.json), an OpenSSH server of its own (provisioner/sshd.py) that lets in the cluster's key
+recommender/catalogs/lab.json), an OpenSSH server of its own (provisioner/lab/sshd.py) that lets in the cluster's key
 only, and nothing else reachable: the other nodes of its cluster and the platform at the bridge's address. With
 `latency_ms`, every packet from one node to another arrives that much later.
 
@@ -21,7 +21,7 @@ State of a cluster, on the platform (FC2_LAB_DIR/<cluster_id>/, root's, 0700): c
 (id_ed25519, 0600; never leaves the platform), known_hosts (pinned on first contact), logs/<node>.bootstrap.log,
 etc/ (the sandbox's passwd), and nodes/<node>/ — the node's "disk": its directory as the bootstrap sees it
 over SSH, with its sshd's configuration and host key in sshd/. Teardown needs only the cluster's name: the network
-is found by name (labnet), the rest under the cluster's directory.
+is found by name (provisioner/lab/net.py), the rest under the cluster's directory.
 """
 
 from __future__ import annotations
@@ -41,14 +41,16 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 from django.conf import settings
 
-from provisioner import labnet, sandbox, ssh, sshd
+from provisioner import sandbox, ssh
 from provisioner.errors import ProvisionError, TransientProvisionError
+from provisioner.interface import Machine, NodeCommand
+from provisioner.lab import net as labnet
+from provisioner.lab import sshd
 from provisioner.local import sandboxed_command
-from provisioner.nodes import Machine, NodeCommand
 from provisioner.runners import spawn
 from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, cluster_directory, node_layout
 
-CATALOG = Path(__file__).resolve().parent.parent / "recommender" / "catalogs" / "lab.json"
+CATALOG = Path(__file__).resolve().parents[2] / "recommender" / "catalogs" / "lab.json"
 TF_PORT = 7000  # every node has an address of its own: one TensorFlow port is enough
 SSH_PORT = 22
 SSH_READY_S = 60
@@ -201,7 +203,7 @@ def _start_relay(workdir: Path, listen: str, to: str) -> None:
     if _relays(workdir):
         return
     relay = [sys.executable, "-m", "provisioner.relay", "--listen", listen, "--to", to, "--cluster", str(workdir)]
-    spawn(relay, workdir / "logs" / "relay.log", cwd=Path(__file__).resolve().parent.parent)
+    spawn(relay, workdir / "logs" / "relay.log", cwd=Path(__file__).resolve().parents[2])
     host, _, port = listen.rpartition(":")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -13,7 +13,7 @@ in and starts sshd on the nodes through `node_argv`):
     cgroup     /sys/fs/cgroup/cpu/fc2lab/{namespace}   cfs quota = NodeShape.cpus × period (cgroup v1 `cpu`)
     iptables   host chains FC2LAB-{h}-IN / -FWD: from the bridge only replies and the platform's ports reach the host,
                nothing is forwarded in or out of the bridge; in each node, chain FC2DELAY queues packets from other
-               nodes to the delay daemon (provisioner/delay.py)
+               nodes to the delay daemon (provisioner/lab/delay.py)
 
 where h = sha256(f"{tag}/{cluster_id}")[:8] and `tag` identifies the installation, so teardown and the reaper find
 everything from (tag, cluster_id) alone, with no saved state, and two installations on one machine never collide.
@@ -66,7 +66,7 @@ DELAY_QUEUE = 0
 DELAY_CHAIN = "FC2DELAY"
 TBF_MIN_BURST_BYTES = 70_000  # one 64 KiB GSO packet plus headers: tbf never has to segment one
 TBF_QUEUE_S = 0.020
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -368,7 +368,7 @@ def _delay_daemons(node: str, *, prefix: bool = False) -> list[tuple[int, list[s
             continue
         with contextlib.suppress(OSError):
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if "provisioner.delay" in argv and "--node" in argv:
+            if "provisioner.lab.delay" in argv and "--node" in argv:
                 serves = (argv[argv.index("--node") + 1 :] or [""])[0]
                 if (serves.startswith(node) if prefix else serves == node) and _alive(int(entry.name)):
                     found.append((int(entry.name), argv))
@@ -387,7 +387,7 @@ def _queue_bound(netns: str) -> bool:
 
 def _start_delay_daemon(netns: str, latency_ms: float) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    argv = [sys.executable, "-m", "provisioner.delay", "--queue", str(DELAY_QUEUE), "--delay-ms", _ms(latency_ms)]
+    argv = [sys.executable, "-m", "provisioner.lab.delay", "--queue", str(DELAY_QUEUE), "--delay-ms", _ms(latency_ms)]
     argv += ["--node", netns]
     # An unlinked file, not a pipe: the daemon outlives us, and a pipe nobody reads would one day block or break it.
     with tempfile.TemporaryFile() as errors:
@@ -425,7 +425,7 @@ def _ensure_latency(netns: str, subnet: ipaddress.IPv4Network, latency_ms: float
         _start_delay_daemon(netns, latency_ms)
     _ensure_chain(DELAY_CHAIN, netns=netns)
     _ensure_rule(DELAY_CHAIN, ["-s", gateway, "-j", "RETURN"], position=1, netns=netns)
-    # No --queue-bypass (fail-closed): see provisioner/delay.py.
+    # No --queue-bypass (fail-closed): see provisioner/lab/delay.py.
     _ensure_rule(DELAY_CHAIN, ["-s", str(subnet), "-j", "NFQUEUE", "--queue-num", str(DELAY_QUEUE)], netns=netns)
     _ensure_rule("INPUT", ["-j", DELAY_CHAIN], position=1, netns=netns)
 

@@ -2,7 +2,7 @@
 
 Anwar et al. (§5.2.3) emulate the datacentre's latency with NetEm's `delay L` on every machine. This kernel has no
 netem, so each lab node runs this daemon inside its network namespace and an iptables rule there
-(`INPUT -s <subnet> ! -s <gateway> -j NFQUEUE`, see provisioner/labnet.py) hands it every packet that arrives from
+(`INPUT -s <subnet> ! -s <gateway> -j NFQUEUE`, see provisioner/lab/net.py) hands it every packet that arrives from
 another node of the cluster. A packet is accepted `delay_ms` after it was queued, so one way between two nodes takes L
 and a round trip 2L, as with NetEm on each machine; traffic with the platform (the gateway) is not queued at all.
 
@@ -26,7 +26,7 @@ drops what it cannot queue) and the training stalls visibly, rather than silentl
 producing figures that claim a latency the run never had. The platform's own traffic (SSH, reports) is never queued,
 so it can still see the cluster, diagnose it and tear it down.
 
-    python -m provisioner.delay --queue 0 --delay-ms 40 [--node NETNS]
+    python -m provisioner.lab.delay --queue 0 --delay-ms 40 [--node NETNS]
 
 SIGTERM or SIGINT: every packet still held is accepted at once and the daemon exits 0.
 """

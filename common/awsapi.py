@@ -1,15 +1,18 @@
-"""boto3 behind one adaptor: every AWS call the platform makes goes through `call`, `pages` or `wait` here.
+"""boto3 behind one adaptor: every AWS call the platform makes — the aws provider's (provisioner/aws/) and the price
+refresh's (recommender/pricing.py) — goes through `call`, `pages` or `wait` here.
 
 - boto3 is imported lazily (a platform without AWS never loads it) and each thread has its own session and clients
   (boto3 sessions are not thread-safe; the bootstrap and the sweep run threads).
 - Credentials are the standard boto3 chain (environment, shared files, instance profile); `AWS_ENDPOINT_URL` is
   honoured by boto3 itself, so moto's server or LocalStack can stand in for AWS.
-- A call is retried with backoff only when AWS says the failure is on its side or a matter of rate (throttling, 5xx,
-  a dropped connection); botocore's own retries are off so that this is the one policy. Anything else is raised at
-  once as a `ProvisionError` in the user's words; capacity shortages as `CapacityError`, which launch fails over on.
+- A call is retried with backoff (common/retry.py) only when AWS says the failure is on its side or a matter of rate
+  (throttling, 5xx, a dropped connection); botocore's own retries are off so that this is the one policy, and
+  `AWS_MAX_ATTEMPTS` sets its attempts as it would botocore's. Anything else is raised at once as an `AwsError` in the
+  user's words, with AWS's code; a capacity shortage says so (`capacity`), and the aws provider fails over on it.
 - Every API call made (waiters' polls included) is counted in `CALLS`, for benchmarks/aws_launch.py.
 
-No Django here: the provider passes settings in.
+No Django and no app here (a leaf: the provider and the price refresh both import it); callers turn `AwsError` into
+their own errors (provisioner/aws/api.py, recommender/pricing.py).
 """
 
 from __future__ import annotations
@@ -17,11 +20,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections import Counter
 from typing import Any
 
-from provisioner.errors import CapacityError, ProvisionError
+from common.retry import retry
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +66,30 @@ _calls_lock = threading.Lock()
 _local = threading.local()
 
 
-class AwsError(ProvisionError):
-    """An AWS call failed; `code` is AWS's error code ("" when the call never got an answer)."""
+class AwsError(RuntimeError):
+    """An AWS call failed; `code` is AWS's error code ("" when the call never got an answer), `detail` AWS's message.
+    A capacity shortage has `capacity` set, with the instance type and the zone it was asked in."""
 
-    def __init__(self, message: str, code: str = "", transient: bool = False):
+    def __init__(
+        self,
+        message: str,
+        code: str = "",
+        transient: bool = False,
+        *,
+        detail: str = "",
+        capacity: bool = False,
+        instance_type: str = "",
+        zones: tuple[str, ...] = (),
+        credentials: bool = False,
+    ):
         super().__init__(message)
         self.code = code
         self.transient = transient
+        self.detail = detail or message
+        self.capacity = capacity
+        self.instance_type = instance_type
+        self.zones = zones
+        self.credentials = credentials  # there were no credentials to sign the call with
 
 
 def _count(model, **_) -> None:
@@ -120,29 +139,31 @@ def _send(service: str, region: str, operation: str, params: dict[str, Any]) -> 
 
 def call(service: str, region: str, operation: str, **params: Any) -> dict:
     """`client.operation(**params)`, retried with backoff while AWS says it is its fault or a matter of rate."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    delay = FIRST_DELAY_S
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return _send(service, region, operation, params)
-        except NoCredentialsError:
-            raise ProvisionError(credentials_missing() or "no AWS credentials") from None
-        except ClientError as error:
-            failure = classify(error, operation, params)
-        except BotoCoreError as error:  # no answer at all: connection refused or dropped, a response not parsed
-            failure = AwsError(f"AWS {operation} got no answer: {error}", transient=True)
-        if not failure.transient or isinstance(failure, CapacityError) or attempt == ATTEMPTS:
-            raise failure
-        logger.info(
-            "AWS %s failed (attempt %d of %d), retrying in %.1f s: %s", operation, attempt, ATTEMPTS, delay, failure
-        )
-        time.sleep(delay)
-        delay = min(delay * 2, MAX_DELAY_S)
-    raise AssertionError("unreachable")
+    return retry(
+        lambda: _answer(service, region, operation, params),
+        retryable=lambda error: isinstance(error, AwsError) and error.transient and not error.capacity,
+        attempts=int(os.environ.get("AWS_MAX_ATTEMPTS") or ATTEMPTS),
+        first_delay_s=FIRST_DELAY_S,
+        max_delay_s=MAX_DELAY_S,
+        what=f"AWS {operation}",
+    )
 
 
-def classify(error, operation: str, params: dict[str, Any]) -> ProvisionError:
+def _answer(service: str, region: str, operation: str, params: dict[str, Any]) -> dict:
+    """One try of the call, its failure as an AwsError."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+
+    try:
+        return _send(service, region, operation, params)
+    except (NoCredentialsError, PartialCredentialsError):
+        raise AwsError(credentials_missing() or "no AWS credentials", credentials=True) from None
+    except ClientError as error:
+        raise classify(error, operation, params) from None
+    except BotoCoreError as error:  # no answer at all: connection refused or dropped, a response not parsed
+        raise AwsError(f"AWS {operation} got no answer: {error}", transient=True, detail=str(error)) from None
+
+
+def classify(error, operation: str, params: dict[str, Any]) -> AwsError:
     """A botocore ClientError as the platform's error: capacity, retryable, credentials or anything else."""
     info = error.response.get("Error", {})
     code = info.get("Code", "")
@@ -152,13 +173,19 @@ def classify(error, operation: str, params: dict[str, Any]) -> ProvisionError:
         zone = params.get("Placement", {}).get("AvailabilityZone", "")
         instance_type = params.get("InstanceType", "")
         where = f" in {zone}" if zone else ""
-        return CapacityError(
-            f"no capacity for {instance_type}{where}: {message}", instance_type, (zone,) if zone else ()
+        return AwsError(
+            f"no capacity for {instance_type}{where}: {message}",
+            code,
+            transient=True,
+            detail=message,
+            capacity=True,
+            instance_type=instance_type,
+            zones=(zone,) if zone else (),
         )
     if code in AUTH:
-        return AwsError(f"AWS refused the credentials for {operation} ({code}): {message}", code)
+        return AwsError(f"AWS refused the credentials for {operation} ({code}): {message}", code, detail=message)
     transient = code in RETRYABLE or status >= 500
-    return AwsError(f"AWS {operation} failed ({code or status}): {message}", code, transient=transient)
+    return AwsError(f"AWS {operation} failed ({code or status}): {message}", code, transient=transient, detail=message)
 
 
 def pages(service: str, region: str, operation: str, key: str, **params: Any) -> list[dict]:
@@ -174,7 +201,7 @@ def pages(service: str, region: str, operation: str, key: str, **params: Any) ->
 
 def wait(region: str, waiter: str, *, timeout_s: float, delay_s: float = 5, **params: Any) -> None:
     """Wait with boto3's EC2 waiter `waiter` (instance_running, instance_status_ok, instance_terminated, …) for at most
-    `timeout_s`; a waiter that gives up, or meets a failure state, is a ProvisionError naming what it waited for."""
+    `timeout_s`; a waiter that gives up, or meets a failure state, is an AwsError naming what it waited for."""
     from botocore.exceptions import ClientError, WaiterError
 
     attempts = max(1, int(timeout_s / delay_s))

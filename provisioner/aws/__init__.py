@@ -37,7 +37,6 @@ import base64
 import hashlib
 import ipaddress
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -45,10 +44,12 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from provisioner import awsapi, ssh
-from provisioner.awsapi import call, pages
+from common.retry import retry
+from provisioner import ssh
+from provisioner.aws import api as awsapi
+from provisioner.aws.api import call, pages
 from provisioner.errors import CapacityError, ProvisionError
-from provisioner.nodes import Machine, NodeCommand
+from provisioner.interface import Machine, NodeCommand
 from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, cluster_directory, node_layout
 
 TF_PORT = 7000  # every node is a machine of its own: one TensorFlow port is enough
@@ -613,15 +614,17 @@ DEPENDENCY_WAIT_S = 120
 
 def _quietly(function, *args, **kwargs) -> None:
     """A removal whose target is already gone is done; one whose target is still in use (a security group whose
-    instances' network interfaces are still being released) is tried again for a while."""
-    deadline = time.monotonic() + DEPENDENCY_WAIT_S
-    while True:
-        try:
-            function(*args, **kwargs)
-            return
-        except awsapi.AwsError as error:
-            if error.code.endswith(GONE):
-                return
-            if error.code != "DependencyViolation" or time.monotonic() > deadline:
-                raise
-        time.sleep(2)
+    instances' network interfaces are still being released) is tried again every 2 s for a while."""
+    try:
+        retry(
+            lambda: function(*args, **kwargs),
+            retryable=lambda error: isinstance(error, awsapi.AwsError) and error.code == "DependencyViolation",
+            attempts=None,
+            timeout_s=DEPENDENCY_WAIT_S,
+            first_delay_s=2,
+            max_delay_s=2,
+            what="an AWS removal still in use",
+        )
+    except awsapi.AwsError as error:
+        if not error.code.endswith(GONE):
+            raise

@@ -56,7 +56,7 @@ def prepare(directory: Path, listen: str, port: int, authorized_keys: str) -> Pa
     keys.chmod(0o600)
     config = directory / CONFIG
     config.write_text(
-        f"""# Written by provisioner/sshd.py: the SSH server of one node, key-only root login, no forwarding.
+        f"""# Written by provisioner/lab/sshd.py: the SSH server of one node, key-only root login, no forwarding.
 Port {port}
 ListenAddress {listen}
 HostKey {host_key}

@@ -1,0 +1,104 @@
+"""The provider registry (name → label, limits, module) and the one router: `primitives(name)`, the provider's
+primitives as provisioner/interface.py declares them — the module's own function of each name, else the default.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, cast
+
+from provisioner import interface
+from provisioner.errors import ProvisionError
+from provisioner.interface import Primitives
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A provider as the registry describes it: what the wizard, the API and the budget watchdog know of it; its
+    primitives are in `module` (provisioner/interface.py says which)."""
+
+    name: str  # as jobs, the CLI and the API name it
+    label: str  # as the wizard shows it
+    module: str  # dotted path of the module with the provider's primitives
+    max_workers: int  # the most workers one of its clusters may have
+    regions: bool = False  # whether a cluster is made in a region the user chooses
+    catalog: str = ""  # the instance catalogue its types come from, when only one can be (recommender/catalogs/)
+    latency: bool = False  # whether it can delay the packets between a cluster's nodes (ClusterSpec.latency_ms)
+    description: str = ""  # one line on what its clusters are
+    # Seconds a teardown takes, until this installation has measured its own (the budget watchdog stops a job this
+    # much earlier: a cluster costs until its teardown has ended).
+    teardown_s: float = 0.0
+    needs_worker_type: bool = False  # whether a cluster must be given its instance types (no default machine)
+    # What of a node is its own, for the agent to measure as the node's: its network (a namespace or machine of its
+    # own: its interfaces' counters are its traffic) and its machine (the whole CPU is its).
+    own_network: bool = False
+    own_machine: bool = False
+    # Whether its nodes are the instance types they are given (their CPU and links are the type's): what a job
+    # measures on them is a performance record of those types.
+    typed_nodes: bool = False
+
+
+PROVIDERS: dict[str, Provider] = {
+    "local": Provider(
+        "local",
+        "Local (this machine)",
+        "provisioner.local",
+        max_workers=8,  # each node is a TensorFlow process of ~600 MB, all on this machine
+        teardown_s=1.0,
+        description="processes on the platform's machine, each node sandboxed",
+    ),
+    "lab": Provider(
+        "lab",
+        "Lab (emulated cloud on this machine)",
+        "provisioner.lab",
+        max_workers=8,  # a TensorFlow process of ~600 MB per node, all on this machine
+        catalog="lab",
+        latency=True,
+        own_network=True,
+        typed_nodes=True,
+        teardown_s=3.0,
+        description="network namespaces with their own addresses, SSH servers and shaped links",
+    ),
+    "aws": Provider(
+        "aws",
+        "AWS EC2",
+        "provisioner.aws",
+        max_workers=64,
+        regions=True,
+        needs_worker_type=True,
+        own_network=True,
+        own_machine=True,
+        typed_nodes=True,
+        teardown_s=90.0,  # terminate, wait for terminated (about a minute on EC2), then the network and the key
+        description="EC2 instances in a VPC of their own, bootstrapped over SSH",
+    ),
+}
+
+
+def get(name: str) -> Provider:
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        raise ProvisionError(f"unknown provider {name!r} (available: {', '.join(sorted(PROVIDERS))})") from None
+
+
+class _Routed:
+    """A provider module's primitives, each looked up when called (so a test's patch of the module is seen), the
+    interface's default standing in for one the module lacks."""
+
+    def __init__(self, module_name: str):
+        self._module = importlib.import_module(module_name)
+
+    def __getattr__(self, primitive: str) -> Any:
+        found = getattr(self._module, primitive, None)
+        if found is not None:
+            return found
+        if primitive in interface.DEFAULTS:
+            return interface.DEFAULTS[primitive]
+        raise AttributeError(f"provider module {self._module.__name__} has no {primitive!r}")
+
+
+def primitives(name: str) -> Primitives:
+    """The router: provider `name`'s primitives (ProvisionError for a provider not registered)."""
+    return cast(Primitives, _Routed(get(name).module))
