@@ -31,6 +31,7 @@ from fc2.services import datasets, inline, jobs, sweep
 from fc2.services.bundles import store_bundle
 from provisioner import ClusterInfo, ClusterSpec, aws, local
 from recommender import service
+from recommender.catalog import load_catalog
 from tests.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
 from tests.wheels import GOOD, make_wheel
 
@@ -106,6 +107,21 @@ def make_job(owner, bundle, dataset, **fields) -> Job:
     for name, value in fields.items():
         setattr(request, name, value)
     return jobs.submit(owner, request, driver=Job.Driver.INLINE)
+
+
+# Anwar et al.'s Table 4, imported as workload "mnist" by the `table4` fixture.
+TABLE4 = PROJECT_DIR / "recommender" / "data" / "anwar2021-table4.csv"
+
+
+@pytest.fixture
+def fc2_catalog(db):
+    """The paper's catalogue (FC² Tables 1–2)."""
+    return load_catalog("fc2-2018")
+
+
+@pytest.fixture
+def table4(db):
+    call_command("import_perf_data", str(TABLE4), "--format", "anwar2021", "--workload", "mnist", stdout=StringIO())
 
 
 @pytest.fixture

@@ -30,35 +30,14 @@ from monitor.agent import MAX_PROGRESS_LOG, NodeRun, Sampler, encode_multipart
 from monitor.models import LossPoint, NodeSample
 from provisioner import ClusterSpec, local
 from tests.conftest import PROJECT_DIR, Outage, make_job
+from tests.helpers import post_report, start_running
 
 AGENT = PROJECT_DIR / "monitor" / "agent.py"
-PS_NODES = [("ps", 0), ("chief", 0), ("worker", 0), ("worker", 1)]
-MIRRORED_NODES = [("worker", 0), ("worker", 1)]
-
-
-def start_running(job: Job) -> str:
-    """Put `job` in `running` with its nodes, as bootstrap would leave it; returns the agents' token."""
-    token = job.issue_token()
-    job.save()
-    layout = PS_NODES if job.strategy == Job.Strategy.PS else MIRRORED_NODES
-    for role, index in layout:
-        Node.objects.create(job=job, name=f"{role}-{index}", role=role, index=index, status=Node.Status.RUNNING)
-    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING)
-    job.refresh_from_db()
-    return token
 
 
 @pytest.fixture
 def token(job) -> str:
     return start_running(job)
-
-
-def post_report(client, job_id: int, body, token: str | None, content_type: str = "application/json"):
-    """POST a report; `body` is sent as is when bytes/str, else JSON-encoded."""
-    data = body if isinstance(body, bytes | str) else json.dumps(body)
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    url = reverse("api-job-report", args=[job_id])
-    return client.post(url, data=data, content_type=content_type, headers=headers)
 
 
 def running(node: str = "chief-0", **progress) -> dict:

@@ -14,8 +14,7 @@ from fc2.models import Job
 from fc2.services import jobs
 from fc2.wizard.forms import ParametersField
 from tests.conftest import call_json
-from tests.test_api import post_report, start_running
-from tests.test_api_jobs import Api
+from tests.helpers import Api, post_report, start_running
 
 
 @pytest.fixture

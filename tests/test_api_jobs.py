@@ -3,8 +3,6 @@ refusals, another user's objects as 404s, refused uploads that store nothing, th
 
 from __future__ import annotations
 
-import io
-import itertools
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -17,38 +15,12 @@ from django.utils import timezone
 
 from fc2.bundles import MB
 from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
-from fc2.services import artifacts, datasets, jobs, tokens
+from fc2.services import artifacts, datasets, jobs
 from fc2.wizard import Wizard
 from recommender.catalog import load_catalog
 from tests.conftest import launch_cluster, make_job
+from tests.helpers import Api, good_npz, wheel_upload
 from tests.wheels import FILENAME, GOOD, make_wheel
-
-
-class Api:
-    """A client of the API with a personal token of its own."""
-
-    numbers = itertools.count()
-
-    def __init__(self, client, user):
-        self.client = client
-        self.user = user
-        self.headers = {"Authorization": f"Token {tokens.create(user, f'tests-{next(self.numbers)}')[1]}"}
-
-    def get(self, path: str, **params):
-        """The answer; a file's as `.body` (read to its end, which closes it)."""
-        response = self.client.get(path, params, headers=self.headers)
-        if response.streaming:
-            response.body = b"".join(response.streaming_content)
-        return response
-
-    def post(self, path: str, body: dict | None = None, **kwargs):
-        """JSON by default; `files=` sends multipart with the other fields of `body`."""
-        if "files" in kwargs:
-            return self.client.post(path, {**(body or {}), **kwargs["files"]}, headers=self.headers)
-        return self.client.post(path, json.dumps(body or {}), content_type="application/json", headers=self.headers)
-
-    def delete(self, path: str):
-        return self.client.delete(path, headers=self.headers)
 
 
 @pytest.fixture
@@ -75,17 +47,6 @@ def media_files(settings) -> list[Path]:
     """Every stored upload or artifact (the materialised built-in datasets aside)."""
     root = Path(settings.MEDIA_ROOT)
     return sorted(p for p in root.rglob("*") if p.is_file() and "builtin" not in p.parts)
-
-
-def wheel_upload(path: Path) -> SimpleUploadedFile:
-    return SimpleUploadedFile(path.name, path.read_bytes(), "application/octet-stream")
-
-
-def good_npz() -> SimpleUploadedFile:
-    buffer = io.BytesIO()
-    x, y = np.zeros((30, 8, 8, 1), "float32"), np.arange(30) % 10
-    np.savez(buffer, x_train=x[:20], y_train=y[:20], x_test=x[20:], y_test=y[20:])
-    return SimpleUploadedFile("points.npz", buffer.getvalue())
 
 
 BUNDLES, DATASETS, JOBS = "/api/bundles", "/api/datasets", "/api/jobs"

@@ -24,7 +24,7 @@ from schemathesis import GenerationMode
 from fc2.models import Job, Node
 from fc2.services import artifacts, datasets, tokens
 from recommender.catalog import load_catalog
-from tests.test_api_jobs import good_npz
+from tests.helpers import good_npz
 
 EXAMPLES = 25  # per operation and generation mode
 LEFT_OUT = {"/api/jobs/{job_id}/report"}

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from fc2.models import Job
 from fc2.services import sweep
-from tests.test_api_jobs import Api
+from tests.helpers import Api
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAITING = "waiting for a worker: the task queue cannot be reached"

@@ -17,11 +17,12 @@ from django.utils.html import escape
 
 from fc2.home import PER_PAGE, month_bounds, monthly_spend
 from fc2.management.commands.submit_job import Command as SubmitJob
-from fc2.models import CodeBundle, Dataset, Job, JobEvent, Node
+from fc2.models import Dataset, Job, JobEvent, Node
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from monitor import series
 from monitor.models import LossPoint, NodeSample
 from monitor.series import Loss, Sample
+from tests.helpers import job_row, make_bundle, make_dataset
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
@@ -38,29 +39,11 @@ def rows(alice):
     return make_bundle(alice, "digits-cnn"), make_dataset(alice, "mine.npz")
 
 
-def make_bundle(owner, distribution: str, **fields) -> CodeBundle:
-    return CodeBundle.objects.create(
-        owner=owner, wheel=f"bundles/x/{distribution}-1.0-py3-none-any.whl",
-        filename=f"{distribution}-1.0-py3-none-any.whl", distribution=distribution, version="1.0",
-        main_script=f"{distribution}/main.py", size_bytes=2048, sha256="0" * 64, **fields,
-    )  # fmt: skip
-
-
-def make_dataset(owner, name: str, kind: str = Dataset.Kind.UPLOAD, **fields) -> Dataset:
-    return Dataset.objects.create(owner=owner, name=name, kind=kind, path=f"/data/{name}", **fields)
-
-
-def make_job(owner, bundle=None, dataset=None, **fields) -> Job:
-    if bundle is None:
-        bundle, dataset = make_bundle(owner, f"code-of-{owner}"), make_dataset(owner, f"data-of-{owner}")
-    return Job.objects.create(owner=owner, bundle=bundle, dataset=dataset, **fields)
-
-
 @pytest.fixture
 def running(alice, rows) -> Job:
     """A PS job mid-run: a chief, two workers and a PS; progress as the chief last reported it."""
     bundle, dataset = rows
-    job = make_job(
+    job = job_row(
         alice, bundle, dataset, state=Job.State.RUNNING, started_at=T0, launched_at=T0, strategy=Job.Strategy.PS,
         ps_type="m4.large", worker_type="m4.xlarge", hourly_cost=Decimal("0.625"), hourly_budget=Decimal("0.75"),
         epoch=1, epochs=2, step=22, steps=44, loss=1.3,
@@ -373,7 +356,7 @@ def test_cost_is_so_far_while_it_runs_and_total_once_ended(client, alice, runnin
 
 
 def test_job_page_without_budget_or_price_yet(client, alice, rows):
-    job = make_job(alice, *rows)
+    job = job_row(alice, *rows)
     client.force_login(alice)
 
     page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
@@ -402,7 +385,7 @@ def test_live_part_query_count_does_not_grow_with_nodes_or_samples(client, alice
     JobEvent.objects.create(job=running, state="running", message="started")
     for node in running.nodes.all():
         add_samples(node, 30)
-    small = make_job(alice, *rows, state=Job.State.RUNNING, started_at=T0)
+    small = job_row(alice, *rows, state=Job.State.RUNNING, started_at=T0)
     add_samples(Node.objects.create(job=small, name="chief-0", role="chief", index=0), 2)
     client.force_login(alice)
 
@@ -436,7 +419,7 @@ def spanning(alice, bob, rows):
     hours = dt.timedelta(hours=1)
 
     def job(owner=alice, started=None, finished=None, cost="1", **fields) -> Job:
-        return make_job(
+        return job_row(
             owner, bundle, dataset, started_at=started, finished_at=finished, launched_at=started,
             torn_down_at=finished, hourly_cost=Decimal(cost) if cost is not None else None, **fields,
         )  # fmt: skip
@@ -494,12 +477,12 @@ def homes(alice, bob, rows):
     bundle, dataset = rows
     for i in range(12):
         state = Job.State.FAILED if i % 4 == 0 else Job.State.SUCCEEDED
-        make_job(alice, bundle, dataset, state=state, created_at=T0 + dt.timedelta(minutes=i))
+        job_row(alice, bundle, dataset, state=state, created_at=T0 + dt.timedelta(minutes=i))
     make_bundle(alice, "resnet-cifar")
     make_bundle(alice, "resnet-imagenet")
     make_dataset(alice, "cifar-url", kind=Dataset.Kind.URL, url="https://example.com/cifar.npz")
     make_dataset(alice, "imagenet-url", kind=Dataset.Kind.URL, url="https://example.com/imagenet.npz")
-    bobs = make_job(bob)
+    bobs = job_row(bob)
     return bobs
 
 
@@ -586,7 +569,7 @@ def test_admin_home_shows_their_own_rows_only(admin_client, admin_user, homes):
     assert response.status_code == 200
     assert response.context["jobs"].paginator.count == 0
     assert response.context["bundles"].paginator.count == 0
-    make_job(admin_user)
+    job_row(admin_user)
     assert admin_client.get(reverse("home")).context["jobs"].paginator.count == 1
 
 

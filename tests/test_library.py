@@ -11,8 +11,7 @@ from fc2.services.bundles import store_bundle
 from fc2.wizard import DataForm
 from monitor.agent import DATASET_FETCH_FAILED
 from tests.conftest import make_job
-from tests.test_api import post_report, start_running
-from tests.test_wizard import code_form, resource_form
+from tests.helpers import code_form, post_report, resource_form, start_running
 
 
 def test_same_wheel_twice_is_one_bundle(alice, bundle, example_wheel):

@@ -20,8 +20,7 @@ from monitor import retention, series
 from monitor.ingest import record_samples
 from monitor.models import NodeSample
 from tests.conftest import call_json
-from tests.test_api import post_report
-from tests.test_job_page import make_job
+from tests.helpers import job_row, post_report
 
 UTC = dt.UTC
 
@@ -31,7 +30,7 @@ def ended(days_ago: float, **fields) -> dict:
 
 
 def job_with_nodes(owner, *names: str, **fields) -> tuple[Job, list[Node]]:
-    job = make_job(owner, strategy=Job.Strategy.MIRRORED, **fields)
+    job = job_row(owner, strategy=Job.Strategy.MIRRORED, **fields)
     nodes = [Node.objects.create(job=job, name=name, role="worker", index=i) for i, name in enumerate(names)]
     return job, nodes
 

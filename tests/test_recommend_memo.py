@@ -22,8 +22,8 @@ from recommender import service
 from recommender.models import InstanceType, PerformanceRecord
 from recommender.types import RecommendRequest
 from tests.conftest import PROJECT_DIR
-from tests.test_recommender_interfaces import TABLE4, fc2_catalog, table4  # noqa: F401 -- fixtures, used below
 
+pytestmark = pytest.mark.usefixtures("fc2_catalog")  # the paper's catalogue, for every test
 # Table 4 as workload "mnist": at batch 6400 and 0 ms, 4 workers take 57 s an epoch, the fastest.
 LOOKUP = RecommendRequest(algorithm="lookup", workload="mnist", batch_size=6400, latency_ms=0.0)
 SHORT_S = 0.2
@@ -49,7 +49,7 @@ class TestWritesOfThisProcess:
     """Seen at once, however long the memo keeps answers."""
 
     @pytest.fixture(autouse=True)
-    def _long_memo(self, memo_s, table4):  # noqa: F811 -- the fixture
+    def _long_memo(self, memo_s, fc2_catalog, table4):
         memo_s(3600)
         assert answer() == (4, 57)  # kept now
 

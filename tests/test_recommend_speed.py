@@ -18,11 +18,11 @@ from django.urls import reverse
 from recommender import api, service
 from recommender.models import InstanceType, PerformanceRecord
 from recommender.types import RecommendRequest
-from tests.test_recommender_interfaces import TABLE4, fc2_catalog, table4  # noqa: F401 -- fixtures, used below
-from tests.test_speed_paths import in_another_process
+from tests.conftest import TABLE4
+from tests.helpers import in_another_process
 
-# The fc2-2018 catalogue (fc2_catalog, autouse) and Table 4 as workload "mnist" for every test.
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("table4")]
+# The fc2-2018 catalogue and Table 4 as workload "mnist" for every test.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fc2_catalog", "table4")]
 POINT = {"algorithm": "lookup", "workload": "mnist", "batch_size": 6400, "latency_ms": 0}  # Table 4: 4 × 57 s, 1 × 96 s
 
 

@@ -6,33 +6,20 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
 from fc2.services import pipeline
-from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from tests.conftest import call_json, make_job
 
-pytestmark = pytest.mark.django_db
-TABLE4 = Path(__file__).resolve().parent.parent / "recommender" / "data" / "anwar2021-table4.csv"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fc2_catalog")]
 CONTRACT_KEYS = {
     "algorithm", "ps_type", "worker_type", "workers", "hourly_cost", "predicted_epoch_time_s", "source", "candidates",
     "explanation",
 }  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def fc2_catalog(db):
-    return load_catalog("fc2-2018")
-
-
-@pytest.fixture
-def table4(db):
-    call_command("import_perf_data", str(TABLE4), "--format", "anwar2021", "--workload", "mnist", stdout=StringIO())
 
 
 def recommend(*args: str) -> tuple[int, dict, str]:

@@ -29,7 +29,7 @@ from fc2.services import datasets
 from fc2.wizard import SESSION_KEY
 from monitor import safe_fetch
 from monitor.safe_fetch import FetchError, check_url, fetch
-from tests.test_wizard import code_form, step_url
+from tests.helpers import code_form, step_url
 
 PUBLIC = "93.184.216.34"  # never reached: only ever handed out by the patched resolver, and connects are intercepted
 BODY = b"x_train and friends " * 100  # 2,000 bytes

@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import textwrap
-import time
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -19,36 +17,11 @@ from pathlib import Path
 import pytest
 
 import provisioner
-from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
-from tests.wheels import GOOD, make_wheel
+from provisioner import ClusterInfo, RunSpec, local, sandbox
+from tests.helpers import code_wheel, start_cluster, wait_result
+from tests.wheels import GOOD
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}")
-
-
-def start_cluster(cluster_dir: Path, wheel: Path, settings, workers: int = 1) -> ClusterInfo:
-    """A mirrored cluster of `workers` nodes running demo.main, started as the pipeline would (its agents report to
-    nowhere: the final result is only kept on the node)."""
-    settings.FC2_LOCAL_CLUSTER_DIR = cluster_dir
-    cluster = local.launch(ClusterSpec(f"fc2-attack-{cluster_dir.name}", "local", "mirrored", workers))
-    data = cluster_dir.parent / f"{cluster_dir.name}.npz"
-    data.write_bytes(b"data")
-    run = RunSpec(1, str(wheel), "demo.main", dataset=str(data), report_url="http://127.0.0.1:9", token="t")
-    return provisioner.bootstrap(cluster, run)
-
-
-def code_wheel(directory: Path, code: str, **extra: bytes) -> Path:
-    return make_wheel(directory, {**GOOD, "demo/main.py": textwrap.dedent(code).encode(), **extra})
-
-
-def wait_result(cluster: ClusterInfo, node: str = "worker-0", timeout: float = 60) -> Path:
-    """The node's kept final report (the agent keeps it before trying to deliver it to nowhere)."""
-    result = Path(next(n.workdir for n in cluster.nodes if n.name == node)) / "result"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (result / "report.json").exists():
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"{node} kept no result; agent.log: {(result.parent / 'agent.log').read_text()[-2000:]}")
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from provisioner import local, sandbox, seccomp
-from tests.test_sandbox_attacks import code_wheel, start_cluster, wait_result
+from tests.helpers import code_wheel, start_cluster, wait_result
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}")
 

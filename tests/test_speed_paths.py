@@ -18,20 +18,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from fc2.accounts import UserBackend, load_user
-from tests.conftest import PROJECT_DIR, _database_url
+from tests.conftest import PROJECT_DIR
+from tests.helpers import in_another_process
 
 pytestmark = pytest.mark.django_db
-
-
-def in_another_process(code: str) -> None:
-    """Run `code` after `django.setup()` in a process of its own, on this test's database (as another gunicorn worker,
-    a Celery worker or `manage.py` would change it)."""
-    env = {**os.environ, "DATABASE_URL": _database_url(), "DJANGO_SETTINGS_MODULE": "fc2.settings_test"}
-    done = subprocess.run(
-        [sys.executable, "-c", f"import django\ndjango.setup()\n{code}"],
-        env=env, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
 
 
 def me(client) -> int:

@@ -23,7 +23,7 @@ from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from recommender.types import RecommendRequest
 from tests.conftest import cluster_processes, make_job
-from tests.test_wizard import resource_form, step_url, through_data
+from tests.helpers import resource_form, step_url, through_data
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from fc2.models import IdempotencyKey, Job
 from fc2.services import submissions, tokens
 from fc2.services.bundles import store_bundle
-from tests.test_api_jobs import Api, wheel_upload
+from tests.helpers import Api, wheel_upload
 
 JOBS = "/api/jobs"
 

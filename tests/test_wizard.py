@@ -34,13 +34,10 @@ from provisioner import local, sandbox
 from recommender.catalog import load_catalog
 from recommender.perfdata import import_samples
 from tests.conftest import make_job
+from tests.helpers import code_form, resource_form, step_url, through_data
 from tests.wheels import FILENAME, GOOD, make_wheel
 
 CPU = ("m4.xlarge", "t2.xlarge", "c4.xlarge")  # FC² §8.1's inexpensive CPU worker types
-
-
-def step_url(step: str) -> str:
-    return reverse("job-new-step", args=[step])
 
 
 def bundle_files(settings) -> set[Path]:
@@ -52,35 +49,6 @@ def bundle_files(settings) -> set[Path]:
 def uploaded_files(settings) -> list[Path]:
     """Files under MEDIA_ROOT other than the materialised built-in datasets."""
     return [p for p in Path(settings.MEDIA_ROOT).rglob("*") if p.is_file() and "builtin" not in p.parts]
-
-
-def code_form(upload=None, *, bundle=None, params=(("epochs", "1"), ("batch_size", "32")), **fields) -> dict:
-    data = {
-        "source": "library" if bundle else "upload",
-        "main_script": "main.py",
-        "parameters_key": [key for key, _ in params],
-        "parameters_value": [value for _, value in params],
-    }
-    if upload is not None:
-        data["wheel"] = upload
-    if bundle is not None:
-        data["bundle"] = bundle.pk
-    return {**data, **fields}
-
-
-def resource_form(**fields) -> dict:
-    return {
-        "provider": "local",
-        "strategy": "ps",
-        "algorithm": "manual",
-        "catalog": "",
-        "ps_type": "",
-        "worker_type": "",
-        "limit": "workers",
-        "max_workers": "2",
-        "hourly_budget": "",
-        **fields,
-    }
 
 
 def cost_opt_8_1(**fields) -> dict:
@@ -96,12 +64,6 @@ def checked(page: str, name: str, value: str) -> bool:
 
 def wizard_state(client) -> dict:
     return client.session.get(SESSION_KEY, {})
-
-
-def through_data(client, bundle, builtin: str = "digits", params=(("epochs", "1"),)) -> None:
-    """Code (a bundle from the library) and Data (a built-in) done."""
-    assert client.post(step_url("code"), code_form(bundle=bundle, params=params)).status_code == 302
-    assert client.post(step_url("data"), {"source": "builtin", "builtin": builtin}).status_code == 302
 
 
 def through_resource(client, bundle, **resource) -> None:
