@@ -290,7 +290,7 @@ class JobInput(serializers.Serializer):
     provider = serializers.ChoiceField(choices=sorted(provisioner.PROVIDERS), default="local")
     region = serializers.CharField(default="", allow_blank=True, max_length=30, help_text="aws: the region")
     latency_ms = serializers.FloatField(
-        default=0.0, min_value=0, max_value=jobs.MAX_LATENCY_MS, help_text="lab: delay between the nodes, ms one way"
+        default=0.0, min_value=0, max_value=jobs.MAX_NODE_DELAY_MS, help_text="lab: delay between the nodes, ms one way"
     )
     strategy = serializers.ChoiceField(choices=JOB_STRATEGIES, default=Job.Strategy.PS)
     algorithm = serializers.ChoiceField(

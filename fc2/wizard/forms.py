@@ -298,7 +298,7 @@ class ResourceForm(StepForm):
     latency_ms = forms.FloatField(
         required=False,
         min_value=0,
-        max_value=jobs.MAX_LATENCY_MS,
+        max_value=jobs.MAX_NODE_DELAY_MS,
         initial=0,
         label="Latency between nodes (ms)",
         help_text="Every packet from one node to another arrives this late (a round trip takes twice it).",
