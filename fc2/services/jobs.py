@@ -40,7 +40,7 @@ class SubmitError(ValueError):
 
 
 # The most a job may ask the lab to delay each packet between its nodes, ms one way (a datacentre's latencies are a
-# few ms; Anwar et al. emulate up to 80). Not the recommender's bound on a latency it is asked about
+# few ms; Anwar et al. emulate up to 100). Not the recommender's bound on a latency it is asked about
 # (recommender.types.MAX_LATENCY_MS, a minute), which covers any network records were measured on.
 MAX_NODE_DELAY_MS = 1000
 # The algorithms that run one worker type the user picks; the others choose among the worker types (L^w).
