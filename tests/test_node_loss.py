@@ -107,6 +107,17 @@ def node_loss(settings, workers):
     return workers
 
 
+def submit_trainer(owner, dataset, tmp_path, seconds: int, **resources) -> Job:
+    """A 2-worker mirrored job of the trainer wheel (it reports a step every 0.5 s for `seconds`), to the workers."""
+    with trainer_wheel(tmp_path).open("rb") as wheel:
+        bundle = store_bundle(owner, wheel, "demo-1.0-py3-none-any.whl")
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=dataset, strategy="mirrored", workers=2, parameters={"seconds": str(seconds)},
+        **resources,
+    )  # fmt: skip
+    return jobs.submit(owner, request, driver=Job.Driver.CELERY)
+
+
 def run_until_killed(job: Job, fault: Callable[[ClusterInfo, str], None], workers: Workers) -> ClusterInfo:
     """Wait until the job trains (the chief reports steps, the victim's agent has reported), then hit the victim."""
 
@@ -159,21 +170,8 @@ def test_a_lab_node_lost_mid_training_ends_the_job_by_name_and_leaves_nothing(
     how, seconds, expected = FAULTS[fault]
     load_catalog("lab")
     node_loss.start()
-    with trainer_wheel(tmp_path).open("rb") as wheel:
-        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
-    job = jobs.submit(
-        alice,
-        jobs.JobRequest(
-            bundle=bundle,
-            dataset=digits,
-            provider="lab",
-            strategy="mirrored",
-            workers=2,
-            worker_type="lab-w-100",
-            latency_ms=LATENCY_MS,
-            parameters={"seconds": str(seconds)},
-        ),  # fmt: skip
-        driver=Job.Driver.CELERY,
+    job = submit_trainer(
+        alice, digits, tmp_path, seconds, provider="lab", worker_type="lab-w-100", latency_ms=LATENCY_MS
     )
     cluster = run_until_killed(job, how, node_loss)
     killed_at = timezone.now()
@@ -220,22 +218,7 @@ def test_an_ec2_instance_terminated_behind_the_platforms_back_fails_the_job_and_
     goes with it. The job fails naming the node, and the rest is terminated: no instance, key pair, group, subnet."""
     load_catalog("fc2-2018")
     node_loss.start(**aws_worker_env(settings))
-    with trainer_wheel(tmp_path).open("rb") as wheel:
-        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
-    job = jobs.submit(
-        alice,
-        jobs.JobRequest(
-            bundle=bundle,
-            dataset=digits,
-            provider="aws",
-            region=REGION,
-            strategy="mirrored",
-            workers=2,
-            worker_type="c4.xlarge",
-            parameters={"seconds": "60"},
-        ),  # fmt: skip
-        driver=Job.Driver.CELERY,
-    )
+    job = submit_trainer(alice, digits, tmp_path, 60, provider="aws", region=REGION, worker_type="c4.xlarge")
 
     def terminate(cluster: ClusterInfo, name: str) -> None:
         ec2().terminate_instances(InstanceIds=[_node(cluster, name).instance_id])
