@@ -138,7 +138,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
             hourly = float(job.hourly_cost)
             ahead = sweep.teardown_s(args.provider)  # what the watchdog expects this teardown to take
             budget = Decimal(str(round(job.cost_so_far + hourly * (args.margin + ahead) / 3600, 4)))
-            Job.objects.filter(pk=job.pk).update(budget=budget)
+            Job.objects.filter(pk=job.pk).update(total_budget=budget)
             crossed = job.launched_at + timedelta(seconds=float(budget) / hourly * 3600)
             tick = time.monotonic() + random.uniform(0, interval)  # beat's ticks keep their own phase
             while job.state == Job.State.RUNNING:

@@ -104,6 +104,7 @@ def seed(jobs: int, users: int, weeks: int, rng: random.Random):
                 dataset=dataset,
                 parameters={"epochs": "5"},
                 provider=rng.choices([p for p, _ in PROVIDERS], [w for _, w in PROVIDERS])[0],
+                strategy="ps",
                 ps_type=ps_type,
                 worker_type=worker_type,
                 workers=workers,

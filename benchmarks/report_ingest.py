@@ -20,9 +20,9 @@ server's CPU time per report (its processes only, not the database's), and the s
 used and that was in use at all. The clients run on the machine that runs the server and the database, and so may
 anything else: the rates are a floor; the server's CPU per report does not depend on what else runs.
 `--explain` then fills the job's table to `--explain-rows` samples (a long run at 1 Hz) and prints how long the job
-page's series take (monitor.series.job_series) and PostgreSQL's plans, with timings, of their samples' query: the first
-load and a poll with a `since` cursor; then it ends the job long ago, compacts its samples (monitor/retention.py) and
-times the first load again.
+page's series take (fc2.services.monitoring.job_series) and PostgreSQL's plans, with timings, of their samples' query:
+the first load and a poll with a `since` cursor; then it ends the job long ago, compacts its samples
+(monitor/retention.py) and times the first load again.
 
     .venv/bin/python benchmarks/report_ingest.py [--nodes 64] [--seconds 20] [--interval 2] [--workers 3]
         [--conn-max-age 0] [--catch-up-rounds 2] [--phases paced,flat-out,catch-up]
@@ -459,6 +459,7 @@ def explain(job_id: int, rows: int) -> None:
     from django.utils import timezone
 
     from fc2.models import Job
+    from fc2.services import monitoring
     from monitor import retention
     from monitor.models import NodeSample
 
@@ -470,7 +471,7 @@ def explain(job_id: int, rows: int) -> None:
     ended = timezone.now() - timedelta(days=retention.full_days() + 1)
     Job.objects.filter(pk=job_id).update(state=Job.State.SUCCEEDED, finished_at=ended)
     started = time.perf_counter()
-    result = retention.compact_ended_jobs()
+    result = monitoring.compact_ended_jobs()
     print(
         f"\ncompacted (the job ended {retention.full_days() + 1} days ago): {result.rows_before:,} samples of "
         f"{result.nodes} nodes to {result.rows_after:,} in {time.perf_counter() - started:.0f} s"
@@ -479,12 +480,12 @@ def explain(job_id: int, rows: int) -> None:
 
 
 def series_plans(job_id: int, label: str, since) -> None:
-    """Time the job page's series (monitor.series.job_series) and print the plans of its samples' queries."""
+    """Time the job page's series (fc2.services.monitoring.job_series) and print the plans of its samples' queries."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from fc2.models import Job
-    from monitor.series import job_series
+    from fc2.services.monitoring import job_series
 
     job = Job.objects.get(pk=job_id)
     started = time.perf_counter()

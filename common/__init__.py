@@ -1,5 +1,6 @@
 """What the platform's apps share and none of them owns: the one boto3 adaptor (`common.awsapi`, used by the aws
-provider and the recommender's price refresh) and the one retry helper for platform-side retries (`common.retry`).
+provider and the recommender's price refresh), the one retry helper for platform-side retries (`common.retry`), and
+numbers as people read them (`common.numbers`: the job page's results and the monitor's alerts).
 
 A leaf: it imports none of fc2, recommender, provisioner or monitor (an import-linter contract in pyproject.toml), so
 every app may import it. The node agent (monitor/agent.py) keeps its own stdlib-only retry: it runs on the nodes.

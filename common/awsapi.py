@@ -3,8 +3,11 @@ refresh's (recommender/pricing.py) — goes through `call`, `pages` or `wait` he
 
 - boto3 is imported lazily (a platform without AWS never loads it) and each thread has its own session and clients
   (boto3 sessions are not thread-safe; the bootstrap and the sweep run threads).
-- Credentials are the standard boto3 chain (environment, shared files, instance profile); `AWS_ENDPOINT_URL` is
-  honoured by boto3 itself, so moto's server or LocalStack can stand in for AWS.
+- Credentials are the standard boto3 chain (environment, shared files, …) without the instance-metadata and container
+  endpoints unless `FC2_AWS_INSTANCE_PROFILE` says the platform runs on EC2 or ECS with a role: outside them that
+  link-local address answers nobody (a second's wait at each check) or, worse, somebody else. Whether there are
+  credentials is found once per environment and kept. `AWS_ENDPOINT_URL` is honoured by boto3 itself, so moto's
+  server or LocalStack can stand in for AWS.
 - A call is retried with backoff (common/retry.py) only when AWS says the failure is on its side or a matter of rate
   (throttling, 5xx, a dropped connection); botocore's own retries are off so that this is the one policy, and
   `AWS_MAX_ATTEMPTS` sets its attempts as it would botocore's. Anything else is raised at once as an `AwsError` in the
@@ -17,6 +20,7 @@ their own errors (provisioner/aws/api.py, recommender/pricing.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -97,14 +101,49 @@ def _count(model, **_) -> None:
         CALLS[model.name] += 1
 
 
+# What the credential chain reads: a change of any of these is a new session and a new answer to credentials_missing.
+CREDENTIAL_ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "FC2_AWS_INSTANCE_PROFILE",
+)
+
+
+def _environment() -> tuple[str, ...]:
+    return tuple(os.environ.get(name, "") for name in CREDENTIAL_ENVIRONMENT)
+
+
+def instance_profile_allowed() -> bool:
+    """FC2_AWS_INSTANCE_PROFILE=1: the platform runs on EC2 (or ECS) and may take its role's credentials from the
+    instance-metadata (or container) endpoint."""
+    return os.environ.get("FC2_AWS_INSTANCE_PROFILE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _session():
+    """A boto3 session whose credential chain reaches the instance-metadata and container endpoints only where
+    `instance_profile_allowed`."""
+    import boto3
+    import botocore.session
+
+    core = botocore.session.get_session()
+    if not instance_profile_allowed():
+        resolver = core.get_component("credential_provider")
+        for name in ("iam-role", "container-role"):
+            resolver.remove(name)
+    return boto3.session.Session(botocore_session=core)
+
+
 def client(service: str, region: str):
     """This thread's boto3 client for `service` in `region` (botocore's retries off: `call` retries). A change of
     endpoint or credentials in the environment gets a new session."""
-    environment = tuple(os.environ.get(name, "") for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"))
+    environment = _environment()
     if getattr(_local, "environment", None) != environment:
-        import boto3
-
-        _local.session = boto3.session.Session()
+        _local.session = _session()
         _local.clients = {}
         _local.environment = environment
     clients = _local.clients
@@ -119,15 +158,21 @@ def client(service: str, region: str):
 
 
 def credentials_missing() -> str | None:
-    """Why boto3 has no credentials here (and how to give it some), or None when it has."""
+    """Why boto3 has no credentials here (and how to give it some), or None when it has: found once per environment
+    (pages ask at every render)."""
+    return _credentials_missing(_environment())
+
+
+@functools.lru_cache(maxsize=8)
+def _credentials_missing(environment: tuple[str, ...]) -> str | None:
     try:
-        import boto3
+        session = _session()
     except ImportError:
         return "boto3 is not installed"
-    if boto3.session.Session().get_credentials() is None:
+    if session.get_credentials() is None:
         return (
             "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a shared "
-            "credentials file, or run the platform with an instance profile"
+            "credentials file, or run the platform on EC2 with an instance profile and FC2_AWS_INSTANCE_PROFILE=1"
         )
     return None
 

@@ -112,6 +112,10 @@ class PasswordResetDoneView(_NeedsMail, auth_views.PasswordResetDoneView):
     pass
 
 
+# The session key under which a new token's secret waits for the page the POST redirects to (read once).
+NEW_TOKEN_KEY = "fc2_new_token_secret"
+
+
 class TokenForm(forms.Form):
     name = forms.CharField(
         max_length=ApiToken._meta.get_field("name").max_length,
@@ -129,23 +133,20 @@ class TokenForm(forms.Form):
 @login_required
 @require_http_methods(["GET", "POST"])
 def tokens_page(request: HttpRequest) -> HttpResponse:
-    """The user's API tokens; POST makes one and shows its secret, this once."""
+    """The user's API tokens. POST makes one and redirects (post/redirect/get: reloading the page makes no second
+    token); the page after the redirect shows the new token's secret, this once, from the session."""
     form = TokenForm(request.POST or None)
-    secret, status = None, 200
-    if form.is_bound:
-        if form.is_valid():
-            try:
-                token, secret = tokens.create(
-                    request.user, form.cleaned_data["name"], form.cleaned_data["expires_days"]
-                )
-            except tokens.TokenError as exc:
-                form.add_error("name", str(exc))
-            else:
-                form = TokenForm()
-        if secret is None:
-            status = 400
+    if form.is_bound and form.is_valid():
+        try:
+            _token, secret = tokens.create(request.user, form.cleaned_data["name"], form.cleaned_data["expires_days"])
+        except tokens.TokenError as exc:
+            form.add_error("name", str(exc))
+        else:
+            request.session[NEW_TOKEN_KEY] = secret
+            return redirect("account-tokens")
+    secret = request.session.pop(NEW_TOKEN_KEY, None) if not form.is_bound else None
     context = {"form": form, "secret": secret, "tokens": ApiToken.objects.filter(user=request.user)}
-    response = render(request, "fc2/account_tokens.html", context, status=status)
+    response = render(request, "fc2/account_tokens.html", context, status=400 if form.is_bound else 200)
     if secret:
         response["Cache-Control"] = "no-store"  # the secret must not outlive this page in any cache
     return response

@@ -146,8 +146,8 @@ class CostOutput(serializers.Serializer):
     """Job.cost_summary: $ at the catalogue's prices (estimates, not bills)."""
 
     hourly_cost = serializers.FloatField(allow_null=True)
-    hourly_budget = serializers.FloatField(allow_null=True)
-    budget = serializers.FloatField(allow_null=True, help_text="$ for the whole job")
+    budget = serializers.FloatField(allow_null=True, help_text="$/h: the recommender's budget C")
+    total_budget = serializers.FloatField(allow_null=True, help_text="$ for the whole job")
     cost_so_far = serializers.FloatField(allow_null=True)
     projected_total = serializers.FloatField(allow_null=True)
     projected_by = serializers.ChoiceField(
@@ -186,7 +186,27 @@ class ArtifactList(serializers.Serializer):
     results = ArtifactOutput(many=True)
 
 
+class RequestOutput(serializers.Serializer):
+    """What the job was submitted with (Job.request), as it came: what a re-run submits again."""
+
+    algorithm = serializers.CharField()
+    strategy = serializers.CharField(help_text="ps, mirrored, or auto: left open for the model to choose")
+    workers = serializers.IntegerField(help_text="manual: the count; an algorithm: the limit, unless a budget")
+    ps_type = serializers.CharField(allow_blank=True)
+    worker_type = serializers.CharField(allow_blank=True)
+    worker_types = serializers.ListField(child=serializers.CharField())
+    budget = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True, coerce_to_string=False)
+    total_budget = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True, coerce_to_string=False)
+    catalog = serializers.CharField()
+    provider = serializers.CharField()
+    region = serializers.CharField(allow_blank=True)
+    latency_ms = serializers.FloatField()
+    workload_name = serializers.CharField(allow_blank=True)
+    parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
+
+
 class JobOutput(JobSummary):
+    request = RequestOutput(allow_null=True, help_text="What was asked; the job's own fields are what was chosen")
     parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
     progress = ProgressOutput(source="*")
     events = EventOutput(source="events.all", many=True)
@@ -196,7 +216,8 @@ class JobOutput(JobSummary):
     url = serializers.SerializerMethodField(help_text="The job's page")
 
     class Meta(JobSummary.Meta):
-        fields = [*JobSummary.Meta.fields, "requested_strategy", "parameters", "workload", "region", "latency_ms"]
+        fields = [*JobSummary.Meta.fields, "request", "requested_strategy", "parameters", "workload", "region"]
+        fields += ["latency_ms"]
         fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
         fields += ["recommendation", "artifacts", "url"]
 
@@ -299,10 +320,17 @@ class JobInput(serializers.Serializer):
     workers = serializers.IntegerField(
         default=2, min_value=1, max_value=MAX_WORKERS, help_text="manual: the count; an algorithm: the limit"
     )
-    hourly_budget = serializers.DecimalField(
-        **MONEY, help_text="$/h: the algorithm's budget C, which then sets the worker count"
+    budget = serializers.DecimalField(
+        **MONEY, help_text="$/h: the algorithm's budget C, which then sets the worker count (not with manual)"
     )
-    budget = serializers.DecimalField(**MONEY, help_text="$ for the whole job: stopped before its cost would exceed it")
+    total_budget = serializers.DecimalField(
+        **MONEY, help_text="$ for the whole job: stopped before its cost would exceed it"
+    )
+    hourly_budget = serializers.DecimalField(
+        **MONEY,
+        help_text="Deprecated: the old name of `budget`. A request with it is read the old way, its `budget` being "
+        "the whole job's $ (answered with a Deprecation header)",
+    )
     ps_type = serializers.CharField(default="", allow_blank=True, max_length=40)
     worker_type = serializers.CharField(default="", allow_blank=True, max_length=40)
     worker_types = TypeList(default=list, help_text="L^w: the worker types an algorithm considers")
@@ -310,6 +338,24 @@ class JobInput(serializers.Serializer):
     workload_name = serializers.CharField(
         default="", allow_blank=True, max_length=jobs.WORKLOAD_NAME_MAX, help_text=jobs.WORKLOAD_NAME_HELP
     )
+
+    def validate(self, data: dict) -> dict:
+        """`budget` was the whole job's $ before it was $/h: a request naming `hourly_budget`, or sent by an `fc2`
+        client from before (OLD_CLIENT), is an old client's, read the old way (`deprecated`); `budget` with Manual,
+        which takes no $/h, is refused, naming `total_budget` — so that no total is ever read as $/h (docs/API.md,
+        *Budgets*)."""
+        request = self.context.get("request")
+        agent = request.headers.get("User-Agent", "") if request is not None else ""
+        self.deprecated = "hourly_budget" in self.initial_data or OLD_CLIENT.match(agent) is not None
+        if self.deprecated:
+            if "total_budget" in self.initial_data:
+                raise serializers.ValidationError(
+                    {"hourly_budget": "hourly_budget is the deprecated name of budget: not with total_budget"}
+                )
+            data["total_budget"], data["budget"] = data.get("budget"), data.pop("hourly_budget", None)
+        elif data.get("budget") is not None and data["algorithm"] == "manual":
+            raise serializers.ValidationError({"budget": jobs.BUDGET_WITHOUT_ALGORITHM})
+        return data
 
 
 class JobSubmit(JobInput):
@@ -520,10 +566,13 @@ class SubmitView(APIView):
     def throttled(self, request: Request, wait: float) -> None:
         raise too_many_submissions(submissions.TooManySubmissions(*submissions.submission_rate(), math.ceil(wait)))
 
-    def submit(self, request: Request, job_request: jobs.JobRequest | None = None, **upload) -> Response:
+    def submit(
+        self, request: Request, job_request: jobs.JobRequest | None = None, deprecated: bool = False, **upload
+    ) -> Response:
         """Submit `job_request`, or store the wheel in `upload` and submit with it (all or nothing): 201 and the
         job, or the service's refusal as a 400 naming the field. With an Idempotency-Key the user used for the same
-        request, 201 and the job it made (`Idempotent-Replayed: true`): nothing is submitted."""
+        request, 201 and the job it made (`Idempotent-Replayed: true`): nothing is submitted. A request in
+        deprecated names is answered with a Deprecation header and a Warning saying which."""
         key = idempotency_key(request)
 
         def make() -> Job:
@@ -549,7 +598,22 @@ class SubmitView(APIView):
         response = Response(_job_output(request, job.pk), status=201)
         if not made:
             response["Idempotent-Replayed"] = "true"
+        if deprecated:
+            for name, value in BUDGET_DEPRECATION.items():
+                response[name] = value
         return response
+
+
+# The `fc2` client before 0.2 sent the whole job's $ as `budget` (and $/h as `hourly_budget`), whatever it was given.
+OLD_CLIENT = re.compile(r"fc2-client/0\.1\.")
+# What answers a submission in the old names (RFC 9745's Deprecation header, and a Warning that says which).
+BUDGET_DEPRECATION = {
+    "Deprecation": "true",
+    "Warning": (
+        '299 - "hourly_budget is deprecated and budget now means $/h: send budget ($/h) and total_budget ($ for the '
+        'whole job)"'
+    ),
+}
 
 
 def request_hash(request: Request) -> str:
@@ -600,21 +664,22 @@ class JobsView(SubmitView):
     )
     def post(self, request: Request) -> Response:
         if "bundle_file" in request.FILES or request.content_type.startswith("multipart/"):
-            form = JobUpload(data=request.data)
+            form = JobUpload(data=request.data, context={"request": request})
             form.is_valid(raise_exception=True)
             options = dict(form.validated_data)
             wheel = options.pop("bundle_file")
             dataset = _dataset(request, options.pop("dataset"))
             upload = {"wheel": wheel, "filename": wheel.name, "main_script": options.pop("main"), "dataset": dataset}
-            return self.submit(request, **upload, **options)
-        form = JobSubmit(data=request.data)
+            return self.submit(request, deprecated=form.deprecated, **upload, **options)
+        form = JobSubmit(data=request.data, context={"request": request})
         form.is_valid(raise_exception=True)
         options = dict(form.validated_data)
         bundle = CodeBundle.objects.visible_to(request.user).filter(pk=options.pop("bundle")).first()
         if bundle is None:
             raise invalid("bundle", f"no bundle {form.validated_data['bundle']}")
         dataset = _dataset(request, options.pop("dataset"))
-        return self.submit(request, jobs.JobRequest(bundle=bundle, dataset=dataset, **options))
+        job_request = jobs.JobRequest(bundle=bundle, dataset=dataset, **options)
+        return self.submit(request, job_request, deprecated=form.deprecated)
 
 
 def _dataset(request: Request, name_or_url: str) -> Dataset:
@@ -678,7 +743,7 @@ class JobRerunView(SubmitView):
         },
     )
     def post(self, request: Request, job_id: int) -> Response:
-        return self.submit(request, jobs.request_like(_job(request, job_id)))
+        return self.submit(request, jobs.JobRequest.of(_job(request, job_id)))
 
 
 class JobLogsView(APIView):

@@ -176,11 +176,15 @@ def workload_name(bundle: CodeBundle, dataset: Dataset) -> str:
 
 
 class Job(models.Model):
-    """One training run: its inputs, the cluster it asked for, and where it is in the pipeline."""
+    """One training run: what its user asked (`request`, kept as it came), the cluster its recommend step chose for it
+    (the plan: `strategy`, `ps_type`, `worker_type`, `workers`, `hourly_cost`, `recommendation`), and where it is in
+    the pipeline. No column changes meaning on the way: the request is written once, at submission; the plan is
+    empty until the recommend step writes it."""
 
     class State(models.TextChoices):
+        # Each state but `running` (the nodes' reports drive it) is its step's own -ing form (pipeline.STEPS).
         QUEUED = "queued"
-        PROFILING = "profiling"
+        RECOMMENDING = "recommending"
         PROVISIONING = "provisioning"
         BOOTSTRAPPING = "bootstrapping"
         RUNNING = "running"
@@ -191,12 +195,14 @@ class Job(models.Model):
 
     TERMINAL = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
     # Not ended yet: every state but the terminal ones (tests/test_pipeline_states.py checks the two cover them all).
-    ACTIVE = (State.QUEUED, State.PROFILING, State.PROVISIONING, State.BOOTSTRAPPING, State.RUNNING, State.COLLECTING)
+    ACTIVE = (
+        State.QUEUED, State.RECOMMENDING, State.PROVISIONING, State.BOOTSTRAPPING, State.RUNNING, State.COLLECTING
+    )  # fmt: skip
 
     class Strategy(models.TextChoices):
         PS = "ps", "Parameter server"
         MIRRORED = "mirrored", "All-Reduce (mirrored)"
-        # Left open (Model only): its recommend step compares both and puts the one it chose in its place.
+        # Left open (Model only), in a request: its recommend step compares both and plans the one it chose.
         AUTO = "auto", "Left open (the model chooses)"
 
     class Driver(models.TextChoices):
@@ -204,13 +210,21 @@ class Job(models.Model):
         INLINE = "inline", "In-process (CLI --inline)"
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
+    # What the user asked, as it came (fc2.services.requests.JobRequest.as_json): the algorithm, the strategy (or
+    # "auto"), the worker count or limit, the types, the budgets, the catalogue, provider, region, latency, workload
+    # name and parameters. Written once, at submission, and never changed: a re-run submits it again.
+    request = models.JSONField(default=dict, editable=False, help_text="What the user asked, as it came")
+
+    # The run's settings, copied from the request at submission and never changed: what the code, data and cluster
+    # are, where it runs, and what it is held to.
     bundle = models.ForeignKey(CodeBundle, on_delete=models.PROTECT, related_name="jobs")
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="jobs")
     parameters = models.JSONField(default=dict, blank=True)
     workload_name = models.CharField(
         max_length=100,
         blank=True,
-        help_text="Performance records are looked up and stored under this name (empty: <distribution>:<dataset>)",
+        help_text="Performance records are looked up and stored under this name (empty: the wheel's distribution name, "
+        "a colon and the dataset's name)",
     )
 
     provider = models.CharField(max_length=20, default="local")
@@ -218,12 +232,10 @@ class Job(models.Model):
     # Lab clusters (provisioner/lab/): every packet from one node to another arrives this late (Anwar §5.2.3).
     latency_ms = models.FloatField(default=0, help_text="Delay added between the nodes (lab), ms one way")
     algorithm = models.CharField(max_length=20, default="manual")
-    strategy = models.CharField(max_length=10, choices=Strategy.choices, default=Strategy.PS)
-    ps_type = models.CharField(max_length=40, blank=True)
-    worker_type = models.CharField(max_length=40, blank=True)
-    workers = models.PositiveIntegerField(default=2)
-    hourly_budget = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
     budget = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True, help_text="$/h: the recommender's budget C"
+    )
+    total_budget = models.DecimalField(
         max_digits=10,
         decimal_places=4,
         null=True,
@@ -232,6 +244,12 @@ class Job(models.Model):
     )
     catalog = models.CharField(max_length=50, default=DEFAULT_CATALOG, help_text="Instance catalogue for the algorithm")
     worker_types = models.JSONField(default=list, blank=True, help_text="L^w: worker types the algorithm considers")
+
+    # The plan: the cluster the recommend step chose (for Manual, the one asked); empty until then.
+    strategy = models.CharField(max_length=10, choices=Strategy.choices, blank=True)
+    ps_type = models.CharField(max_length=40, blank=True)
+    worker_type = models.CharField(max_length=40, blank=True)
+    workers = models.PositiveIntegerField(null=True, blank=True)
     recommendation = models.JSONField(null=True, blank=True, help_text="The recommender's answer, when one was asked")
     hourly_cost = models.DecimalField(
         max_digits=12, decimal_places=4, null=True, blank=True, help_text="$/h of the cluster (PS + workers)"
@@ -299,14 +317,19 @@ class Job(models.Model):
         return self.workload_name or workload_name(self.bundle, self.dataset)
 
     @property
-    def strategy_chosen(self) -> bool:
-        """Its strategy was left open and the model chose the one it runs (recorded in its recommendation)."""
-        return bool(((self.recommendation or {}).get("extra") or {}).get("strategy"))
+    def planned(self) -> bool:
+        """Its recommend step has chosen its cluster (the plan columns are written)."""
+        return self.workers is not None
 
     @property
     def requested_strategy(self) -> str:
-        """The strategy it was submitted with (what a re-run asks for): left open where the model chose it."""
-        return self.Strategy.AUTO if self.strategy_chosen else self.strategy
+        """The strategy it was submitted with (`auto`: left open for the model to choose)."""
+        return self.request.get("strategy", "")
+
+    @property
+    def strategy_chosen(self) -> bool:
+        """Its strategy was left open and the model has chosen the one it runs."""
+        return self.requested_strategy == self.Strategy.AUTO and self.planned
 
     @property
     def is_terminal(self) -> bool:
@@ -353,10 +376,10 @@ class Job(models.Model):
 
     @property
     def budget_so_far(self) -> float | None:
-        """$ the hourly budget allows over the same time, to hold the cost against."""
-        if self.hourly_budget is None or self.billed_s is None:
+        """$ the budget in $/h allows over the same time, to hold the cost against."""
+        if self.budget is None or self.billed_s is None:
             return None
-        return float(self.hourly_budget) * self.billed_s / 3600
+        return float(self.budget) * self.billed_s / 3600
 
     def cost_between(
         self, start: datetime | None = None, end: datetime | None = None, now: datetime | None = None
@@ -422,8 +445,8 @@ class Job(models.Model):
         projection = self.projection
         return {
             "hourly_cost": dollars(self.hourly_cost),
-            "hourly_budget": dollars(self.hourly_budget),
             "budget": dollars(self.budget),
+            "total_budget": dollars(self.total_budget),
             "cost_so_far": dollars(self.cost_so_far),
             "projected_total": dollars(projection.total) if projection else None,
             "projected_by": projection.basis if projection else None,
@@ -720,3 +743,15 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.key}"
+
+
+class JobRecord(models.Model):
+    """A performance record a job measured: its run's (feedback.record_job) or a profiling run's of its recommend step
+    (profiling.measure). The link lives here, in the app above, so that the recommender knows nothing of jobs;
+    deleting the job leaves the record, deleting the record its link."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="record_links")
+    record = models.OneToOneField("recommender.PerformanceRecord", on_delete=models.CASCADE, related_name="job_link")
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} → record {self.record_id}"

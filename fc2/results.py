@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from common.numbers import percent, significant
+
 # Where a job's headline comes from, best first: metrics.json's keys (the bundle contract, examples/README.md).
 ACCURACY_KEY = "test_accuracy"
 LOSS_KEYS = ("test_loss", "final_train_loss")
@@ -39,38 +41,36 @@ class Headline:
     text: str  # the value as people read it, e.g. "97.3 %"
 
 
-def significant(value: float, digits: int = 3) -> str:
-    """`value` to `digits` significant digits, without an exponent for everyday magnitudes.
-
-    >>> [significant(v) for v in (0.083456, 1.0, 2.34567, 1234.5, 0.0001234, 0)]
-    ['0.0835', '1', '2.35', '1230', '0.000123', '0']
-    """
-    if value == 0 or not math.isfinite(value):
-        return str(0 if value == 0 else value)
-    text = f"{value:.{digits}g}"
-    if "e" in text and 1e-6 <= abs(value) < 1e15:
-        text = f"{float(text):f}".rstrip("0").rstrip(".")
-    return text
-
-
-def percent(fraction: float) -> str:
-    """An accuracy in [0, 1] as a percentage with three significant digits (one decimal past 10 %).
-
-    >>> percent(0.97345), percent(1.0), percent(0.0567)
-    ('97.3 %', '100 %', '5.67 %')
-    """
-    return f"{significant(fraction * 100)} %"
-
-
 def rounded(value):
-    """A metric as a page shows it: numbers to three significant digits, anything else as it is.
+    """A metric as a page shows it: a count exactly, other numbers to three significant digits, a list of numbers
+    summed up (how many, the last, the range), a mapping by its size, anything else as it is.
 
-    >>> rounded(0.123456), rounded(12), rounded(True), rounded("adam")
-    ('0.123', '12', True, 'adam')
+    >>> rounded(0.123456), rounded(1437), rounded(True), rounded("adam")
+    ('0.123', '1437', True, 'adam')
+    >>> rounded([2.3, 0.51234, 0.0123]), rounded([]), rounded([1, "a"])
+    ('3 values, last 0.0123 (0.0123–2.3)', 'none', '2 values')
+    >>> rounded({"a": 1, "b": 2})
+    '2 entries'
     """
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool):
         return value
-    return significant(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return significant(value)
+    if isinstance(value, list | tuple):
+        if not value:
+            return "none"
+        numbers = [_number(v) for v in value]
+        if len(value) == 1 and numbers[0] is not None:
+            return significant(numbers[0])
+        count = f"{len(value)} values"
+        if any(n is None for n in numbers):
+            return count
+        return f"{count}, last {significant(numbers[-1])} ({significant(min(numbers))}–{significant(max(numbers))})"
+    if isinstance(value, dict):
+        return f"{len(value)} entries"
+    return value
 
 
 def _number(value) -> float | None:

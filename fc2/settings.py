@@ -187,6 +187,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "fc2",
     "recommender",
     "provisioner",
@@ -325,6 +326,9 @@ SPECTACULAR_SETTINGS = {
     "recommendations (FC² and Anwar et al.). docs/API.md describes it.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The API reference page (/api/docs) runs Swagger UI from the platform's own static files, never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     # Choice sets that several fields share under one name in the schema.
     "ENUM_NAME_OVERRIDES": {
         "JobAlgorithmEnum": "fc2.jobs_api.JOB_ALGORITHMS",

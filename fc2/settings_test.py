@@ -11,4 +11,13 @@ import os
 os.environ["DEBUG"] = "true"
 os.environ.setdefault("SECRET_KEY", "tests-only-insecure-key")
 
+# Under pytest-xdist (`make test`'s parallel part) each worker process gets a data directory of its own under
+# FC2_VAR_DIR: the shared cache that every test clears, the filesystem broker, the SQLite test database. Set once, in
+# the worker: the processes its tests start inherit both variables and so the same directory.
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker and os.environ.get("FC2_TEST_WORKER") != _worker:
+    _base = os.environ.get("FC2_VAR_DIR") or os.path.join(os.path.dirname(os.path.dirname(__file__)), "var")
+    os.environ["FC2_VAR_DIR"] = os.path.join(_base, f"xdist-{_worker}")
+    os.environ["FC2_TEST_WORKER"] = _worker
+
 from fc2.settings import *  # noqa: E402, F403

@@ -12,9 +12,8 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import OperationalError
 
-from fc2.services import pipeline
+from fc2.services import monitoring, pipeline
 from fc2.services import sweep as sweeping
-from monitor import retention
 
 
 class StepTask(Task):
@@ -49,9 +48,9 @@ def bootstrap(self: StepTask, job_id: int, lease: str | None = None, resume: boo
     self.advance("bootstrap", job_id, lease, resume, attempt)
 
 
-@shared_task(name="fc2.tasks.finish", base=StepTask, bind=True)
-def finish(self: StepTask, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
-    self.advance("finish", job_id, lease, resume, attempt)
+@shared_task(name="fc2.tasks.collect", base=StepTask, bind=True)
+def collect(self: StepTask, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
+    self.advance("collect", job_id, lease, resume, attempt)
 
 
 @shared_task(name="fc2.tasks.release", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5)
@@ -66,4 +65,4 @@ def sweep() -> None:
 
 @shared_task(name="fc2.tasks.compact_samples")
 def compact_samples() -> None:
-    retention.compact_ended_jobs()
+    monitoring.compact_ended_jobs()

@@ -1,6 +1,7 @@
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import IsAuthenticated
 
 from fc2 import accounts, api, dashboard, home, jobs_api, library, rest, views, wizard
@@ -39,6 +40,9 @@ urlpatterns = [
     path("api/", include(api_urls)),
     path("", home.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    # The API reference, readable in a browser (Swagger UI from the platform's own static files): a page, so a
+    # visitor who is not signed in is sent to the login page rather than answered with the API's JSON 401.
+    path("api-docs/", login_required(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),
     # Before Django's own: the login page offers password reset only where mail can deliver a link (fc2.accounts).
     path("accounts/login/", accounts.LoginView.as_view(), name="login"),
     path("accounts/password_reset/", accounts.PasswordResetView.as_view(), name="password_reset"),

@@ -18,8 +18,8 @@ from django.views.decorators.http import require_POST
 import provisioner
 from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
-from fc2.services import pipeline
-from monitor import figures, series
+from fc2.services import monitoring, pipeline
+from monitor import series
 from monitor.models import NodeSample
 
 
@@ -50,6 +50,18 @@ JOB_CHARTS = [
      "description": "The chief's training loss by training step.",
      "empty": "No loss reported yet."},
 ]  # fmt: skip
+
+
+def job_charts(provider: provisioner.Provider | None) -> list[dict]:
+    """The job page's charts, each saying why it is empty as it is on this provider: a provider whose nodes share the
+    machine's network (local) measures no node's own traffic, however many reports come."""
+    if provider is None or provider.own_network:
+        return JOB_CHARTS
+    unmeasured = (
+        f"Not measured on {provider.label}: its nodes share this machine's network, so no node's own traffic can be "
+        "told apart."
+    )
+    return [{**chart, "empty": unmeasured} if chart["id"] in ("recv", "sent") else chart for chart in JOB_CHARTS]
 
 
 def _visible_job(request: HttpRequest, job_id: int) -> Job:
@@ -94,10 +106,10 @@ def _job_context(job: Job) -> dict:
         "nodes": nodes,
         "logs": [node for node in nodes if node.log_tail],
         "artifacts": job.artifacts.all(),
-        "charts": JOB_CHARTS,
+        "charts": job_charts(provisioner.PROVIDERS.get(job.provider)),
         "can_cancel": job.state in pipeline.CANCELLABLE,
         "provider": provisioner.PROVIDERS.get(job.provider),
-        "figures": figures.job_figures(job),
+        "figures": monitoring.job_figures(job),
     }
 
 
@@ -113,7 +125,7 @@ def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
             return JsonResponse({"error": "since must be an ISO 8601 date and time"}, status=400)
         if timezone.is_naive(since):
             since = timezone.make_aware(since, UTC)
-    data = series.job_series(job, since)
+    data = monitoring.job_series(job, since)
     return JsonResponse(
         {
             "job": job.pk,
@@ -125,7 +137,7 @@ def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
                 **{key: getattr(job, key) for key in ("epoch", "epochs", "step", "steps", "loss")},
             },
             "cost": job.cost_summary(),
-            "figures": figures.job_figures(job),
+            "figures": monitoring.job_figures(job),
         }
     )
 

@@ -14,7 +14,8 @@ Definitions (the job page says them too):
   first to last progress line): 1 − mean CPU ÷ the CPU it used at its busiest (its 95th percentile over the whole run,
   start-up included, capped at its type's vCPUs). A worker waiting on the PS or the network computes nothing.
 
-The functions that shape are pure (dataclasses in, dicts out); `job_figures` is the one that queries.
+The functions that shape are pure (dataclasses in, dicts out); `compute` is the one that queries. The monitor knows no
+job: its caller (fc2.services.monitoring) names the run's nodes as `WatchedNode`s and says which are silent.
 """
 
 from __future__ import annotations
@@ -23,16 +24,12 @@ import itertools
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
-from django.core.cache import cache
-from django.utils import timezone
 
-from fc2.models import Job, Node
-from fc2.results import percent
-from monitor.series import Sample, load_losses, load_samples, rate_mbps
-from provisioner.types import is_chief
+from common.numbers import percent
+from monitor.series import Loss, Sample, WatchedNode, load_losses, load_samples, rate_mbps
 
 BUSY_MBPS = 1.0  # a node moving less than this (either way) is not communicating
 MIN_INTERVAL_S = 0.5  # a peak is a rate over at least this long: two samples closer than that are not a rate
@@ -42,8 +39,6 @@ MIN_INTERVAL_S = 0.5  # a peak is a rate over at least this long: two samples cl
 SATURATED = 0.85
 IDLE = 0.5  # workers idle for at least this share of their CPU on average: they mostly wait
 MIN_BUSY_S = 5.0  # fewer seconds of traffic than this say nothing about a link
-LIVE_WINDOW = timedelta(hours=1)  # a running job's figures are over its last hour (an ended job's over all of it)
-LIVE_CACHE_S = 10  # a running job's figures are computed at most this often
 
 
 @dataclass(frozen=True)
@@ -82,7 +77,9 @@ def node_figures(
     capacity_mbps: float | None = None,
     vcpu: int | None = None,
 ) -> NodeFigures:
-    """One node's figures from its samples (oldest first); `window` is the training's span (None: all of them)."""
+    """One node's figures from its samples (oldest first); `window` is the training's span (None: not known, as before
+    the chief's second progress line: the node's CPU is then over all its samples, and no idleness is said, since
+    idleness is a share of the training)."""
     busy_s = sent_bytes_s = recv_bytes_s = 0.0
     peak = None
     measured = False
@@ -106,7 +103,7 @@ def node_figures(
     in_window = [s.cpu_percent for s in training if s.cpu_percent is not None]
     cpu = statistics.fmean(in_window) if in_window else None
     idleness = None
-    if role == "worker" and cpu is not None and len(cpu_all) >= 2:
+    if role == "worker" and window is not None and cpu is not None and len(cpu_all) >= 2:
         busiest = statistics.quantiles(cpu_all, n=20)[-1] if len(cpu_all) >= 20 else max(cpu_all)
         if vcpu:
             busiest = min(busiest, vcpu * 100.0)
@@ -126,17 +123,48 @@ def node_figures(
     )
 
 
-def run_figures(nodes: Iterable[NodeFigures], metrics: Mapping, silent: Mapping[str, float] | None = None) -> dict:
+def steps_per_s(losses: Sequence[Loss]) -> float | None:
+    """Training steps a second between the chief's first and last progress lines (their steps count the whole run);
+    None before two lines a moment apart.
+
+    >>> from datetime import UTC, timedelta
+    >>> t = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    >>> steps_per_s([Loss(t, 10, 2.0), Loss(t + timedelta(seconds=4), 30, 1.5)])
+    5.0
+    >>> steps_per_s([Loss(t, 10, 2.0)]) is None
+    True
+    """
+    if len(losses) < 2:
+        return None
+    seconds = (losses[-1].at - losses[0].at).total_seconds()
+    steps = losses[-1].step - losses[0].step
+    return steps / seconds if seconds > 0 and steps > 0 else None
+
+
+def run_figures(
+    nodes: Iterable[NodeFigures],
+    metrics: Mapping,
+    silent: Mapping[str, float] | None = None,
+    progress: tuple[float | None, int | None] = (None, None),
+) -> dict:
     """The run's figures and alerts from its nodes' figures, the chief's metrics.json and the nodes silent for
-    longer than they should be (name → seconds)."""
+    longer than they should be (name → seconds). `progress` is (steps a second from the chief's progress lines, steps
+    per epoch): until metrics.json says them, the epoch time and the pace come from there ("so far")."""
     nodes = list(nodes)
+    rate, steps_per_epoch = progress
     ps = next((n for n in nodes if n.role == "ps"), None)
     workers = [n for n in nodes if n.role == "worker" or (n.role == "chief" and not ps)]
     idle = [n.idleness for n in workers if n.idleness is not None]
     worker_mbps = [n.mean_mbps for n in workers if n.mean_mbps is not None and n.busy_s >= MIN_BUSY_S]
+    epoch_s = epoch_time_s(metrics)
+    so_far = epoch_s is None and rate is not None
+    if so_far and steps_per_epoch:
+        epoch_s = steps_per_epoch / rate
     figures = {
-        "epoch_time_s": epoch_time_s(metrics),
+        "epoch_time_s": epoch_s,
         "throughput": throughput(metrics),
+        # Training steps a second, from the chief's progress lines, while metrics.json has not said the run's pace.
+        "steps_per_s": rate if so_far else None,
         "ps": _node_dict(ps) if ps else None,
         "worker_bandwidth_mbps": statistics.fmean(worker_mbps) if worker_mbps else None,
         "worker_cpu_percent": _mean(n.cpu_percent for n in workers),
@@ -219,57 +247,32 @@ def _node_dict(node: NodeFigures) -> dict:
     return {**asdict(node), "saturation": node.saturation}
 
 
-def job_figures(job: Job) -> dict:
-    """The job's run figures and alerts: stored once it has ended (Job.figures), computed — at most every
-    LIVE_CACHE_S, over its last hour — while it runs."""
-    if job.figures is not None:
-        return job.figures
-    if job.is_terminal:
-        return compute(job)
-    key = f"fc2:job-figures:{job.pk}"
-    if (cached := cache.get(key)) is None:
-        cached = compute(job, since=timezone.now() - LIVE_WINDOW)
-        cache.set(key, cached, LIVE_CACHE_S)
-    return cached
-
-
-def compute(job: Job, since: datetime | None = None) -> dict:
-    """The figures from the job's samples taken after `since` (None: all of them)."""
+def compute(
+    nodes: Sequence[WatchedNode],
+    catalog: str,
+    metrics: Mapping,
+    silent: Mapping[str, float] | None = None,
+    since: datetime | None = None,
+    steps_per_epoch: int | None = None,
+) -> dict:
+    """A run's figures from its nodes' samples taken after `since` (None: all of them), their types' capacities in
+    `catalog`, the chief's metrics.json and the nodes silent too long (name → seconds); `steps_per_epoch` (from the
+    progress lines' totals) turns the pace of training so far into an epoch time."""
     from recommender.models import InstanceType
 
-    nodes = list(job.nodes.all())
     types = {n.instance_type for n in nodes}
     specs = dict(
         (name, (mbps, vcpu))
-        for name, mbps, vcpu in InstanceType.objects.filter(catalog__name=job.catalog, name__in=types).values_list(
+        for name, mbps, vcpu in InstanceType.objects.filter(catalog__name=catalog, name__in=types).values_list(
             "name", "network_mbps", "vcpu"
         )
     )
-    samples = load_samples(job.pk, taken_after=since)
-    losses, _ = load_losses(n.pk for n in nodes if is_chief(job.strategy, n.role, n.index))
+    samples = load_samples([n.id for n in nodes], taken_after=since)
+    losses, _ = load_losses(n.id for n in nodes if n.chief)
     window = (losses[0].at, losses[-1].at) if len(losses) >= 2 else None
     per_node = {node_id: list(group) for node_id, group in itertools.groupby(samples, key=lambda s: s.node_id)}
     figures = [
-        node_figures(n.name, n.role, n.instance_type, per_node.get(n.pk, []), window, *specs.get(n.instance_type, ()))
+        node_figures(n.name, n.role, n.instance_type, per_node.get(n.id, []), window, *specs.get(n.instance_type, ()))
         for n in nodes
     ]
-    return run_figures(figures, job.metrics or {}, silent_nodes(job, nodes))
-
-
-def silent_nodes(job: Job, nodes: Sequence[Node], now: datetime | None = None) -> dict[str, float]:
-    """Name → seconds since it last reported, for the nodes of a running job silent past FC2_NODE_SILENCE_S."""
-    if job.state != Job.State.RUNNING:
-        return {}
-    now = now or timezone.now()
-    silent = {}
-    for node in nodes:
-        if node.status in Node.FINISHED:
-            continue
-        if (quiet := (now - last_heard(job, node)).total_seconds()) > settings.FC2_NODE_SILENCE_S:
-            silent[node.name] = quiet
-    return silent
-
-
-def last_heard(job: Job, node: Node) -> datetime:
-    """When the node last reported (before its first report: when the job started running, or was submitted)."""
-    return node.last_report_at or job.started_at or job.created_at
+    return run_figures(figures, metrics, silent, (steps_per_s(losses), steps_per_epoch))

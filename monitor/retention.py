@@ -7,17 +7,18 @@ known), and the cumulative byte counters, `measured_at` and `at` of the minute's
 (monitor/series.py) draw between two compacted samples is then the mean rate over that minute, so the mean over a run
 is what it was. A counter reset inside a minute leaves that minute's rate unknown, as the charts treat any reset.
 
-Compaction goes a node at a time, each in a transaction of its own that holds the node's row (a second compaction
-of the same node waits, then finds nothing to do), and only on jobs that have ended: no report is taken for them any
-more (fc2.services.reports), so no sample arrives meanwhile. It is idempotent: a minute that holds one sample is left
-as it is. `compact_ended_jobs` is what the daily beat task (fc2.tasks.compact_samples) and `manage.py
-compact_samples` call.
+Compaction goes a node at a time, each in a transaction of its own that holds the node's first sample (a second
+compaction of the same node waits, then finds nothing to do), and only on nodes of jobs that have ended: no report is
+taken for them any more (fc2.services.reports), so no sample arrives meanwhile. It is idempotent: a minute that holds
+one sample is left as it is. The monitor knows no job: which nodes' jobs ended long enough ago is its caller's to say
+(fc2.services.monitoring.compact_ended_jobs, which the daily beat task fc2.tasks.compact_samples and `manage.py
+compact_samples` call).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -25,9 +26,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 from django.db.models.functions import TruncMinute
-from django.utils import timezone
 
-from fc2.models import Job, Node
 from monitor.ingest import READINGS
 from monitor.models import NodeSample
 
@@ -103,8 +102,10 @@ def compact_node(node_id: int, dry_run: bool = False) -> tuple[int, int]:
     """Compact one node's samples to one per minute, in a transaction; (rows before, rows after). The caller
     decides that the node's job has ended."""
     with transaction.atomic():
-        # Held until the end: a concurrent compaction of this node waits here, then finds every minute done.
-        Node.objects.select_for_update().filter(pk=node_id).exists()
+        # The node's first sample, held until the end: a concurrent compaction of this node waits here, then finds
+        # every minute done. Should this one delete that sample, the waiting one goes on once this one has committed:
+        # with nothing left to do all the same.
+        list(NodeSample.objects.select_for_update().filter(node_id=node_id).order_by("pk").values_list("pk")[:1])
         before = NodeSample.objects.filter(node_id=node_id).count()
         crowded = crowded_minutes(node_id)
         after = before - sum(samples - 1 for samples in crowded.values())
@@ -148,19 +149,9 @@ def runs(minutes: Sequence[datetime]) -> list[tuple[datetime, datetime]]:
     return ranges
 
 
-def compact_ended_jobs(days: int | None = None, dry_run: bool = False) -> Compaction:
-    """Compact the samples of every node whose job ended more than `days` days ago (default: FC2_SAMPLE_FULL_DAYS),
-    a node at a time. A job that has not ended is never touched, however old; nor is one whose end was not recorded
-    (`finished_at`, which every transition to an end sets)."""
-    days = full_days() if days is None else days
-    if days < 0:
-        raise ValueError(f"days must be 0 or more, not {days}")
-    cutoff = timezone.now() - timedelta(days=days)
-    nodes = list(
-        Node.objects.filter(job__state__in=Job.TERMINAL, job__finished_at__lt=cutoff)
-        .order_by("pk")
-        .values_list("pk", "job_id")
-    )
+def compact_nodes(nodes: Iterable[tuple[int, int]], days: int, dry_run: bool = False) -> Compaction:
+    """Compact the samples of `nodes`, (node id, job id) pairs of jobs that ended more than `days` days ago as the
+    caller found them, a node at a time."""
     jobs, compacted, rows_before, rows_after = set(), 0, 0, 0
     for node_id, job_id in nodes:
         before, after = compact_node(node_id, dry_run)

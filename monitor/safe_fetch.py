@@ -242,7 +242,10 @@ def _vet(url: str, networks: tuple[Network, ...]) -> _Target:
         for address in addresses:
             reason = _refusal(address, networks)
             if reason:
-                raise FetchError(f"host {host!r} resolves to {address}, {reason}")
+                raise FetchError(
+                    f"host {host!r} resolves to {address}, {reason}; datasets come from public addresses only, unless "
+                    "the platform's administrator allows that network (FC2_DATASET_ALLOWED_NETWORKS, a CIDR list)"
+                )
 
     path = quote(parts.path or "/", safe=_PATH_SAFE)
     if parts.query:

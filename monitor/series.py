@@ -3,27 +3,39 @@ grouping, the chief's loss curve (every loss it printed), and downsampling so a 
 hundred points per node.
 
 The shaping functions are pure (they take `Sample`s and `Loss`es, not rows); the `load_*` functions are the ones
-that query.
+that query. The monitor knows no job: its caller (fc2.services.monitoring) names a run's nodes as `WatchedNode`s.
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import reduce
 
-from django.db.models import Avg, Count, F, FloatField, Func, Max, Min, OuterRef, Q, Subquery, Value
+from django.db.models import Avg, Count, F, FloatField, Func, Max, Min, Q, Subquery, Value
 from django.db.models.functions import Floor
 
-from fc2.models import Job, Node
 from monitor.ingest import finite_or_none
 from monitor.models import LossPoint, NodeSample
-from provisioner.types import is_chief
 
 MAX_POINTS = 500  # per node and per curve: more than a chart a few hundred pixels wide can show
 SLACK_S = 0.001  # how far apart the database's and Python's seconds of one timestamp may be
 KEPT_FROM_LAST = {"at", "step"}  # what a downsampled point takes from its bucket's last point; the rest is averaged
+
+
+@dataclass(frozen=True)
+class WatchedNode:
+    """A node of a run as the monitor needs it, made by its caller from its own rows (as SkyPilot's provision layer
+    takes dataclasses, never its caller's ORM objects)."""
+
+    id: int  # what its samples and loss points are stored under (NodeSample.node, LossPoint.node)
+    name: str
+    role: str  # "ps", "chief" or "worker"
+    instance_type: str
+    chief: bool  # the node whose losses are the run's loss curve
 
 
 @dataclass(frozen=True)
@@ -160,22 +172,29 @@ def shape(samples: Sequence[Sample], since: datetime | None = None, limit: int =
     return per_node
 
 
-def load_samples(job_id: int, since: datetime | None = None, taken_after: datetime | None = None) -> list[Sample]:
-    """A job's samples received after `since`, plus each node's latest one received at or before it; one query,
-    node then the time each was taken. `taken_after`: only those the agents took after then."""
-    queryset = NodeSample.objects.filter(node__job_id=job_id)
+def load_samples(
+    node_ids: Sequence[int], since: datetime | None = None, taken_after: datetime | None = None
+) -> list[Sample]:
+    """The nodes' samples received after `since`, plus each node's latest one received at or before it (where its
+    rates start from); one query, node then the time each was taken. `taken_after`: only those the agents took
+    after then."""
+    queryset = NodeSample.objects.filter(node_id__in=node_ids)
     if taken_after is not None:
         queryset = queryset.filter(measured_at__gt=taken_after)
     if since is not None:
-        received = NodeSample.objects.filter(node=OuterRef("pk"), at__lte=since)
-        base = received.order_by("-measured_at", "-pk").values("pk")[:1]
-        bases = Node.objects.filter(job_id=job_id).annotate(base=Subquery(base)).values("base")
-        queryset = queryset.filter(Q(at__gt=since) | Q(pk__in=bases))
+        bases = (Q(pk=Subquery(_latest_received(node_id, since))) for node_id in node_ids)
+        queryset = queryset.filter(reduce(operator.or_, bases, Q(at__gt=since)))
     rows = queryset.order_by("node_id", "measured_at", "pk").values_list(
         "node_id", "measured_at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv", "at"
     )
     # Rows stored before reports turned NaN and ±inf into unknowns may hold them; JSON cannot carry them.
     return [Sample(*map(finite_or_none, row)) for row in rows]
+
+
+def _latest_received(node_id: int, moment: datetime):
+    """The node's latest sample (by the time it was taken) received at or before `moment`, as a one-row subquery."""
+    received = NodeSample.objects.filter(node_id=node_id, at__lte=moment)
+    return received.order_by("-measured_at", "-pk").values("pk")[:1]
 
 
 class Epoch(Func):
@@ -191,16 +210,16 @@ class Epoch(Func):
         return self.as_sql(compiler, connection, template=template, **extra)
 
 
-def load_first(job_id: int, nodes: int, limit: int = MAX_POINTS) -> list[Sample]:
-    """A job's samples (its `nodes` nodes') for a first load of its charts: every one where there are few; else, for
-    a long run, each node's in at most `limit` time buckets, merged in the database (a day at 1 Hz is 86,400 rows a
-    node, too many to carry to Python to draw 500 points). A merged sample is at its bucket's last time, has the mean
-    of its readings and the last (largest) value of each cumulative counter, so that the rates between buckets are
-    the buckets' mean rates (a counter reset inside a bucket blurs that bucket's rate)."""
-    samples = NodeSample.objects.filter(node__job_id=job_id)
+def load_first(node_ids: Sequence[int], limit: int = MAX_POINTS) -> list[Sample]:
+    """The nodes' samples for a first load of their charts: every one where there are few; else, for a long run,
+    each node's in at most `limit` time buckets, merged in the database (a day at 1 Hz is 86,400 rows a node, too
+    many to carry to Python to draw 500 points). A merged sample is at its bucket's last time, has the mean of its
+    readings and the last (largest) value of each cumulative counter, so that the rates between buckets are the
+    buckets' mean rates (a counter reset inside a bucket blurs that bucket's rate)."""
+    samples = NodeSample.objects.filter(node_id__in=node_ids)
     span = samples.aggregate(rows=Count("pk"), first=Min("measured_at"), last=Max("measured_at"))
-    if span["rows"] <= limit * max(nodes, 1):
-        return load_samples(job_id)
+    if span["rows"] <= limit * max(len(node_ids), 1):
+        return load_samples(node_ids)
     first, seconds = span["first"].timestamp(), (span["last"] - span["first"]).total_seconds()
     # SQLite's julianday is exact to about 20 µs: a millisecond's slack keeps the first sample in the first bucket and
     # the last in the last.
@@ -235,13 +254,13 @@ def load_losses(node_ids: Iterable[int], since: datetime | None = None) -> tuple
     return losses, max((row[0] for row in rows), default=None)
 
 
-def job_series(job: Job, since: datetime | None = None, limit: int = MAX_POINTS) -> dict:
-    """What the job page's charts need (newer than `since`): every node with its points, the loss curve, and the
-    cursor to ask from next time. Three queries: the nodes, the samples and the chief's losses."""
-    nodes = list(job.nodes.all())
-    samples = load_samples(job.pk, since) if since is not None else load_first(job.pk, len(nodes), limit)
+def run_series(nodes: Sequence[WatchedNode], since: datetime | None = None, limit: int = MAX_POINTS) -> dict:
+    """What a run's charts need (newer than `since`): every node with its points, the loss curve, and the cursor to
+    ask from next time. Two queries: the samples and the chief's losses."""
+    node_ids = [n.id for n in nodes]
+    samples = load_samples(node_ids, since) if since is not None else load_first(node_ids, limit)
     per_node = shape(samples, since, limit)
-    losses, losses_until = load_losses((n.pk for n in nodes if is_chief(job.strategy, n.role, n.index)), since)
+    losses, losses_until = load_losses((n.id for n in nodes if n.chief), since)
     loss = downsample(loss_points(losses), limit)
     # The cursor never goes back: a node's base sample is at or before `since`.
     latest = max([s.received or s.at for s in samples] + [t for t in (since, losses_until) if t], default=None)
@@ -252,7 +271,7 @@ def job_series(job: Job, since: datetime | None = None, limit: int = MAX_POINTS)
                 "name": n.name,
                 "role": n.role,
                 "instance_type": n.instance_type,
-                "points": [{**p, "at": iso(p["at"])} for p in per_node.get(n.pk, [])],
+                "points": [{**p, "at": iso(p["at"])} for p in per_node.get(n.id, [])],
             }
             for n in nodes
         ],

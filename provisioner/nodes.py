@@ -13,7 +13,7 @@ its own bootstrap log:
 3. the dataset: copied from the platform's storage (or used where it is, when the machine is the platform's), or
    left for the agent to fetch from its URL;
 4. the report token (0600, read only by the agent) and the command's environment (TF_CONFIG for the node's role with
-   the nodes' own addresses, FC2_*);
+   the nodes' own addresses, FC2_*; FC2_TRAIN_SECONDS on a profiling run only);
 5. the agent, started detached from the runner's session; it starts the node's command beside it and reports.
 
 The node's directory (its `root`) holds: `fc2_agent.py`, `safe_fetch.py`, `token`, `env.json`, `node.log` (the
@@ -178,9 +178,11 @@ def _dataset(machine: Machine, run: RunSpec) -> tuple[str, str]:
     return target, ""
 
 
-def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand) -> dict[str, str]:
+def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand, run: RunSpec) -> dict[str, str]:
     """The node's command's whole environment."""
     tf_config = {"cluster": cluster.tf_cluster(), "task": {"type": node.role, "index": node.index}}
+    # Only a profiling run asks the code to train for a time (RunSpec.train_seconds); a job trains as its epochs say.
+    train = {"FC2_TRAIN_SECONDS": str(run.train_seconds)} if run.train_seconds else {}
     return {
         **PASSTHROUGH_ENV,
         "HOME": command.work,
@@ -194,6 +196,7 @@ def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand)
         "FC2_CLUSTER_ID": cluster.cluster_id,
         "PYTHONUNBUFFERED": "1",
         "TF_CPP_MIN_LOG_LEVEL": "2",
+        **train,
     }
 
 
@@ -218,7 +221,8 @@ def _start_node(
         # The command's output and working directories: a sandbox made them already, a cloud node has none.
         runner.run(["mkdir", "-p", command.agent_output, command.agent_cwd])
         runner.put_bytes(run.token.encode(), str(root / "token"), 0o600)
-        runner.put_bytes(json.dumps(node_environment(cluster, node, command)).encode(), str(root / "env.json"), 0o600)
+        environment = json.dumps(node_environment(cluster, node, command, run)).encode()
+        runner.put_bytes(environment, str(root / "env.json"), 0o600)
         agent = [machine.python, str(root / AGENT_FILES["agent.py"])]
         # No report URL: a run that reports to nobody, whose agents keep their samples on the node (samples.jsonl).
         url = provider.report_url(cluster, run.report_url) if run.report_url else ""

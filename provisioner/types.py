@@ -104,6 +104,9 @@ class RunSpec:
     max_artifact_mb: int = 200  # the largest output file an agent uploads
     max_dataset_mb: int = 500  # the largest dataset an agent downloads
     fetch_allow: tuple[str, ...] = ()  # private networks an agent may fetch a dataset from (monitor/safe_fetch.py)
+    # Set on Scala-Opt's profiling run only: the code trains at least this many seconds whatever its epochs
+    # (FC2_TRAIN_SECONDS, examples/README.md), so that one worker's bandwidth can be measured; 0: as its parameters say.
+    train_seconds: int = 0
 
 
 @dataclass(frozen=True)

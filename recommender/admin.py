@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from recommender.models import Catalog, InstanceType
+from recommender.models import Catalog, InstanceType, PerformanceRecord
 
 
 class InstanceTypeInline(admin.TabularInline):
@@ -20,3 +20,26 @@ class InstanceTypeAdmin(admin.ModelAdmin):
     list_filter = ("catalog", "role")
     search_fields = ("name",)
     list_editable = ("hourly_price", "network_mbps")
+
+
+@admin.register(PerformanceRecord)
+class PerformanceRecordAdmin(admin.ModelAdmin):
+    """The measurements the algorithms and the model learn from: an operator finds, corrects or deletes a bad one here
+    (the recommender's answers follow within its memo's few seconds, recommender/service.py)."""
+
+    # What tells one run from another, few enough columns to fit a 1366 px screen beside the filters.
+    list_display = (
+        "workload",
+        "strategy",
+        "instance_type",
+        "workers",
+        "batch_size",
+        "latency_ms",
+        "epoch_time_s",
+        "source",
+    )
+    list_filter = ("source", "strategy", "workload")
+    search_fields = ("workload", "instance_type", "ps_type", "origin")
+    date_hierarchy = "created_at"
+    readonly_fields = ("created_at", "updated_at")
+    list_per_page = 50

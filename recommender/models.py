@@ -69,7 +69,6 @@ class PerformanceRecord(models.Model):
     cpu_util = models.FloatField(null=True, blank=True, help_text="0-100")
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.IMPORTED)
     origin = models.CharField(max_length=300, blank=True, help_text="Imported file (name and sha256) or job")
-    job = models.ForeignKey("fc2.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="perf_records")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -38,7 +38,9 @@ class PerfDataError(ValueError):
 
 @dataclass(frozen=True)
 class ImportResult:
+    file: str  # the file's name
     workloads: tuple[str, ...]
+    strategies: tuple[str, ...]  # the distribution strategies its records name ("" for none)
     imported: int  # rows stored, failed runs included
     failed_runs: int  # rows with no time (kept, counted, never used as a time)
     replaced: int  # records of an earlier import of the same file that were replaced
@@ -230,7 +232,9 @@ def import_file(path: Path, fmt: str, workload: str | None = None) -> ImportResu
         PerformanceRecord.objects.bulk_create(records)
         service.forget()  # (bulk_create sends no signal)
     return ImportResult(
+        file=path.name,
         workloads=tuple(sorted({r.workload for r in records})),
+        strategies=tuple(sorted({r.strategy for r in records})),
         imported=len(records),
         failed_runs=sum(r.failed for r in records),
         replaced=replaced,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from decimal import Decimal
@@ -33,6 +34,7 @@ from django.dispatch import receiver
 
 from recommender import algorithms, perfmodel
 from recommender.models import Catalog, InstanceType, PerformanceRecord
+from recommender.perfmodel import explanation
 from recommender.types import (
     DEFAULT_CATALOG,
     InstanceSpec,
@@ -222,3 +224,39 @@ def lacking_records(workload: str) -> dict[str, str]:
         for algorithm in ("lookup", "model"):
             lacking[algorithm] = f"no performance records with an epoch time for workload {workload!r}"
     return lacking
+
+
+def records_catalog(records) -> str:
+    """The catalogue that knows the most of the records' instance types (the lab's for a lab grid), else the default
+    one: what prices a workload's records where the user names no catalogue (the Recommender and Records pages,
+    `model_report`)."""
+    types = {r.instance_type for r in records if r.instance_type}
+    known = Counter(InstanceType.objects.filter(name__in=types).values_list("catalog__name", flat=True)).most_common(1)
+    return known[0][0] if known else DEFAULT_CATALOG
+
+
+STRATEGY_LABELS = {"ps": "parameter server", "mirrored": "all-reduce"}
+
+
+def strategy_counts(records) -> dict[str, int]:
+    """How many of the records ran each strategy ("ps" through a parameter server, else "mirrored"), as the
+    recommender tells them apart (algorithms.runs_through_ps)."""
+    return dict(Counter("ps" if algorithms.runs_through_ps(r) else "mirrored" for r in records))
+
+
+def model_figures(records, strategy: str, catalog: str) -> dict:
+    """What the recommender's model is worth for a workload's records and a strategy: the very predictor the wizard,
+    the API and `fc2 recommend` answer with (the same records, strategy and catalogue: the same memoised fit), its
+    cross-validated error and interval coverage written as their explanations write them, and its held-out
+    estimates (RecommendationError when there is no predictor)."""
+    own = algorithms.of_strategy(records, strategy == "ps")
+    model = perfmodel.predictor(own, catalog_specs(catalog))
+    return {
+        "records": sum(1 for r in own if r.epoch_time_s is not None),
+        "family": model.model.family if model.model else "",
+        "model_error": model.model_error,
+        "cv_mape": None if model.cv_mape is None else explanation.error_text(model.cv_mape),
+        "cv_coverage": None if model.cv_coverage is None else explanation.coverage_text(model.cv_coverage),
+        "cv": model.cv,
+        "pairs": [{"measured_s": m, "predicted_s": p, "held_out": g} for m, p, g in model.cv_pairs],
+    }

@@ -58,7 +58,7 @@ class InstanceSpec:
     hourly_price: float  # on-demand $/h
     role: str = "any"  # "ps", "worker" or "any": which list the catalogue offers it in
     vcpu: int | None = None  # virtual CPUs
-    ecu: float | None = None  # EC2 compute units (None: variable, e.g. t2)
+    ecu: float | None = None  # EC2 compute units (None: not published, as for every current AWS type)
     memory_gib: float | None = None
     gpus: int = 0  # number of GPUs
     gpu_model: str = ""  # e.g. "NVIDIA T4"
@@ -107,10 +107,11 @@ class Candidate:
     epoch_time_s: float | None  # measured or predicted; None when the algorithm does not know it
     hourly_cost: float  # c_ps + n·c_t (all-reduce lookups: n·c_t)
     source: str  # "measured", "predicted" or "rule"
-    # How the epoch time was obtained (recommender.perfmodel.predictor.BASES): "measured", "interpolated", "blend",
-    # "extrapolated" or "model"; "" for the FC² rules.
+    # How the epoch time was obtained (recommender.perfmodel.predictor.BASES): "measured" (runs of it at this point)
+    # or "predicted"; "" for the FC² rules.
     basis: str = ""
-    expected_error: float | None = None  # the predictor's cross-validated MAPE for this basis; None: measured here
+    expected_error: float | None = None  # the predictor's expected |run/estimate − 1| here; None: not estimated
+    interval_s: tuple[float, float] | None = None  # the predictor's 80 % interval of the expected epoch time
     warning: str = ""  # failed runs of this configuration near this point ("" when none)
     strategy: str = ""  # "ps" or "mirrored" where the model compared both (the strategy left open); else ""
 

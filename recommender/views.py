@@ -14,7 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from recommender import perfmodel, service
+from recommender import service
 from recommender.models import Catalog, PerformanceRecord
 from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, RecommendationError, RecommendRequest
 
@@ -28,21 +28,30 @@ class LookupForm(forms.Form):
     strategy = forms.ChoiceField(
         choices=[("mirrored", "All-reduce (mirrored)"), ("ps", "Parameter server")], required=False, label="Strategy"
     )
+    catalog = forms.ChoiceField(
+        label="Catalogue", required=False, help_text="Prices the machines; empty: the one that has the records' types"
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["workload"].choices = [(w, w) for w in service.workloads()]
+        names = Catalog.objects.order_by("name").values_list("name", flat=True)
+        self.fields["catalog"].choices = [("", "the records' own"), *((name, name) for name in names)]
 
 
 @login_required
 def anwar(request: HttpRequest) -> HttpResponse:
-    """Anwar et al. Fig. 16–18: enter batch size and latency, get the number of machines for the fastest epoch."""
+    """Anwar et al. Fig. 16–18: enter batch size and latency, get the number of machines for the fastest epoch (the
+    `lookup` algorithm; the others answer in the wizard, the API and `fc2 recommend`)."""
     form = LookupForm(request.GET or None)
-    answer, error, options = None, None, {}
+    answer, error, options, catalog = None, None, {}, ""
+    workload = form.data.get("workload") or (form.fields["workload"].choices or [("", "")])[0][0]
+    records = service.workload_records(workload) if workload else ()  # the records an answer comes from
     if not form.fields["workload"].choices:  # nothing to recommend from: the page says how to load records
         form = LookupForm()
     elif form.is_bound and form.is_valid():
         data = form.cleaned_data
+        catalog = data["catalog"] or service.records_catalog(records)
         lookup = RecommendRequest(
             algorithm="lookup",
             workload=data["workload"],
@@ -51,17 +60,16 @@ def anwar(request: HttpRequest) -> HttpResponse:
             parameter_server=data["strategy"] == "ps",
         )
         try:
-            answer = service.recommend_as_dict(lookup)
+            answer = service.recommend_as_dict(lookup, catalog)
         except RecommendationError as exc:
             error = str(exc)
-    workload = form.data.get("workload") or (form.fields["workload"].choices or [("", "")])[0][0]
-    if workload:
-        records = service.workload_records(workload)  # the records the answer came from, read once per change
+    if records:
         options = {
             "batch_sizes": sorted({r.batch_size for r in records if r.batch_size}),
             "latencies": sorted({r.latency_ms for r in records if r.latency_ms is not None}),
         }
-    return render(request, "recommender/anwar.html", {"form": form, "answer": answer, "error": error, **options})
+    context = {"form": form, "answer": answer, "error": error, "catalog": catalog, **options}
+    return render(request, "recommender/anwar.html", context)
 
 
 @login_required
@@ -74,12 +82,17 @@ def catalogs(request: HttpRequest) -> HttpResponse:
     if chosen and (query := request.GET.get("q", "").strip()):
         types = types.filter(name__icontains=query)
     page = Paginator(types, 50).get_page(request.GET.get("page"))
-    return render(request, "recommender/catalogs.html", {"catalogs": all_catalogs, "chosen": chosen, "page": page})
+    # EC2 compute units are published for older types only (none of today's AWS catalogues): the column is shown
+    # where the catalogue has some, and a type without one reads "not published", never "variable".
+    has_ecu = bool(chosen) and chosen.types.filter(ecu__isnull=False).exists()
+    context = {"catalogs": all_catalogs, "chosen": chosen, "page": page, "has_ecu": has_ecu}
+    return render(request, "recommender/catalogs.html", context)
 
 
 # --- the records page's epoch time against workers chart (Anwar et al. Figs. 11–15, FC² Figs. 8–11) ---------------
 
 NO_BATCH_SIZE = "none"  # the `batch_size` GET value of the records that name no batch size
+RECORDS_PER_PAGE = 50
 CHART_FIELDS = (
     "workers",
     "batch_size",
@@ -197,12 +210,18 @@ def records(request: HttpRequest) -> HttpResponse:
     names = service.workloads()
     workload = request.GET.get("workload") or (names[0] if names else "")
     rows = PerformanceRecord.objects.filter(workload=workload)
-    report, error = None, None
-    if workload:
+    records = service.workload_records(workload) if workload else ()
+    strategies = service.strategy_counts(records)
+    strategy = request.GET.get("strategy")
+    strategy = strategy if strategy in strategies else max(strategies, key=strategies.get, default="")
+    report, error, catalog = None, None, service.records_catalog(records)
+    if records:
         try:
-            report = perfmodel.calibration_report(service.workload_records(workload), service.catalog_specs())
+            report = service.model_figures(records, strategy, catalog)
         except RecommendationError as exc:
             error = str(exc)
+    if strategy and len(strategies) > 1:
+        rows = rows.filter(strategy=strategy)
     values = list(rows.values(*CHART_FIELDS))
     groups = batch_size_groups(v["batch_size"] for v in values)
     batch_size = chosen_batch_size(request.GET.get("batch_size"), groups)
@@ -210,11 +229,15 @@ def records(request: HttpRequest) -> HttpResponse:
     context = {
         "workloads": names,
         "workload": workload,
-        "rows": rows,
+        "rows": Paginator(rows, RECORDS_PER_PAGE).get_page(request.GET.get("page")),
         "report": report,
         "error": error,
         "batch_sizes": [(NO_BATCH_SIZE if size is None else str(size), size, count) for size, count in groups],
         "batch_size": batch_size,
         "chart": chart,
+        "strategies": strategies,
+        "strategy": strategy,
+        "strategy_label": service.STRATEGY_LABELS.get(strategy, ""),
+        "catalog": catalog,
     }
     return render(request, "recommender/records.html", context)

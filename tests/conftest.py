@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,11 +72,15 @@ def _isolated_storage(settings, runtime_dir):
 
 @pytest.fixture(scope="session")
 def example_wheel(tmp_path_factory) -> Path:
-    """examples/digits_cnn built into a wheel, as `make examples` does."""
+    """examples/digits_cnn built into a wheel, as `make examples` does: from a copy of its source, since setuptools
+    builds in the source folder (build/, *.egg-info) and pytest-xdist's workers each build it at once."""
     out = tmp_path_factory.mktemp("wheels")
+    source = shutil.copytree(
+        PROJECT_DIR / "examples" / "digits_cnn", out / "source", ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out),
-         str(PROJECT_DIR / "examples" / "digits_cnn")],
+         str(source)],
         check=True,
     )  # fmt: skip
     return next(out.glob("*.whl"))

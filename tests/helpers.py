@@ -20,6 +20,7 @@ from django.urls import reverse
 import provisioner
 from fc2.models import CodeBundle, Dataset, Job, Node
 from fc2.services import tokens
+from fc2.services.requests import REQUEST_FIELDS, JobRequest
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local
 from tests.conftest import PROJECT_DIR, _database_url
 from tests.wheels import GOOD, make_wheel
@@ -70,7 +71,10 @@ MIRRORED_NODES = [("worker", 0), ("worker", 1)]
 
 
 def start_running(job: Job) -> str:
-    """Put `job` in `running` with its nodes, as bootstrap would leave it; returns the agents' token."""
+    """Put `job` in `running` with its nodes, as bootstrap would leave it (planned as asked, if its recommend step has
+    not run); returns the agents' token."""
+    for name, value in plan_as_asked(job).items():
+        setattr(job, name, value)
     token = job.issue_token()
     job.save()
     layout = PS_NODES if job.strategy == Job.Strategy.PS else MIRRORED_NODES
@@ -101,9 +105,21 @@ def make_dataset(owner, name: str, kind: str = Dataset.Kind.UPLOAD, **fields) ->
     return Dataset.objects.create(owner=owner, name=name, kind=kind, path=f"/data/{name}", **fields)
 
 
+def plan_as_asked(job: Job) -> dict:
+    """The plan columns a submitted manual job's recommend step would write (its request's cluster), for a test that
+    puts the job past that step without running it; {} once it is planned."""
+    if job.planned:
+        return {}
+    asked = job.request
+    return {name: asked[name] for name in ("strategy", "ps_type", "worker_type", "workers")}
+
+
 def job_row(owner, bundle=None, dataset=None, **fields) -> Job:
+    """A job's row as given, made by hand (no submission, no pipeline), its request the fields it names."""
     if bundle is None:
         bundle, dataset = make_bundle(owner, f"code-of-{owner}"), make_dataset(owner, f"data-of-{owner}")
+    asked = {name: fields[name] for name in REQUEST_FIELDS if name in fields}
+    fields.setdefault("request", JobRequest(bundle=bundle, dataset=dataset, **asked).as_json())
     return Job.objects.create(owner=owner, bundle=bundle, dataset=dataset, **fields)
 
 
@@ -135,7 +151,7 @@ def resource_form(**fields) -> dict:
         "worker_type": "",
         "limit": "workers",
         "max_workers": "2",
-        "hourly_budget": "",
+        "budget": "",
         **fields,
     }
 

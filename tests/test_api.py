@@ -101,12 +101,16 @@ def test_unknown_job_is_refused(client, job, token):
 
 
 @pytest.mark.parametrize("state", Job.TERMINAL)
-def test_finished_job_is_409(client, job, token, state):
+def test_finished_job_is_409(client, job, token, state, caplog):
+    """A late report is a normal event: refused, but no warning in django.request's log (which an inline job's
+    terminal shows as "Conflict: /api/jobs/N/report")."""
     Job.objects.filter(pk=job.pk).update(state=state)
 
-    response = post_report(client, job.pk, running(step=1), token=token)
+    with caplog.at_level("WARNING", logger="django.request"):
+        response = post_report(client, job.pk, running(step=1), token=token)
 
     assert response.status_code == 409
+    assert not [r for r in caplog.records if r.name == "django.request"]
     assert response.json() == {"error": f"job {job.pk} is {state}; no more reports are taken"}
     assert Node.objects.get(job=job, name="chief-0").step is None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from django.utils import timezone
 
 from fc2.bundles import MB
 from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
-from fc2.services import artifacts, datasets, jobs
+from fc2.services import artifacts, datasets, jobs, pipeline
 from fc2.wizard import Wizard
 from recommender.catalog import load_catalog
 from tests.conftest import launch_cluster, make_job
@@ -170,7 +171,7 @@ def test_datasets_list_the_builtins_and_ones_own(api, bobs_api, digits):
 
     assert mine.status_code == 201
     assert mine.json() | {"id": 0, "created_at": ""} == {
-        "id": 0, "name": "points.npz", "kind": "upload", "url": "", "size_mb": mine.json()["size_mb"],
+        "id": 0, "name": "points", "kind": "upload", "url": "", "size_mb": mine.json()["size_mb"],
         "features": 64, "rows": 30, "last_error": "", "created_at": "", "owner": "alice",
     }  # fmt: skip
     listed = api.get(DATASETS).json()
@@ -251,7 +252,8 @@ def test_submit_with_a_bundle_id(api, bundle, digits, django_capture_on_commit_c
     job = response.json()
     assert job["state"] == "queued" and job["active"] is True and job["owner"] == "alice"
     assert job["bundle"] == {"id": bundle.pk, "name": bundle.name} and job["dataset"]["name"] == "digits"
-    assert job["parameters"] == {"epochs": "1"} and job["workers"] == 2 and job["provider"] == "local"
+    assert job["parameters"] == {"epochs": "1"} and job["request"]["workers"] == 2 and job["provider"] == "local"
+    assert job["workers"] is None and job["strategy"] == ""  # the plan: its recommend step's to write
     assert job["workload"] == "fc2-digits-cnn:digits" and job["url"].endswith(f"/jobs/{job['id']}/")
     assert [e["message"] for e in job["events"]] == ["submitted by alice"]
     assert job["cost"]["cost_so_far"] is None and job["progress"]["percent"] is None
@@ -266,7 +268,8 @@ def test_submit_with_an_upload_stores_the_wheel_with_the_job(api, example_wheel)
 
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
-    assert job.bundle.owner.username == "alice" and job.strategy == "mirrored" and job.workers == 3
+    assert job.bundle.owner.username == "alice"
+    assert (job.request["strategy"], job.request["workers"]) == ("mirrored", 3)
     assert job.parameters == {"epochs": "2"}
 
 
@@ -302,7 +305,7 @@ def test_submit_refused_by_the_service_stores_no_wheel(api, settings, example_wh
         ({"parameters": {"bad name": "1"}}, "parameters", "parameter name 'bad name' must be"),
         ({"parameters": ["epochs=1"]}, "parameters", 'Expected a dictionary of items but got type "list".'),
         ({"bundle": 99999}, "bundle", "no bundle 99999"),
-        ({"budget": "0"}, "budget", "a job's budget must be more than $0"),
+        ({"total_budget": "0"}, "total_budget", "a job's total budget must be more than $0"),
         ({"algorithm": "model"}, "algorithm", "no performance records"),
         ({"algorithm": "cost-opt", "strategy": "auto"}, "strategy", "A strategy left open is chosen by the Model"),
         ({"strategy": "ring"}, "strategy", '"ring" is not a valid choice.'),
@@ -318,14 +321,63 @@ def test_a_refused_submission_says_why(api, bundle, digits, fc2_2018, change, fi
     assert not Job.objects.exists()
 
 
-def test_submit_with_an_hourly_budget_takes_the_recommended_count(api, bundle, digits, fc2_2018):
-    body = {"bundle": bundle.pk, "dataset": "digits", "algorithm": "cost-opt", "hourly_budget": "1.5"}
+def test_a_budget_in_dollars_an_hour_is_asked_and_its_recommend_step_takes_the_count(api, bundle, digits, fc2_2018):
+    body = {"bundle": bundle.pk, "dataset": "digits", "algorithm": "cost-opt", "budget": "1.5", "total_budget": 3}
     body |= {"ps_type": "m4.large", "worker_types": "m4.xlarge,c4.xlarge"}
 
     response = api.post(JOBS, body)
 
     assert response.status_code == 201, response.json()
-    assert response.json()["workers"] == 5  # ⌊(1.5 − 0.125) / 0.231⌋ c4.xlarge (FC² Cost-Opt)
+    assert "Deprecation" not in response.headers
+    answer = response.json()
+    assert (answer["request"]["budget"], answer["request"]["total_budget"], answer["workers"]) == (1.5, 3, None)
+    assert pipeline.recommend(answer["id"])
+    planned = api.get(f"{JOBS}/{answer['id']}").json()
+    assert planned["workers"] == 5  # ⌊(1.5 − 0.125) / 0.231⌋ c4.xlarge (FC² Cost-Opt)
+    assert planned["request"] == answer["request"]  # what was asked stays as it came
+    assert (planned["cost"]["budget"], planned["cost"]["total_budget"]) == (1.5, 3.0)
+
+
+def test_an_old_clients_hourly_budget_is_read_the_old_way_and_said_to_be_deprecated(api, bundle, digits, fc2_2018):
+    """Before, `budget` was the whole job's $: a request with `hourly_budget` is an old client's, its `budget` the
+    total — never read as $/h."""
+    body = {"bundle": bundle.pk, "dataset": "digits", "algorithm": "cost-opt", "hourly_budget": "1.5", "budget": 9}
+
+    response = api.post(JOBS, body)
+
+    assert response.status_code == 201, response.json()
+    assert response.headers["Deprecation"] == "true" and "hourly_budget is deprecated" in response.headers["Warning"]
+    job = Job.objects.get(pk=response.json()["id"])
+    assert (job.budget, job.total_budget) == (Decimal("1.5"), Decimal("9"))
+
+
+def test_the_fc2_client_from_before_has_its_budget_read_as_the_whole_jobs(client, api, bundle, digits, fc2_2018):
+    """`fc2 submit --total-budget 9` before 0.2 sent `budget: 9`: never read as $9/h."""
+    body = {"bundle": bundle.pk, "dataset": "digits", "algorithm": "cost-opt", "budget": 9}
+    headers = {**api.headers, "User-Agent": "fc2-client/0.1.0"}
+
+    response = client.post(JOBS, json.dumps(body), content_type="application/json", headers=headers)
+
+    assert response.status_code == 201, response.json()
+    assert response.headers["Deprecation"] == "true"
+    job = Job.objects.get(pk=response.json()["id"])
+    assert (job.budget, job.total_budget, job.request["workers"]) == (None, Decimal("9"), 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"budget": 9}, "budget", "Manual does not take (it runs the workers given); a budget for the whole job, in $, "
+         "is total_budget"),
+        ({"algorithm": "cost-opt", "hourly_budget": 1, "total_budget": 9}, "hourly_budget",
+         "hourly_budget is the deprecated name of budget: not with total_budget"),
+    ],
+)  # fmt: skip
+def test_a_budget_that_could_be_a_total_read_as_dollars_an_hour_is_refused(api, bundle, digits, change, field, reason):
+    response = api.post(JOBS, {"bundle": bundle.pk, "dataset": "digits", **change})
+
+    assert response.status_code == 400 and reason in response.json()["fields"][field][0]
+    assert not Job.objects.exists()
 
 
 def test_someone_elses_bundle_or_dataset_cannot_be_submitted(bobs_api, bundle, alice):
@@ -368,7 +420,7 @@ def test_a_job_with_its_nodes_progress_and_cost(api, job):
          "exit_code": None, "last_report_at": None}
     ]  # fmt: skip
     assert set(answer["cost"]) == {
-        "hourly_cost", "hourly_budget", "budget", "cost_so_far", "projected_total", "projected_by", "launched_at",
+        "hourly_cost", "budget", "total_budget", "cost_so_far", "projected_total", "projected_by", "launched_at",
         "torn_down_at",
     }  # fmt: skip
 
@@ -405,15 +457,17 @@ def test_a_collecting_job_cannot_be_cancelled(api, job):
     assert response.status_code == 409 and "its results are being collected" in response.json()["error"]
 
 
-def test_rerun_submits_the_same_job_again(api, alice, bundle, digits):
-    job = make_job(alice, bundle, digits, strategy="mirrored", workers=3, parameters={"epochs": "2"}, budget=None)
+def test_rerun_submits_the_same_request_again(api, alice, bundle, digits):
+    job = make_job(alice, bundle, digits, strategy="mirrored", workers=3, parameters={"epochs": "2"})
+    assert pipeline.recommend(job.pk)
 
     response = api.post(f"{JOBS}/{job.pk}/rerun")
 
     assert response.status_code == 201
     again = Job.objects.get(pk=response.json()["id"])
-    assert again.pk != job.pk and again.state == Job.State.QUEUED
-    for name in ("bundle_id", "dataset_id", "parameters", "strategy", "workers", "provider", "algorithm"):
+    assert again.pk != job.pk and again.state == Job.State.QUEUED and not again.planned
+    assert again.request == job.request
+    for name in ("bundle_id", "dataset_id", "parameters", "provider", "algorithm"):
         assert getattr(again, name) == getattr(job, name)
 
 
@@ -434,7 +488,7 @@ def test_rerun_asks_what_the_wizard_fills_in(rf, alice, bundle, digits, fc2_2018
 
     wizard.prefill(job)
 
-    assert jobs.request_like(job) == wizard.job_request()
+    assert jobs.JobRequest.of(job) == wizard.job_request()
 
 
 def test_submissions_are_rate_limited_per_user(api, client, alice, bob, bundle, digits, settings):

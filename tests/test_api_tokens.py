@@ -133,11 +133,13 @@ def test_last_use_is_written_at_most_once_a_minute(client, alice, secret):
 
 
 def test_settings_page_shows_a_new_token_once(client, alice):
+    """Post/redirect/get: the secret is shown on the page the POST redirects to, once; reloading it shows the secret
+    no more and makes no second token."""
     client.force_login(alice)
 
-    made = client.post(reverse("account-tokens"), {"name": "notebook", "expires_days": "30"})
+    made = client.post(reverse("account-tokens"), {"name": "notebook", "expires_days": "30"}, follow=True)
 
-    assert made.status_code == 200
+    assert made.redirect_chain == [(reverse("account-tokens"), 302)]
     token = ApiToken.objects.get(user=alice, name="notebook")
     secret = made.context["secret"]
     assert secret in made.content.decode() and made["Cache-Control"] == "no-store"
@@ -145,6 +147,7 @@ def test_settings_page_shows_a_new_token_once(client, alice):
     assert timedelta(days=29) < token.expires_at - timezone.now() <= timedelta(days=30)
     again = client.get(reverse("account-tokens")).content.decode()
     assert secret not in again and token.prefix in again and "notebook" in again
+    assert ApiToken.objects.filter(user=alice).count() == 1
 
 
 def test_settings_page_is_linked_from_the_nav(client, alice):

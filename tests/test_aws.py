@@ -20,6 +20,7 @@ import provisioner
 from common import awsapi
 from fc2.models import Job, ReapedCluster
 from fc2.services import jobs, sweep
+from fc2.services.requests import JobRequest
 from provisioner import ClusterSpec, aws
 from provisioner.errors import CapacityError, ProvisionError
 from recommender.catalog import load_catalog
@@ -158,12 +159,14 @@ def test_the_pipeline_answers_no_capacity_with_the_recommenders_next_worker_type
     from fc2.services import pipeline
 
     load_catalog("fc2-2018")
+    asked = {"provider": "aws", "algorithm": "cost-opt", "budget": "2", "catalog": "fc2-2018", "ps_type": "m4.large"}
+    asked |= {"worker_types": ["c4.xlarge", "t2.xlarge", "m4.xlarge"], "strategy": "ps"}
     Job.objects.filter(pk=job.pk).update(
-        provider="aws", algorithm="cost-opt", hourly_budget=2, catalog="fc2-2018", state=Job.State.PROFILING,
-        worker_types=["c4.xlarge", "t2.xlarge", "m4.xlarge"], strategy="ps", ps_type="m4.large",
+        provider="aws", algorithm="cost-opt", budget=2, catalog="fc2-2018", state=Job.State.RECOMMENDING,
+        worker_types=asked["worker_types"], request={**job.request, **asked},
     )  # fmt: skip
     job.refresh_from_db()
-    pipeline._take_recommendation(job)
+    pipeline._take_recommendation(job, JobRequest.of(job))
     assert job.worker_type == "c4.xlarge"  # the cheapest of L^w
     inject_capacity_shortage(monkeypatch, {("c4.xlarge", f"{REGION}{zone}") for zone in "abc"})
 
@@ -234,6 +237,7 @@ def test_cluster_up_twice_is_one_cluster_and_down_leaves_no_instance(aws_env):
     assert everything_tagged("cli-twice") == NOTHING
 
 
+@pytest.mark.serial
 @pytest.mark.django_db(transaction=True)
 def test_an_aws_job_trains_over_ssh_at_the_addresses_ec2_gave_and_leaves_nothing(ec2_hosts, alice, example_wheel):
     load_catalog("fc2-2018")
@@ -330,3 +334,38 @@ def test_a_cluster_placement_group_holds_the_instances_where_the_types_allow_and
     assert "placement group fc2-placed" in aws.teardown("fc2-placed", REGION)
     assert ec2_groups.groups == {} and everything_tagged("fc2-placed") == NOTHING
     assert aws.teardown("fc2-placed", REGION) == []  # twice: nothing left, nothing failing
+
+
+def test_the_credentials_check_never_reaches_for_the_instance_metadata_address_unless_told(monkeypatch, settings):
+    """Outside EC2 the link-local metadata address answers nobody (or somebody else): the check that every Resource
+    page renders asks the environment and the shared files only, once per environment; FC2_AWS_INSTANCE_PROFILE=1
+    (the platform on EC2 with a role) lets the chain ask the metadata service."""
+    import botocore.credentials
+    import botocore.utils
+
+    settings.FC2_PUBLIC_URL = "http://fc2-platform.invalid"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, "/nonexistent")
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED", raising=False)
+    asked: list[str] = []
+    monkeypatch.setattr(
+        botocore.utils.InstanceMetadataFetcher, "retrieve_iam_role_credentials", lambda self: asked.append("imds") or {}
+    )
+    resolves = []
+    real_load = botocore.credentials.CredentialResolver.load_credentials
+    monkeypatch.setattr(
+        botocore.credentials.CredentialResolver,
+        "load_credentials",
+        lambda self: resolves.append(1) or real_load(self),
+    )
+
+    reasons = {provisioner.unavailable("aws") for _ in range(5)}
+
+    assert len(reasons) == 1
+    assert "AWS credentials" in (reason := reasons.pop()) and "FC2_AWS_INSTANCE_PROFILE=1" in reason
+    assert asked == [] and len(resolves) == 1, "checked once, without the metadata address"
+    monkeypatch.setenv("FC2_AWS_INSTANCE_PROFILE", "1")
+    assert "AWS credentials" in provisioner.unavailable("aws")
+    assert asked == ["imds"], "told it runs on EC2, the chain asks the metadata service"

@@ -345,7 +345,7 @@ SUBMITS = [
      {"dataset": "https://example.org/d.npz", "parameters": {"epochs": "2", "lr": "a=b"}}),
     (["--dataset", "digits", "--algorithm", "cost-opt", "--budget", "2.5", "--total-budget", "1",
       "--worker-types", "m4.xlarge, c4.xlarge"],
-     {"dataset": "digits", "parameters": {}, "algorithm": "cost-opt", "hourly_budget": 2.5, "budget": 1.0,
+     {"dataset": "digits", "parameters": {}, "algorithm": "cost-opt", "budget": 2.5, "total_budget": 1.0,
       "worker_types": ["m4.xlarge", "c4.xlarge"]}),
     # --main goes with the wheel, not the job
     (["--dataset", "digits", "--workers", "3", "--strategy", "mirrored", "--provider", "lab", "--latency-ms", "20",
@@ -558,8 +558,8 @@ def test_following_a_job_draws_its_line_until_it_ends(stub, logged_in, capsys):
 
     out, err = capsys.readouterr()
     assert err.splitlines() == [  # not a terminal: each change on a line of its own
-        "job 4 running · epoch 1/2 · step 3 · loss 0.5 · ≈ $0.0010 so far",
-        "job 4 succeeded · epoch 2/2 · step 6 · loss 0.25 · ≈ $0.0020 so far",
+        "job 4 running · epoch 1/2 · step 3 · loss 0.5 · ≈ $0.001 so far",
+        "job 4 succeeded · epoch 2/2 · step 6 · loss 0.25 · ≈ $0.002 so far",
         "job 4 succeeded · epoch 2/2 · step 6 · loss 0.25 · ≈ $0.0021 so far",
     ]
     assert out.startswith("job 4 succeeded")
@@ -693,6 +693,7 @@ def media_files(settings) -> list[Path]:
     return [p for p in Path(settings.MEDIA_ROOT).rglob("*") if p.is_file() and "builtin" not in p.parts]
 
 
+@pytest.mark.serial
 @pytest.mark.django_db(transaction=True)
 def test_a_researcher_trains_and_downloads_a_model_from_their_machine(
     alice, bob, example_wheel, celery_worker, live_server, tmp_path

@@ -264,7 +264,7 @@ def test_a_running_job_costs_up_to_now(make, alice):
 def test_burn_counts_only_clusters_that_are_up(staff_client, make, alice, bob):
     make(alice, Job.State.RUNNING, started=MONDAY, hourly_cost=Decimal("2.5"), cluster={"nodes": []})
     make(bob, Job.State.BOOTSTRAPPING, hourly_cost=Decimal("0.75"), cluster={"nodes": []})
-    make(bob, Job.State.PROFILING, hourly_cost=Decimal("9"))  # no cluster yet
+    make(bob, Job.State.RECOMMENDING, hourly_cost=Decimal("9"))  # no cluster yet
     make(alice, Job.State.SUCCEEDED, started=MONDAY, hours=1, hourly_cost=Decimal("9"), cluster={"nodes": []})
 
     response = staff_client.get(URL)
@@ -337,7 +337,7 @@ def test_spend_totals_by_user_and_week(staff_client, make, alice, bob):
     assert response.context["totals"] == {
         "jobs": 4,
         "failed": 2,
-        "hours": pytest.approx(8),
+        "seconds": pytest.approx(8 * 3600),
         "cost": pytest.approx(15.5),
     }
     assert json_script(response, "spend-by-user") == [{"user": "bob", "cost": 10.0}, {"user": "alice", "cost": 5.5}]

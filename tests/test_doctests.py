@@ -6,8 +6,10 @@ import importlib
 import pytest
 
 MODULES = [
+    "common.numbers",
     "common.retry",
     "fc2.bundles",
+    "fc2.management.commands.cluster",
     "fc2.models",
     "fc2.results",
     "fc2.services.artifacts",
@@ -28,6 +30,7 @@ MODULES = [
     "recommender.perfdata",
     "recommender.algorithms",
     "recommender.perfmodel.choice",
+    "recommender.perfmodel.explanation",
     "recommender.pricing",
     "recommender.views",
 ]

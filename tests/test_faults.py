@@ -29,12 +29,13 @@ from tests.conftest import (
 )
 from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Real TensorFlow jobs, with fault timings asserted: run alone (`make test`'s serial part).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.serial]
 
 State = Job.State
 # Where the worker is killed: held there by FC2_FAULT_PAUSE (see pipeline._hold), except `running`, when no step runs.
 KILLED_WHILE = {
-    State.PROFILING: State.SUCCEEDED,  # profiled again
+    State.RECOMMENDING: State.SUCCEEDED,  # recommended again
     State.PROVISIONING: State.SUCCEEDED,  # launched, not recorded: launched again, finding the same cluster
     State.BOOTSTRAPPING: State.FAILED,  # nodes started, not recorded: failed, and the nodes torn down
     State.RUNNING: State.SUCCEEDED,  # nothing was running on the worker: the nodes' reports move the job on
@@ -84,7 +85,7 @@ def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle,
         assert job.failure_reason == "the worker running bootstrap was lost"
     else:
         assert "model.keras" in set(job.artifacts.values_list("name", flat=True))
-        step = "finish" if state == State.RUNNING else pipeline.STEP_OF[state]
+        step = "collect" if state == State.RUNNING else pipeline.STEP_OF[state]
         assert f"fc2.tasks.{step}[" in second_log.read_text(errors="replace"), "the other host did the step"
     assert_nothing_left(job, runtime_dir)
 

@@ -184,3 +184,12 @@ def test_the_examples_build_with_the_setuptools_the_venv_gets():
     (wanted,) = [Requirement(r) for r in example["build-system"]["requires"] if Requirement(r).name == "setuptools"]
     (version,) = [spec.version for spec in pinned.specifier if spec.operator == "=="]
     assert wanted.specifier.contains(version)
+
+
+@pytest.mark.django_db
+def test_setup_names_each_sample_file_once_with_its_strategy(var_dir):
+    lines = [line for line in setup_platform().splitlines() if line.startswith("performance records")]
+
+    assert len(lines) == len(set(lines)) >= 3
+    assert "performance records lab-digits-grid (mirrored) from lab-digits-grid.csv: " in "\n".join(lines)
+    assert "performance records lab-digits-grid (ps) from lab-digits-ps-grid.csv: " in "\n".join(lines)

@@ -18,6 +18,7 @@ from django.utils.html import escape
 from fc2.home import PER_PAGE, month_bounds, monthly_spend
 from fc2.management.commands.submit_job import Command as SubmitJob
 from fc2.models import Dataset, Job, JobEvent, Node
+from fc2.services import monitoring
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from monitor import series
 from monitor.models import LossPoint, NodeSample
@@ -45,7 +46,7 @@ def running(alice, rows) -> Job:
     bundle, dataset = rows
     job = job_row(
         alice, bundle, dataset, state=Job.State.RUNNING, started_at=T0, launched_at=T0, strategy=Job.Strategy.PS,
-        ps_type="m4.large", worker_type="m4.xlarge", hourly_cost=Decimal("0.625"), hourly_budget=Decimal("0.75"),
+        workers=2, ps_type="m4.large", worker_type="m4.xlarge", hourly_cost=Decimal("0.625"), budget=Decimal("0.75"),
         epoch=1, epochs=2, step=22, steps=44, loss=1.3,
     )  # fmt: skip
     for index, (name, role) in enumerate([("chief-0", "chief"), ("worker-0", "worker"), ("worker-1", "worker")]):
@@ -257,7 +258,7 @@ def test_a_run_too_long_to_carry_is_merged_into_time_buckets_by_the_database(ali
     add_samples(chief, 300, every=1)  # 0..299 s, cpu 50..349
     add_samples(worker, 30, every=10, mbps=4)  # 0..290 s, sparser
 
-    nodes = {node["name"]: node["points"] for node in series.job_series(running, limit=10)["nodes"]}
+    nodes = {node["name"]: node["points"] for node in monitoring.job_series(running, limit=10)["nodes"]}
 
     chief_points, worker_points = nodes["chief-0"], nodes["worker-0"]
     assert len(chief_points) == len(worker_points) == 10
@@ -329,7 +330,7 @@ def test_job_page_holds_the_cost_against_the_budget(client, alice, running):
     assert '<span class="tile-label">Total cost (estimate)</span>' in page  # it has ended
     assert '<strong id="cost-so-far">≈ $1.25</strong>' in page  # $0.625/h × 2 h
     assert "≈ $1.25 of $1.50 budget (83 %)" in page  # $0.75/h × 2 h
-    assert "$0.6250/h" in page and "budget $0.7500/h" in page
+    assert "$0.625/h" in page and "budget $0.75/h" in page
     assert 'role="meter"' in page and 'aria-valuetext="≈ $1.25 of $1.50"' in page
     assert escape(ESTIMATE_NOTE) in page
     assert "Cancel job" not in page
@@ -353,6 +354,25 @@ def test_cost_is_so_far_while_it_runs_and_total_once_ended(client, alice, runnin
     page = client.get(reverse("job-detail", args=[running.pk])).content.decode()
 
     assert f'<span class="tile-label">{label} (estimate)</span>' in page
+
+
+def test_job_page_shows_what_was_asked_beside_what_was_chosen(client, alice, rows):
+    queued = job_row(alice, *rows, algorithm="model", strategy=Job.Strategy.AUTO, workers=4)
+    Job.objects.filter(pk=queued.pk).update(strategy="", workers=None)  # asked, not yet planned
+    chosen = job_row(
+        alice, *rows, algorithm="model", request=queued.request, strategy=Job.Strategy.MIRRORED, workers=3,
+        worker_type="c4.xlarge",
+    )  # fmt: skip
+    client.force_login(alice)
+
+    before = client.get(reverse("job-detail", args=[queued.pk])).content.decode()
+    after = client.get(reverse("job-detail", args=[chosen.pk])).content.decode()
+
+    assert '<dd id="job-asked">model · strategy left open · at most 4 workers</dd>' in before
+    assert "chosen by its recommend step" in before
+    assert '<dd id="job-asked">model · strategy left open · at most 4 workers</dd>' in after
+    assert """All-Reduce (mirrored) <span class="muted">(left open: the model's choice)</span>""" in after
+    assert "3 workers of c4.xlarge" in after
 
 
 def test_job_page_without_budget_or_price_yet(client, alice, rows):

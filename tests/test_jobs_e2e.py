@@ -18,13 +18,15 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+import provisioner
 from fc2.models import CodeBundle, Job, Node
 from fc2.services import inline, pipeline
+from provisioner import ClusterSpec, RunSpec, local
 from tests.conftest import PROJECT_DIR, cluster_processes, make_job, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ALL_STATES = ["queued", "profiling", "provisioning", "bootstrapping", "running", "collecting", "succeeded"]
+ALL_STATES = ["queued", "recommending", "provisioning", "bootstrapping", "running", "collecting", "succeeded"]
 
 
 def submit(*args: str) -> dict:
@@ -41,6 +43,7 @@ def assert_cluster_gone(job: Job, runtime_dir: Path) -> None:
     assert job.cluster_name and not (runtime_dir / "clusters" / job.cluster_name).exists()
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("strategy", ["ps", "mirrored"])
 def test_inline_job_trains_and_returns_results(strategy, alice, example_wheel, runtime_dir):
     result = submit(
@@ -56,6 +59,8 @@ def test_inline_job_trains_and_returns_results(strategy, alice, example_wheel, r
     assert {f"logs/{n.name}.log" for n in job.nodes.all()} <= names
     assert result["metrics"]["strategy"] == strategy
     assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
+    # Start-up (the first round of steps: tracing and compiling) apart; the epoch time is the steps' after it.
+    assert result["metrics"]["startup_s"] > 0 and result["metrics"]["epoch_time_s"] > 0
     with zipfile.ZipFile(job.artifacts.get(name="model.keras").file.path) as model:
         assert "config.json" in model.namelist()  # a real Keras 3 model file
     roles = sorted(job.nodes.values_list("name", flat=True))
@@ -66,6 +71,29 @@ def test_inline_job_trains_and_returns_results(strategy, alice, example_wheel, r
     assert_cluster_gone(job, runtime_dir)
 
 
+@pytest.mark.serial
+@pytest.mark.parametrize("strategy", ["ps", "mirrored"])
+def test_the_example_trains_for_fc2_train_seconds_whatever_its_epochs(strategy, example_wheel, digits):
+    """What a profiling run asks of the code (RunSpec.train_seconds, FC2_TRAIN_SECONDS on every node): the example adds
+    whole epochs until its loop has run that long — under mirrored every worker alike (they agree by an all-reduce,
+    or one would wait in a collective forever) — and its metrics count the epochs it ran."""
+    cluster = local.launch(ClusterSpec(f"fc2-train-seconds-{strategy}", "local", strategy, 2))
+    args = ("--epochs=1", "--steps_per_epoch=5")
+    run = RunSpec(1, str(example_wheel), "fc2_digits.main", args=args, dataset=digits.path, train_seconds=4)
+    cluster = provisioner.bootstrap(cluster, run)
+    ending = {"chief-0"} if strategy == "ps" else {"worker-0", "worker-1"}  # (ps: its servers serve until teardown)
+    deadline = time.monotonic() + 180
+    while not ending <= set(results := provisioner.fetch_results(cluster)) and time.monotonic() < deadline:
+        time.sleep(1)
+    provisioner.teardown("local", cluster.cluster_id)
+    assert {name: results[name].report["exit_code"] for name in ending} == dict.fromkeys(ending, 0)
+    chief = results["chief-0" if strategy == "ps" else "worker-0"]
+    metrics = json.loads(chief.outputs["metrics.json"])
+    assert metrics["train_seconds"] == 4 and metrics["duration_s"] >= 4
+    assert metrics["epochs"] > 1 and metrics["steps"] == 5 * metrics["epochs"] == len(metrics["epoch_train_losses"]) * 5
+
+
+@pytest.mark.serial
 def test_failing_training_code_fails_the_job_with_its_log(alice, tmp_path, runtime_dir):
     wheel = tmp_path / "crash-0.1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -86,6 +114,7 @@ def test_failing_training_code_fails_the_job_with_its_log(alice, tmp_path, runti
     assert_cluster_gone(job, runtime_dir)
 
 
+@pytest.mark.serial
 def test_cancel_while_running_leaves_no_process(alice, bundle, digits, runtime_dir):
     job = make_job(alice, bundle, digits, parameters={"epochs": "500"}, strategy="ps")
     runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
@@ -108,6 +137,7 @@ def test_cancel_while_running_leaves_no_process(alice, bundle, digits, runtime_d
     assert_cluster_gone(job, runtime_dir)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, None)])
 def test_an_inline_job_whose_process_is_stopped_is_cancelled_and_its_cluster_torn_down(
     signum, status, alice, example_wheel, runtime_dir, live_server
@@ -142,6 +172,7 @@ def test_an_inline_job_whose_process_is_stopped_is_cancelled_and_its_cluster_tor
     assert_cluster_gone(job, runtime_dir)
 
 
+@pytest.mark.serial
 def test_job_runs_through_a_real_celery_worker(alice, example_wheel, celery_worker, runtime_dir):
     result = submit(
         "--bundle", str(example_wheel), "--dataset", "digits", "--workers", "2", "--strategy", "mirrored",
@@ -153,7 +184,7 @@ def test_job_runs_through_a_real_celery_worker(alice, example_wheel, celery_work
     assert job.driver == Job.Driver.CELERY
     assert "model.keras" in {a["name"] for a in result["artifacts"]}
     worker_log = celery_worker.read_text()
-    for step in ("recommend", "provision", "bootstrap", "finish"):
+    for step in ("recommend", "provision", "bootstrap", "collect"):
         assert f"fc2.tasks.{step}" in worker_log
     assert_cluster_gone(job, runtime_dir)
 

@@ -19,6 +19,7 @@ from django.core.management import call_command
 
 import provisioner
 from fc2.models import Job, ReapedCluster
+from fc2.services import inline, jobs
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, nodes
 from provisioner.lab import net as labnet
 from recommender.catalog import load_catalog
@@ -27,7 +28,10 @@ from recommender.perfdata import parse_csv
 from tests.conftest import call_json
 from tests.wheels import GOOD, make_wheel
 
-pytestmark = pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
+pytestmark = [
+    pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab"))),
+    pytest.mark.serial,  # TensorFlow across namespaces, shaped links measured: run alone
+]
 
 
 @pytest.fixture
@@ -351,8 +355,8 @@ def test_scala_opt_with_no_profile_runs_its_profiling_run_then_the_cluster_it_ch
     _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
         "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--provider", "lab",
         "--algorithm", "scala-opt-m", "--worker-type", "lab-w-1g", "--ps-type", "lab-ps-450", "--workers", "2",
-        "--strategy", "ps", "--workload", "digits-profiled", "--param", "epochs=1", "--param", "steps_per_epoch=1000",
-        "--param", "batch_size=16", "--user", "alice", "--inline", "--wait",
+        "--strategy", "ps", "--workload", "digits-profiled", "--param", "epochs=1", "--param", "batch_size=16",
+        "--user", "alice", "--inline", "--wait",
     )  # fmt: skip
     assert result["status"] == "succeeded", result.get("error")
 
@@ -382,3 +386,57 @@ def test_scala_opt_with_no_profile_runs_its_profiling_run_then_the_cluster_it_ch
         stdout=again,
     )  # fmt: skip
     assert json.loads(again.getvalue())["workers"] == expected  # what the next job of the workload is told at once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_scala_opt_measures_the_readmes_two_epoch_example_for_the_runs_window_whatever_its_epochs(
+    alice, bundle, digits, lab_catalog, settings
+):
+    """The README's example as asked (epochs=2: a second or two of training) with Scala-Opt on the lab: its profiling
+    run sets FC2_TRAIN_SECONDS, so the example trains on for the run's window and its worker's bandwidth is measured;
+    the job then runs on the cluster Scala-Opt sized, training the 2 epochs asked (the variable is the profiling
+    run's alone), and its record keeps the steady-state epoch time, start-up apart."""
+    settings.FC2_PROFILE_BUSY_S = 6
+    settings.FC2_PROFILE_S = 60
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, parameters={"epochs": "2"}, provider="lab", strategy=Job.Strategy.PS,
+        workers=2, algorithm="scala-opt", worker_types=["lab-w-1g"], workload_name="digits-two-epochs",
+    )  # fmt: skip
+    job = inline.run_inline(jobs.submit(alice, request, driver=Job.Driver.INLINE).pk)
+    assert job.state == Job.State.SUCCEEDED, job.failure_reason
+
+    (run,) = job.profiling_runs
+    took = (datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    profile = PerformanceRecord.objects.get(workload="digits-two-epochs", source=PerformanceRecord.Source.PROFILED)
+    print(f"\nFIGURE profiling run of the two-epoch example: {took:.0f} s, b_t {profile.bandwidth_mbps} Mbps")
+    assert profile.bandwidth_mbps == run["bandwidth_mbps"] and profile.bandwidth_mbps > 1
+    assert (job.recommendation["source"], job.worker_type) == ("rule", "lab-w-1g")
+    assert job.metrics["epochs"] == 2 and "train_seconds" not in job.metrics
+    assert job.metrics["startup_s"] > 0 and job.metrics["epoch_time_s"] > 0
+    measured = PerformanceRecord.objects.get(workload="digits-two-epochs", source=PerformanceRecord.Source.MEASURED)
+    assert measured.epoch_time_s == job.metrics["epoch_time_s"]  # the steady state's, not duration_s / epochs
+    assert leftovers(run["cluster"]) == NOTHING and leftovers(job.cluster_name) == NOTHING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_profiling_run_whose_code_ends_at_once_fails_the_job_saying_what_to_change(
+    alice, lab_catalog, tmp_path, settings
+):
+    """Code that ignores FC2_TRAIN_SECONDS and ends before its worker communicated: the job fails at once (not at the
+    end of the run's window) with what to change, naming the variable."""
+    settings.FC2_PROFILE_S = 60
+    wheel = make_wheel(tmp_path, GOOD)  # prints a line and exits, on every node
+    _, result, _ = call_json(
+        "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", "lab", "--algorithm", "scala-opt-m",
+        "--worker-type", "lab-w-100", "--ps-type", "lab-ps-450", "--workers", "2", "--strategy", "ps",
+        "--workload", "demo-ends-at-once", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
+    assert result["status"] == "failed"
+    job = Job.objects.get(pk=result["id"])
+    (run,) = job.profiling_runs
+    took = (datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    assert "its training ended" in job.failure_reason and "FC2_TRAIN_SECONDS=60" in job.failure_reason
+    assert "more epochs" in job.failure_reason
+    assert took < 60 and run["bandwidth_mbps"] is None
+    assert not PerformanceRecord.objects.filter(workload="demo-ends-at-once").exists()
+    assert leftovers(run["cluster"]) == NOTHING

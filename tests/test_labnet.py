@@ -23,7 +23,10 @@ from provisioner.errors import ProvisionError
 from provisioner.lab import net as labnet
 
 REASON = labnet.unavailable()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the lab network cannot run here: {REASON}")
+pytestmark = [
+    pytest.mark.skipif(REASON is not None, reason=f"the lab network cannot run here: {REASON}"),
+    pytest.mark.serial,  # rates, delays and CPU shares measured: run alone
+]
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 USED: set[tuple[str, str]] = set()  # (tag, cluster id) of every cluster this module asked for, for the final check

@@ -1,5 +1,6 @@
-"""Retention of node samples (monitor/retention.py): a job that ended long ago keeps one sample per node and minute,
-its charts' figures unchanged; a job that has not ended is never touched; compacting twice changes nothing more."""
+"""Retention of node samples (monitor/retention.py, fc2/services/monitoring.py): a job that ended long ago keeps one
+sample per node and minute, its charts' figures unchanged; a job that has not ended is never touched; compacting
+twice changes nothing more."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from django.db import connection
 from django.utils import timezone
 
 from fc2.models import Job, Node
-from monitor import retention, series
+from fc2.services import monitoring
+from monitor import retention
 from monitor.ingest import record_samples
 from monitor.models import NodeSample
 from tests.conftest import call_json
@@ -72,7 +74,7 @@ def chart_means(job: Job) -> dict[str, dict[str, float]]:
             key: statistics.fmean(p[key] for p in node["points"] if p[key] is not None)
             for key in ("cpu_percent", "sent_mbps", "recv_mbps")
         }
-        for node in series.job_series(job)["nodes"]
+        for node in monitoring.job_series(job)["nodes"]
     }
 
 
@@ -90,7 +92,7 @@ def test_two_hours_reported_at_1_hz_keep_a_sample_a_minute_and_the_charts_means(
     Job.objects.filter(pk=job.pk).update(**ended(days_ago=8))
     before = chart_means(job)
 
-    result = retention.compact_ended_jobs()
+    result = monitoring.compact_ended_jobs()
 
     assert (result.jobs, result.nodes, result.rows_before, result.rows_after) == (1, 2, 14_400, 240)
     after = chart_means(job)
@@ -118,7 +120,7 @@ def test_a_minute_is_merged_into_its_readings_known_means_and_its_last_counters_
     alone = NodeSample.objects.get(measured_at=minute + dt.timedelta(seconds=61))
     store(node, [{"at": minute.timestamp() + s, "cpu_percent": 80.0, "bytes_sent": 8_000 + s} for s in (120, 179)])
 
-    retention.compact_ended_jobs()
+    monitoring.compact_ended_jobs()
 
     merged, kept, later = NodeSample.objects.filter(node=node).order_by("measured_at")
     assert (later.cpu_percent, later.bytes_sent, later.measured_at) == (80.0, 8_179, minute + dt.timedelta(seconds=179))
@@ -139,7 +141,7 @@ def test_jobs_that_have_not_ended_or_ended_lately_are_never_touched(alice):
         store(node, every_second(start, 180, rng))
     untouched = rows(busy, recent, legacy)
 
-    result = retention.compact_ended_jobs()
+    result = monitoring.compact_ended_jobs()
 
     assert (result.jobs, result.nodes, result.rows_before, result.rows_after) == (1, 1, 180, 3)
     assert rows(busy, recent, legacy) == untouched
@@ -151,10 +153,10 @@ def test_compacting_twice_changes_nothing_more(alice):
     rng = random.Random(5)
     for node in nodes:
         store(node, every_second(dt.datetime(2026, 9, 1, 8, 0, 30, tzinfo=UTC), 300, rng))
-    retention.compact_ended_jobs()
+    monitoring.compact_ended_jobs()
     once = rows(*nodes)
 
-    again = retention.compact_ended_jobs()
+    again = monitoring.compact_ended_jobs()
 
     assert (again.nodes, again.rows_before, again.rows_after) == (0, 0, 0)
     assert rows(*nodes) == once
@@ -202,7 +204,7 @@ def test_command_says_what_it_did(alice, dry):
 @pytest.mark.django_db(transaction=True)
 def test_two_compactions_at_once_compact_each_minute_once(alice):
     """A beat tick and an operator's command on the same node at the same moment: the second waits for the node's
-    row, then finds its minutes done (without that, both would write each minute's merged sample)."""
+    first sample, then finds its minutes done (without that, both would write each minute's merged sample)."""
     job, nodes = job_with_nodes(alice, "worker-0", "worker-1", **ended(days_ago=8))
     for node in nodes:
         store(node, every_second(dt.datetime(2026, 9, 1, tzinfo=UTC), 600, random.Random(node.pk)))
@@ -212,7 +214,7 @@ def test_two_compactions_at_once_compact_each_minute_once(alice):
     def compact() -> None:
         try:
             start.wait()
-            results.append(retention.compact_ended_jobs())
+            results.append(monitoring.compact_ended_jobs())
         finally:
             connection.close()
 

@@ -24,6 +24,7 @@ from monitor import agent
 from provisioner import local
 from provisioner.errors import TransientProvisionError
 from tests.conftest import launch_cluster
+from tests.helpers import plan_as_asked
 from tests.wheels import GOOD, make_wheel
 
 State = Job.State
@@ -38,7 +39,7 @@ def _private_clusters(settings, tmp_path):
 
 
 def set_state(job: Job, state: str, **fields) -> Job:
-    Job.objects.filter(pk=job.pk).update(state=state, **fields)
+    Job.objects.filter(pk=job.pk).update(state=state, **{**plan_as_asked(job), **fields})
     job.refresh_from_db()
     return job
 
@@ -59,14 +60,14 @@ def test_transition_claims_once(job):
     second_actor = Job.objects.get(pk=job.pk)  # e.g. a redelivered task, with its own copy of the row
     before = timezone.now()
 
-    first = job.transition(State.QUEUED, State.PROFILING, "choosing the cluster")
-    second = second_actor.transition(State.QUEUED, State.PROFILING, "choosing the cluster")
+    first = job.transition(State.QUEUED, State.RECOMMENDING, "choosing the cluster")
+    second = second_actor.transition(State.QUEUED, State.RECOMMENDING, "choosing the cluster")
 
     assert (first, second) == (True, False)
     assert second_actor.state == State.QUEUED  # the loser's copy is not changed either
     job.refresh_from_db()
-    assert job.state == State.PROFILING
-    (event,) = job.events.filter(state=State.PROFILING)
+    assert job.state == State.RECOMMENDING
+    (event,) = job.events.filter(state=State.RECOMMENDING)
     assert event.message == "choosing the cluster"
     assert before <= event.at <= timezone.now()
 
@@ -89,7 +90,8 @@ def test_transition_from_several_sources_and_timestamps(job):
 
 
 def test_every_successful_transition_logs_one_event(job):
-    path = [State.PROFILING, State.PROVISIONING, State.BOOTSTRAPPING, State.RUNNING, State.COLLECTING, State.SUCCEEDED]
+    path = [State.RECOMMENDING, State.PROVISIONING, State.BOOTSTRAPPING, State.RUNNING, State.COLLECTING]
+    path.append(State.SUCCEEDED)
     source = State.QUEUED
     for target in path:
         assert job.transition(source, target, f"to {target}")
@@ -99,20 +101,20 @@ def test_every_successful_transition_logs_one_event(job):
     assert events(job)[1:] == [(target, f"to {target}") for target in path]
 
 
-def test_redelivered_profile_does_nothing(job):
+def test_redelivered_recommend_does_nothing(job):
     assert pipeline.recommend(job.pk) is True
     count = JobEvent.objects.filter(job=job).count()
 
     assert pipeline.recommend(job.pk) is False
 
     job.refresh_from_db()
-    assert job.state == State.PROFILING
+    assert job.state == State.RECOMMENDING
     assert JobEvent.objects.filter(job=job).count() == count
-    assert job.events.filter(state=State.PROFILING, message="choosing the cluster").count() == 1
+    assert job.events.filter(state=State.RECOMMENDING, message="choosing the cluster").count() == 1
 
 
 def test_provision_makes_nodes_once(job):
-    set_state(job, State.PROFILING)
+    set_state(job, State.RECOMMENDING)
 
     assert pipeline.provision(job.pk) is True
     assert pipeline.provision(job.pk) is False
@@ -135,7 +137,7 @@ def test_provision_makes_nodes_once(job):
 
 def test_provision_cancelled_while_launching_keeps_the_cluster_recorded_for_release(job):
     """What a step made is recorded before it looks whether the job is still its own, so that release finds it."""
-    set_state(job, State.PROFILING)
+    set_state(job, State.RECOMMENDING)
     launch = local.launch
 
     def launch_while_cancelled(spec, notify=None):
@@ -152,7 +154,7 @@ def test_provision_cancelled_while_launching_keeps_the_cluster_recorded_for_rele
     assert not Path(job.cluster["workdir"]).exists()
 
 
-@pytest.mark.parametrize("step", ["provision", "bootstrap", "finish"])
+@pytest.mark.parametrize("step", ["provision", "bootstrap", "collect"])
 def test_step_out_of_order_does_nothing(job, step):
     """A step that finds the job elsewhere than its source state (e.g. cancelled meanwhile) changes nothing."""
     set_state(job, State.CANCELLED)
@@ -188,7 +190,7 @@ def test_a_collecting_job_is_not_cancelled(job):
 
     job.refresh_from_db()
     assert job.state == State.COLLECTING
-    assert pipeline.finish(job.pk) is True
+    assert pipeline.collect(job.pk) is True
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED
 
@@ -266,8 +268,8 @@ def test_complete_then_collect_succeeds_before_the_teardown(job):
 
     assert pipeline.complete(job) is True
     assert pipeline.complete(job) is False
-    assert pipeline.finish(job.pk) is True
-    assert pipeline.finish(job.pk) is False
+    assert pipeline.collect(job.pk) is True
+    assert pipeline.collect(job.pk) is False
 
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED
@@ -440,7 +442,7 @@ def test_a_step_whose_message_was_replaced_does_nothing(job, django_capture_on_c
         assert ran == [job.pk]
 
 
-@pytest.mark.parametrize("step", ["recommend", "finish"])
+@pytest.mark.parametrize("step", ["recommend", "collect"])
 def test_advance_stops_when_the_step_did_nothing(job, django_capture_on_commit_callbacks, step):
     celery_job(job)
 
@@ -519,7 +521,7 @@ def flaky(failures: int):
 def test_a_transient_failure_is_retried_by_celery_with_the_lease_handed_on(job, django_capture_on_commit_callbacks):
     """No worker sleeps: the task's retry (run at once here: `apply`) carries the step again, with the job's lease and
     the next attempt."""
-    celery_job(set_state(job, State.PROFILING))
+    celery_job(set_state(job, State.RECOMMENDING))
     run = flaky(failures=2)
 
     with (
@@ -540,7 +542,7 @@ def test_a_transient_failure_is_retried_by_celery_with_the_lease_handed_on(job, 
 
 def test_a_step_failing_transiently_past_its_attempts_fails_the_job(job, settings):
     settings.FC2_STEP_ATTEMPTS = 2
-    celery_job(set_state(job, State.PROFILING))
+    celery_job(set_state(job, State.RECOMMENDING))
 
     with step_runs("provision", flaky(failures=5)), mock.patch.object(celery_app, "send_task"):
         tasks.provision.apply(args=[job.pk])

@@ -12,6 +12,8 @@ import pytest
 import provisioner
 from provisioner import ClusterSpec
 
+pytestmark = pytest.mark.serial  # the lab's and aws's nodes are network namespaces of the lab: run alone
+
 
 @pytest.fixture(params=sorted(provisioner.PROVIDERS))
 def provider(request, settings, tmp_path):

@@ -84,4 +84,22 @@ def test_significant(value, expected):
 
 
 def test_rounded_leaves_what_is_not_a_number():
-    assert [rounded(v) for v in (0.97345, "adam", None, False, [1, 2])] == ["0.973", "adam", None, False, [1, 2]]
+    assert [rounded(v) for v in (0.97345, "adam", None, False)] == ["0.973", "adam", None, False]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (1437, "1437"),  # a count exactly (train_examples), never 1440
+        (10**9 + 7, "1000000007"),
+        (float("nan"), "nan"),
+        ([0.9, 0.5, 0.25], "3 values, last 0.25 (0.25–0.9)"),
+        ([round(1 / (i + 1), 4) for i in range(40)], "40 values, last 0.025 (0.025–1)"),  # a loss list: one short pill
+        ([7], "7"),
+        ([], "none"),
+        (["a", 1], "2 values"),
+        ({"precision": 0.9, "recall": 0.8}, "2 entries"),
+    ],
+)
+def test_rounded_shows_counts_exactly_and_sums_up_lists(value, shown):
+    assert rounded(value) == shown

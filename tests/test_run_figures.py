@@ -20,6 +20,7 @@ from monitor.series import Sample
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from tests.conftest import make_job
+from tests.helpers import plan_as_asked
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -96,7 +97,9 @@ def running_lab_job(alice, bundle, digits, **fields) -> Job:
         ps_type="lab-w-100", workload_name="digits-lab", parameters={"batch_size": "16"},
     )  # fmt: skip
     now = timezone.now()
-    Job.objects.filter(pk=job.pk).update(**{"state": Job.State.RUNNING, "started_at": now, **fields})
+    Job.objects.filter(pk=job.pk).update(
+        **{"state": Job.State.RUNNING, "started_at": now, **plan_as_asked(job), **fields}
+    )
     job.refresh_from_db()
     for role, kind in (("ps", "lab-w-100"), ("chief", "lab-w-1g"), ("worker", "lab-w-1g")):
         node = Node.objects.create(
@@ -144,10 +147,10 @@ def test_an_ended_job_keeps_its_figures_and_its_record_changes_the_next_lookup(a
     before = lookup(2)
     job = running_lab_job(alice, bundle, digits, metrics={"epoch_time_s": 3.5, "batch_size": 16}, state="collecting")
 
-    assert pipeline.finish(job.pk)
+    assert pipeline.collect(job.pk)
 
     job.refresh_from_db()
-    record = job.perf_records.get()
+    record = PerformanceRecord.objects.get(job_link__job=job)
     assert job.state == Job.State.SUCCEEDED and job.figures["alerts"][0]["code"] == "ps-saturated"
     assert (record.source, record.workers, record.instance_type, record.ps_type) == (
         "measured",
@@ -166,7 +169,7 @@ def test_a_local_job_is_no_record_of_the_types_it_named(alice, bundle, digits):
     job = make_job(alice, bundle, digits, worker_type="c4.xlarge")
     Job.objects.filter(pk=job.pk).update(state=Job.State.COLLECTING, metrics={"epoch_time_s": 1})
 
-    assert pipeline.finish(job.pk)
+    assert pipeline.collect(job.pk)
 
     assert not PerformanceRecord.objects.exists()
     assert Job.objects.get(pk=job.pk).figures is not None

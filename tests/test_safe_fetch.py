@@ -340,8 +340,9 @@ def test_a_name_resolving_to_loopback(dns, server, data_dir):
     dns["data.test"] = ["127.0.0.1"]
     url = f"http://data.test:{server.server_port}/data.npz"
 
-    with pytest.raises(FetchError, match="host 'data.test' resolves to 127.0.0.1, a loopback address"):
+    with pytest.raises(FetchError, match="host 'data.test' resolves to 127.0.0.1, a loopback address") as refused:
         fetch(url, data_dir / "data.npz", 10_000)
+    assert "allows that network (FC2_DATASET_ALLOWED_NETWORKS, a CIDR list)" in str(refused.value)
     assert server.requests == []
 
     # Allowed on purpose, it is fetched — from the checked address, with the name kept in the Host header.

@@ -21,7 +21,10 @@ from provisioner import ClusterInfo, RunSpec, local, sandbox
 from tests.helpers import code_wheel, start_cluster, wait_result
 from tests.wheels import GOOD
 
-pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}")
+pytestmark = [
+    pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"),
+    pytest.mark.serial,  # thread bombs, full disks and memory hogs bounded: run alone
+]
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ def test_the_recommend_step_puts_the_chosen_strategy_in_place_and_a_rerun_leaves
     records(ps, ring)
     with mock.patch.object(pipeline, "enqueue"):
         job = make_job(alice, bundle, digits, **left_open())
-    assert (job.strategy, job.strategy_chosen) == (Job.Strategy.AUTO, False)
+    assert (job.requested_strategy, job.strategy, job.strategy_chosen) == (Job.Strategy.AUTO, "", False)
 
     assert pipeline.recommend(job.pk)
 
@@ -96,7 +96,7 @@ def test_the_recommend_step_puts_the_chosen_strategy_in_place_and_a_rerun_leaves
     assert job.strategy_chosen and job.requested_strategy == Job.Strategy.AUTO
     assert job.hourly_cost == 2 * PRICES["c4.xlarge"] + PRICES.get(ps_type, 0)
     assert any("(left open: the model's choice)" in m for m in job.events.values_list("message", flat=True))
-    assert jobs.request_like(job).strategy == Job.Strategy.AUTO
+    assert jobs.JobRequest.of(job).strategy == Job.Strategy.AUTO  # asked as it came, never rewritten
 
 
 def test_a_resumed_recommend_step_chooses_again_and_keeps_saying_the_model_chose(alice, bundle, digits):
@@ -208,9 +208,10 @@ def test_the_wizard_offers_it_with_the_model_says_what_was_chosen_and_files_the_
     assert saved.status_code == 302
     assert "Left open: the model compares both when the job starts" in review
     job = Job.objects.get()
-    assert (job.strategy, job.algorithm) == (Job.Strategy.AUTO, "model")
+    assert (job.request["strategy"], job.algorithm) == (Job.Strategy.AUTO, "model")
 
 
+@pytest.mark.serial
 @pytest.mark.django_db(transaction=True)
 def test_a_job_left_open_trains_on_the_strategy_the_model_chose(alice, client, example_wheel, runtime_dir):
     """For real, on the local provider: all-reduce measured faster, so its 2 workers run with no PS node."""

@@ -22,6 +22,7 @@ from fc2.models import Job, Node
 from fc2.services import pipeline, sweep
 from provisioner import ClusterSpec, NodeError, NodeResult, local
 from tests.conftest import launch_cluster, make_job
+from tests.helpers import plan_as_asked
 
 State = Job.State
 LONG_AGO = timedelta(hours=1)
@@ -53,7 +54,7 @@ def sent():
 
 def lost(job: Job, state: str, **fields) -> Job:
     """The job at `state`, driven by the workers, whose lease expired a while ago: its worker (or message) is gone."""
-    fields = {"lease_until": timezone.now() - timedelta(seconds=5), **fields}
+    fields = {"lease_until": timezone.now() - timedelta(seconds=5), **plan_as_asked(job), **fields}
     Job.objects.filter(pk=job.pk).update(state=state, driver=Job.Driver.CELERY, **fields)
     job.refresh_from_db()
     return job
@@ -96,7 +97,7 @@ def test_a_queued_job_nobody_picked_up_is_sent_again_once(job, sent):
 
 @pytest.mark.parametrize(
     ("state", "step"),
-    [(State.PROFILING, "recommend"), (State.PROVISIONING, "provision"), (State.COLLECTING, "finish")],
+    [(State.RECOMMENDING, "recommend"), (State.PROVISIONING, "provision"), (State.COLLECTING, "collect")],
 )
 def test_a_lost_step_that_is_safe_to_redo_is_resumed(job, sent, state, step):
     lost(job, state)
@@ -140,9 +141,9 @@ def test_a_lost_bootstrap_fails_the_job_and_tears_its_cluster_down(job, sent):
 
 def test_a_step_lost_again_and_again_fails_the_job(job, sent):
     for _ in range(2):
-        lost(job, State.PROFILING)
+        lost(job, State.RECOMMENDING)
         sweep.sweep()
-    lost(job, State.PROFILING)
+    lost(job, State.RECOMMENDING)
 
     sweep.sweep()
 
@@ -186,7 +187,7 @@ def test_an_inline_job_whose_process_died_is_adopted_by_the_workers(job, sent):
 
 @pytest.mark.django_db(transaction=True)
 def test_two_sweeps_at_once_handle_a_job_once(alice, bundle, digits, settings):
-    jobs = [lost(make_job(alice, bundle, digits), State.PROFILING) for _ in range(3)]
+    jobs = [lost(make_job(alice, bundle, digits), State.RECOMMENDING) for _ in range(3)]
     handled: list[int] = []
     start = threading.Barrier(2)
 
@@ -275,7 +276,7 @@ def test_a_chief_whose_success_never_arrived_completes_the_job_with_its_model(jo
     assert job.metrics == {"test_accuracy": 0.975}
     assert job.nodes.get(name="chief-0").status == Node.Status.SUCCEEDED
     assert "chief-0 succeeded; its report never arrived: the result kept on the node was fetched" in messages(job)
-    assert sent[-1][0] == "fc2.tasks.finish"
+    assert sent[-1][0] == "fc2.tasks.collect"
 
 
 def test_a_silent_node_whose_agent_is_alive_is_waited_for(job, sent, settings):

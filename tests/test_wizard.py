@@ -25,7 +25,7 @@ from fc2.bundles import MB
 from fc2.celery import app as celery_app
 from fc2.management.commands.submit_job import Command as SubmitJob
 from fc2.models import CodeBundle, Dataset, Job
-from fc2.services import datasets, jobs
+from fc2.services import datasets, jobs, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm, planned
@@ -172,8 +172,9 @@ def test_whole_flow_queues_the_job_and_sends_its_first_step_on_commit(
     assert run.status_code == 302
     assert run["Location"] == reverse("job-detail", args=[job.pk])
     assert (job.owner, job.bundle, job.dataset) == (alice, bundle, digits)
-    assert (job.state, job.driver, job.provider, job.strategy, job.workers) == ("queued", "celery", "local", "ps", 2)
-    assert (job.algorithm, job.catalog, job.hourly_budget, job.worker_types) == ("manual", "fc2-2018", None, [])
+    assert (job.state, job.driver, job.provider) == ("queued", "celery", "local")
+    assert (job.request["strategy"], job.request["workers"], job.workers) == ("ps", 2, None)  # asked; not planned yet
+    assert (job.algorithm, job.catalog, job.budget, job.worker_types) == ("manual", "fc2-2018", None, [])
     assert job.parameters == {"epochs": "1", "batch_size": "32"}
     assert (bundle.owner, bundle.filename, bundle.size_bytes) == (alice, example_wheel.name, upload.size)
     assert bundle.main_script.endswith("/main.py")
@@ -377,15 +378,15 @@ def test_bad_parameters_are_refused_beside_them(client, alice, settings, tmp_pat
         pytest.param("resource", {"max_workers": ""}, "max_workers", "Give the number of workers.", id="no-workers"),
         pytest.param(
             "resource",
-            {"limit": "budget", "hourly_budget": "2"},
+            {"limit": "budget", "budget": "2"},
             "limit",
             "Manual runs the number of workers you give: choose a maximum number of workers.",
             id="manual-budget",
         ),
         pytest.param(
             "resource",
-            {"algorithm": "cost-opt", "limit": "budget", "hourly_budget": "0"},
-            "hourly_budget",
+            {"algorithm": "cost-opt", "limit": "budget", "budget": "0"},
+            "budget",
             "The budget must be more than $0/h.",
             id="zero-budget",
         ),
@@ -512,11 +513,11 @@ def test_dataset_upload_is_stored_described_and_used(client, alice, bundle, sett
 
     assert response.status_code == 302
     dataset = Dataset.objects.get(kind="upload")
-    assert (dataset.owner, dataset.name, dataset.rows, dataset.features) == (alice, "mine.npz", 30, 64)
+    assert (dataset.owner, dataset.name, dataset.rows, dataset.features) == (alice, "mine", 30, 64)
     assert Path(dataset.path).read_bytes() == npz_bytes()
     assert Job.objects.get().dataset == dataset
     # Kept among "my datasets", and chosen when the step is revisited.
-    assert f'<option value="{dataset.pk}" selected>mine.npz (Upload' in again
+    assert f'<option value="{dataset.pk}" selected>mine (Upload' in again
 
 
 # A file over its limit is cut off while it streams in: tests/test_upload_limits.py.
@@ -705,7 +706,7 @@ def test_instance_types_are_offered_with_prices_and_capacities_for_people(client
     [
         ("ps", "m4.large", "$0.625/h", "2 m4.xlarge workers and a m4.large PS"),  # 0.125 + 2 × 0.25
         ("ps", "", "$0.75/h", "2 m4.xlarge workers and a m4.xlarge PS"),  # the PS on the workers' type: 3 × 0.25
-        ("mirrored", "m4.large", "$0.5/h", "2 m4.xlarge workers you chose"),  # no PS: 2 × 0.25
+        ("mirrored", "m4.large", "$0.50/h", "2 m4.xlarge workers you chose"),  # no PS: 2 × 0.25
     ],
 )
 def test_manual_price_counts_the_ps_of_a_parameter_server_cluster(
@@ -738,7 +739,7 @@ def test_resource_page_has_a_live_accessible_recommendation(client, alice, bundl
     ("fields", "message"),
     [
         pytest.param(
-            {"limit": "budget", "hourly_budget": "0.2"},
+            {"limit": "budget", "budget": "0.2"},
             "the budget of $0.2/h cannot buy a PS plus one worker",
             id="infeasible",
         ),
@@ -764,10 +765,10 @@ def test_infeasible_budget_is_refused_beside_the_budget(client, alice, bundle, f
     client.force_login(alice)
     through_data(client, bundle)
 
-    response = client.post(step_url("resource"), cost_opt_8_1(limit="budget", hourly_budget="0.3"))
+    response = client.post(step_url("resource"), cost_opt_8_1(limit="budget", budget="0.3"))
 
     assert response.status_code == 400
-    (error,) = response.context["form"].errors["hourly_budget"]
+    (error,) = response.context["form"].errors["budget"]
     assert error.startswith("the budget of $0.3/h cannot buy the m4.large PS ($0.125/h) and one c4.xlarge worker")
     assert "resource" not in wizard_state(client)
 
@@ -775,7 +776,7 @@ def test_infeasible_budget_is_refused_beside_the_budget(client, alice, bundle, f
 def test_budget_limited_run_takes_the_recommended_count(client, alice, bundle, fc2_2018):
     client.force_login(alice)
     through_data(client, bundle, params=[("epochs", "3")])
-    client.post(step_url("resource"), cost_opt_8_1(limit="budget", hourly_budget="1.511"))
+    client.post(step_url("resource"), cost_opt_8_1(limit="budget", budget="1.511"))
 
     review = client.get(step_url("review"))
     with mock.patch.object(celery_app, "send_task"):
@@ -784,12 +785,31 @@ def test_budget_limited_run_takes_the_recommended_count(client, alice, bundle, f
     assert review.context["plan"].workers == 6
     job = Job.objects.get()
     assert run["Location"] == job.get_absolute_url()
-    assert (job.algorithm, job.workers, str(job.hourly_budget), job.catalog) == ("cost-opt", 6, "1.5110", "fc2-2018")
-    assert (job.ps_type, job.worker_type, job.worker_types) == ("m4.large", "", list(CPU))
+    assert (job.algorithm, str(job.budget), job.catalog, job.request["budget"]) == (
+        "cost-opt", "1.5110", "fc2-2018", "1.511"
+    )  # fmt: skip
+    assert pipeline.recommend(job.pk)
+    job.refresh_from_db()
+    assert (job.workers, job.ps_type, job.worker_type, job.worker_types) == (6, "m4.large", "c4.xlarge", list(CPU))
 
 
-def test_planned_gives_the_recommended_count_in_a_new_request(alice, bundle, fc2_2018):
-    """A budget-limited request runs the plan's worker count; the request asked about is left as it was."""
+def test_an_old_resource_post_with_hourly_budget_is_read_the_old_way_and_said_to_be_deprecated(
+    client, alice, bundle, fc2_2018
+):
+    """Before, `budget` was the whole job's $ and `hourly_budget` the $/h: such a post is taken in today's names."""
+    client.force_login(alice)
+    through_data(client, bundle)
+
+    response = client.post(step_url("resource"), cost_opt_8_1(limit="budget", hourly_budget="1.511", budget="20"))
+
+    assert response.status_code == 302 and response["Deprecation"] == "true"
+    assert "hourly_budget is deprecated" in response["Warning"]
+    saved = wizard_state(client)["resource"]
+    assert (saved["budget"], saved["total_budget"]) == ("1.511", "20")
+
+
+def test_planned_leaves_the_request_as_it_was(alice, bundle, fc2_2018):
+    """A budget-limited request's plan has the recommended count; the request asked about is left as it was."""
     asked = jobs.JobRequest(
         bundle=bundle,
         dataset=datasets.resolve(alice, "digits"),
@@ -798,13 +818,14 @@ def test_planned_gives_the_recommended_count_in_a_new_request(alice, bundle, fc2
         ps_type="m4.large",
         worker_types=list(CPU),
         workers=1,
-        hourly_budget=Decimal("1.511"),
+        budget=Decimal("1.511"),
     )
+    before = dataclasses.replace(asked)
 
-    to_run, plan = planned(asked)
+    plan = planned(asked)
 
-    assert (plan.workers, to_run.workers, asked.workers) == (6, 6, 1)
-    assert to_run == dataclasses.replace(asked, workers=6)
+    assert (plan.workers, asked.workers) == (6, 1)
+    assert asked == before
 
 
 def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, alice, bundle, fc2_2018):
@@ -829,17 +850,17 @@ def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, al
 
 def test_a_whole_job_budget_is_kept_shown_on_review_given_to_the_job_and_to_its_rerun(client, alice, bundle):
     client.force_login(alice)
-    through_resource(client, bundle, budget="2.5")
+    through_resource(client, bundle, total_budget="2.5")
 
     review = client.get(step_url("review")).content.decode()
     with mock.patch.object(celery_app, "send_task"):
         client.post(step_url("review"))
 
-    assert '<dd id="review-budget">$2.5 for the whole job</dd>' in review
+    assert '<dd id="review-budget">$2.50 for the whole job</dd>' in review
     job = Job.objects.get()
-    assert job.budget == Decimal("2.5")
+    assert job.total_budget == Decimal("2.5")
     client.get(reverse("job-new"), {"from": job.pk})
-    assert wizard_state(client)["resource"]["budget"] == "2.5"
+    assert wizard_state(client)["resource"]["total_budget"] == "2.5"
 
 
 @pytest.mark.parametrize(
@@ -850,10 +871,10 @@ def test_a_bad_whole_job_budget_is_refused_beside_it(client, alice, bundle, budg
     client.force_login(alice)
     through_data(client, bundle)
 
-    response = client.post(step_url("resource"), resource_form(budget=budget))
+    response = client.post(step_url("resource"), resource_form(total_budget=budget))
 
     assert response.status_code == 400
-    assert response.context["form"].errors["budget"] == [reason]
+    assert response.context["form"].errors["total_budget"] == [reason]
     assert "resource" not in wizard_state(client)
 
 
@@ -867,13 +888,13 @@ def test_a_cluster_whose_projected_total_exceeds_the_budget_is_refused_beside_it
         epoch_time_s=360.0,
     )  # fmt: skip
 
-    response = client.post(step_url("resource"), cost_opt_8_1(budget="1"))
+    response = client.post(step_url("resource"), cost_opt_8_1(total_budget="1"))
 
     assert response.status_code == 400
-    assert response.context["form"].errors["budget"] == [
-        "the cluster's projected total cost, $1.51 for 10 epochs, exceeds the job's budget of $1.00"
+    assert response.context["form"].errors["total_budget"] == [
+        "the cluster's projected total cost, $1.51 for 10 epochs, exceeds the job's total budget of $1.00"
     ]
-    assert client.post(step_url("resource"), cost_opt_8_1(budget="1.52")).status_code == 302
+    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.52")).status_code == 302
 
 
 def algorithm_disabled(page: str, value: str) -> bool:
@@ -890,8 +911,8 @@ def test_resource_step_shows_the_workload_and_disables_algorithms_without_its_re
     page = response.content.decode()
     assert f'name="workload_name" value="{workload}"' in page
     # Scala-Opt measures the bandwidth it lacks in a profiling run first: never disabled for want of records.
-    assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == ["model"]
-    how = f"add them with `manage.py import_perf_data PATH --format csv --workload {workload}`"
+    assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == ["model", "lookup"]
+    how = f"add them with: manage.py import_perf_data PATH --format csv --workload {workload}"
     model_reason = f"no performance records with an epoch time for workload {workload!r}: {how}"
     assert f"<strong>Model</strong> cannot answer: {escape(model_reason)}." in page
     assert "<strong>Scala-Opt</strong> cannot answer" not in page
@@ -965,23 +986,25 @@ def test_submit_job_takes_the_workload_and_its_help_says_what_the_wizard_says(al
 
 
 def test_a_lab_job_is_priced_and_typed_from_the_lab_catalogue(client, alice, bundle, fc2_2018):
-    """The lab's nodes are its own catalogue's types: another catalogue is refused beside the field, and the lab's
-    latency between nodes goes into the job request."""
+    """The lab's nodes are its own catalogue's types: choosing the lab chooses its catalogue (whatever the page sent),
+    another catalogue's type is refused beside the field, and the lab's latency between nodes goes into the request."""
     if reason := provisioner.unavailable("lab"):
         pytest.skip(reason)
     load_catalog("lab")
     client.force_login(alice)
     through_data(client, bundle)
+    shown = client.get(step_url("resource"), resource_form(provider="lab", catalog="fc2-2018"))
     wrong = client.post(
         step_url("resource"), resource_form(provider="lab", catalog="fc2-2018", worker_type="m4.xlarge")
     )
     right = client.post(
-        step_url("resource"), resource_form(provider="lab", catalog="lab", worker_type="lab-w-100", latency_ms="40")
+        step_url("resource"),
+        resource_form(provider="lab", catalog="fc2-2018", worker_type="lab-w-100", latency_ms="40"),
     )
 
-    assert wrong.status_code == 400
-    assert wrong.context["form"].errors["catalog"] == [
-        "The lab provider's machines are the lab catalogue's types: choose it."
-    ]
+    assert re.search(r'<option value="lab"[^>]*selected', shown.content.decode())
+    assert "Lab (emulated cloud on this machine): its machines are the lab catalogue" in shown.content.decode()
+    assert wrong.status_code == 400 and "worker_type" in wrong.context["form"].errors
     assert right.status_code == 302
     assert wizard_state(client)["resource"]["latency_ms"] == 40.0
+    assert wizard_state(client)["resource"]["catalog"] == "lab"

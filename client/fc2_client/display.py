@@ -65,16 +65,28 @@ def size(count: int) -> str:
 
 
 def usd(value) -> str:
-    """Dollars as the platform shows them: cents, or four decimals under a dollar (a short run costs fractions of a
-    cent); a dash when unknown.
+    """Dollars as the platform shows them (its common/numbers.py, copied: the client is standard library only): whole
+    dollars from $100, cents from $1, three significant digits below, "< $0.0001" under that; a dash when unknown.
 
-    >>> usd(1234.5), usd(0.0034), usd(0), usd(None)
-    ('$1,234.50', '$0.0034', '$0.00', '–')
+    >>> usd(1234.6), usd(12.3456), usd(0.0034), usd(0.00104), usd(0.00004), usd(0), usd(None)
+    ('$1,235', '$12.35', '$0.0034', '$0.00104', '< $0.0001', '$0', '–')
     """
     if value is None:
         return "–"
     value = float(value)
-    return f"${value:,.2f}" if value == 0 or abs(value) >= 1 else f"${value:.4f}"
+    sign, value = ("-" if value < 0 else ""), abs(value)
+    if value == 0:
+        return "$0"
+    if value < 0.0001:
+        return f"{sign}< $0.0001"
+    if value >= 100:
+        return f"{sign}${value:,.0f}"
+    if value >= 1:
+        return f"{sign}${value:,.2f}"
+    digits = f"{value:.3g}"
+    if "e" in digits:
+        digits = f"{float(digits):f}".rstrip("0")
+    return f"{sign}${value:.{max(len(digits.partition('.')[2]), 2)}f}"
 
 
 def _of(done, total) -> str:
@@ -139,14 +151,19 @@ def cluster(spec: dict) -> str:
 
 
 def strategy(job: dict) -> str:
-    """A job's strategy, and whether the model chose it.
+    """A job's strategy, and whether the model chose it; before its cluster is chosen, the one asked.
 
     >>> strategy({"strategy": "mirrored", "requested_strategy": "auto"})
     'mirrored, left open: the model chose it'
-    >>> strategy({"strategy": "ps", "requested_strategy": "ps"}), strategy({"strategy": "auto"})
-    ('ps', 'auto')
+    >>> strategy({"strategy": "ps", "requested_strategy": "ps"})
+    'ps'
+    >>> strategy({"strategy": "", "requested_strategy": "auto"})
+    'left open'
     """
-    chosen = job.get("requested_strategy") == "auto" and job.get("strategy") != "auto"
+    asked = job.get("requested_strategy")
+    if not job.get("strategy"):
+        return "left open" if asked == "auto" else str(asked)
+    chosen = asked == "auto"
     return f"{job.get('strategy')}, left open: the model chose it" if chosen else str(job.get("strategy"))
 
 
@@ -155,15 +172,16 @@ def job_report(job: dict) -> str:
     lines = [
         job_line(job),
         f"  code      {name_of(job.get('bundle'))} on {name_of(job.get('dataset'))}",
-        f"  cluster   {cluster(job)} on {job.get('provider')} ({strategy(job)}, {job.get('algorithm')})",
+        f"  cluster   {cluster(job) if job.get('workers') is not None else 'not chosen yet'} on "
+        f"{job.get('provider')} ({strategy(job)}, {job.get('algorithm')})",
     ]
     cost = job.get("cost") or {}
     if cost.get("hourly_cost") is not None:
         spent = f"{usd(cost['hourly_cost'])}/h, ≈ {usd(cost.get('cost_so_far'))} so far"
         if cost.get("projected_total") is not None and job["state"] not in ENDED:
             spent += f", ≈ {usd(cost['projected_total'])} projected"
-        if cost.get("budget") is not None:
-            spent += f" of a {usd(cost['budget'])} budget"
+        if cost.get("total_budget") is not None:
+            spent += f" of a {usd(cost['total_budget'])} budget"
         lines.append(f"  cost      {spent} (catalogue prices)")
     if figure := headline(job):
         lines.append(f"  result    {figure}")

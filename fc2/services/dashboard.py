@@ -143,7 +143,7 @@ def sort_jobs(queryset: QuerySet[Job], sort: str) -> QuerySet[Job]:
 
 
 def totals(queryset: QuerySet[Job]) -> dict:
-    """How many jobs, how many failed, and their summed hours and cost (one query)."""
+    """How many jobs, how many failed, and their summed running time (seconds) and cost (one query)."""
     # Aggregate names must differ from the annotations they sum, or Django reads the alias as a column.
     result = queryset.aggregate(
         jobs=Count("pk"),
@@ -154,7 +154,7 @@ def totals(queryset: QuerySet[Job]) -> dict:
     return {
         "jobs": result["jobs"],
         "failed": result["failed"],
-        "hours": (result["total_seconds"] or 0.0) / 3600,
+        "seconds": result["total_seconds"] or 0.0,
         "cost": result["total_cost"] or 0.0,
     }
 

@@ -270,13 +270,14 @@ def _npy_shape(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[int, ...]:
 
 
 def store_upload(owner, upload, name: str = "") -> Dataset:
-    """A dataset from an uploaded file (size-limited); .npz files in the built-ins' format get rows and features."""
+    """A dataset from an uploaded file (size-limited); .npz files in the built-ins' format get rows and features. Its
+    name is `name`, or the file's without its extension (as `fc2 submit` names it: a workload reads `dist:mydata`)."""
     limit = settings.FC2_MAX_DATASET_MB * 2**20
     if upload.size == 0:
         raise DatasetError("the dataset file is empty")
     if upload.size > limit:
         raise DatasetError(f"the dataset file is larger than {settings.FC2_MAX_DATASET_MB} MB")
-    name = name or PurePosixPath(upload.name).name
+    name = name or PurePosixPath(upload.name).stem
     max_name = Dataset._meta.get_field("name").max_length
     if len(name) > max_name:
         raise DatasetError(f"the dataset's name is longer than {max_name} characters: rename the file")

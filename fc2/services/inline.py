@@ -76,7 +76,7 @@ def terminate_as_interrupt():
 def _interrupted(job_id: int) -> None:
     job = Job.objects.get(pk=job_id)
     if job.state == State.COLLECTING:
-        pipeline.finish(job_id)  # the chief has succeeded: finishing is quicker than anything else, and right
+        pipeline.collect(job_id)  # the chief has succeeded: collecting is quicker than anything else, and right
     else:
         pipeline.cancel(job, "interrupt")
 

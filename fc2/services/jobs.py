@@ -13,12 +13,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 import provisioner
-from fc2.models import Dataset, Job
+from common.numbers import significant, usd
+from fc2.models import Dataset, Job, batch_size_parameter
 from fc2.services import datasets, pipeline, pricing, profiling
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
 from fc2.services.requests import JobRequest
-from fc2.templatetags.fc2_ui import usd
 from recommender import service
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError
 
@@ -26,8 +26,8 @@ WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
 WORKLOAD_NAME_HELP = (
     "The name this code and data's performance records are looked up (Model, Scala-Opt) and stored under; by "
-    "default <distribution>:<dataset name>, e.g. fc2-digits-cnn:digits. Name another workload to use its records; "
-    "add records with `manage.py import_perf_data PATH --format csv --workload NAME`."
+    "default the wheel's distribution name, a colon and the dataset's name, e.g. fc2-digits-cnn:digits. Name another "
+    "workload to use its records; add records with: manage.py import_perf_data PATH --format csv --workload NAME."
 )
 
 
@@ -74,14 +74,21 @@ def validate(request: JobRequest) -> None:
         raise SubmitError(f"a latency is between 0 and {MAX_NODE_DELAY_MS} ms", "latency_ms")
     check_instance_types(request)
     check_parameters(request.parameters)
-    if request.budget is not None:
-        check_budget_amount(request.budget)
+    if request.budget is not None and request.algorithm == "manual":
+        raise SubmitError(BUDGET_WITHOUT_ALGORITHM, "budget")
+    if request.total_budget is not None:
+        check_budget_amount(request.total_budget)
     try:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
         raise SubmitError(str(exc), "dataset") from exc
 
 
+# A budget in $/h is the recommender's C: Manual, which runs the count given, takes none.
+BUDGET_WITHOUT_ALGORITHM = (
+    "budget is the recommender's budget C in $/h, which Manual does not take (it runs the workers given); a budget "
+    "for the whole job, in $, is total_budget"
+)
 STRATEGY_LEFT_OPEN_REASON = (
     "A strategy left open is chosen by the Model algorithm, which compares both from the workload's records: choose "
     "Model, or name the strategy (Parameter server or All-Reduce)."
@@ -135,25 +142,25 @@ def check_instance_types(request: JobRequest) -> None:
             )
 
 
-def check_budget_amount(budget: Decimal) -> None:
+def check_budget_amount(total_budget: Decimal) -> None:
     """A whole-job budget is an amount of dollars above $0 that its column holds."""
-    if not budget.is_finite() or budget <= 0:
-        raise SubmitError(f"a job's budget must be more than $0 (not {budget})", "budget")
+    if not total_budget.is_finite() or total_budget <= 0:
+        raise SubmitError(f"a job's total budget must be more than $0 (not {total_budget})", "total_budget")
     try:
-        Job._meta.get_field("budget").run_validators(budget)
+        Job._meta.get_field("total_budget").run_validators(total_budget)
     except ValidationError as exc:
-        raise SubmitError(f"a job's budget of ${budget}: {' '.join(exc.messages)}", "budget") from exc
+        raise SubmitError(f"a job's total budget of ${total_budget}: {' '.join(exc.messages)}", "total_budget") from exc
 
 
 def check_budget(request: JobRequest, plan: Plan) -> None:
     """The whole-job budget covers the plan's own projected total cost, when the plan has one: a job that could
     only be stopped for its budget is refused now, with the figures."""
     total = plan.total_cost(request.epochs)
-    if request.budget is not None and total is not None and total > request.budget:
+    if request.total_budget is not None and total is not None and total > request.total_budget:
         raise SubmitError(
             f"the cluster's projected total cost, {usd(total)} for {request.epochs} epoch"
-            f"{'s' if request.epochs != 1 else ''}, exceeds the job's budget of {usd(request.budget)}",
-            "budget",
+            f"{'s' if request.epochs != 1 else ''}, exceeds the job's total budget of {usd(request.total_budget)}",
+            "total_budget",
         )
 
 
@@ -201,15 +208,18 @@ class Plan:
     ps_type: str  # what the PS runs on (`pricing.ps_node_type`); "" with no PS, or a local cluster of no types
     worker_type: str  # "" when none is chosen
     workers: int  # number of workers
-    hourly_cost: Decimal  # $/h from the catalogue: the PS (parameter-server strategy) plus the workers
+    # $/h from the catalogue: the PS (parameter-server strategy) plus the workers; None where it is not known yet (no
+    # worker type chosen for Manual; Scala-Opt's types before their bandwidth is profiled)
+    hourly_cost: Decimal | None
     predicted_epoch_time_s: float | None  # measured or predicted; None when nothing is known yet
     source: str  # "manual", or the recommender's "measured", "predicted" or "rule"
     explanation: str  # why this cluster, in the recommender's words
     recommendation: dict | None  # recommender.service.as_dict of the answer; None for Manual
+    epoch_time_note: str = ""  # why there is no epoch time, where the plan can say more than "none is known yet"
 
     def total_cost(self, epochs: int | None) -> Decimal | None:
         """$ of the whole training: $/h × epoch time × epochs / 3600; None when the epoch time or epochs is unknown."""
-        if self.predicted_epoch_time_s is None or not epochs:
+        if self.predicted_epoch_time_s is None or self.hourly_cost is None or not epochs:
             return None
         return self.hourly_cost * Decimal(str(self.predicted_epoch_time_s)) * epochs / 3600
 
@@ -221,16 +231,19 @@ def plan(request: JobRequest) -> Plan:
         where = f"{request.worker_type} " if request.worker_type else ""
         ps_type = pricing.ps_node_type(request)
         ps = f" and a {ps_type} PS" if ps_type else ""
+        epoch_time_s, note = measured_epoch_time(request, ps_type)
         return Plan(
             strategy=request.strategy,
             ps_type=ps_type,
             worker_type=request.worker_type,
             workers=request.workers,
-            hourly_cost=_trimmed(pricing.hourly_cost(request)),
-            predicted_epoch_time_s=None,
+            hourly_cost=_trimmed(pricing.hourly_cost(request)) if request.worker_type else None,
+            predicted_epoch_time_s=epoch_time_s,
             source="manual",
-            explanation=f"Manual: the {request.workers} {where}workers{ps} you chose.",
+            explanation=f"Manual: the {request.workers} {where}workers{ps} you chose."
+            + (f" {note}" if epoch_time_s is not None else ""),
             recommendation=None,
+            epoch_time_note="" if epoch_time_s is not None else note,
         )
     try:
         answer = service.recommend(pricing.recommend_request(request), request.catalog)
@@ -242,7 +255,7 @@ def plan(request: JobRequest) -> Plan:
             ps_type=missing.missing[0].ps_type,
             worker_type=request.worker_type,
             workers=request.workers,
-            hourly_cost=_trimmed(request.hourly_budget or pricing.hourly_cost(request)),
+            hourly_cost=None,  # the types are chosen once their bandwidth is measured
             predicted_epoch_time_s=None,
             source="profiling",
             explanation=profiling.plan_text(missing.missing),
@@ -272,58 +285,71 @@ def plan(request: JobRequest) -> Plan:
     )
 
 
+def measured_epoch_time(request: JobRequest, ps_type: str) -> tuple[float | None, str]:
+    """The mean epoch time of this workload's measured runs of the very cluster a Manual request asks for — its
+    worker type and count, strategy, PS type, the lab's latency and the batch size — and a sentence saying where it
+    comes from; or None and why there is none."""
+    if not provisioner.get(request.provider).typed_nodes:
+        return None, (
+            f"no epoch time: a {request.provider} cluster is no instance type, so no performance record describes it "
+            "(a run on it measures this machine)"
+        )
+    if not request.worker_type:
+        return None, "no epoch time: choose a worker type to look up its measured runs"
+    batch_size = batch_size_parameter(request.parameters)
+    latency = request.latency_ms if provisioner.get(request.provider).latency else 0.0
+    runs = [
+        r
+        for r in service.workload_records(request.workload)
+        if r.epoch_time_s is not None
+        and (r.instance_type, r.workers, r.strategy) == (request.worker_type, request.workers, request.strategy)
+        and (request.strategy != Job.Strategy.PS or r.ps_type == ps_type)
+        and float(r.latency_ms or 0.0) == float(latency)
+        and (batch_size is None or r.batch_size == batch_size)
+    ]
+    sizes = {r.batch_size for r in runs}
+    if not runs:
+        return None, (
+            f"no epoch time: {request.workload} has no measured run of {request.workers} × {request.worker_type} "
+            f"({request.strategy}{f', PS {ps_type}' if ps_type else ''}) at {latency:g} ms"
+            + (f" and batch size {batch_size}" if batch_size else "")
+        )
+    if len(sizes) > 1:
+        listed = ", ".join(str(size) for size in sorted(sizes, key=lambda size: size or 0))
+        return None, f"no epoch time: its measured runs differ in batch size ({listed}): give a batch_size parameter"
+    mean = sum(r.epoch_time_s for r in runs) / len(runs)
+    return mean, (
+        f"Its epoch time, {significant(mean)} s, is the mean of {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
+        f" of this cluster for {request.workload} at {latency:g} ms."
+    )
+
+
 def _trimmed(amount: Decimal) -> Decimal:
     """The same amount as people write it: 0.231000 -> 0.231, 2.000000 -> 2 (never 2E+0)."""
     return Decimal(format(amount.normalize(), "f"))
 
 
-def planned(request: JobRequest) -> tuple[JobRequest, Plan]:
-    """The request as it runs, and its cluster (RecommendationError, SubmitError — also when the plan's projected
-    total cost exceeds the whole-job budget): a budget-limited request takes the plan's worker count, in a new
-    JobRequest (`request` is left as it was)."""
+def planned(request: JobRequest) -> Plan:
+    """The request's cluster (RecommendationError, SubmitError — also when the plan's projected total cost exceeds
+    the whole-job budget)."""
     cluster = plan(request)
-    if request.hourly_budget is not None:
-        request = replace(request, workers=cluster.workers)
     check_budget(request, cluster)
-    return request, cluster
-
-
-def request_like(job: Job) -> JobRequest:
-    """A request for the same code, data, parameters and resources as `job` (the cluster it ran on, its limits and
-    budgets): what a re-run submits, and what the wizard's `?from=<id>` fills its steps with."""
-    one_type = job.algorithm in ONE_WORKER_TYPE
-    return JobRequest(
-        bundle=job.bundle,
-        dataset=job.dataset,
-        parameters={str(k): str(v) for k, v in job.parameters.items()},
-        provider=job.provider,
-        region=job.region if job.provider == "aws" else "",
-        latency_ms=job.latency_ms,
-        strategy=job.requested_strategy,
-        workers=job.workers,
-        algorithm=job.algorithm,
-        ps_type=job.ps_type,
-        worker_type=job.worker_type if one_type else "",
-        worker_types=[] if one_type else list(job.worker_types),
-        catalog=job.catalog,
-        hourly_budget=job.hourly_budget,
-        budget=job.budget,
-        workload_name=job.workload_name,
-    )
+    return cluster
 
 
 def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_first: bool = False) -> Job:
     """Create the job and start its pipeline (on commit, so the worker sees the row).
 
     With `plan_first`, a recommender that cannot answer (e.g. `model` for a workload with no records) refuses the job
-    now, with its reason, instead of failing it in its recommend step. A job with a whole-job budget is planned first
-    too: refused when its plan's projected total cost already exceeds the budget; and so is one with an hourly budget,
-    whose plan sets its worker count (`planned`).
+    now, with its reason, instead of failing it in its recommend step. A job with a budget is planned first too:
+    refused when its plan's projected total cost already exceeds its total budget, or when its budget in $/h cannot
+    buy a cluster (`planned`). The job keeps the request as it came (`Job.request`); its recommend step writes the
+    plan.
     """
     validate(request)
-    if plan_first or request.budget is not None or request.hourly_budget is not None:
+    if plan_first or request.total_budget is not None or request.budget is not None:
         try:
-            request, _ = planned(request)
+            planned(request)
         except RecommendationError as exc:
             raise SubmitError(str(exc), "algorithm") from exc
     with transaction.atomic():
@@ -331,19 +357,16 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_
             request.dataset.save()
         job = Job.objects.create(
             owner=owner,
+            request=request.as_json(),
             bundle=request.bundle,
             dataset=request.dataset,
             parameters=request.parameters,
             provider=request.provider,
-            strategy=request.strategy,
-            workers=request.workers,
             algorithm=request.algorithm,
-            ps_type=request.ps_type,
-            worker_type=request.worker_type,
             region=request.region,
             latency_ms=request.latency_ms,
-            hourly_budget=request.hourly_budget,
             budget=request.budget,
+            total_budget=request.total_budget,
             catalog=request.catalog,
             worker_types=request.worker_types,
             workload_name=request.workload_name,

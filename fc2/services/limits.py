@@ -5,7 +5,7 @@ here, and stops the job when told why.
 
 - The time limit (FC2_JOB_TIMEOUT_S), counted from the start of the run, or from submission before it: crossed once
   the job has been going longer.
-- The whole-job budget (Job.budget), $ at the catalogue's prices for every node of the cluster, the PS included,
+- The whole-job budget (Job.total_budget), $ at the catalogue's prices for every node of the cluster, the PS included,
   billed from its launch to the end of its teardown: the sweep looks only every FC2_SWEEP_INTERVAL_S, and the
   cluster costs until its teardown has ended, so a job is stopped at the last look before its cost would reach the
   budget — when cost so far + $/h × (interval + teardown time) ≥ budget. The teardown time is what the provider's
@@ -14,7 +14,7 @@ here, and stops the job when told why.
 
 from __future__ import annotations
 
-from fc2.templatetags.fc2_ui import usd
+from common.numbers import usd
 
 
 def limit_crossed(
@@ -36,14 +36,14 @@ def limit_crossed(
     >>> limit_crossed(run_s=60, time_limit_s=60) is None
     True
     >>> limit_crossed(run_s=10, time_limit_s=60, cost_so_far=0.996, hourly_cost=3.6, budget=1.0, interval_s=5)
-    "stopped: the job's cost would exceed its budget of $1.00 (cost so far $0.9960)"
+    "stopped: the job's cost would exceed its budget of $1.00 (cost so far $0.996)"
     >>> limit_crossed(run_s=10, time_limit_s=60, cost_so_far=0.99, hourly_cost=3.6, budget=1.0, interval_s=5) is None
     True
     >>> limit_crossed(run_s=10, time_limit_s=60, cost_so_far=0.97, hourly_cost=3.6, budget=1.0, interval_s=5) is None
     True
     >>> limit_crossed(run_s=10, time_limit_s=60, cost_so_far=0.97, hourly_cost=3.6, budget=1.0, interval_s=5,
     ...               teardown_s=25)  # $3.6/h for 5 + 25 s is $0.03
-    "stopped: the job's cost would exceed its budget of $1.00 (cost so far $0.9700)"
+    "stopped: the job's cost would exceed its budget of $1.00 (cost so far $0.97)"
     >>> limit_crossed(run_s=10, time_limit_s=60, cost_so_far=None, hourly_cost=3.6, budget=0.01, interval_s=5) is None
     True
     """

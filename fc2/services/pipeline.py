@@ -1,4 +1,4 @@
-"""The job pipeline: queued → profiling → provisioning → bootstrapping → running → collecting → succeeded.
+"""The job pipeline: queued → recommending → provisioning → bootstrapping → running → collecting → succeeded.
 
 Each step is a plain function taking the job id. It claims its step with a conditional update (Job.transition), so a
 redelivered task or a step racing a cancel does nothing. Steps are chained by `advance` through Celery (tasks.py) for
@@ -36,8 +36,8 @@ from kombu.exceptions import KombuError
 import provisioner
 from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import artifacts, datasets, feedback, pricing, profiling
-from monitor import figures
+from fc2.services import artifacts, datasets, feedback, monitoring, pricing, profiling
+from fc2.services.requests import JobRequest
 from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
 from recommender.types import MissingProfilesError
@@ -164,22 +164,24 @@ def _hold(job: Job, state: str) -> None:
 
 
 def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
-    """Choose the cluster — for Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it
-    (fc2/services/profiling.py). A lost profile is done again: it reads and writes the job's row, and a profiling
-    cluster the lost one left is torn down first."""
+    """Plan the cluster from the job's request: for Manual the one asked, else the recommender's answer — for
+    Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it (fc2/services/profiling.py).
+    Done again from the request when its worker was lost: a profiling cluster the lost step left is torn down first."""
     job = _job(job_id)
-    if not _begin(job, State.QUEUED, State.PROFILING, "choosing the cluster", resume):
+    if not _begin(job, State.QUEUED, State.RECOMMENDING, "choosing the cluster", resume):
         return False
-    _hold(job, State.PROFILING)
+    _hold(job, State.RECOMMENDING)
     profiling.tear_down_stale(job)
     datasets.ready(job.dataset)
-    if job.algorithm != "manual":
+    asked = JobRequest.of(job)
+    if job.algorithm == "manual":
+        _plan(job, asked.strategy, asked.ps_type, asked.worker_type, asked.workers, recommendation=None)
+    else:
         try:
-            _take_recommendation(job)
+            _take_recommendation(job, asked)
         except MissingProfilesError as missing:  # Scala-Opt without b_t: measure it, then ask again
             profiling.measure(job, missing.missing, run_spec(job))
-            _take_recommendation(job)
-    Job.objects.filter(pk=job.pk).update(hourly_cost=pricing.hourly_cost(job))
+            _take_recommendation(job, asked)
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
     )
@@ -188,39 +190,38 @@ def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
     return True
 
 
-def _take_recommendation(job: Job, exclude: Collection[str] = ()) -> None:
-    """Ask the recommender for the cluster and take its answer — with the strategy it chose, when the job left it
-    open (fixed from then on: a worker type out of capacity is replaced within it); `exclude`: worker types it may
-    not choose (no capacity for them)."""
+def _plan(job: Job, strategy: str, ps_type: str, worker_type: str, workers: int, recommendation: dict | None) -> None:
+    """Write the job's plan — the cluster it runs on, and its $/h — where the recommend step (or a relaunch out of
+    capacity) chose it."""
+    plan = {"strategy": strategy, "ps_type": ps_type, "worker_type": worker_type, "workers": workers}
+    for name, value in plan.items():
+        setattr(job, name, value)
+    Job.objects.filter(pk=job.pk).update(**plan, recommendation=recommendation, hourly_cost=pricing.hourly_cost(job))
+    job.refresh_from_db()
+
+
+def _take_recommendation(job: Job, asked: JobRequest, exclude: Collection[str] = ()) -> None:
+    """Ask the recommender for the cluster the request `asked` gets and plan it — with the strategy the model chose,
+    where the request left it open; `exclude`: worker types it may not choose (no capacity for them), which keeps
+    the strategy already planned (its nodes may be up)."""
     from recommender import service
     from recommender.models import InstanceType
 
-    left_open = job.strategy == Job.Strategy.AUTO or job.strategy_chosen
-    if left_open and not exclude:  # asked again (a resumed step): the strategy is still the model's to choose
-        job.strategy = Job.Strategy.AUTO
-    request = pricing.recommend_request(job)
+    request = pricing.recommend_request(asked)
     if exclude:
-        considered = job.worker_types or InstanceType.objects.filter(
+        considered = asked.worker_types or InstanceType.objects.filter(
             catalog__name=job.catalog, role__in=("worker", "any")
         ).values_list("name", flat=True)
         remaining = tuple(t for t in considered if t not in exclude)
         if not remaining:
             raise ProvisionError(f"no worker type the job may use has capacity (tried {', '.join(exclude)})")
-        request = replace(request, worker_types=remaining, worker_type=None)
+        planned_ps = job.strategy == Job.Strategy.PS
+        request = replace(request, worker_types=remaining, worker_type=None, parameter_server=planned_ps)
     answer = service.recommend(request, job.catalog)
     if answer.workers > (limit := provisioner.get(job.provider).max_workers):
         raise ValueError(f"the recommended {answer.workers} workers exceed the {job.provider} provider's {limit}")
-    recommendation = service.as_dict(answer)
-    if left_open and exclude:  # the strategy the model chose stays (its nodes may be up): still its choice
-        recommendation.setdefault("extra", {})["strategy"] = job.strategy
-    Job.objects.filter(pk=job.pk).update(
-        strategy=pricing.chosen_strategy(job, answer),
-        ps_type=answer.ps_type or "",
-        worker_type=answer.worker_type,
-        workers=answer.workers,
-        recommendation=recommendation,
-    )
-    job.refresh_from_db()
+    strategy = job.strategy if exclude else pricing.chosen_strategy(asked, answer)
+    _plan(job, strategy, answer.ps_type or "", answer.worker_type, answer.workers, service.as_dict(answer))
     job.log(f"recommendation: {answer.explanation}")
 
 
@@ -236,7 +237,7 @@ def cluster_name(job: Job) -> str:
 def provision(job_id: int, *, resume: bool = False, **_) -> bool:
     """Launch the cluster. Launching is idempotent by the cluster's name, so a lost provision is simply done again."""
     job = _job(job_id)
-    if not _begin(job, State.PROFILING, State.PROVISIONING, f"launching the cluster on {job.provider}", resume):
+    if not _begin(job, State.RECOMMENDING, State.PROVISIONING, f"launching the cluster on {job.provider}", resume):
         return False
     if job.cluster is None:  # the name first: a launch that dies part-way is torn down by it (release)
         empty = ClusterInfo(cluster_name(job), job.provider, job.strategy, nodes=(), region=job.region)
@@ -284,9 +285,7 @@ def _launch(job: Job) -> ClusterInfo:
                 raise
             unavailable.append(job.worker_type)
             job.log(f"{error}: asking the recommender for its next worker type")
-            _take_recommendation(job, exclude=unavailable)
-            Job.objects.filter(pk=job.pk).update(hourly_cost=pricing.hourly_cost(job))
-            job.refresh_from_db()
+            _take_recommendation(job, JobRequest.of(job), exclude=unavailable)
 
 
 def run_spec(job: Job) -> RunSpec:
@@ -335,11 +334,11 @@ def complete(job: Job) -> bool:
     """The chief reported success: collect the results (the completion report moves the job on, FC² §6)."""
     if not job.transition((State.BOOTSTRAPPING, State.RUNNING), State.COLLECTING, "the chief finished training"):
         return False
-    enqueue(job, "finish")
+    enqueue(job, "collect")
     return True
 
 
-def finish(job_id: int, **_) -> bool:
+def collect(job_id: int, **_) -> bool:
     """Keep the nodes' logs beside the chief's stored results: the job has succeeded. The cluster is torn down after
     (release, by the same runner), so that the job does not wait in `collecting` while its servers stop. Done again
     as it is when its worker was lost."""
@@ -384,7 +383,7 @@ def ended(job: Job) -> None:
     stop the job from ending: a failure is logged (in a savepoint of its own, so a caller's transaction goes on)."""
     try:
         with transaction.atomic():
-            Job.objects.filter(pk=job.pk).update(figures=figures.compute(job))
+            Job.objects.filter(pk=job.pk).update(figures=monitoring.compute_figures(job))
             job.refresh_from_db()
             feedback.record_job(job)
     except Exception:
@@ -488,10 +487,10 @@ class Step:
 # The pipeline's one table, in order. A running job has no step: its nodes' reports move it on, the sweep watches it.
 # `bootstrap` may not be done again (see bootstrap for why).
 STEPS = {
-    "recommend": Step(recommend, owns=(State.QUEUED, State.PROFILING), next="provision", resumable=True),
+    "recommend": Step(recommend, owns=(State.QUEUED, State.RECOMMENDING), next="provision", resumable=True),
     "provision": Step(provision, owns=(State.PROVISIONING,), next="bootstrap", resumable=True),
     "bootstrap": Step(bootstrap, owns=(State.BOOTSTRAPPING,)),
-    "finish": Step(finish, owns=(State.COLLECTING,), resumable=True),
+    "collect": Step(collect, owns=(State.COLLECTING,), resumable=True),
 }
 FIRST_STEP = "recommend"
 STEP_OF = {state: name for name, step in STEPS.items() for state in step.owns}  # a state -> the step that owns it

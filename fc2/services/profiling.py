@@ -10,6 +10,11 @@ FC2_PROFILE_BUSY_S, its training has ended, or FC2_PROFILE_S has passed since it
 bandwidth as the job page defines it (monitor/figures.py: the busier direction, over the seconds it communicated).
 The run's time and $/h are kept on the job (Job.profiling_runs): its cost is part of the job's.
 
+How long the job's code trains is the job's parameters' business (its epochs), and a job of a few seconds would leave
+nothing to measure: the run's nodes are told to train for the run's whole window whatever their epochs say
+(FC2_TRAIN_SECONDS = FC2_PROFILE_S, part of the bundle contract, examples/README.md), and the run is torn down once
+measured. Code that does not honour it and ends too soon fails the job with what to change.
+
 Only where a node's network is its own (lab namespaces, EC2 instances: Provider.own_network) can one worker's
 traffic be told apart; elsewhere the job fails with the reason rather than store a wrong figure.
 """
@@ -24,10 +29,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 import provisioner
-from fc2.models import Job
+from common.numbers import usd_per_hour
+from fc2.models import Job, JobRecord
 from monitor.figures import MIN_BUSY_S, node_figures
 from monitor.series import Sample
 from provisioner import ClusterInfo, ClusterSpec, ProvisionError, RunSpec
@@ -38,6 +45,7 @@ from recommender.types import MissingProfile
 logger = logging.getLogger(__name__)
 POLL_S = 3.0  # how often the worker's kept samples are read
 WORKER = "worker-0"  # the profiled node: the one worker of a 1 PS + 1 worker cluster (provisioner.types.node_layout)
+CHIEF = "chief-0"  # the node whose code drives the training and ends with it
 
 
 def measure(job: Job, missing: Sequence[MissingProfile], run: RunSpec) -> list[PerformanceRecord]:
@@ -88,7 +96,7 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec) -> PerformanceReco
     _update(job, entry, cluster=empty.to_dict())
     job.log(
         f"profiling run: 1 {profile.ps_type} PS + 1 {profile.worker_type} worker, to measure the bandwidth one "
-        f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {hourly}/h)"
+        f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {usd_per_hour(hourly)})"
     )
     spec = ClusterSpec(
         cluster_id=name,
@@ -104,56 +112,85 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec) -> PerformanceReco
     try:
         cluster = provisioner.launch(spec, notify=job.log)
         _update(job, entry, cluster=cluster.to_dict())
-        cluster = provisioner.bootstrap(cluster, replace(run, report_url="", token=""))
+        run = replace(run, report_url="", token="", train_seconds=settings.FC2_PROFILE_S)
+        cluster = provisioner.bootstrap(cluster, run)
         _update(job, entry, cluster=cluster.to_dict())
-        figures = node_figures(WORKER, "worker", profile.worker_type, _watch(job, cluster))
+        samples, ended_after = _watch(job, cluster)
+        figures = node_figures(WORKER, "worker", profile.worker_type, samples)
     finally:
         provisioner.teardown(job.provider, name, job.region)
         entry["ended_at"] = timezone.now().isoformat()
         _update(job, entry, cluster=None)
     if figures.mean_mbps is None or figures.busy_s < MIN_BUSY_S:
-        raise ProvisionError(
-            f"the profiling run of a {profile.worker_type} worker measured {figures.busy_s:.0f} s of traffic, too "
-            f"little to tell its bandwidth (at least {MIN_BUSY_S:.0f} s): its training ended, or did not start "
-            f"communicating, within {settings.FC2_PROFILE_S} s"
-        )
+        raise ProvisionError(_too_little(profile, figures.busy_s, ended_after))
     entry["bandwidth_mbps"] = round(figures.mean_mbps, 3)
     _update(job, entry)
     job.log(
         f"profiling run: one {profile.worker_type} worker uses {figures.mean_mbps:.1f} Mbps "
         f"(mean over {figures.busy_s:.0f} s of traffic, peak {figures.peak_mbps:.1f} Mbps)"
     )
-    return PerformanceRecord.objects.create(
-        workload=profile.workload,
-        instance_type=profile.worker_type,
-        ps_type=profile.ps_type,
-        workers=1,
-        batch_size=profile.batch_size,
-        latency_ms=job.latency_ms,
-        strategy=Job.Strategy.PS,
-        bandwidth_mbps=round(figures.mean_mbps, 3),
-        cpu_util=None if figures.idleness is None else round(100 * (1 - figures.idleness), 1),
-        source=PerformanceRecord.Source.PROFILED,
-        origin=f"profiling run of job {job.pk} on {job.provider}",
-        job=job,
+    with transaction.atomic():
+        record = PerformanceRecord.objects.create(
+            workload=profile.workload,
+            instance_type=profile.worker_type,
+            ps_type=profile.ps_type,
+            workers=1,
+            batch_size=profile.batch_size,
+            latency_ms=job.latency_ms,
+            strategy=Job.Strategy.PS,
+            bandwidth_mbps=round(figures.mean_mbps, 3),
+            cpu_util=None if figures.idleness is None else round(100 * (1 - figures.idleness), 1),
+            source=PerformanceRecord.Source.PROFILED,
+            origin=f"profiling run of job {job.pk} on {job.provider}",
+        )
+        JobRecord.objects.create(job=job, record=record)
+    return record
+
+
+def _too_little(profile: MissingProfile, busy_s: float, ended_after: float | None) -> str:
+    """Why a profiling run that measured `busy_s` of traffic told nothing, and what to change."""
+    measured = (
+        f"the profiling run of a {profile.worker_type} worker measured {busy_s:.0f} s of traffic, too little to tell "
+        f"its bandwidth (at least {MIN_BUSY_S:.0f} s)"
+    )
+    if ended_after is None:
+        return (
+            f"{measured}: its worker hardly communicated in the run's {settings.FC2_PROFILE_S} s (FC2_PROFILE_S); run "
+            "the job once with a manual cluster to see its nodes' logs"
+        )
+    return (
+        f"{measured}: its training ended {ended_after:.0f} s after its nodes started. The run sets FC2_TRAIN_SECONDS="
+        f"{settings.FC2_PROFILE_S} on its nodes (train at least that many seconds whatever the epochs, "
+        "examples/README.md): make the code honour it, as examples/digits_cnn does, or give the job more epochs "
+        f"(or steps per epoch) so that it trains for well over {settings.FC2_PROFILE_BUSY_S} s; if it failed, run "
+        "the job once with a manual cluster to see its nodes' logs"
     )
 
 
-def _watch(job: Job, cluster: ClusterInfo) -> list[Sample]:
+def _watch(job: Job, cluster: ClusterInfo) -> tuple[list[Sample], float | None]:
     """The worker's samples once it has communicated long enough, its training has ended, the run's time is up, or
-    the job is no longer profiling (cancelled, failed by a limit)."""
-    deadline = time.monotonic() + settings.FC2_PROFILE_S
+    the job is no longer recommending (cancelled, failed by a limit); and, where its training ended, how many seconds
+    after its nodes started."""
+    started = time.monotonic()
+    deadline = started + settings.FC2_PROFILE_S
     while True:
-        kept = provisioner.kept_samples(cluster, WORKER)
-        samples = [_sample(s) for s in kept if isinstance(s.get("at"), int | float)]
+        samples = _samples(cluster)
         busy = node_figures(WORKER, "worker", "", samples).busy_s
         if busy >= settings.FC2_PROFILE_BUSY_S or time.monotonic() >= deadline:
-            return samples
-        if not provisioner.alive(cluster).get(WORKER, False):
-            return samples  # its training ended (or failed): what it measured is all there is
-        if Job.objects.filter(pk=job.pk).values_list("state", flat=True).get() != Job.State.PROFILING:
+            return samples, None
+        # The chief's code ending ends the training (a PS worker serves until the teardown); either gone, what the
+        # worker measured up to now is all there is.
+        alive = provisioner.alive(cluster)
+        if not (alive.get(WORKER, False) and alive.get(CHIEF, False)):
+            return _samples(cluster), time.monotonic() - started
+        if Job.objects.filter(pk=job.pk).values_list("state", flat=True).get() != Job.State.RECOMMENDING:
             raise ProvisionError("the job ended while its profiling run ran")
         time.sleep(POLL_S)
+
+
+def _samples(cluster: ClusterInfo) -> list[Sample]:
+    """The samples the worker's agent has kept so far."""
+    return [_sample(s) for s in provisioner.kept_samples(cluster, WORKER) if isinstance(s.get("at"), int | float)]
 
 
 def _sample(kept: dict) -> Sample:

@@ -1,11 +1,13 @@
 """What a user asks for when submitting a job (the wizard, `submit_job`, the jobs API, a re-run): its code, data and
-resources, before anything is planned. Read by the job service (fc2/services/jobs.py) and by pricing, which prices
-a request as it prices a job."""
+resources, before anything is planned. Read by the job service (fc2/services/jobs.py), by pricing, which prices a
+request as it prices a job, and by the pipeline's recommend step, which plans a job from the request it keeps
+(`Job.request`, written once at submission by `as_json`, read back by `of`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
+from typing import Any
 
 import provisioner
 from fc2.models import CodeBundle, Dataset, Job, epochs_parameter, workload_name
@@ -19,14 +21,14 @@ class JobRequest:
     parameters: dict[str, str] = field(default_factory=dict)
     provider: str = "local"
     strategy: str = Job.Strategy.PS
-    workers: int = 2
+    workers: int = 2  # Manual: the count; an algorithm: the limit (unless a budget limits it)
     algorithm: str = "manual"
     ps_type: str = ""
     worker_type: str = ""
     region: str = ""
     latency_ms: float = 0.0  # lab: delay between the nodes, ms one way
-    hourly_budget: Decimal | None = None
-    budget: Decimal | None = None  # $ for the whole job: stopped before its cost would exceed it (sweep.py)
+    budget: Decimal | None = None  # $/h: the recommender's budget C, which then sets the worker count
+    total_budget: Decimal | None = None  # $ for the whole job: stopped before its cost would exceed it (sweep.py)
     catalog: str = DEFAULT_CATALOG
     worker_types: list[str] = field(default_factory=list)
     workload_name: str = ""  # the records' name for this code and data; "" for the default (fc2.models.workload_name)
@@ -36,6 +38,23 @@ class JobRequest:
         if self.provider in provisioner.PROVIDERS and (own := provisioner.get(self.provider).catalog):
             self.catalog = own
 
+    @classmethod
+    def of(cls, job: Job) -> JobRequest:
+        """The request `job` was submitted with (`Job.request`): what its recommend step plans from, what a re-run
+        submits again and what the wizard's `?from=<id>` fills its steps with."""
+        asked = dict(job.request)
+        for name in ("budget", "total_budget"):
+            asked[name] = None if asked.get(name) is None else Decimal(asked[name])
+        return cls(bundle=job.bundle, dataset=job.dataset, **asked)
+
+    def as_json(self) -> dict[str, Any]:
+        """The request as `Job.request` keeps it: every field but the code and data (the job's own bundle and
+        dataset), amounts as exact decimal strings."""
+        asked = {name: getattr(self, name) for name in REQUEST_FIELDS}
+        for name in ("budget", "total_budget"):
+            asked[name] = None if asked[name] is None else str(asked[name])
+        return {**asked, "parameters": dict(self.parameters), "worker_types": list(self.worker_types)}
+
     @property
     def workload(self) -> str:
         return self.workload_name or workload_name(self.bundle, self.dataset)
@@ -44,3 +63,7 @@ class JobRequest:
     def epochs(self) -> int | None:
         """The `epochs` parameter when it is a whole number of at least 1 (what the cost estimate multiplies by)."""
         return epochs_parameter(self.parameters)
+
+
+# What `Job.request` holds: the fields of a JobRequest beyond its code and data.
+REQUEST_FIELDS = tuple(f.name for f in fields(JobRequest) if f.name not in ("bundle", "dataset"))

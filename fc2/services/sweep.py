@@ -15,13 +15,13 @@ its step again finds the lease changed and does nothing.
 What it does with a job whose lease expired, by state:
 
 - queued — the recommend message was lost: recommend is sent again.
-- profiling — recommend (or the provision message) was lost: recommend again; it reads and writes the job's row,
-  and tears down a profiling run's cluster the lost one left before it starts another.
+- recommending — recommend (or the provision message) was lost: recommend again, from the job's request; it tears
+  down a profiling run's cluster the lost one left before it starts another.
 - provisioning — provision (or the bootstrap message) was lost: provision again; launch is idempotent by the
   cluster's name, so it finds what the lost one made.
 - bootstrapping — bootstrap was lost midway: the job fails and its cluster is torn down. Nodes it started hold a
   report token nobody knows any more, and running the user's code twice is worse than a clear failure.
-- collecting — finish (or its message) was lost: finish again; the chief's results are stored, finish only keeps
+- collecting — collect (or its message) was lost: collect again; the chief's results are stored, collect only keeps
   the logs and marks the success.
 - running — nobody drives it: every sweep looks at its nodes (check_running).
 - ended with its cluster still recorded — its release was lost, or the teardown failed: released again, until the
@@ -44,9 +44,9 @@ records — its row deleted, or the database restored from before it — is torn
 was removed, shown on the dashboard and in the admin). A job records its cluster's name before launching it and until
 its teardown has succeeded, so no cluster a job may still use is ever one.
 
-Limits (fc2/services/limits.py: the time limit, FC2_JOB_TIMEOUT_S, and the whole-job budget, Job.budget — one rule,
-"a limit crossed → stopped, with the reason"), in every state: the job fails with the reason on its timeline and its
-cluster is torn down. A running job's kept results are applied first (a job that has just finished is not failed); a
+Limits (fc2/services/limits.py: the time limit, FC2_JOB_TIMEOUT_S, and the whole-job budget, Job.total_budget — one
+rule, "a limit crossed → stopped, with the reason"), in every state: the job fails with the reason on its timeline and
+its cluster is torn down. A running job's kept results are applied first (a job that has just finished is not failed); a
 collecting job, whose chief has succeeded, is left to finish. A job whose step's runner still holds it (a launch that
 hangs renews its lease forever) is failed by the sweep and released by that runner when its step ends.
 
@@ -71,9 +71,8 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node, ReapedCluster
-from fc2.services import limits, pipeline, reports, submissions
+from fc2.services import limits, monitoring, pipeline, reports, submissions
 from fc2.services.pipeline import Lease
-from monitor import figures
 from provisioner import ClusterInfo
 
 logger = logging.getLogger(__name__)
@@ -240,7 +239,7 @@ def check_running(job: Job) -> None:
     suspects = [
         node
         for node in job.nodes.exclude(status__in=Node.FINISHED)
-        if crossed or figures.last_heard(job, node) < quiet_since
+        if crossed or monitoring.last_heard(job, node) < quiet_since
     ]
     if not suspects:
         return
@@ -260,7 +259,7 @@ def check_running(job: Job) -> None:
         if node.name in rescued:
             continue
         running = alive.get(node.name, False) if alive is not None else None  # None: its machine does not answer
-        quiet = (now - figures.last_heard(job, node)).total_seconds()
+        quiet = (now - monitoring.last_heard(job, node)).total_seconds()
         if running is False:
             pipeline.fail(job, f"{node.name} stopped without reporting a result{pipeline.node_tail(job, node.name)}")
             return
@@ -317,9 +316,9 @@ def _limit_crossed(job: Job, now: datetime | None = None) -> str | None:
         time_limit_s=settings.FC2_JOB_TIMEOUT_S,
         cost_so_far=job.cost_so_far,
         hourly_cost=None if job.hourly_cost is None else float(job.hourly_cost),
-        budget=None if job.budget is None else float(job.budget),
+        budget=None if job.total_budget is None else float(job.total_budget),
         interval_s=settings.FC2_SWEEP_INTERVAL_S,
-        teardown_s=teardown_s(job.provider) if job.budget is not None else 0.0,
+        teardown_s=teardown_s(job.provider) if job.total_budget is not None else 0.0,
     )
 
 
@@ -347,7 +346,7 @@ def _enforce_limits(now: datetime) -> None:
     here, released by that runner when its step ends. Jobs with a free lease are looked at by `reconcile`."""
     limit = now - timedelta(seconds=settings.FC2_JOB_TIMEOUT_S)
     started_long_ago = Q(started_at__lt=limit) | Q(started_at__isnull=True, created_at__lt=limit)
-    billed_against_a_budget = Q(budget__isnull=False, hourly_cost__isnull=False, launched_at__isnull=False)
+    billed_against_a_budget = Q(total_budget__isnull=False, hourly_cost__isnull=False, launched_at__isnull=False)
     held = Job.objects.filter(
         started_long_ago | billed_against_a_budget, lease_until__gte=now, state__in=list(pipeline.STEP_OF)
     ).exclude(state=State.COLLECTING)

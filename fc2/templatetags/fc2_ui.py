@@ -4,13 +4,13 @@ memory, elapsed time) and a pager that keeps the page's other filters and pages.
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
 from functools import wraps
 from typing import Any
 
 from django import template
 from django.template.defaulttags import querystring
 
+from common import numbers
 from fc2 import results
 
 register = template.Library()
@@ -30,15 +30,12 @@ def _dash_when_missing(format_number: Callable[[Any], str]) -> Callable[[Any], s
 @register.filter
 @_dash_when_missing
 def usd(value) -> str:
-    """Dollars with cents, or with four decimals under a dollar (a short local run costs fractions of a cent).
+    """Dollars as every page and timeline writes them (common.numbers.usd).
 
-    >>> usd(1234.5), usd(0.0034), usd(0), usd(None)
-    ('$1,234.50', '$0.0034', '$0.00', '–')
+    >>> usd(1234.6), usd(0.0034), usd(0.00001), usd(0), usd(None)
+    ('$1,235', '$0.0034', '< $0.0001', '$0', '–')
     """
-    value = float(value)
-    if value == 0 or abs(value) >= 1:
-        return f"${value:,.2f}"
-    return f"${value:.4f}"
+    return numbers.usd(value)
 
 
 # Every cost the platform shows is the cluster's catalogue price × its running time: what the run would cost on the
@@ -58,10 +55,11 @@ register.filter("share", _dash_when_missing(results.percent))  # a fraction (0.9
 def estimate(value) -> str:
     """A catalogue-priced cost: `usd` marked as an estimate.
 
-    >>> estimate(0.0034), estimate(12), estimate(None)
-    ('≈ $0.0034', '≈ $12.00', '–')
+    >>> estimate(0.0034), estimate(12), estimate(0.00001), estimate(None)
+    ('≈ $0.0034', '≈ $12.00', '< $0.0001', '–')
     """
-    return f"≈ {usd(value)}"
+    text = usd(value)
+    return text if text.startswith("<") else f"≈ {text}"
 
 
 @register.simple_tag
@@ -89,12 +87,13 @@ def mbps(value) -> str:
 @register.filter
 @_dash_when_missing
 def per_hour(value) -> str:
-    """A catalogue price in $/h as people write it, with every digit it has and no more.
+    """A price in $/h (common.numbers.usd_per_hour).
 
-    >>> per_hour(Decimal("0.125000")), per_hour(Decimal("2.000000")), per_hour(0.0), per_hour(None)
-    ('$0.125/h', '$2/h', '$0/h', '–')
+    >>> from decimal import Decimal
+    >>> per_hour(Decimal("0.125000")), per_hour(Decimal("2.000000")), per_hour(Decimal("0.356000")), per_hour(None)
+    ('$0.125/h', '$2.00/h', '$0.356/h', '–')
     """
-    return f"${Decimal(str(value)).normalize():f}/h"
+    return numbers.usd_per_hour(value)
 
 
 @register.filter

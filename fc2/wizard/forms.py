@@ -27,6 +27,7 @@ ALGORITHMS = [
     ("scala-opt", "Scala-Opt"),
     ("scala-opt-m", "Scala-Opt-M"),
     ("model", "Model"),
+    ("lookup", "Lookup"),
 ]
 # Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
 SIZED_BY_THE_PS = ("scala-opt", "scala-opt-m")
@@ -34,7 +35,8 @@ SIZED_BY_THE_PS_REASON = (
     "Scala-Opt sizes the cluster by its parameter server's network and an All-Reduce cluster has none: choose the "
     "Parameter server strategy, or another algorithm."
 )
-HOW_TO_ADD_RECORDS = "add them with `manage.py import_perf_data PATH --format csv --workload {workload}`"
+# Plain text (no markup): it is shown inside an <option>.
+HOW_TO_ADD_RECORDS = "add them with: manage.py import_perf_data PATH --format csv --workload {workload}"
 
 
 class UnavailableChoices:
@@ -308,9 +310,9 @@ class ResourceForm(StepForm):
         choices=[
             (Job.Strategy.PS, "Parameter server"),
             (Job.Strategy.MIRRORED, "All-Reduce"),
-            (Job.Strategy.AUTO, "Left open"),
+            (Job.Strategy.AUTO, "Left open (Model only)"),
         ],
-        widget=forms.RadioSelect,
+        widget=UnavailableRadioSelect,
         initial=Job.Strategy.PS,
     )
     workload_name = forms.CharField(
@@ -340,10 +342,10 @@ class ResourceForm(StepForm):
         initial="workers",
     )
     max_workers = forms.IntegerField(required=False, min_value=1, initial=2, label="Maximum number of workers")
-    hourly_budget = forms.DecimalField(
+    budget = forms.DecimalField(
         required=False, max_digits=10, decimal_places=4, label="Budget ($/h)", help_text="The indicative budget C."
     )
-    budget = forms.DecimalField(
+    total_budget = forms.DecimalField(
         required=False,
         max_digits=10,
         decimal_places=4,
@@ -352,8 +354,15 @@ class ResourceForm(StepForm):
         "would exceed it; refused at once if the cluster's projected total cost already does.",
     )
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, data=None, *args, **kwargs):
+        # A post from before `budget` meant $/h: `hourly_budget` was $/h and `budget` the whole job's $. Taken in
+        # today's names for one release (`deprecated` says so), never with a total read as $/h.
+        self.deprecated = data is not None and "hourly_budget" in data
+        if self.deprecated:
+            data = data.copy()
+            data["total_budget"], data["budget"] = data.get("budget", ""), data.get("hourly_budget", "")
+            del data["hourly_budget"]
+        super().__init__(data, *args, **kwargs)
         catalogs = list(Catalog.objects.order_by("name"))
         names = [c.name for c in catalogs]
         self.fields["catalog"].choices = [
@@ -364,6 +373,17 @@ class ResourceForm(StepForm):
         regions = sorted({c.region for c in catalogs if c.provider == "aws" and c.region})
         self.fields["region"].choices = [("", "Choose a region"), *[(r, r) for r in regions]]
 
+        # A provider whose machines are its own catalogue's types (the lab's) has that catalogue chosen for it.
+        provider = self.data.get("provider") if self.is_bound else self.initial.get("provider")
+        own = provisioner.get(provider).catalog if provider in provisioner.PROVIDERS else ""
+        if own in names:
+            if self.is_bound:
+                self.data = self.data.copy()
+                self.data["catalog"] = own
+            else:
+                self.initial = {**self.initial, "catalog": own}
+            label = provisioner.get(provider).label
+            self.fields["catalog"].help_text = f"{label}: its machines are the {own} catalogue's types."
         chosen = self.data.get("catalog") if self.is_bound else self.initial.get("catalog")
         types = list(InstanceType.objects.filter(catalog__name=chosen or default))
         ps_types = [(t.name, self._type_label(t, network=True)) for t in types if t.role in ("ps", "any")]
@@ -382,6 +402,10 @@ class ResourceForm(StepForm):
                 for algorithm, lacking in service.lacking_records(workload).items()
                 if algorithm in dict(ALGORITHMS)
             }
+            if model := self.fields["algorithm"].widget.unavailable.get("model"):
+                self.fields["strategy"].widget.unavailable = {
+                    Job.Strategy.AUTO: f"only Model chooses the strategy, and it cannot answer yet ({model})"
+                }
         if not self.is_bound:  # types the catalogue shown does not offer are forgotten, not refused
             self.initial = dict(self.initial)
             for name, offered in (("ps_type", ps_types), ("worker_type", worker_types)):
@@ -414,11 +438,11 @@ class ResourceForm(StepForm):
             facts.append(capacity(row.network_mbps))
         return f"{row.name} · {' · '.join(facts)}"
 
-    def clean_hourly_budget(self):
-        return self._more_than_nothing("hourly_budget", "The budget must be more than $0/h.")
-
     def clean_budget(self):
-        return self._more_than_nothing("budget", "The budget must be more than $0.")
+        return self._more_than_nothing("budget", "The budget must be more than $0/h.")
+
+    def clean_total_budget(self):
+        return self._more_than_nothing("total_budget", "The budget must be more than $0.")
 
     def _more_than_nothing(self, name: str, message: str):
         amount = self.cleaned_data.get(name)
@@ -454,8 +478,8 @@ class ResourceForm(StepForm):
                 self.add_error(
                     "limit", "Manual runs the number of workers you give: choose a maximum number of workers."
                 )
-            elif cleaned.get("hourly_budget") is None and "hourly_budget" not in self.errors:
-                self.add_error("hourly_budget", "Give the budget in $/h.")
+            elif cleaned.get("budget") is None and "budget" not in self.errors:
+                self.add_error("budget", "Give the budget in $/h.")
         elif cleaned.get("limit") == "workers" and "max_workers" not in self.errors:
             workers = cleaned.get("max_workers")
             if workers is None:
@@ -474,7 +498,7 @@ class ResourceForm(StepForm):
     def state(self) -> dict:
         """Every field as JSON, the ones the current choices do not use included (switching back keeps them)."""
         state = {name: self.cleaned_data[name] for name in self.fields}
-        for name in ("hourly_budget", "budget"):
+        for name in ("budget", "total_budget"):
             state[name] = str(state[name]) if state[name] is not None else None
         return state
 

@@ -18,7 +18,8 @@ def preview(wizard: Wizard, form: ResourceForm) -> dict:
     if not wizard.reachable("resource"):
         return {"error": "Complete the Code and Data steps first: the recommendation is for your code and data."}
     try:
-        request, plan = planned(wizard.job_request(form.state()))
+        request = wizard.job_request(form.state())
+        plan = planned(request)
     except (RecommendationError, jobs.SubmitError) as exc:
         return {"error": str(exc)}
     return {

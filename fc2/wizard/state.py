@@ -107,29 +107,31 @@ class Wizard:
         self._save()
 
     def prefill(self, job: Job) -> None:
-        """Start again from `job`: its bundle, dataset, parameters and resources (the cluster it ran on). The request
-        these steps make is `jobs.request_like(job)`, what the API's re-run submits (tests/test_api_jobs.py)."""
+        """Start again from `job`: its bundle, dataset, parameters and the resources it asked for (a left-open
+        strategy, a limit, a budget are asked again). The request these steps make is `JobRequest.of(job)`, what the
+        API's re-run submits (tests/test_api_jobs.py)."""
+        asked = jobs.JobRequest.of(job)
         self.state = {
-            "code": {"bundle": job.bundle_id, "parameters": {str(k): str(v) for k, v in job.parameters.items()}},
+            "code": {"bundle": job.bundle_id, "parameters": {str(k): str(v) for k, v in asked.parameters.items()}},
             "data": {
                 "source": "builtin" if job.dataset.kind == Dataset.Kind.BUILTIN else "mine",
                 "dataset": job.dataset_id,
             },
             "resource": {
-                "provider": job.provider,
-                "region": job.region,
-                "latency_ms": job.latency_ms,
-                "strategy": job.requested_strategy,
-                "algorithm": job.algorithm,
-                "catalog": job.catalog,
-                "ps_type": job.ps_type,
-                "worker_type": job.worker_type,
-                "worker_types": list(job.worker_types),
-                "limit": "budget" if job.hourly_budget is not None else "workers",
-                "max_workers": job.workers,
-                "hourly_budget": _amount(job.hourly_budget),
-                "budget": _amount(job.budget),
-                "workload_name": job.workload_name,
+                "provider": asked.provider,
+                "region": asked.region,
+                "latency_ms": asked.latency_ms,
+                "strategy": asked.strategy,
+                "algorithm": asked.algorithm,
+                "catalog": asked.catalog,
+                "ps_type": asked.ps_type,
+                "worker_type": asked.worker_type,
+                "worker_types": list(asked.worker_types),
+                "limit": "budget" if asked.budget is not None else "workers",
+                "max_workers": asked.workers,
+                "budget": _amount(asked.budget),
+                "total_budget": _amount(asked.total_budget),
+                "workload_name": asked.workload_name,
             },
         }
         self._save()
@@ -152,15 +154,24 @@ class Wizard:
             if dataset.kind == Dataset.Kind.BUILTIN:
                 return {"source": "builtin", "builtin": dataset.builtin_name}
             return {"source": "mine", "dataset": dataset.pk}
-        resource = dict(self.state.get("resource", {}))
+        resource = self.resource()
         default = self.default_workload()
         return {**resource, "workload_name": resource.get("workload_name") or default, "default_workload": default}
 
+    def resource(self) -> dict:
+        """The saved resource step. One saved before `budget` meant $/h (`hourly_budget`, with `budget` the whole
+        job's $) is read in today's names: a session begun before an upgrade goes on as it was."""
+        resource = dict(self.state.get("resource", {}))
+        if "hourly_budget" in resource:
+            resource["total_budget"] = resource.pop("budget", None)
+            resource["budget"] = resource.pop("hourly_budget")
+        return resource
+
     def job_request(self, resource: dict | None = None) -> jobs.JobRequest:
         """The JobRequest of the saved state (with `resource` in place of the saved resource step, if given)."""
-        r = resource or self.state["resource"]
+        r = resource or self.resource()
         one_type = r["algorithm"] in ONE_WORKER_TYPE
-        budget = Decimal(r["hourly_budget"]) if r["limit"] == "budget" and r["hourly_budget"] else None
+        budget = Decimal(r["budget"]) if r["limit"] == "budget" and r["budget"] else None
         return jobs.JobRequest(
             bundle=self.bundle(),
             dataset=self.dataset(),
@@ -169,15 +180,15 @@ class Wizard:
             region=r["region"] if r["provider"] == "aws" else "",
             latency_ms=(r.get("latency_ms") or 0.0) if provisioner.get(r["provider"]).latency else 0.0,
             strategy=r["strategy"],
-            # With a budget the recommendation sets the count (see `planned`).
+            # With a budget no count is asked: the recommendation sets it.
             workers=r["max_workers"] if budget is None else 1,
             algorithm=r["algorithm"],
             ps_type=r["ps_type"],
             worker_type=r["worker_type"] if one_type else "",
             worker_types=[] if one_type else list(r["worker_types"]),
             catalog=r["catalog"] or service.DEFAULT_CATALOG,
-            hourly_budget=budget,
-            budget=Decimal(r["budget"]) if r.get("budget") else None,
+            budget=budget,
+            total_budget=Decimal(r["total_budget"]) if r.get("total_budget") else None,
             workload_name=r.get("workload_name") or "",
         )
 

@@ -21,6 +21,15 @@ from fc2.wizard.planning import planned, preview
 from fc2.wizard.state import STEPS, Wizard
 from recommender.types import RecommendationError
 
+# What answers a resource step posted with `hourly_budget` (taken as `budget`, its `budget` as `total_budget`).
+BUDGET_DEPRECATION = {
+    "Deprecation": "true",
+    "Warning": (
+        '299 - "hourly_budget is deprecated and budget now means $/h: send budget ($/h) and total_budget ($ for the '
+        'whole job)"'
+    ),
+}
+
 
 def _step_url(step: str) -> str:
     return reverse("job-new-step", args=[step])
@@ -112,16 +121,18 @@ def step(request: HttpRequest, step: str) -> HttpResponse:
     if step == "resource" and request.method == "GET":
         initial |= _resource_draft(request)
     form = STEP_FORMS[step](request.POST or None, request.FILES or None, user=request.user, initial=initial)
-    if form.is_bound and form.is_valid():
-        done_response = STEP_SAVES[step](request, wizard, form)
-        if done_response is not None:
-            return done_response
-    context = {}
-    if step == "resource":  # the recommendation beside the fields: for what they show, or why there is none
-        context = (
-            {"invalid": form} if form.is_bound else preview(wizard, ResourceForm(form.values(), user=request.user))
-        )
-    return _render(request, wizard, step, form, **context)
+    response = form.is_bound and form.is_valid() and STEP_SAVES[step](request, wizard, form)
+    if not response:
+        context = {}
+        if step == "resource":  # the recommendation beside the fields: for what they show, or why there is none
+            context = (
+                {"invalid": form} if form.is_bound else preview(wizard, ResourceForm(form.values(), user=request.user))
+            )
+        response = _render(request, wizard, step, form, **context)
+    if getattr(form, "deprecated", False):
+        for name, value in BUDGET_DEPRECATION.items():
+            response[name] = value
+    return response
 
 
 def _resource_draft(request: HttpRequest) -> dict:
@@ -175,8 +186,8 @@ def _review(request: HttpRequest, wizard: Wizard) -> HttpResponse:
     job_request = wizard.job_request()
     if request.method == "POST":
         try:
-            to_run, _ = planned(job_request)  # a budget sets the worker count
-            job = jobs.submit(request.user, to_run)
+            planned(job_request)  # a recommender's refusal is shown beside its field
+            job = jobs.submit(request.user, job_request)
         except (RecommendationError, jobs.SubmitError) as exc:
             return _fault(request, wizard, exc)
         wizard.clear()
@@ -186,7 +197,7 @@ def _review(request: HttpRequest, wizard: Wizard) -> HttpResponse:
 
 
 def _review_context(request: HttpRequest, wizard: Wizard) -> dict:
-    resource = wizard.state["resource"]
+    resource = wizard.resource()
     return {
         "job_request": wizard.job_request(),
         "resource": resource,
@@ -197,7 +208,7 @@ def _review_context(request: HttpRequest, wizard: Wizard) -> dict:
 
 def _fault(request: HttpRequest, wizard: Wizard, exc: Exception) -> HttpResponse:
     """Running failed: show why beside the field at fault, on its step, the saved entries filled in."""
-    resource = wizard.state["resource"]
+    resource = wizard.resource()
     field = exc.field if isinstance(exc, jobs.SubmitError) else None
     if field == "parameters":
         step = "code"
@@ -216,12 +227,12 @@ def _recommendation_field(exc: Exception, resource: dict) -> str:
     """The resource field a recommender's refusal is shown beside: the budget it cannot buy with, else the algorithm."""
     if isinstance(exc, jobs.SubmitError):
         return _resource_field(exc.field, resource)
-    return "hourly_budget" if resource["limit"] == "budget" and "budget" in str(exc) else "algorithm"
+    return "budget" if resource["limit"] == "budget" and "budget" in str(exc) else "algorithm"
 
 
 def _resource_field(field: str | None, resource: dict) -> str | None:
     if field == "workers":
-        return "hourly_budget" if resource.get("limit") == "budget" else "max_workers"
+        return "budget" if resource.get("limit") == "budget" else "max_workers"
     return field if field in ResourceForm.base_fields else None
 
 

@@ -67,7 +67,7 @@ def tag() -> str:
 def unavailable() -> str | None:
     reason = labnet.unavailable() or sandbox.unavailable()
     if reason:
-        return f"lab clusters need root and the lab's tools on this machine: {reason} (`make lab` installs them)"
+        return f"lab clusters need root and the lab's tools on this machine: {reason} (make lab installs them)"
     return None
 
 

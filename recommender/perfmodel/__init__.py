@@ -1,20 +1,21 @@
-"""The performance model: epoch time t(n, B, l, type) per workload from its records — measured, interpolated where
-measurements bracket the point, the fitted model extrapolating — and the `model` algorithm.
+"""The performance model: epoch time t(n, B, l, type) per workload from its records — the fitted model as the mean, a
+Gaussian process on its log residuals, every estimate with its uncertainty — and the `model` algorithm.
 
-Pure numpy/scipy over the shared dataclasses (recommender/types.py): no ORM, no Django.
+Pure numpy/scipy/scikit-learn over the shared dataclasses (recommender/types.py): no ORM, no Django.
 
 By concern, each module's docstring saying what it owns:
 
 - ``families`` — the model forms (Anwar eq. 5, Ernest), batch scalings, speed and loss modes, their design matrices,
   and the fitted `PerfModel` that predicts (`predict`, `predict_many`);
 - ``fitting`` — `fit`: cross-validation, the choice of family and the final fit;
-- ``predictor`` — `predictor`: the epoch time of a configuration from the measurements where they are dense, the
-  fitted model where they are not, each estimate's basis and expected error (the whole predictor cross-validated),
-  and the failed runs near it;
-- ``choice`` — `recommend_model` and `predict_fallback`: candidates, the α/β choice and the Pareto frontier;
+- ``predictor`` — `predictor`: the epoch time of a configuration — its runs where it ran, else the fitted model
+  corrected by a Gaussian process on its log residuals — with a standard deviation and 80 % interval, the whole
+  predictor cross-validated, and the failed runs near it;
+- ``choice`` — `recommend_model` and `predict_fallback`: candidates, the risk-aware α/β choice (the least upper
+  bound), the configurations the data cannot tell from it, and the Pareto frontier;
 - ``explanation`` — the texts that explain a pick;
 - ``calibration`` — `calibration_report` (the model's leave-one-group-out figures: Records page, `model_report`) and
-  `holdout_report` (the predictor's against plain interpolation: benchmarks/model_calibration.py).
+  `holdout_report` (the predictor's against the model alone and plain interpolation: benchmarks/model_calibration.py).
 
 Names with a leading underscore are shared between these modules only; callers use the names below.
 """

@@ -1,19 +1,20 @@
 """Calibration: how well a workload's model (`calibration_report`: the Records page, `manage.py model_report`) and its
-whole predictor beside plain interpolation (`holdout_report`: benchmarks/model_calibration.py) predict records they
-were not built from."""
+whole predictor beside the model alone and plain interpolation (`holdout_report`: benchmarks/model_calibration.py)
+predict records they were not built from."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 from sklearn.model_selection import LeaveOneGroupOut
 
+from recommender.perfmodel.choice import _choose
 from recommender.perfmodel.fitting import GROUPINGS, _pattern, _usable, fit
 from recommender.perfmodel.predictor import predictor
-from recommender.types import InstanceSpec, PerfRecord, RecommendationError
+from recommender.types import Candidate, InstanceSpec, PerfRecord, RecommendationError
 
 
 def calibration_report(
@@ -120,9 +121,9 @@ def _json(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-# --- the whole predictor against plain interpolation (benchmarks/model_calibration.py, issue 13) -------------------
+# --- the whole predictor against the model alone and plain interpolation (benchmarks/model_calibration.py) ----------
 
-METHODS = ("predictor", "baseline")
+METHODS = ("predictor", "model", "baseline")
 
 
 def holdout_report(
@@ -130,21 +131,23 @@ def holdout_report(
 ) -> dict:
     """One latency, batch size or worker count held out at a time and predicted from the rest (JSON-serialisable).
 
-    method: ``predictor`` (recommender.perfmodel.predictor, rebuilt on each fold's records, its model refitted) or
-    ``baseline`` — plain interpolation along the held-out axis with nothing fitted: linear between the two neighbouring
-    measured values of that axis (latencies, batch sizes or worker counts) at the same worker type and other two
-    coordinates; one machine of an all-reduce workload taken as latency-independent (its runs at the same batch size,
-    any latency). The issue's baseline is its latency case.
+    method: ``predictor`` (recommender.perfmodel.predictor, rebuilt on each fold's records: model and process
+    refitted), ``model`` (the fitted family alone, `fit` on each fold's records) or ``baseline`` — plain interpolation
+    along the held-out axis with nothing fitted: linear between the two neighbouring measured values of that axis
+    (latencies, batch sizes or worker counts) at the same worker type and other two coordinates; one machine of an
+    all-reduce workload taken as latency-independent (its runs at the same batch size, any latency).
 
-    Figures: mape over every held-out time answered. The choice is scored as the recommender makes it from the fold's
-    records: per (worker type, batch size, latency) cell with at least two measured worker counts, and per fold that
-    holds out runs of it, the candidates are the held-out counts' predicted times and the other counts' measured
-    times in the fold (a latency or a batch size held out leaves nothing measured in its cells, so every count there
-    is predicted; a worker count held out leaves the others measured). The cell is answered when every measured count
-    is a candidate, and then regret = measured time of the fastest candidate ÷ the measured best − 1 and best =
-    whether that count is the measured best or one the runs cannot tell from it (`_as_fast`: a run of it at
-    least as fast as the best's slowest run; measured once, only an equal time ties); `cells` counts these choices
-    (a cell once per worker count when worker counts are held out), cells_answered = answered ÷ cells.
+    Figures: mape over every held-out time answered; coverage (predictor only): the share of held-out runs inside
+    their 80 % interval. The choice is scored as the recommender makes it from the fold's records: per (worker type,
+    batch size, latency) cell with at least two measured worker counts, and per fold that holds out runs of it. The
+    predictor chooses as `recommend --algorithm lookup` would from the fold (every measured count of the cell
+    estimated, the fold's runs measured, by choice._choose: the least upper end of the 80 % interval); the model and
+    the baseline take the held-out counts' predicted times against the other counts' measured times in the fold.
+    The cell is answered when every measured count is a candidate, and then regret = measured time of the chosen
+    count ÷ the measured best − 1 and best = whether that count is the measured best or one the runs cannot tell
+    from it (`_as_fast`: a run of it at least as fast as the best's slowest run; measured once, only an equal time
+    ties); `cells` counts these choices (a cell once per worker count when worker counts are held out),
+    cells_answered = answered ÷ cells.
     """
     if group_by not in GROUPINGS:
         raise ValueError(f"unknown grouping {group_by!r}: use one of {', '.join(GROUPINGS)}")
@@ -159,24 +162,25 @@ def holdout_report(
         train = [r for r in records if r.epoch_time_s is None or key(r) != group]
         held_out = [r for r in usable if key(r) == group]
         try:
-            times = _fold_times(method, group_by, train, held_out, catalog)
+            times, chooser = _fold_times(method, group_by, train, held_out, catalog)
         except RecommendationError as error:
             skipped.append({"group": _json(group), "records": len(held_out), "reason": str(error)})
-            choices += [None] * len({_cell_key(r) for r in held_out} & set(cells))
+            choices += [(_json(group), key, None) for key in {_cell_key(r) for r in held_out} & set(cells)]
             continue
         fold = [
-            _pair(group, r, time_s) | {"basis": basis}
-            for r, (time_s, basis) in zip(held_out, times, strict=True)
+            _pair(group, r, time_s) | {"basis": basis, "interval_s": interval}
+            for r, (time_s, basis, interval) in zip(held_out, times, strict=True)
             if time_s is not None
         ]
         pairs += fold
-        choices += _fold_choices(cells, train, held_out, fold)
-    answered = [choice for choice in choices if choice is not None]
+        choices += [(_json(group), key, c) for key, c in _fold_choices(cells, train, held_out, fold, chooser).items()]
+    answered = [choice for _, _, choice in choices if choice is not None]
     regrets = [regret for regret, _ in answered]
     errors = defaultdict(list)
     for p in pairs:
         errors[p["basis"]].append(abs(p["predicted_s"] / p["measured_s"] - 1))
     every = [e for values in errors.values() for e in values]
+    inside = [p["interval_s"][0] <= p["measured_s"] <= p["interval_s"][1] for p in pairs if p["interval_s"]]
     return {
         "group_by": group_by,
         "method": method,
@@ -185,6 +189,7 @@ def holdout_report(
         "failed_runs": sum(1 for r in records if r.epoch_time_s is None),
         "predicted": len(pairs),
         "mape": float(np.mean(every)) if every else None,
+        "coverage": float(np.mean(inside)) if inside else None,
         "by_basis": {basis: {"mape": float(np.mean(v)), "count": len(v)} for basis, v in sorted(errors.items())},
         "cells": len(choices),
         "cells_answered": len(answered) / len(choices) if choices else None,
@@ -193,17 +198,46 @@ def holdout_report(
         "best_found": float(np.mean([best for _, best in answered])) if answered else None,
         "skipped": skipped,
         "pairs": pairs,
+        "choices": [
+            {
+                "group": group,
+                "cell": list(key),
+                "regret": None if c is None else c[0],
+                "best": None if c is None else c[1],
+            }
+            for group, key, c in choices
+        ],
     }
 
 
-def _fold_times(method, group_by, train, held_out, catalog) -> list[tuple[float | None, str]]:
+def _fold_times(method, group_by, train, held_out, catalog) -> tuple[list[tuple], Callable | None]:
+    """Each held-out run's (predicted time or None, basis, its 80 % run interval or None), and how the method chooses
+    in a cell (None: the held-out counts' times against the fold's measured ones)."""
+    points = [(r.instance_type, r.workers, r.batch_size, float(r.latency_ms or 0.0)) for r in held_out]
     if method == "predictor":
         fold = predictor(train, catalog, cross_validate=False)
-        estimates = fold.estimate_many(
-            [(r.instance_type, r.workers, r.batch_size, float(r.latency_ms or 0.0)) for r in held_out]
-        )
-        return [(None, "") if e is None else (e.epoch_time_s, e.basis) for e in estimates]
-    return [interpolation_baseline(train, r, group_by) for r in held_out]
+        times = [
+            (None, "", None) if e is None else (e.epoch_time_s, e.basis, list(e.run_interval))
+            for e in fold.estimate_many(points)
+        ]
+
+        def chooser(cell: tuple, counts: Sequence[int]) -> int | None:
+            worker_type, batch, latency = cell
+            estimates = fold.estimate_many([(worker_type, n, batch, latency) for n in counts])
+            if any(e is None for e in estimates):
+                return None
+            candidates = [
+                Candidate(worker_type, n, e.epoch_time_s, 0.0, e.basis, interval_s=e.interval)
+                for n, e in zip(counts, estimates, strict=True)
+            ]
+            return _choose(candidates, 1.0, 0.0).workers
+
+        return times, chooser
+    if method == "model":
+        model = fit(_usable(train), catalog)
+        predicted = model.predict_many(*zip(*points, strict=True))  # NaN where the model cannot price the type
+        return [(None, "", None) if np.isnan(t) else (float(t), "model", None) for t in predicted], None
+    return [(*interpolation_baseline(train, r, group_by), None) for r in held_out], None
 
 
 def interpolation_baseline(train: Sequence[PerfRecord], at: PerfRecord, axis: str) -> tuple[float | None, str]:
@@ -285,30 +319,36 @@ def _as_fast(runs: dict) -> set:
     return {n for n, times in runs.items() if min(times) <= slowest}
 
 
-def _fold_choices(cells: dict, train, held_out, fold: list[dict]) -> list[tuple[float, bool] | None]:
-    """One fold's choice in each cell it holds runs of: (regret, best), or None when some measured count has neither
-    a prediction nor a measurement in the fold.
+def _fold_choices(
+    cells: dict, train, held_out, fold: list[dict], chooser=None
+) -> dict[tuple, tuple[float, bool] | None]:
+    """One fold's choice in each cell it holds runs of: cell -> (regret, best), or None when some measured count has
+    neither a prediction nor a measurement in the fold. chooser(cell, counts): the method's own choice among the
+    cell's measured counts (None: not answered); without one, the fastest of the fold's measured times and the
+    held-out counts' predictions.
 
     >>> runs = [PerfRecord("w", workers=n, batch_size=64, latency_ms=0.0, epoch_time_s=t) for n, t in [(1, 9), (2, 6)]]
     >>> cells = _cells(runs)
     >>> two_held_out = [_pair(2, runs[1], 10.0)]  # two workers predicted 10 s: one machine's measured 9 s wins
-    >>> [(round(regret, 2), best) for regret, best in _fold_choices(cells, runs[:1], runs[1:], two_held_out)]
+    >>> [(round(regret, 2), best) for regret, best in _fold_choices(cells, runs[:1], runs[1:], two_held_out).values()]
     [(0.5, False)]
     >>> _fold_choices(cells, runs[:1], runs[1:], [])  # the held-out count not answered
-    [None]
+    {('', 64, 0.0): None}
     """
     predicted = defaultdict(lambda: defaultdict(list))
     for p in fold:
         predicted[(p["worker_type"], p["batch_size"], p["latency_ms"])][p["workers"]].append(p["predicted_s"])
     kept = _runs(_usable(train))
-    choices = []
-    for key in {_cell_key(r) for r in held_out} & set(cells):
-        # the fold's own runs (none of the held-out ones), then the held-out counts' predictions
-        candidates = _means(kept.get(key, {})) | _means(predicted.get(key, {}))
+    choices = {}
+    for key in sorted({_cell_key(r) for r in held_out} & set(cells), key=str):
         measured = _means(cells[key])
-        if set(measured) - set(candidates):
-            choices.append(None)
-            continue
-        pick = min(measured, key=lambda n: (candidates[n], n))
-        choices.append((measured[pick] / min(measured.values()) - 1.0, pick in _as_fast(cells[key])))
+        if chooser is not None:
+            pick = chooser(key, sorted(measured))
+        else:
+            # the fold's own runs (none of the held-out ones), then the held-out counts' predictions
+            candidates = _means(kept.get(key, {})) | _means(predicted.get(key, {}))
+            pick = None if set(measured) - set(candidates) else min(measured, key=lambda n: (candidates[n], n))
+        choices[key] = (
+            None if pick is None else (measured[pick] / min(measured.values()) - 1.0, pick in _as_fast(cells[key]))
+        )
     return choices

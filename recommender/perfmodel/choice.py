@@ -1,16 +1,19 @@
 """The `model` algorithm and the lookup's fallback: predict every configuration within the limit and choose one.
 
-Every epoch time comes from the workload's predictor (recommender.perfmodel.predictor): measured where it was, else
-interpolated between measured neighbours, the fitted model only extrapolating; each candidate says which (`basis`) and
-its expected error, and carries a warning where a run of it failed nearby. A configuration that failed at the very
-point asked, or only ever failed at its batch size, is no candidate; a risky pick is still answered, with the warning
-and the fastest configuration with no failed run nearby beside it.
+Every epoch time comes from the workload's predictor (recommender.perfmodel.predictor): its runs' mean where it ran,
+else the fitted model corrected by the Gaussian process on its residuals; each candidate says which (`basis`), its
+80 % interval and expected error, and carries a warning where a run of it failed nearby. A configuration that failed
+at the very point asked, or only ever failed at its batch size, is no candidate; a risky pick is still answered, with
+the warning and the fastest configuration with no failed run nearby beside it.
 
-The α/β trade-off (Anwar eq. 6–9): among the feasible configurations (hourly cost c = c_ps + n·c_t ≤ C, or c = n·c_t
-without a PS), minimise α·t/t_best + β·c/c_best, where t_best and c_best are the smallest predicted epoch time and the
-smallest hourly cost among them. Each term is a ratio to the best (1.10 = 10 % worse), so α = 1, β = 0 picks the
-fastest, α = 0, β = 1 the cheapest per hour (Anwar's c(n) = Σ p_i), α = β weighs 1 % of time against 1 % of cost;
-ties go to the faster, then the cheaper configuration.
+The α/β trade-off (Anwar eq. 6–9), risk-aware: among the feasible configurations (hourly cost c = c_ps + n·c_t ≤ C,
+or c = n·c_t without a PS), minimise the upper confidence bound α·t⁺/t⁺_best + β·c/c_best, where t⁺ is the upper end
+of a configuration's 80 % interval of epoch time and t⁺_best and c_best the smallest among them: a configuration the
+data know little about must be better by its uncertainty to be chosen. Each term is a ratio to the best (1.10 = 10 %
+worse), so α = 1, β = 0 picks the fastest, α = 0, β = 1 the cheapest per hour (Anwar's c(n) = Σ p_i), α = β weighs
+1 % of time against 1 % of cost; ties go to the faster, then the cheaper configuration. The answer names the
+configurations the data cannot tell from the pick: those whose score's 80 % interval (t from the lower to the upper
+end of its interval) reaches below the pick's upper bound.
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, p
             basis=e.basis,
             expected_error=e.expected_error,
             warning=e.warning,
+            interval_s=tuple(round(x, 6) for x in e.interval),
         )
         for (t, n), e in zip(pairs, estimates, strict=True)
         if e is not None
@@ -124,15 +128,36 @@ def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, p
 
 
 def _choose(candidates: Sequence[Candidate], alpha: float, beta: float) -> Candidate:
-    """Minimise α·t/t_best + β·c/c_best (module docstring); ties: faster, cheaper, fewer workers."""
-    best_time = min(c.epoch_time_s for c in candidates)
+    """Minimise the upper bound α·t⁺/t⁺_best + β·c/c_best (module docstring); ties: faster, cheaper, fewer workers."""
+    score = _scores(candidates, alpha, beta)
+    return min(candidates, key=lambda c: (score(c)[1], c.epoch_time_s, c.hourly_cost, c.workers))
+
+
+def _scores(candidates: Sequence[Candidate], alpha: float, beta: float):
+    """A candidate's score, from the lower to the upper end of its interval of epoch time (its time alone where it
+    has no interval)."""
+    best_time = min(_bounds(c)[1] for c in candidates)
     best_cost = min(c.hourly_cost for c in candidates)
 
-    def score(c: Candidate) -> tuple:
-        cost = c.hourly_cost / best_cost if best_cost > 0 else 0.0
-        return (alpha * c.epoch_time_s / best_time + beta * cost, c.epoch_time_s, c.hourly_cost, c.workers)
+    def score(c: Candidate) -> tuple[float, float]:
+        cost = beta * c.hourly_cost / best_cost if best_cost > 0 else 0.0
+        low, high = _bounds(c)
+        return alpha * low / best_time + cost, alpha * high / best_time + cost
 
-    return min(candidates, key=score)
+    return score
+
+
+def _bounds(c: Candidate) -> tuple[float, float]:
+    return c.interval_s or (c.epoch_time_s, c.epoch_time_s)
+
+
+def _alike(candidates: Sequence[Candidate], pick: Candidate, alpha: float, beta: float) -> list[Candidate]:
+    """The candidates the data cannot tell from the pick: their score's interval reaches below the pick's upper
+    bound, best first."""
+    score = _scores(candidates, alpha, beta)
+    bound = score(pick)[1]
+    others = [c for c in candidates if c is not pick and score(c)[0] <= bound]
+    return sorted(others, key=lambda c: (score(c)[1], c.epoch_time_s, c.hourly_cost, c.workers))
 
 
 def pareto_front(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
@@ -198,7 +223,8 @@ def recommend_model(
         "unpriced_types": [t for t in wanted if t not in types],
         "unaffordable_types": unaffordable,
     }
-    return _answer(request, model, ps.name if ps else None, pick, candidates, explanation, extra, skip)
+    weights = (request.alpha, request.beta)
+    return _answer(request, model, ps.name if ps else None, pick, candidates, explanation, extra, skip, weights)
 
 
 STRATEGIES = {"ps": ("a parameter server", True), "mirrored": ("all-reduce", False)}
@@ -294,13 +320,15 @@ def predict_fallback(
     explanation = explain_fallback(model, request, pick, len(candidates), detail, priced=pick.worker_type in prices)
     explanation += through
     extra = {"detail": detail, "unpriced_types": [t for t in wanted if t not in types]}
-    return _answer(request, model, ps_name or None, pick, candidates, explanation, extra, skip, pareto=False)
+    return _answer(request, model, ps_name or None, pick, candidates, explanation, extra, skip, (1.0, 0.0), False)
 
 
 def _answer(
-    request, model: PredictorModel, ps_type, pick: Candidate, candidates, explanation, extra, skip, pareto=True
+    request, model: PredictorModel, ps_type, pick: Candidate, candidates, explanation, extra, skip, weights, pareto=True
 ):
     fitted = model.model
+    alike = _alike(candidates, pick, *weights)
+    explanation += _alike_text(alike)
     warnings = ()
     if pick.warning:
         warnings = (algorithms.warning_text(pick, candidates),)
@@ -321,12 +349,17 @@ def _answer(
         extra={
             "basis": pick.basis,
             "expected_error": pick.expected_error,
+            "interval_s": pick.interval_s,
+            "indistinguishable": [
+                {"worker_type": c.worker_type, "workers": c.workers, "interval_s": c.interval_s} for c in alike
+            ],
             "predictor": {
                 "cv": model.cv,
-                "errors_by_basis": {b: {"mape": e, "count": c} for b, (e, c) in model.cv_errors.items() if c},
-                "batch_space": model.batch_space,
-                "anchoring": model.anchoring,
-                "anchor_points": model.anchor_points,
+                "cv_mape": model.cv_mape,
+                "cv_coverage_80": model.cv_coverage,
+                "kernel": model.kernel,
+                "noise": model.noise,
+                "choice": "least upper bound of alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
             },
             "family": fitted.family if fitted else None,
             "speed": fitted.speed if fitted else None,
@@ -345,12 +378,31 @@ def _answer(
     )
 
 
+ALIKE_NAMED = 3  # the explanation names this many of the configurations the data cannot tell from the pick
+
+
+def _alike_text(alike: Sequence[Candidate]) -> str:
+    """The sentence on the configurations the data cannot tell from the pick ("" when there are none)."""
+    if not alike:
+        return ""
+    named = "; ".join(
+        f"{algorithms.configuration_text(c)}, {c.interval_s[0]:.3g}–{c.interval_s[1]:.3g} s" if c.interval_s else
+        f"{algorithms.configuration_text(c)}, {c.epoch_time_s:.3g} s"
+        for c in alike[:ALIKE_NAMED]
+    )  # fmt: skip
+    more = f" and {len(alike) - ALIKE_NAMED} more" if len(alike) > ALIKE_NAMED else ""
+    return (
+        f" The data cannot tell it apart from {len(alike)} other configuration{'s' * (len(alike) != 1)} (80 % "
+        f"intervals overlapping its own): {named}{more}."
+    )
+
+
 def _nothing_estimated(model: PredictorModel, skip: set) -> RecommendationError:
     """Why no configuration within the limit has an epoch time."""
     if model.model is None:
         failed = f"; {len(skip)} only ever failed" if skip else ""
         return RecommendationError(
-            f"no configuration within the limit is measured or between measurements{failed}, and there is no model "
+            f"no configuration within the limit lies within the measured ranges{failed}, and there is no model "
             f"to extrapolate with: {model.model_error}"
         )
     if skip:

@@ -3,12 +3,32 @@ leaves the measured ranges (the warning of failed runs near it is recommender.al
 
 from __future__ import annotations
 
+import math
+
 from recommender.algorithms import configuration_text
 from recommender.perfmodel.predictor import PredictorModel
 from recommender.types import Candidate, RecommendRequest
 
 KNEE_SEARCH = 64  # the largest worker count at which a roofline's knee is looked for
 _UNNAMED_TYPES = " Hourly cost leaves out the workers: the records name no worker type."
+
+
+def error_text(fraction: float) -> str:
+    """A cross-validated error as every door writes it (the explanation here, the Records page).
+
+    >>> error_text(0.0904)
+    '9.0%'
+    """
+    return f"{fraction:.1%}"
+
+
+def coverage_text(fraction: float) -> str:
+    """An interval's coverage as every door writes it.
+
+    >>> coverage_text(0.774)
+    '77%'
+    """
+    return f"{fraction:.0%}"
 
 
 def explain_model(
@@ -30,7 +50,7 @@ def explain_model(
     else:
         within = " up to the largest measured worker count (no budget or limit given)"
     return (
-        f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.1f} s per epoch, "
+        f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.3g} s per epoch, "
         f"{_source(pick, detail)}; it minimises α·time/best time + β·cost/best cost (α = {request.alpha:g}, "
         f"β = {request.beta:g}) over {configurations} configurations{within}. {_predictor_text(model)}"
         + _saturation(model, request, pick)
@@ -53,33 +73,42 @@ def explain_fallback(
         no_price = _UNNAMED_TYPES
     return (
         f"No measured record matches {batch_text} and {latency_text}, so the predictor answers: "
-        f"{configuration_text(pick)}, {pick.epoch_time_s:.1f} s per epoch, {_source(pick, detail)} — the fastest of "
+        f"{configuration_text(pick)}, {pick.epoch_time_s:.3g} s per epoch, {_source(pick, detail)} — the fastest of "
         f"{configurations} configurations. {_predictor_text(model)}" + _extrapolation(model, pick, request) + no_price
     )
 
 
 def _source(c: Candidate, detail: str) -> str:
-    """Where a candidate's time came from and its expected error, e.g. "interpolated: … (expected error 3.1%)"."""
-    error = "" if c.expected_error is None else f" (expected error {c.expected_error:.1%})"
-    if detail == "measured here":
-        return f"measured{error}"
-    return f"{detail if detail.startswith(c.basis) else f'{c.basis}: {detail}'}{error}"
+    """Where a candidate's time came from, its 80 % interval and expected error, e.g. "predicted: … (80 %: 40.1–44 s,
+    expected error 3.1%)"."""
+    worth = [f"80 %: {c.interval_s[0]:.3g}–{c.interval_s[1]:.3g} s"] if c.interval_s else []
+    worth += [] if c.expected_error is None else [f"expected error {c.expected_error:.1%}"]
+    worth_text = f" ({', '.join(worth)})" if worth else ""
+    return f"{detail if detail.startswith(c.basis) else f'{c.basis}: {detail}'}{worth_text}"
 
 
 def _predictor_text(model: PredictorModel) -> str:
-    """What the predictor is and what it is worth: its cross-validation and the fitted model it extrapolates with."""
+    """What the predictor is and what it is worth: its cross-validation, its mean and the process on its residuals."""
     if model.cv:
-        worth = f"The predictor's cross-validated error is {model.overall_error:.1%} ({model.cv})"
+        worth = (
+            f"The predictor's cross-validated error is {error_text(model.overall_error)}, its 80 % intervals holding "
+            f"{coverage_text(model.cv_coverage)} of the held-out runs ({model.cv})"
+        )
     elif model.overall_error is not None:
         worth = f"The predictor's error is taken as the model's own, {model.overall_error:.1%}"
     else:
         worth = "The predictor's error is unknown"
+    noise = f"a run's noise ±{math.exp(model.noise) - 1:.1%}"
     fitted = model.model
     if fitted is None:
-        return f"{worth}; there is no model to extrapolate with ({model.model_error})."
+        return (
+            f"{worth}; a Gaussian process over the runs' log times ({noise}) answers within their ranges, and there "
+            f"is no model to extrapolate with ({model.model_error})."
+        )
     return (
-        f"{worth}; it interpolates where measurements bracket the point, and extrapolates with the performance model "
-        f"{fitted.family} ({fitted.speed} speed; its own cross-validated error {fitted.cv_mape:.1%}, {fitted.cv})."
+        f"{worth}; its mean is the performance model {fitted.family} ({fitted.speed} speed; its own cross-validated "
+        f"error {fitted.cv_mape:.1%}, {fitted.cv}), corrected near the runs by a Gaussian process on its log "
+        f"residuals ({noise})."
     )
 
 

@@ -3,10 +3,17 @@
 (() => {
   const css = getComputedStyle(document.documentElement);
   const brand = css.getPropertyValue("--brand").trim() || "#2450d3";
-  // Dollars as the tables write them: cents from $1, four decimals below (a local run costs fractions of a cent).
+  // Dollars as the tables write them (common/numbers.py usd): whole dollars from $100, cents from $1, three
+  // significant digits below, "< $0.0001" under that.
   const money = (value) => {
-    const digits = value === 0 || Math.abs(value) >= 1 ? 2 : 4;
-    return "$" + value.toLocaleString(undefined, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+    const size = Math.abs(value);
+    if (size === 0) return "$0";
+    if (size < 0.0001) return "< $0.0001";
+    if (size >= 100) return "$" + value.toLocaleString("en-US", { maximumFractionDigits: 0 });
+    if (size >= 1) return "$" + value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+    const text = value.toPrecision(3).replace(/0+$/, "");
+    const decimals = Math.max(2, text.split(".")[1]?.length ?? 0);
+    return "$" + value.toFixed(decimals);
   };
   // An axis tick: as few digits as tell the ticks apart (0.0005, 0.001, 0.0015 rather than $0 on every one).
   const tick = (value) => "$" + value.toLocaleString(undefined, { maximumSignificantDigits: 3 });

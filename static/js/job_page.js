@@ -43,7 +43,8 @@
   let until = null;
   let active = section.dataset.active === "true";
 
-  const clock = (ms) => new Date(ms).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit", second: "2-digit"});
+  // 24-hour, as the timeline beside the charts writes its times (a 12-hour locale would read "09:50:12 PM").
+  const clock = (ms) => new Date(ms).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23"});
   const color = (index) => PALETTE[index % PALETTE.length];
 
   function widenTimeSpan(scale) {

@@ -111,6 +111,27 @@
     }
   });
 
+  // The live recommendation panel never keeps an old answer beside new fields: an answer that did not come (the
+  // server failed, or could not be reached) replaces it with why.
+  function panelFailed(event, why) {
+    var panel = event.detail.target;
+    if (!panel || panel.id !== "recommendation") return;
+    var box = document.createElement("p");
+    box.className = "wz-reco-error";
+    var strong = document.createElement("strong");
+    strong.textContent = "No cluster shown. ";
+    box.appendChild(strong);
+    box.appendChild(document.createTextNode(why));
+    panel.replaceChildren(box);
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    panelFailed(event, "The platform could not answer for these fields (HTTP " + event.detail.xhr.status +
+      "); change a field to ask again, or try again in a moment.");
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    panelFailed(event, "The platform could not be reached; change a field to ask again once it is back.");
+  });
+
   document.addEventListener("submit", function (event) {
     var question = event.target.dataset.confirm;
     if (question && !window.confirm(question)) event.preventDefault();

@@ -24,6 +24,7 @@ from tests.wheels import FILENAME, GOOD, make_wheel
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.serial
 def test_researcher_trains_on_digits_and_downloads_the_model(page, shot, alice, example_wheel, celery_worker, tmp_path):
     load_catalog("fc2-2018")
     log_in(page, "alice", "alice-password-1")
@@ -131,6 +132,7 @@ def test_admin_sees_every_researchers_jobs_on_the_dashboard(page, shot, admin_us
     shot("admin-dashboard")
 
 
+@pytest.mark.serial
 def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
     page, shot, alice, example_wheel, celery_worker
 ):
@@ -171,6 +173,7 @@ def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
     expect(page.get_by_text("10 ms between nodes").first).to_be_visible()
 
 
+@pytest.mark.serial
 def test_the_wizards_aws_choice_trains_on_ec2_instances_through_the_workers(
     page, shot, alice, example_wheel, ec2_hosts, live_server, runtime_dir, settings, tmp_path
 ):

@@ -78,14 +78,11 @@ def test_every_resource_choice_gives_a_cluster_or_says_why_not(page, shot, alice
             expect(reason).to_be_hidden()
             expect(page.locator("#recommendation")).to_contain_text(re.compile(r"\d+ (× \S+ )?workers?"))
 
-    # Left open: only the model chooses the strategy (and has no records here); every other configuration says so at
-    # once, with the way out.
-    page.get_by_label("Left open").check()
-    left_open = page.locator(".wz-reason", has_text="A strategy left open is chosen by the Model algorithm")
-    for value in seen["usable"]:
-        algorithm.select_option(value)
-        page.wait_for_load_state("networkidle")
-        expect(left_open).to_be_visible()
+    # Left open: only the model chooses the strategy, and it has no records here: the choice is drawn disabled with
+    # its reason before anyone picks it (no dead end).
+    expect(page.get_by_label("Left open (Model only)")).to_be_disabled()
+    reason = page.locator(".wz-reason", has_text="Left open (Model only) cannot be chosen: only Model chooses")
+    expect(reason).to_be_visible()
     shot("strategy-left-open")
 
 

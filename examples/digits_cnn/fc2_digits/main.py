@@ -10,6 +10,10 @@ the environment the platform sets (see ``examples/README.md`` for the full contr
   evaluates and saves; all workers exit 0.
 * ``FC2_STRATEGY=local`` (or no ``TF_CONFIG`` at all): one process, default strategy; handy for a quick local test.
 
+``FC2_TRAIN_SECONDS`` (set on Scala-Opt's profiling run only): train at least that many seconds whatever ``--epochs``
+says, adding whole epochs until then. ``metrics.json`` reports ``startup_s`` (the first round of steps, which traces
+and compiles the step function) apart from ``epoch_time_s`` (the steady-state epoch time, measured after it).
+
 Keras 3 ``model.fit`` does not work under either multi-worker strategy (keras-team/keras#20585), so training is a
 custom loop around ``strategy.run``; the model itself is an ordinary Keras 3 model built inside ``strategy.scope()``.
 """
@@ -22,7 +26,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -77,6 +81,7 @@ class Fc2Env:
     data: str
     output_dir: str
     tf_config: dict
+    train_seconds: float = 0.0  # FC2_TRAIN_SECONDS: train at least this long whatever --epochs says (0: as it says)
 
 
 def read_env(environ: dict | None = None) -> Fc2Env:
@@ -94,7 +99,13 @@ def read_env(environ: dict | None = None) -> Fc2Env:
         is_chief = role == "chief" or (strategy != "ps" and task_index == 0)
     data = environ.get("FC2_DATA") or ""
     output_dir = environ.get("FC2_OUTPUT_DIR") or os.path.join(os.getcwd(), "fc2_output")
-    return Fc2Env(strategy, role, task_index, is_chief, data, output_dir, tf_config)
+    try:
+        train_seconds = float(environ.get("FC2_TRAIN_SECONDS") or 0)
+    except ValueError:
+        train_seconds = -1.0
+    if not 0 <= train_seconds < math.inf:
+        raise SystemExit(f"FC2_TRAIN_SECONDS must be a number of seconds >= 0, not {environ['FC2_TRAIN_SECONDS']!r}")
+    return Fc2Env(strategy, role, task_index, is_chief, data, output_dir, tf_config, train_seconds)
 
 
 def log(message: str) -> None:
@@ -227,13 +238,14 @@ def base_metrics(args, env: Fc2Env, data: Dataset) -> dict:
     }
 
 
-def finish(model, args, env: Fc2Env, data: Dataset, tracker, global_batch: int, duration: float, **layout) -> None:
+def finish(model, args, env: Fc2Env, data: Dataset, tracker, global_batch: int, timing: Timing, **layout) -> None:
     """Evaluate on the test split, then save the model and metrics.json (the chief only calls this)."""
     test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
     metrics = (
         base_metrics(args, env, data)
         | layout
         | {
+            "epochs": tracker.epochs,  # more than --epochs where FC2_TRAIN_SECONDS asked for more
             "global_batch_size": global_batch,
             "steps": tracker.total,
             "steps_per_epoch": tracker.steps_per_epoch,
@@ -241,9 +253,10 @@ def finish(model, args, env: Fc2Env, data: Dataset, tracker, global_batch: int, 
             "epoch_train_losses": tracker.epoch_mean_losses,
             "test_loss": test_loss,
             "test_accuracy": test_acc,
-            "duration_s": round(duration, 3),
-            "examples_per_s": round(tracker.total * global_batch / max(duration, 1e-9), 1),
+            "examples_per_s": round(tracker.total * global_batch / max(timing.duration, 1e-9), 1),
         }
+        | timing.metrics(tracker.total, tracker.steps_per_epoch)
+        | ({"train_seconds": env.train_seconds} if env.train_seconds else {})
     )
     save_outputs(model, args, data, env.output_dir, metrics)
     log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
@@ -279,6 +292,45 @@ class ProgressTracker:
             self.window = []
         if epoch_end:
             self.epoch_losses = []
+
+    def add_epoch(self) -> None:
+        """One more epoch than planned (FC2_TRAIN_SECONDS): progress lines count it from now on."""
+        self.epochs += 1
+        self.total += self.steps_per_epoch
+
+
+@dataclass
+class Timing:
+    """The training loop's clock. Its first round of steps (one step; under ``ps`` one per worker) traces the step
+    function, builds its graph and compiles it on each worker: that start-up is timed apart (``startup_s``), so that
+    the epoch time (``epoch_time_s``) is the steady state's, which is what more or fewer workers change."""
+
+    started: float = field(default_factory=time.monotonic)
+    warm_steps: int = 0  # steps in the first round (0: not done yet)
+    warm_at: float = 0.0  # when the first round ended
+    ended: float = 0.0  # when the last step ended
+
+    def warmed(self, steps: int) -> None:
+        self.warm_steps, self.warm_at = steps, time.monotonic()
+
+    def stop(self) -> None:
+        self.ended = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def duration(self) -> float:
+        return self.ended - self.started
+
+    def metrics(self, steps: int, steps_per_epoch: int) -> dict:
+        """``duration_s`` (the whole loop), ``startup_s`` and, where steps ran after the first round, ``epoch_time_s``:
+        their mean step time × steps per epoch."""
+        figures = {"duration_s": round(self.duration, 3), "startup_s": round(self.warm_at - self.started, 3)}
+        if steps > self.warm_steps:
+            step_s = (self.ended - self.warm_at) / (steps - self.warm_steps)
+            figures["epoch_time_s"] = round(step_s * steps_per_epoch, 4)
+        return figures
 
 
 # ---------------------------------------------------------------------------------------------- MultiWorkerMirrored
@@ -325,17 +377,28 @@ def run_mirrored(args, env: Fc2Env) -> int:
         optimizer.build(model.trainable_variables)
 
     train_step = make_train_step(strategy, model, optimizer, global_batch)
+
+    @tf.function
+    def wanted_by_any(wants):
+        # Every worker must run the same steps (each is an all-reduce): they agree on one more epoch together.
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(wants,)), axis=None) > 0
+
     tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=env.is_chief)
-    started = time.monotonic()
-    for _ in range(tracker.total):
+    timing = Timing()
+    while tracker.step < tracker.total:
         loss = float(train_step(iterator))
+        if not timing.warm_steps:
+            timing.warmed(1)
         tracker.add([loss], log_now=(tracker.step + 1) % args.log_every_steps == 0)
-    duration = time.monotonic() - started
+        wants = float(timing.elapsed() < env.train_seconds)
+        if tracker.step == tracker.total and env.train_seconds and bool(wanted_by_any(tf.constant(wants))):
+            tracker.add_epoch()
+    timing.stop()
 
     failure = None
     if env.is_chief:
         try:
-            finish(model, args, env, data, tracker, global_batch, duration, workers=num_workers, replicas=replicas)
+            finish(model, args, env, data, tracker, global_batch, timing, workers=num_workers, replicas=replicas)
         except Exception as exc:  # still reach the barrier below, or the other workers would wait there forever
             failure = exc
 
@@ -414,15 +477,21 @@ def run_ps_chief(args, env: Fc2Env) -> int:
 
     worker_step = make_train_step(strategy, model, optimizer, global_batch)
     tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=True)
-    started = time.monotonic()
+    timing = Timing()
     while tracker.step < tracker.total:
-        # Schedule up to the next log point or epoch end, wait for those steps, then report their mean loss.
-        epoch_left = steps_per_epoch - tracker.step % steps_per_epoch
-        chunk = min(args.log_every_steps, epoch_left)
+        # Schedule up to the next log point or epoch end (the first round: one step per worker, each compiling the
+        # step), wait for those steps, then report their mean loss.
+        in_epoch = tracker.step % steps_per_epoch
+        to_log = args.log_every_steps - in_epoch % args.log_every_steps
+        chunk = min(num_workers if not timing.warm_steps else to_log, steps_per_epoch - in_epoch)
         remote = [coordinator.schedule(worker_step, args=(per_worker_iterator,)) for _ in range(chunk)]
         coordinator.join()
-        tracker.add([float(r.fetch()) for r in remote], log_now=True)
-    duration = time.monotonic() - started
+        if not timing.warm_steps:
+            timing.warmed(chunk)
+        tracker.add([float(r.fetch()) for r in remote], log_now=chunk == to_log)
+        if tracker.step == tracker.total and timing.elapsed() < env.train_seconds:
+            tracker.add_epoch()
+    timing.stop()
 
     finish(
         model,
@@ -431,7 +500,7 @@ def run_ps_chief(args, env: Fc2Env) -> int:
         data,
         tracker,
         global_batch,
-        duration,
+        timing,
         workers=num_workers,
         parameter_servers=num_ps,
         replicas=num_workers,

@@ -78,7 +78,7 @@ class Command(ContractCommand):
         if options.get("json"):
             self.stdout.write(json.dumps(out))
         else:
-            self.stdout.write(json.dumps(out, indent=2))
+            self.stdout.write("\n".join(TEXT[action](out)))
 
     def _up(self, *, provider, region, worker_type, ps_type, workers, strategy, latency_ms, name, no_bootstrap, **_):
         if reason := provisioner.unavailable(provider):
@@ -151,6 +151,69 @@ class Command(ContractCommand):
             "removed": [reaping.cluster_name for reaping in reaped],
             "resources": {reaping.cluster_name: reaping.resources for reaping in reaped},
         }
+
+
+def _cluster_lines(cluster: dict) -> list[str]:
+    """A cluster as people read it: a line of its own, then a line per node.
+
+    >>> print("\\n".join(_cluster_lines({"name": "c1", "provider": "lab", "strategy": "ps", "latency_ms": 5.0,
+    ...     "nodes": [{"name": "ps-0", "role": "ps", "instance_type": "lab.small", "address": "10.213.1.2",
+    ...                "ssh": "fc2@10.213.1.2:22", "instance_id": ""}]})))
+    cluster c1 on lab (ps, 5 ms between the nodes): 1 node
+      ps-0  ps  lab.small  10.213.1.2  ssh fc2@10.213.1.2:22
+    """
+    nodes = cluster.get("nodes")
+    if nodes is None:  # listed, but its state could not be read
+        return [f"cluster {cluster['name']} on {cluster['provider']} (its nodes could not be read)"]
+    delay = f", {cluster['latency_ms']:g} ms between the nodes" if cluster.get("latency_ms") else ""
+    lines = [
+        f"cluster {cluster['name']} on {cluster['provider']} ({cluster['strategy']}{delay}): {_count(nodes, 'node')}"
+    ]
+    for node in nodes:
+        where = [node["address"], f"ssh {node['ssh']}" if node["ssh"] else "", node["instance_id"]]
+        lines.append(
+            "  " + "  ".join(part for part in (node["name"], node["role"], node["instance_type"], *where) if part)
+        )
+    return lines
+
+
+def _count(items, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _removed_lines(out: dict) -> list[str]:
+    """
+    >>> _removed_lines({"name": "c1", "provider": "lab", "removed": True, "resources": ["namespace fc2-a", "veth x"]})
+    ['removed cluster c1 on lab: 2 resources', '  namespace fc2-a', '  veth x']
+    """
+    resources = out["resources"]
+    return [f"removed cluster {out['name']} on {out['provider']}: {_count(resources, 'resource')}"] + [
+        f"  {resource}" for resource in resources
+    ]
+
+
+def _reaped_lines(out: dict) -> list[str]:
+    """
+    >>> _reaped_lines({"provider": "lab", "removed": [], "resources": {}})
+    ['no leftover cluster on lab']
+    >>> _reaped_lines({"provider": "lab", "removed": ["c1"], "resources": {"c1": ["namespace fc2-a"]}})
+    ['removed 1 leftover cluster on lab:', '  c1: namespace fc2-a']
+    """
+    if not out["removed"]:
+        return [f"no leftover cluster on {out['provider']}"]
+    lines = [f"removed {_count(out['removed'], 'leftover cluster')} on {out['provider']}:"]
+    return lines + [
+        f"  {name}: {', '.join(out['resources'].get(name, [])) or 'nothing left'}" for name in out["removed"]
+    ]
+
+
+# `cluster ACTION` without --json: what it did, in lines (with --json: the one object, as the contract says).
+TEXT = {
+    "up": _cluster_lines,
+    "down": _removed_lines,
+    "list": lambda out: [line for c in out["clusters"] for line in _cluster_lines(c)] or ["no clusters"],
+    "reap": _reaped_lines,
+}
 
 
 def _describe(cluster) -> dict:

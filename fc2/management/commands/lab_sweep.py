@@ -93,7 +93,8 @@ class Command(ContractCommand):
                     except (BundleError, jobs.SubmitError, OSError) as exc:
                         self.fail(str(exc), as_json, cells=cells)
                     job = inline.run_inline(job.pk)
-                    record = job.perf_records.filter(source=PerformanceRecord.Source.MEASURED).first()
+                    measured = PerformanceRecord.Source.MEASURED
+                    record = PerformanceRecord.objects.filter(job_link__job=job, source=measured).first()
                     cell = {
                         "workers": count,
                         "batch_size": batch_size,

@@ -63,7 +63,9 @@ class Command(BaseCommand):
             catalog = load_catalog(name)
             self.stdout.write(f"catalogue {catalog.name}: {catalog.types.count()} instance types")
         for result in import_samples():
-            self.stdout.write(f"performance records {', '.join(result.workloads)}: {result.imported} records")
+            strategies = ", ".join(s for s in result.strategies if s)
+            what = f"{', '.join(result.workloads)} ({strategies})" if strategies else ", ".join(result.workloads)
+            self.stdout.write(f"performance records {what} from {result.file}: {result.imported} records")
         datasets.materialise_builtin("digits")  # ships with scikit-learn; mnist/cifar10 download on first use
         for dataset in datasets.ensure_builtin_rows():
             self.stdout.write(f"dataset {dataset.name}: {'ready' if dataset.path else 'downloaded on first use'}")

@@ -93,11 +93,20 @@ class Command(ContractCommand):
             help="aws: the region the cluster is made in (default: FC2_AWS_REGION, the catalogue's region)",
         )
         parser.add_argument(
-            "--budget-total",
+            "--budget",
+            type=dollars,
+            metavar="C",
+            help="with --algorithm: the budget C in $/h, which then sets the worker count (instead of --workers)",
+        )
+        parser.add_argument(
+            "--total-budget",
             type=dollars,
             metavar="DOLLARS",
             help="a budget for the whole job, in $ at the catalogue's prices: refused if the cluster's projected total "
-            "cost exceeds it, stopped and torn down before its cost would (not `recommend --budget`, which is $/h)",
+            "cost exceeds it, stopped and torn down before its cost would",
+        )
+        parser.add_argument(
+            "--budget-total", type=dollars, metavar="DOLLARS", help="deprecated: the old name of --total-budget"
         )
         parser.add_argument("--user", default="researcher", help="username the job belongs to (default: researcher)")
         parser.add_argument("--inline", action="store_true", help="run the pipeline in this process (no worker)")
@@ -106,6 +115,11 @@ class Command(ContractCommand):
 
     def handle(self, *args, **options):
         as_json = options["json"]
+        if options["budget_total"] is not None:
+            if options["total_budget"] is not None:
+                self.fail("--budget-total is the deprecated name of --total-budget: give one of them", as_json)
+            self.stderr.write("warning: --budget-total is deprecated: use --total-budget")
+            options["total_budget"] = options["budget_total"]
         owner = get_user_model().objects.filter(username=options["user"]).first()
         if owner is None:
             self.fail(f"no user {options['user']!r} (run `make run` once, or pass --user)", as_json)
@@ -133,7 +147,8 @@ class Command(ContractCommand):
                     worker_type=options["worker_type"],
                     latency_ms=options["latency_ms"],
                     region=options["region"],
-                    budget=options["budget_total"],
+                    budget=options["budget"],
+                    total_budget=options["total_budget"],
                     workload_name=options["workload"],
                     plan_first=True,
                 )
@@ -141,7 +156,7 @@ class Command(ContractCommand):
             self.fail(str(exc), as_json)
 
         if not as_json:
-            budget = f", budget {usd(job.budget)} for the whole job" if job.budget is not None else ""
+            budget = f", budget {usd(job.total_budget)} for the whole job" if job.total_budget is not None else ""
             self.stderr.write(f"job {job.pk} submitted ({job.get_absolute_url()}){budget}")
         if options["inline"]:
             job = inline.run_inline(job.pk)
@@ -187,7 +202,7 @@ class Command(ContractCommand):
             summary = f" — {job.failure_summary}" if job.failure_reason else ""
             self.stdout.write(f"job {job.pk}: {job.state}{summary}")
             if job.cost_so_far is not None:
-                budget = f" of a {usd(job.budget)} budget" if job.budget is not None else ""
+                budget = f" of a {usd(job.total_budget)} budget" if job.total_budget is not None else ""
                 self.stdout.write(f"  {job.cost_label.lower()} {estimate(job.cost_so_far)}{budget} (catalogue prices)")
             for artifact in result["artifacts"]:
                 self.stdout.write(f"  {artifact['name']} ({artifact['size_bytes']} bytes): {artifact['path']}")

@@ -1,11 +1,13 @@
-"""`manage.py model_report --workload W`: leave-one-group-out calibration of the performance model on the workload's
-own records — MAPE of epoch time and mean regret of the recommended worker count."""
+"""`manage.py model_report --workload W [--strategy ps|mirrored]`: what the recommender's model is worth for a workload
+and strategy — the predictor's cross-validated error and interval coverage (the very figures the Records page, the
+wizard, the API and `fc2 recommend` quote) — and the leave-one-group-out calibration of its mean, the fitted model
+alone: MAPE of epoch time and mean regret of the recommended worker count."""
 
 from __future__ import annotations
 
 import json
 
-from recommender import perfmodel, service
+from recommender import algorithms, perfmodel, service
 from recommender.management.base import ContractCommand
 from recommender.management.commands.recommend import CATALOG_HELP
 from recommender.types import RecommendationError
@@ -17,7 +19,14 @@ class Command(ContractCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--workload", required=True, metavar="NAME", help="whose performance records to use")
-        parser.add_argument("--catalog", default=service.DEFAULT_CATALOG, metavar="NAME", help=CATALOG_HELP)
+        parser.add_argument(
+            "--catalog", default="", metavar="NAME", help=CATALOG_HELP + " (default: the one of the records' types)"
+        )
+        parser.add_argument(
+            "--strategy",
+            choices=["ps", "mirrored"],
+            help="whose runs: through a parameter server, or all-reduce (default: the one with more records)",
+        )
         parser.add_argument(
             "--group-by",
             default="latency",
@@ -31,9 +40,15 @@ class Command(ContractCommand):
             records = service.workload_records(options["workload"])
             if not records:
                 raise RecommendationError(f"workload {options['workload']!r} has no performance records")
-            report = perfmodel.calibration_report(
-                records, service.catalog_specs(options["catalog"]), group_by=options["group_by"]
-            )
+            counts = service.strategy_counts(records)
+            strategy = options["strategy"] or max(counts, key=counts.get)
+            if strategy not in counts:
+                raise RecommendationError(f"workload {options['workload']!r} has no records of the {strategy} strategy")
+            catalog = options["catalog"] or service.records_catalog(records)
+            own = algorithms.of_strategy(records, strategy == "ps")
+            predictor = service.model_figures(records, strategy, catalog)
+            report = perfmodel.calibration_report(own, service.catalog_specs(catalog), group_by=options["group_by"])
+            report |= {"strategy": strategy, "catalog": catalog, "predictor": predictor}
         except RecommendationError as exc:
             self.fail(str(exc), options["json"])
         if options["json"]:
@@ -44,7 +59,12 @@ class Command(ContractCommand):
             return "n/a" if value is None else f"{value:.1%}"
 
         self.stdout.write(
-            f"{options['workload']}: {report['full_model']['family']} model (cross-validated MAPE "
+            f"{options['workload']} ({service.STRATEGY_LABELS[strategy]}, {catalog} catalogue): the recommender's "
+            f"predictor errs by {predictor['cv_mape'] or 'n/a'} cross-validated, its 80 % intervals holding "
+            f"{predictor['cv_coverage'] or 'n/a'} of the held-out runs ({predictor['cv'] or 'not cross-validated'})"
+        )
+        self.stdout.write(
+            f"its mean alone: {report['full_model']['family']} model (cross-validated MAPE "
             f"{percent(report['full_model']['cv_mape'])}); leave-one-{options['group_by']}-out on {report['records']} "
             f"records: MAPE {percent(report['mape'])}, mean regret of the picked worker count "
             f"{percent(report['mean_regret'])} over {report['cells']} cells"

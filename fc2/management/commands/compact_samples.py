@@ -1,6 +1,6 @@
 """`manage.py compact_samples [--days N] [--dry-run] [--json]`: compact to one per node and minute the resource samples
 of jobs that ended more than N days ago (default FC2_SAMPLE_FULL_DAYS, 7), as the daily periodic task does
-(monitor/retention.py)."""
+(fc2/services/monitoring.py, monitor/retention.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from django.core.management.base import CommandParser
 
+from fc2.services import monitoring
 from monitor import retention
 from recommender.management.base import ContractCommand
 
@@ -32,7 +33,7 @@ class Command(ContractCommand):
 
     def handle(self, *args, **options) -> None:
         try:
-            result = retention.compact_ended_jobs(options["days"], dry_run=options["dry_run"])
+            result = monitoring.compact_ended_jobs(options["days"], dry_run=options["dry_run"])
         except ValueError as exc:
             self.fail(str(exc), options["json"])
         if options["json"]:

@@ -1,0 +1,91 @@
+"""What the jobs ask of the monitor, and what they tell it: monitor/ knows no job (it imports nothing of fc2), so a
+job's nodes go to it as `WatchedNode`s made here from fc2's rows — as SkyPilot's provision layer takes dataclasses,
+never its caller's ORM objects.
+
+- The job page's run figures: kept on the job once it ended (`Job.figures`, which pipeline.ended stores), computed —
+  at most every LIVE_CACHE_S, over its last hour — while it runs; with the nodes silent too long while it runs.
+- The job page's charts (monitor/series.py).
+- Retention: the samples of jobs that ended more than FC2_SAMPLE_FULL_DAYS days ago, compacted to one per node and
+  minute (monitor/retention.py), for the daily beat task and `manage.py compact_samples`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
+
+from fc2.models import Job, Node
+from monitor import figures, retention, series
+from monitor.series import WatchedNode
+from provisioner.types import is_chief
+
+LIVE_WINDOW = timedelta(hours=1)  # a running job's figures are over its last hour (an ended job's over all of it)
+LIVE_CACHE_S = 10  # a running job's figures are computed at most this often
+
+
+def watched(job: Job, nodes: Iterable[Node]) -> list[WatchedNode]:
+    """The job's nodes as the monitor takes them."""
+    return [WatchedNode(n.pk, n.name, n.role, n.instance_type, is_chief(job.strategy, n.role, n.index)) for n in nodes]
+
+
+def last_heard(job: Job, node: Node) -> datetime:
+    """When the node last reported (before its first report: when the job started running, or was submitted)."""
+    return node.last_report_at or job.started_at or job.created_at
+
+
+def silent_nodes(job: Job, nodes: Iterable[Node], now: datetime | None = None) -> dict[str, float]:
+    """Name → seconds since it last reported, for the nodes of a running job silent past FC2_NODE_SILENCE_S."""
+    if job.state != Job.State.RUNNING:
+        return {}
+    now = now or timezone.now()
+    silent = {}
+    for node in nodes:
+        if node.status in Node.FINISHED:
+            continue
+        if (quiet := (now - last_heard(job, node)).total_seconds()) > settings.FC2_NODE_SILENCE_S:
+            silent[node.name] = quiet
+    return silent
+
+
+def compute_figures(job: Job, since: datetime | None = None) -> dict:
+    """The job's run figures and alerts from its nodes' samples taken after `since` (None: all of them)."""
+    nodes = list(job.nodes.all())
+    steps_per_epoch = job.steps // job.epochs if job.steps and job.epochs else None
+    metrics = job.metrics or {}
+    return figures.compute(watched(job, nodes), job.catalog, metrics, silent_nodes(job, nodes), since, steps_per_epoch)
+
+
+def job_figures(job: Job) -> dict:
+    """The job's run figures and alerts: stored once it has ended (Job.figures), computed — at most every
+    LIVE_CACHE_S, over its last hour — while it runs."""
+    if job.figures is not None:
+        return job.figures
+    if job.is_terminal:
+        return compute_figures(job)
+    key = f"fc2:job-figures:{job.pk}"
+    if (cached := cache.get(key)) is None:
+        cached = compute_figures(job, since=timezone.now() - LIVE_WINDOW)
+        cache.set(key, cached, LIVE_CACHE_S)
+    return cached
+
+
+def job_series(job: Job, since: datetime | None = None, limit: int = series.MAX_POINTS) -> dict:
+    """What the job page's charts need (newer than `since`): monitor.series.run_series of the job's nodes. Three
+    queries: the nodes, the samples and the chief's losses."""
+    return series.run_series(watched(job, job.nodes.all()), since, limit)
+
+
+def compact_ended_jobs(days: int | None = None, dry_run: bool = False) -> retention.Compaction:
+    """Compact the samples of every node whose job ended more than `days` days ago (default: FC2_SAMPLE_FULL_DAYS),
+    a node at a time. A job that has not ended is never touched, however old; nor is one whose end was not recorded
+    (`finished_at`, which every transition to an end sets)."""
+    days = retention.full_days() if days is None else days
+    if days < 0:
+        raise ValueError(f"days must be 0 or more, not {days}")
+    cutoff = timezone.now() - timedelta(days=days)
+    nodes = Node.objects.filter(job__state__in=Job.TERMINAL, job__finished_at__lt=cutoff).order_by("pk")
+    return retention.compact_nodes(list(nodes.values_list("pk", "job_id")), days, dry_run)
