@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.urls import reverse
 
 import provisioner
@@ -197,3 +199,11 @@ def wait_result(cluster: ClusterInfo, node: str = "worker-0", timeout: float = 6
             return result
         time.sleep(0.2)
     raise AssertionError(f"{node} kept no result; agent.log: {(result.parent / 'agent.log').read_text()[-2000:]}")
+
+
+def migrate(targets) -> MigrationExecutor:
+    """The database migrated to `targets` (forward or back), for a test of a migration; the executor that did it."""
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor

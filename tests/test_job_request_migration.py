@@ -9,16 +9,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from fc2.models import Job, JobEvent
-from tests.helpers import make_bundle, make_dataset
+from tests.helpers import make_bundle, make_dataset, migrate
 
 BEFORE = [("fc2", "0017_job_resends")]
-
-
-def migrate(targets) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from fc2.models import Job, JobRecord
 from recommender.models import PerformanceRecord
-from tests.helpers import job_row
+from tests.helpers import job_row, migrate
 
 DROP = ("recommender", "0004_remove_performancerecord_job")  # the recommender's old column goes here
 
@@ -20,13 +20,6 @@ def before_the_move(executor: MigrationExecutor) -> list[tuple[str, str]]:
     nodes = executor.loader.graph.node_map
     (moved,) = [parent.key for parent in nodes[DROP].parents if parent.key[0] == "fc2"]
     return sorted(parent.key for parent in nodes[moved].parents)
-
-
-def migrate(targets) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor
 
 
 @pytest.mark.django_db(transaction=True)

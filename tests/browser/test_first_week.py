@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 import provisioner
 from fc2.models import ApiToken, Artifact, CodeBundle, Dataset, Job, Node
 from monitor.models import LossPoint, NodeSample
+from provisioner.lab import net as labnet
 from tests.browser.conftest import SCREENSHOTS, log_in, to_resource_step
 from tests.conftest import make_job
 
@@ -251,3 +252,35 @@ def test_the_wizards_panel_never_keeps_an_old_answer_when_the_new_one_fails(brow
     workers.fill("2")
     expect(panel).to_contain_text("2 workers")
     context.close()
+
+
+def test_operators_pages_say_what_is_measured_and_how_to_enable_the_lab(
+    page, shot, admin_user, alice, bundle, digits, example_wheel, monkeypatch
+):
+    """The dashboard's cluster time for short jobs (not "0.0 cluster-hours"), an AWS catalogue without an ECU column
+    of "variable", and a lab that cannot run here offered disabled with the one command that enables it."""
+    call_command("setup_platform", "--no-demo-accounts", stdout=StringIO())
+    job = make_job(alice, bundle, digits)
+    started = timezone.now() - timedelta(minutes=3, seconds=5)
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.SUCCEEDED, started_at=started, finished_at=started + timedelta(minutes=3, seconds=5)
+    )
+    log_in(page, "admin", "password")
+    page.goto("/dashboard/")
+    expect(page.get_by_text("3 min 05 s of cluster time")).to_be_visible()
+    shot("dashboard-cluster-time")
+
+    page.goto("/recommender/catalogs/?catalog=aws-us-east-1")
+    expect(page.locator("table thead")).not_to_contain_text("ECU")
+    expect(page.get_by_text("AWS no longer publishes EC2 compute units")).to_be_visible()
+    assert "variable" not in page.locator("table").inner_text()
+    shot("aws-catalogue")
+
+    monkeypatch.setattr(labnet, "unavailable", lambda: "no OpenSSH server (/usr/sbin/sshd)")
+    page.context.clear_cookies()
+    log_in(page, "alice", "alice-password-1")
+    to_resource_step(page, example_wheel)
+    lab = page.get_by_label("Lab (emulated cloud on this machine)")
+    expect(lab).to_be_disabled()
+    expect(page.get_by_text("(make lab installs them)")).to_be_visible()
+    shot("lab-disabled")
