@@ -1,4 +1,4 @@
-"""The admin: uploads and requests may be corrected; what the pipeline and the nodes write is shown, never edited.
+"""The admin: uploads may be corrected; jobs, and what the pipeline and the nodes write, are shown, never edited.
 
 A job's state moves only through fc2.services.pipeline, whose steps claim a job by a conditional update on its state: a
 form that moved it (or rewrote its token, cluster or lease) would start or orphan work behind the pipeline's back.
@@ -77,31 +77,17 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ("state", "provider", "strategy")
     search_fields = ("owner__username", "failure_reason")
     inlines = [NodeInline, JobEventInline]
-    # The run's settings the researcher asked for. Every other field (the request as it came, the plan the recommend
-    # step chose, state, failure reason, token, cluster, lease, progress, times, and any field added later) is read-only
-    # here: a list of what may change, not of what may not.
-    REQUEST_FIELDS = (
-        "owner",
-        "bundle",
-        "dataset",
-        "parameters",
-        "provider",
-        "region",
-        "algorithm",
-        "budget",
-        "total_budget",
-        "catalog",
-        "worker_types",
-    )
     exclude = ("token_hash",)  # even a hash of the agents' secret stays off the page; token_set says if there is one
 
     def get_readonly_fields(self, request, obj=None) -> list[str]:
-        pipeline_fields = [
-            field.name
-            for field in Job._meta.concrete_fields
-            if field.name not in self.REQUEST_FIELDS and field.name not in ("id", *self.exclude)
+        return [field.name for field in Job._meta.concrete_fields if field.name not in ("id", *self.exclude)] + [
+            "token_set"
         ]
-        return [*pipeline_fields, "token_set"]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Shown, never edited: the request is kept as it came (its recommend step and a re-run read it), and the
+        # pipeline alone moves the state, token, cluster and lease. A job to run otherwise is a new job (Re-run).
+        return False
 
     def has_add_permission(self, request) -> bool:
         return False  # a job starts through jobs.submit (wizard, API, submit_job), which sends it down the pipeline

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -77,9 +77,7 @@ def node_figures(
     capacity_mbps: float | None = None,
     vcpu: int | None = None,
 ) -> NodeFigures:
-    """One node's figures from its samples (oldest first); `window` is the training's span (None: not known, as before
-    the chief's second progress line: the node's CPU is then over all its samples, and no idleness is said, since
-    idleness is a share of the training)."""
+    """One node's figures from its samples (oldest first); `window` is the training's span (None: all of them)."""
     busy_s = sent_bytes_s = recv_bytes_s = 0.0
     peak = None
     measured = False
@@ -103,7 +101,7 @@ def node_figures(
     in_window = [s.cpu_percent for s in training if s.cpu_percent is not None]
     cpu = statistics.fmean(in_window) if in_window else None
     idleness = None
-    if role == "worker" and window is not None and cpu is not None and len(cpu_all) >= 2:
+    if role == "worker" and cpu is not None and len(cpu_all) >= 2:
         busiest = statistics.quantiles(cpu_all, n=20)[-1] if len(cpu_all) >= 20 else max(cpu_all)
         if vcpu:
             busiest = min(busiest, vcpu * 100.0)
@@ -254,10 +252,13 @@ def compute(
     silent: Mapping[str, float] | None = None,
     since: datetime | None = None,
     steps_per_epoch: int | None = None,
+    ended: bool = True,
 ) -> dict:
     """A run's figures from its nodes' samples taken after `since` (None: all of them), their types' capacities in
     `catalog`, the chief's metrics.json and the nodes silent too long (name → seconds); `steps_per_epoch` (from the
-    progress lines' totals) turns the pace of training so far into an epoch time."""
+    progress lines' totals) turns the pace of training so far into an epoch time. A run not `ended` whose chief has not
+    printed two progress lines has not begun training: its workers' idleness, a share of the training, is not said
+    (over start-up alone it would read as idle)."""
     from recommender.models import InstanceType
 
     types = {n.instance_type for n in nodes}
@@ -270,9 +271,12 @@ def compute(
     samples = load_samples([n.id for n in nodes], taken_after=since)
     losses, _ = load_losses(n.id for n in nodes if n.chief)
     window = (losses[0].at, losses[-1].at) if len(losses) >= 2 else None
+    not_begun = window is None and not ended
     per_node = {node_id: list(group) for node_id, group in itertools.groupby(samples, key=lambda s: s.node_id)}
     figures = [
         node_figures(n.name, n.role, n.instance_type, per_node.get(n.id, []), window, *specs.get(n.instance_type, ()))
         for n in nodes
     ]
+    if not_begun:
+        figures = [replace(f, idleness=None) for f in figures]
     return run_figures(figures, metrics, silent, (steps_per_s(losses), steps_per_epoch))

@@ -33,7 +33,7 @@ def test_setup_loads_table4_once_however_often_it_runs():
     first = records_of(SAMPLE)
     setup_platform()
 
-    assert f"performance records {SAMPLE}: 10 records" in output
+    assert f"performance records {SAMPLE} (mirrored) from anwar2021-table4.csv: 10 records" in output
     assert len(first) == 10 and (4, 64000, 0.0, 419.0) in first
     assert records_of(SAMPLE) == first
 

@@ -188,4 +188,4 @@ def test_an_empty_name_is_refused_with_its_reason(client, alice, upload):
 
     assert "Not renamed: a name cannot be empty" in response.text
     upload.refresh_from_db()
-    assert upload.name == "points.csv"
+    assert upload.name == "points"  # its file's name without the extension, unchanged

@@ -326,30 +326,35 @@ def admin_user_client(request, client, staff, admin_user):
 
 
 def test_admin_cannot_move_a_job_or_touch_its_token_and_cluster(admin_user_client, job):
+    """A job is shown, never edited, even with the right to change jobs: its request stays as it came (its recommend
+    step and a re-run read it) and only the pipeline moves its state, token and cluster."""
     client = admin_user_client
     token = job.issue_token()
     job.cluster = {"cluster_id": "fc2-job-x", "nodes": []}
     job.save()
     url = reverse("admin:fc2_job_change", args=[job.pk])
-    data = change_form(client, url)
+    page = client.get(url)
     forged = {
         "state": Job.State.SUCCEEDED,
         "token_hash": "0" * 64,
         "cluster": '{"cluster_id": "elsewhere", "nodes": []}',
         "failure_reason": "edited",
         "epoch": "7",
-        "workers": "3",  # what was asked for may still be corrected
+        "workers": "3",
+        "provider": "aws",
+        "request": '{"provider": "aws"}',
     }
 
-    response = client.post(url, {**data, **forged})
+    response = client.post(url, forged)
 
-    assert response.status_code == 302, response.content.decode()[-3000:]
+    assert page.status_code == 200 and 'type="submit" value="Save"' not in page.content.decode()
+    assert response.status_code == 403
     job.refresh_from_db()
     assert job.state == Job.State.QUEUED
     assert job.token_matches(token)
     assert job.cluster == {"cluster_id": "fc2-job-x", "nodes": []}
-    assert (job.failure_reason, job.epoch) == ("", None)
-    assert job.workers == 3
+    assert (job.failure_reason, job.epoch, job.workers, job.provider) == ("", None, None, "local")
+    assert job.request["provider"] == "local"
 
 
 def test_admin_shows_whether_a_token_is_set_never_the_token(admin_client, job):

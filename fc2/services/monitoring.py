@@ -56,7 +56,9 @@ def compute_figures(job: Job, since: datetime | None = None) -> dict:
     nodes = list(job.nodes.all())
     steps_per_epoch = job.steps // job.epochs if job.steps and job.epochs else None
     metrics = job.metrics or {}
-    return figures.compute(watched(job, nodes), job.catalog, metrics, silent_nodes(job, nodes), since, steps_per_epoch)
+    return figures.compute(
+        watched(job, nodes), job.catalog, metrics, silent_nodes(job, nodes), since, steps_per_epoch, job.is_terminal
+    )
 
 
 def job_figures(job: Job) -> dict:

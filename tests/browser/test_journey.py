@@ -146,9 +146,10 @@ def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
     log_in(page, "alice", "alice-password-1")
     to_resource_step(page, example_wheel, {"epochs": "1"})
     page.get_by_label("Lab (emulated cloud on this machine)").check()
+    page.wait_for_load_state("networkidle")  # the step redrawn with the lab's own catalogue chosen
+    expect(page.get_by_label("Instance catalogue")).to_have_value("lab")
     page.get_by_label("Latency between nodes (ms)").fill("10")
     page.get_by_label("All-Reduce").check()
-    page.get_by_label("Instance catalogue").select_option("lab")
     expect(page.locator("#id_worker_type option[value='lab-w-250']")).to_have_count(1)  # the lab's types, live
     page.wait_for_load_state("networkidle")  # the step redrawn for the catalogue before a type is chosen in it
     page.get_by_label("Worker type", exact=True).select_option("lab-w-250")
@@ -188,6 +189,7 @@ def test_the_wizards_aws_choice_trains_on_ec2_instances_through_the_workers(
         to_resource_step(page, example_wheel, {"epochs": "1"})
         expect(page.get_by_label("AWS EC2")).to_be_enabled()
         page.get_by_label("AWS EC2").check()
+        page.wait_for_load_state("networkidle")  # the step redrawn for the provider chosen
         page.get_by_label("AWS region").select_option(REGION)
         page.get_by_label("All-Reduce").check()
         page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
