@@ -235,7 +235,7 @@ def records(request: HttpRequest) -> HttpResponse:
         "batch_sizes": [(NO_BATCH_SIZE if size is None else str(size), size, count) for size, count in groups],
         "batch_size": batch_size,
         "chart": chart,
-        "strategies": strategies,
+        "strategies": [(value, service.STRATEGY_LABELS[value], count) for value, count in strategies.items()],
         "strategy": strategy,
         "strategy_label": service.STRATEGY_LABELS.get(strategy, ""),
         "catalog": catalog,
