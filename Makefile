@@ -75,19 +75,22 @@ browser:
 		apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }; }
 
 # The tests load their own settings (fc2/settings_test.py); the migrations check is a manage.py command like any.
-# pytest runs twice (docs/OPERATIONS.md, "Tests"): first every test not marked `serial`, spread over TEST_PROCESSES
-# processes (pytest-xdist; each its own test database and FC2_VAR_DIR), then the `serial` ones alone, one at a time;
-# the second runs even when the first failed, so that one run says every failure.
+# pytest runs in three parts (docs/OPERATIONS.md, "Development"), each even when one before it failed, so that one run
+# says every failure: the light tests spread over TEST_PROCESSES processes (pytest-xdist; each its own test database
+# and FC2_VAR_DIR); the `heavy` ones (real clusters, the lab, outages: mostly waiting) HEAVY_PROCESSES at a time, work
+# stolen by whichever process is free; then the `alone` ones, one at a time.
 TEST_PROCESSES ?= auto
+HEAVY_PROCESSES ?= 3
 test: export DEBUG ?= 1
 test: $(BIN)/.installed examples browser sandbox lab
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/pytest -m "not serial" -n $(TEST_PROCESSES); parallel=$$?; \
-	$(BIN)/pytest -m serial; serial=$$?; \
-	[ $$parallel = 0 ] && [ $$serial = 0 ]
+	$(BIN)/pytest -m "not heavy and not alone" -n $(TEST_PROCESSES); light=$$?; \
+	$(BIN)/pytest -m heavy -n $(HEAVY_PROCESSES) --dist worksteal; heavy=$$?; \
+	$(BIN)/pytest -m alone; alone=$$?; \
+	[ $$light = 0 ] && [ $$heavy = 0 ] && [ $$alone = 0 ]
 
 lint:
 	$(BIN)/ruff check .

@@ -237,7 +237,7 @@ def test_cluster_up_twice_is_one_cluster_and_down_leaves_no_instance(aws_env):
     assert everything_tagged("cli-twice") == NOTHING
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_an_aws_job_trains_over_ssh_at_the_addresses_ec2_gave_and_leaves_nothing(ec2_hosts, alice, example_wheel):
     load_catalog("fc2-2018")

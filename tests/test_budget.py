@@ -274,7 +274,7 @@ def test_the_watchdog_looks_ahead_by_what_the_providers_teardowns_take(job, sett
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("provider", ["local", pytest.param("aws", marks=pytest.mark.serial)])  # aws: the lab's network
+@pytest.mark.parametrize("provider", ["local", pytest.param("aws", marks=pytest.mark.heavy)])  # aws: the lab's network
 def test_a_running_job_about_to_exceed_its_budget_is_stopped_and_its_cluster_torn_down(
     provider, alice, digits, tmp_path, sent, request
 ):

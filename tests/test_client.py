@@ -693,7 +693,7 @@ def media_files(settings) -> list[Path]:
     return [p for p in Path(settings.MEDIA_ROOT).rglob("*") if p.is_file() and "builtin" not in p.parts]
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_researcher_trains_and_downloads_a_model_from_their_machine(
     alice, bob, example_wheel, celery_worker, live_server, tmp_path

@@ -29,8 +29,8 @@ from tests.conftest import (
 )
 from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
-# Real TensorFlow jobs, with fault timings asserted: run alone (`make test`'s serial part).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.serial]
+# Real TensorFlow jobs, with fault timings asserted: `make test`'s heavy part.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
 State = Job.State
 # Where the worker is killed: held there by FC2_FAULT_PAUSE (see pipeline._hold), except `running`, when no step runs.
@@ -63,7 +63,9 @@ def test_a_worker_killed_at_any_step_leaves_no_job_hanging(state, alice, bundle,
     the other, which was idle all along, finishes the job (or fails it, where the step may not be done again)."""
     pause = {} if state == State.RUNNING else {"FC2_FAULT_PAUSE": f"{state}=120"}
     first, first_log = workers.start(hostname="fc2-host-a@%h", **pause)
-    job = submit(alice, bundle, digits)
+    # Held in bootstrap, the nodes already train: they must outlast the second host's start, or the chief's result
+    # ends the job before the first host is lost (their teardown ends them).
+    job = submit(alice, bundle, digits, **({"epochs": "500"} if state == State.BOOTSTRAPPING else {}))
     if state == State.RUNNING:
         wait_for(lambda: Job.objects.get(pk=job.pk).state == State.RUNNING, "running", workers)
     else:
@@ -178,7 +180,7 @@ OUTAGE_S = 60
 def test_the_web_server_down_at_the_end_of_training_loses_no_result(
     alice, bundle, digits, workers, runtime_dir, live_server, settings
 ):
-    """The platform is unreachable for its nodes from before the chief finishes until 60 s later: the chief's agent
+    """The platform is unreachable for its nodes from before the chief finishes for a minute or more: the chief's agent
     keeps its result and retries until the platform is back, the job is never failed meanwhile, and it succeeds with
     its model. (The sweep is kept from fetching the kept result, so that the agent's own delivery is what is tested.)"""
     settings.FC2_NODE_SILENCE_S = 10 * OUTAGE_S
@@ -189,13 +191,14 @@ def test_the_web_server_down_at_the_end_of_training_loses_no_result(
     proxy.down()
     down_at = time.monotonic()
     kept = runtime_dir / "clusters" / Job.objects.get(pk=job.pk).cluster_name / "worker-0" / "result" / "report.json"
-    while time.monotonic() - down_at < OUTAGE_S:
+    # A minute at least, and until the chief has kept its result (on a busy machine its training may take longer).
+    while time.monotonic() - down_at < OUTAGE_S or not kept.exists():
         sweep.sweep()
         assert not Job.objects.get(pk=job.pk).is_terminal, Job.objects.get(pk=job.pk).failure_reason
+        assert time.monotonic() - down_at < 3 * OUTAGE_S, "the chief never finished training: make the job shorter"
         time.sleep(0.5)
-    assert kept.exists(), "the chief had not finished training when the platform came back: make the job shorter"
     proxy.up()
-    up_at = timezone.now()
+    up_at, down_s = timezone.now(), time.monotonic() - down_at
 
     job = sweeping(job, ended_and_released, "result delivered after the outage", workers)
 
@@ -204,6 +207,6 @@ def test_the_web_server_down_at_the_end_of_training_loses_no_result(
     assert job.metrics.get("test_accuracy") is not None
     assert not job.events.filter(message__contains="its report never arrived").exists()  # the agent delivered it
     delivered_s = (job.events.get(state=State.COLLECTING).at - up_at).total_seconds()
-    print(f"\nFIGURE web down {OUTAGE_S} s at the end of training: delivered {delivered_s:.1f} s after its return")
+    print(f"\nFIGURE web down {down_s:.0f} s at the end of training: delivered {delivered_s:.1f} s after its return")
     proxy.down()
     assert_nothing_left(job, runtime_dir)

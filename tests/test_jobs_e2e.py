@@ -43,7 +43,7 @@ def assert_cluster_gone(job: Job, runtime_dir: Path) -> None:
     assert job.cluster_name and not (runtime_dir / "clusters" / job.cluster_name).exists()
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.parametrize("strategy", ["ps", "mirrored"])
 def test_inline_job_trains_and_returns_results(strategy, alice, example_wheel, runtime_dir):
     result = submit(
@@ -71,7 +71,7 @@ def test_inline_job_trains_and_returns_results(strategy, alice, example_wheel, r
     assert_cluster_gone(job, runtime_dir)
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.parametrize("strategy", ["ps", "mirrored"])
 def test_the_example_trains_for_fc2_train_seconds_whatever_its_epochs(strategy, example_wheel, digits):
     """What a profiling run asks of the code (RunSpec.train_seconds, FC2_TRAIN_SECONDS on every node): the example adds
@@ -93,7 +93,7 @@ def test_the_example_trains_for_fc2_train_seconds_whatever_its_epochs(strategy, 
     assert metrics["epochs"] > 1 and metrics["steps"] == 5 * metrics["epochs"] == len(metrics["epoch_train_losses"]) * 5
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_failing_training_code_fails_the_job_with_its_log(alice, tmp_path, runtime_dir):
     wheel = tmp_path / "crash-0.1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -114,7 +114,7 @@ def test_failing_training_code_fails_the_job_with_its_log(alice, tmp_path, runti
     assert_cluster_gone(job, runtime_dir)
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_cancel_while_running_leaves_no_process(alice, bundle, digits, runtime_dir):
     job = make_job(alice, bundle, digits, parameters={"epochs": "500"}, strategy="ps")
     runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
@@ -137,14 +137,14 @@ def test_cancel_while_running_leaves_no_process(alice, bundle, digits, runtime_d
     assert_cluster_gone(job, runtime_dir)
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, None)])
 def test_an_inline_job_whose_process_is_stopped_is_cancelled_and_its_cluster_torn_down(
     signum, status, alice, example_wheel, runtime_dir, live_server
 ):
     """`submit_job --inline` (and `lab_sweep`, the same runner) stopped by `kill` or Ctrl-C while training: the job
     is cancelled and its cluster gone before the process exits — none of its nodes left running."""
-    env = worker_env(live_server, runtime_dir, "unused")
+    env = worker_env(live_server, runtime_dir, "unused") | {"PYTHONFAULTHANDLER": "1"}  # SIGABRT: every stack
     command = [
         sys.executable, "manage.py", "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--workers",
         "2", "--param", "epochs=500", "--user", "alice", "--inline", "--json",
@@ -160,7 +160,11 @@ def test_an_inline_job_whose_process_is_stopped_is_cancelled_and_its_cluster_tor
         assert len(cluster_processes()) >= 4
 
         process.send_signal(signum)
-        out, err = process.communicate(timeout=90)
+        try:
+            out, err = process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)  # where it hangs, said by faulthandler
+            pytest.fail(f"still running 90 s after the signal:\n{process.communicate()[1].decode()[-6000:]}")
     finally:
         if process.poll() is None:
             process.kill()
@@ -172,7 +176,7 @@ def test_an_inline_job_whose_process_is_stopped_is_cancelled_and_its_cluster_tor
     assert_cluster_gone(job, runtime_dir)
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_job_runs_through_a_real_celery_worker(alice, example_wheel, celery_worker, runtime_dir):
     result = submit(
         "--bundle", str(example_wheel), "--dataset", "digits", "--workers", "2", "--strategy", "mirrored",

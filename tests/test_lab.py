@@ -4,16 +4,13 @@ missing)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
 from datetime import datetime
 from io import StringIO
 from pathlib import Path
 
-import psutil
 import pytest
 from django.core.management import call_command
 
@@ -21,16 +18,15 @@ import provisioner
 from fc2.models import Job, ReapedCluster
 from fc2.services import inline, jobs
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, nodes
-from provisioner.lab import net as labnet
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from recommender.perfdata import parse_csv
-from tests.conftest import call_json
+from tests.conftest import call_json, lab_leftovers, nothing_left
 from tests.wheels import GOOD, make_wheel
 
 pytestmark = [
     pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab"))),
-    pytest.mark.serial,  # TensorFlow across namespaces, shaped links measured: run alone
+    pytest.mark.heavy,  # TensorFlow across namespaces
 ]
 
 
@@ -39,31 +35,9 @@ def lab_catalog(db):
     return load_catalog("lab")
 
 
-def leftovers(cluster_id: str) -> dict:
-    """Everything of the cluster that could be left on the machine."""
-    h = labnet.cluster_hash(lab.tag(), cluster_id)
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
-    mounts = Path("/proc/self/mounts").read_text()
-    directory = str(lab._cluster_dir(cluster_id))
-    processes = []  # its sshds, agents, relay, delay daemons and job code: all name its directory or namespaces
-    for process in psutil.process_iter(["cmdline", "status"]):
-        with contextlib.suppress(psutil.Error, TypeError):
-            line = " ".join(process.info["cmdline"])
-            if (directory in line or h in line) and process.info["status"] != psutil.STATUS_ZOMBIE:
-                processes.append(line)
-    return {
-        "processes": processes,
-        "namespaces": [line for line in namespaces.splitlines() if h in line],
-        "links": [line for line in links.splitlines() if h in line],
-        "rules": [line for line in rules.splitlines() if h in line],
-        "mounts": [line for line in mounts.splitlines() if str(lab._cluster_dir(cluster_id)) in line],
-        "directory": lab._cluster_dir(cluster_id).exists(),
-    }
-
-
-NOTHING = {"processes": [], "namespaces": [], "links": [], "rules": [], "mounts": [], "directory": False}
+def leftovers(cluster_id: str) -> dict[str, list[str]]:
+    """Whatever of the cluster is still on the machine, by kind ({} when nothing is)."""
+    return nothing_left(lab_leftovers(cluster_id, lab._cluster_dir(cluster_id), lab.tag()))
 
 
 def cluster_command(action: str, *args: str) -> tuple[int, dict]:
@@ -93,7 +67,7 @@ def test_a_lab_job_trains_over_ssh_bootstrapped_nodes_and_leaves_nothing(strateg
     assert all(a.startswith("10.") for a in addresses) and len(set(addresses)) == len(addresses)
     assert all(n.started_at for n in job.nodes.all()), "every node's agent reported (through the bridge's relay)"
     assert any("nodes:" in e.message and "10." in e.message for e in job.events.all())  # the timeline says where
-    assert leftovers(job.cluster_name) == NOTHING
+    assert leftovers(job.cluster_name) == {}
 
 
 TRANSFER_BYTES = 30 * 2**20
@@ -176,7 +150,7 @@ def test_cluster_up_twice_is_one_cluster_whose_nodes_answer_over_ssh(settings):
     finally:
         code_down, down = cluster_command("down", name)
     assert code_down == 0 and down["removed"]
-    assert leftovers(name) == NOTHING
+    assert leftovers(name) == {}
     assert cluster_command("down", name)[0] == 1  # gone: said so, not a traceback
 
 
@@ -192,7 +166,7 @@ def test_a_node_whose_sshd_is_down_fails_the_bootstrap_by_name_and_leaves_nothin
         assert failed.value.node == victim.name and "did not answer within 3" in str(failed.value)
     finally:
         provisioner.teardown("lab", cluster.cluster_id)
-    assert leftovers(cluster.cluster_id) == NOTHING
+    assert leftovers(cluster.cluster_id) == {}
 
 
 def test_a_node_reaches_the_other_nodes_and_the_platform_port_only(settings):
@@ -272,7 +246,7 @@ def test_cluster_reap_removes_what_no_job_records_and_keeps_the_rest(job):
         code, reaped = cluster_command("reap", "--provider", "lab")
 
         assert code == 0 and reaped["removed"] == [orphan] and reaped["resources"][orphan]
-        assert leftovers(orphan) == NOTHING
+        assert leftovers(orphan) == {}
         record = ReapedCluster.objects.get()
         assert (record.provider, record.cluster_name, record.job_number, record.by) == ("lab", orphan, 999, "command")
         assert record.resources == reaped["resources"][orphan]
@@ -340,7 +314,7 @@ def test_a_ps_shaped_to_100_mbits_shows_at_most_that_and_a_saturation_alert(alic
     assert "ps-saturated" in [a["code"] for a in job.figures["alerts"]]  # (its senders, idle on the CPU, too)
     client.force_login(alice)
     assert 'data-alert="ps-saturated"' in client.get(job.get_absolute_url()).content.decode()
-    assert leftovers(job.cluster_name) == NOTHING
+    assert leftovers(job.cluster_name) == {}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -377,7 +351,7 @@ def test_scala_opt_with_no_profile_runs_its_profiling_run_then_the_cluster_it_ch
     assert job.cost_so_far > job.cost_between(start=job.launched_at)  # the profiling run is billed to the job
     timeline = " | ".join(job.events.values_list("message", flat=True))
     assert "profiling run: 1 lab-ps-450 PS + 1 lab-w-1g worker" in timeline and "Mbps (mean over" in timeline
-    assert leftovers(run["cluster"]) == NOTHING and leftovers(job.cluster_name) == NOTHING
+    assert leftovers(run["cluster"]) == {} and leftovers(job.cluster_name) == {}
 
     again = StringIO()
     call_command(
@@ -415,7 +389,7 @@ def test_scala_opt_measures_the_readmes_two_epoch_example_for_the_runs_window_wh
     assert job.metrics["startup_s"] > 0 and job.metrics["epoch_time_s"] > 0
     measured = PerformanceRecord.objects.get(workload="digits-two-epochs", source=PerformanceRecord.Source.MEASURED)
     assert measured.epoch_time_s == job.metrics["epoch_time_s"]  # the steady state's, not duration_s / epochs
-    assert leftovers(run["cluster"]) == NOTHING and leftovers(job.cluster_name) == NOTHING
+    assert leftovers(run["cluster"]) == {} and leftovers(job.cluster_name) == {}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -439,4 +413,4 @@ def test_a_profiling_run_whose_code_ends_at_once_fails_the_job_saying_what_to_ch
     assert "more epochs" in job.failure_reason
     assert took < 60 and run["bandwidth_mbps"] is None
     assert not PerformanceRecord.objects.filter(workload="demo-ends-at-once").exists()
-    assert leftovers(run["cluster"]) == NOTHING
+    assert leftovers(run["cluster"]) == {}

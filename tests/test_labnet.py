@@ -25,7 +25,7 @@ from provisioner.lab import net as labnet
 REASON = labnet.unavailable()
 pytestmark = [
     pytest.mark.skipif(REASON is not None, reason=f"the lab network cannot run here: {REASON}"),
-    pytest.mark.serial,  # rates, delays and CPU shares measured: run alone
+    pytest.mark.alone,  # rates, delays and CPU shares measured: nothing beside them
 ]
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent

@@ -43,7 +43,7 @@ from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 pytestmark = [
     pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab"))),
     pytest.mark.django_db(transaction=True),
-    pytest.mark.serial,  # the lab's network, loss timings asserted, and every installation's orphans looked at
+    pytest.mark.heavy,  # the lab's network, loss timings asserted
 ]
 
 State = Job.State

@@ -389,7 +389,7 @@ def each_step_once(events: list[tuple[str, str]]) -> None:
     assert not [m for m in messages if "bootstrap sent again" in m or "provision sent again" in m], messages
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_postgres_restarted_mid_job_answers_503_meanwhile_and_the_job_goes_on(platform, tmp_path):
     job_id = platform.submit(trainer_wheel(tmp_path))
     wait_until("near its end", lambda: near_its_end(platform, job_id), 120, platform)
@@ -429,7 +429,7 @@ def test_postgres_restarted_mid_job_answers_503_meanwhile_and_the_job_goes_on(pl
     assert platform.nothing_left() == []
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_redis_restarted_mid_job_answers_503_meanwhile_and_the_job_recovers(platform, tmp_path):
     """The chief finishes while the broker is down: its completion cannot be sent to the workers (the report answers
     503, and the agent tries again), the broker comes back empty, and the sweep sends the lost step again."""

@@ -12,7 +12,7 @@ import pytest
 import provisioner
 from provisioner import ClusterSpec
 
-pytestmark = pytest.mark.serial  # the lab's and aws's nodes are network namespaces of the lab: run alone
+pytestmark = pytest.mark.heavy  # the lab's and aws's nodes are network namespaces of the lab
 
 
 @pytest.fixture(params=sorted(provisioner.PROVIDERS))

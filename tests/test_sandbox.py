@@ -107,7 +107,7 @@ def hostile_wheel(directory: Path, targets: dict) -> Path:
     return make_wheel(directory, members, "hostile-1.0-py3-none-any.whl")
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_hostile_bundle_fails_every_attack_and_still_trains(alice, digits, tmp_path, runtime_dir):
     database = settings.DATABASES["default"]["NAME"]
@@ -281,7 +281,7 @@ def test_agent_uploads_no_link_fifo_or_file_outside_the_output(tmp_path):
     assert outputs.not_kept == []
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_url_dataset_is_fetched_by_the_node_not_the_platform(alice, bundle, digits, tmp_path, settings):
     """The node's agent downloads the URL (checked again there) into the node; the job trains on it."""

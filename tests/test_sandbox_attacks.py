@@ -23,7 +23,7 @@ from tests.wheels import GOOD
 
 pytestmark = [
     pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"),
-    pytest.mark.serial,  # thread bombs, full disks and memory hogs bounded: run alone
+    pytest.mark.alone,  # thread bombs, full disks and memory hogs bounded: nothing beside them
 ]
 
 

@@ -211,7 +211,7 @@ def test_the_wizard_offers_it_with_the_model_says_what_was_chosen_and_files_the_
     assert (job.request["strategy"], job.algorithm) == (Job.Strategy.AUTO, "model")
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_job_left_open_trains_on_the_strategy_the_model_chose(alice, client, example_wheel, runtime_dir):
     """For real, on the local provider: all-reduce measured faster, so its 2 workers run with no PS node."""

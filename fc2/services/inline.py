@@ -24,11 +24,12 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
     lease = Lease.claim(job_id)
     if lease is None:
         raise RuntimeError(f"job {job_id} is driven by another process")
-    with terminate_as_interrupt(), report_server() as url, lease.renewing():
+    with Interrupts() as interrupts, report_server() as url, lease.renewing():
         try:
             step: str | None = pipeline.FIRST_STEP
             attempt = 1
             while step and lease.held:
+                interrupts.check()
                 try:
                     if not pipeline.run_step(step, job_id, attempt, report_url=url, resume=attempt > 1):
                         break
@@ -38,6 +39,7 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
                     continue
                 step, attempt = pipeline.STEPS[step].next, 1
             while lease.held and not (job := Job.objects.get(pk=job_id)).is_terminal:
+                interrupts.check()
                 if job.state == State.COLLECTING:
                     pipeline.run_step(pipeline.STEP_OF[job.state], job_id)
                 elif job.state == State.RUNNING:
@@ -54,23 +56,37 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
     return Job.objects.get(pk=job_id)
 
 
-@contextmanager
-def terminate_as_interrupt():
-    """SIGTERM (`kill`, a container stopped, a CI runner's time out) ends this process as Ctrl-C does — by an
-    exception the runner cleans up after (SystemExit, status 143) — rather than at once, its cluster left running.
-    Only the main thread can take signals; elsewhere (a test's thread) the handler stays as it was."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class Interrupts:
+    """SIGINT (Ctrl-C) and SIGTERM (`kill`, a container stopped, a CI runner's time out) end this process by an
+    exception the runner cleans up after — KeyboardInterrupt, or SystemExit with the status a process killed by the
+    signal has — rather than at once, its cluster left running. Both handlers are set here, whatever this process
+    inherited (a SIGINT ignored by its parent included), and each signal is also kept: an exception raised where
+    Python swallows it (a destructor, a garbage-collector callback) is raised again by `check()`, which the runner's
+    loops call. Only the main thread can take signals; elsewhere (a test's thread) the handlers stay as they were."""
 
-    def interrupt(signum, frame):
-        raise SystemExit(128 + signum)  # the exit status a process killed by the signal has
+    def __init__(self) -> None:
+        self.received: int | None = None
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __enter__(self) -> Interrupts:
+        self.previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, self._interrupt)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _interrupt(self, signum: int, frame) -> None:
+        self.received = signum
+        self.check()
+
+    def check(self) -> None:
+        if self.received == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.received is not None:
+            raise SystemExit(128 + self.received)
 
 
 def _interrupted(job_id: int) -> None:

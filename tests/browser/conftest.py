@@ -5,9 +5,11 @@ Screenshots of every page a test visits go to test-artifacts/screenshots/ (kept 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,13 @@ def to_resource_step(page: Page, wheel: Path, parameters: dict[str, str] | None 
     page.locator("label.wz-card", has_text="Digits").click()
     page.get_by_role("button", name=re.compile("^Next")).click()
     page.wait_for_url(re.compile(r"/jobs/new/resource/"))
+
+
+@contextlib.contextmanager
+def redrawn(page: Page) -> Iterator[None]:
+    """Wait, after the block, until htmx has drawn the wizard's step anew, as a change of provider, workload or
+    catalogue does (the old #wizard is swapped out whole). `wait_for_load_state` cannot tell: the page reached its
+    load states long before, and a field chosen before the new step arrives is lost with the old one."""
+    before = page.locator("#wizard").element_handle()
+    yield
+    before.wait_for_element_state("hidden")

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from fc2.models import CodeBundle, Job
 from recommender.catalog import load_catalog
-from tests.browser.conftest import log_in, to_resource_step
+from tests.browser.conftest import log_in, redrawn, to_resource_step
 from tests.conftest import aws_worker_env, cluster_processes, make_job, start_worker, worker_env
 from tests.ec2lab import NOTHING, REGION, everything_tagged
 from tests.wheels import FILENAME, GOOD, make_wheel
@@ -24,7 +24,7 @@ from tests.wheels import FILENAME, GOOD, make_wheel
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_researcher_trains_on_digits_and_downloads_the_model(page, shot, alice, example_wheel, celery_worker, tmp_path):
     load_catalog("fc2-2018")
     log_in(page, "alice", "alice-password-1")
@@ -132,7 +132,7 @@ def test_admin_sees_every_researchers_jobs_on_the_dashboard(page, shot, admin_us
     shot("admin-dashboard")
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
     page, shot, alice, example_wheel, celery_worker
 ):
@@ -145,17 +145,14 @@ def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
     load_catalog("lab")
     log_in(page, "alice", "alice-password-1")
     to_resource_step(page, example_wheel, {"epochs": "1"})
-    page.get_by_label("Lab (emulated cloud on this machine)").check()
-    page.wait_for_load_state("networkidle")  # the step redrawn with the lab's own catalogue chosen
+    with redrawn(page):  # with the lab's own catalogue chosen
+        page.get_by_label("Lab (emulated cloud on this machine)").check()
     expect(page.get_by_label("Instance catalogue")).to_have_value("lab")
     page.get_by_label("Latency between nodes (ms)").fill("10")
     page.get_by_label("All-Reduce").check()
     expect(page.locator("#id_worker_type option[value='lab-w-250']")).to_have_count(1)  # the lab's types, live
-    page.wait_for_load_state("networkidle")  # the step redrawn for the catalogue before a type is chosen in it
     page.get_by_label("Worker type", exact=True).select_option("lab-w-250")
-    page.wait_for_load_state("networkidle")
     page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
-    page.wait_for_load_state("networkidle")
     expect(page.get_by_label("Worker type", exact=True)).to_have_value("lab-w-250")
     shot("wizard-resource-lab")
     page.get_by_role("button", name=re.compile("^Next")).click()
@@ -174,7 +171,7 @@ def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
     expect(page.get_by_text("10 ms between nodes").first).to_be_visible()
 
 
-@pytest.mark.serial
+@pytest.mark.heavy
 def test_the_wizards_aws_choice_trains_on_ec2_instances_through_the_workers(
     page, shot, alice, example_wheel, ec2_hosts, live_server, runtime_dir, settings, tmp_path
 ):
@@ -188,16 +185,14 @@ def test_the_wizards_aws_choice_trains_on_ec2_instances_through_the_workers(
         log_in(page, "alice", "alice-password-1")
         to_resource_step(page, example_wheel, {"epochs": "1"})
         expect(page.get_by_label("AWS EC2")).to_be_enabled()
-        page.get_by_label("AWS EC2").check()
-        page.wait_for_load_state("networkidle")  # the step redrawn for the provider chosen
+        with redrawn(page):  # for the provider chosen
+            page.get_by_label("AWS EC2").check()
         page.get_by_label("AWS region").select_option(REGION)
         page.get_by_label("All-Reduce").check()
         page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
-        page.wait_for_load_state("networkidle")
         page.get_by_role("button", name=re.compile("^Next")).click()  # by hand, with no type: EC2 has no default
         expect(page.get_by_text("AWS EC2 has no default machine").first).to_be_visible()
         page.get_by_label("Resource configuration").select_option("cost-opt")
-        page.wait_for_load_state("networkidle")
         expect(page.locator("#recommendation")).to_contain_text("2 workers")
         shot("wizard-resource-aws")
         page.get_by_role("button", name=re.compile("^Next")).click()

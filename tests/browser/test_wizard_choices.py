@@ -46,10 +46,8 @@ def test_every_resource_choice_gives_a_cluster_or_says_why_not(page, shot, alice
             seen["disabled"].append(value)
             continue
         algorithm.select_option(value)
-        page.wait_for_load_state("networkidle")
         for field, choice in NEEDS.get(value, {}).items():
             page.get_by_label(field, exact=True).select_option(choice)
-            page.wait_for_load_state("networkidle")
         if value in ("scala-opt", "scala-opt-m") and not provisioner.get(provider_chosen(page)).own_network:
             # No profile yet, and a provider whose nodes share the machine's network cannot measure one: said live,
             # with the way out.
@@ -68,10 +66,8 @@ def test_every_resource_choice_gives_a_cluster_or_says_why_not(page, shot, alice
     reason = page.locator(".wz-reason", has_text="an All-Reduce cluster has none")
     for value in seen["usable"]:
         algorithm.select_option(value)
-        page.wait_for_load_state("networkidle")
         for field, choice in NEEDS.get(value, {}).items():
             page.get_by_label(field, exact=True).select_option(choice)
-            page.wait_for_load_state("networkidle")
         if value in ("scala-opt", "scala-opt-m"):
             expect(reason).to_be_visible()
         else:
