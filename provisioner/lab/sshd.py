@@ -74,6 +74,10 @@ X11Forwarding no
 PermitTunnel no
 AllowAgentForwarding no
 Subsystem sftp internal-sftp
+# sshd runs each command through root's shell, and Debian's bash then sources ~/.bashrc: on the lab, this machine's
+# root's. Whatever that runs (a pyenv or conda init, slow; a lock a killed one left, which stalls every command after)
+# is none of a node's business. Bash skips it in a nested shell, which SHLVL=1 makes this one.
+SetEnv SHLVL=1
 # The bootstrap opens a connection per node at once, and may retry together; the default (10) drops some of them.
 MaxStartups 200
 LogLevel VERBOSE
