@@ -6,7 +6,10 @@ No TensorFlow and no node processes: clusters come from `provisioner.local.launc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
+import threading
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -576,3 +579,24 @@ def test_the_inline_driver_retries_a_transient_failure_itself(alice, digits, tmp
     assert job.state == State.SUCCEEDED, job.failure_reason
     assert len(calls) == 2 and calls[0] == calls[1]  # the same cluster, launched again
     assert job.events.filter(message__contains="trying again in 2 s (attempt 2)").count() == 1
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals reach the main thread")
+@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)])
+def test_an_interrupt_python_swallowed_is_raised_again_by_the_runners_check(signum, raised):
+    """The inline runner's Ctrl-C or `kill`, even with SIGINT ignored by the parent and its exception swallowed where
+    Python drops it (a destructor, a garbage-collector callback): the next `check()` raises it, and the process's own
+    handlers come back afterwards."""
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a parent that ignores Ctrl-C leaves it
+    try:
+        with inline.Interrupts() as interrupts:
+            interrupts.check()  # nothing received: nothing raised
+            with contextlib.suppress(raised):  # swallowed, as in a destructor
+                signal.raise_signal(signum)
+            with pytest.raises(raised) as stopped:
+                interrupts.check()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    if raised is SystemExit:
+        assert stopped.value.code == 128 + signum  # the status a process killed by the signal has
