@@ -289,7 +289,8 @@ def measured_epoch_time(request: JobRequest, ps_type: str) -> tuple[float | None
     """The mean epoch time of this workload's measured runs of the very cluster a Manual request asks for — its
     worker type and count, strategy, PS type, the lab's latency and the batch size — and a sentence saying where it
     comes from; or None and why there is none."""
-    if not provisioner.get(request.provider).typed_nodes:
+    provider = provisioner.get(request.provider)
+    if not provider.typed_nodes:
         return None, (
             f"no epoch time: a {request.provider} cluster is no instance type, so no performance record describes it "
             "(a run on it measures this machine)"
@@ -297,7 +298,7 @@ def measured_epoch_time(request: JobRequest, ps_type: str) -> tuple[float | None
     if not request.worker_type:
         return None, "no epoch time: choose a worker type to look up its measured runs"
     batch_size = batch_size_parameter(request.parameters)
-    latency = request.latency_ms if provisioner.get(request.provider).latency else 0.0
+    latency = request.latency_ms if provider.latency else 0.0
     runs = [
         r
         for r in service.workload_records(request.workload)

@@ -42,6 +42,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
+from common.numbers import significant
 from recommender.algorithms import failure_risk, one_machine_latency_free
 from recommender.perfmodel.families import PerfModel
 from recommender.perfmodel.fitting import GROUPINGS, _usable, fit
@@ -224,7 +225,7 @@ class PredictorModel:
         at = sorted(lat for b, lat in self.successes.get((worker_type, n), {}) if b == batch)
         count = f"{len(runs)} run{'s' * (len(runs) != 1)}"
         if self.latency_free and n == 1 and at != [latency]:
-            where = ", ".join(f"{_fmt(lat)} ms" for lat in at)
+            where = ", ".join(f"{significant(lat, 4)} ms" for lat in at)
             return f"measured at {where} ({count}): one machine sends nothing over the network"
         return f"measured here ({count})"
 
@@ -233,13 +234,9 @@ class PredictorModel:
         if self.model is None:
             return f"the runs' Gaussian process ({change} on their typical time; no model: {self.model_error})"
         return (
-            f"the {self.model.family} model's {_fmt(math.exp(prior))} s, {change} by the Gaussian process on its "
-            "residuals"
+            f"the {self.model.family} model's {significant(math.exp(prior), 4)} s, {change} by the Gaussian process "
+            "on its residuals"
         )
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
 
 
 def _inputs(rows, batch_ref, center, scale, types) -> np.ndarray:
