@@ -131,6 +131,28 @@ def test_the_80_percent_interval_holds_about_80_percent_of_held_out_runs(records
     assert 0.70 <= report["coverage"] <= 0.90
 
 
+def test_an_estimate_beyond_the_measured_worker_counts_is_no_surer_than_the_predictors_own_hold_out():
+    """The process alone takes its confidence from residuals inside the runs; one step outside them the predictor's
+    hold-out of worker counts says how far its estimates strayed there, and that bounds the interval. The fourth
+    machine of the constructed grid straggles in a way three machines do not show: more of its runs fall inside."""
+    three = without(GRID, workers=4)
+    model, process_alone = predictor(three), predictor(three, cross_validate=False)
+    floor = model.held_out_spread[("workers", "beyond")]
+    estimate = model.estimate("", 4, 6400, 60.0)
+    assert estimate.std_log == floor > process_alone.estimate("", 4, 6400, 60.0).std_log
+    assert "beyond the measured worker counts: as unsure as the predictor was on held-out ones there" in (
+        estimate.detail
+    )
+    assert model.estimate("", 3, 6400, 60.0).std_log < floor / 10  # measured: the process's own
+
+    def inside(m) -> int:
+        fourth = [r for r in GRID if r.workers == 4 and r.epoch_time_s is not None]
+        intervals = [e.run_interval for e in m.estimate_many([("", 4, r.batch_size, r.latency_ms) for r in fourth])]
+        return sum(low <= r.epoch_time_s <= high for r, (low, high) in zip(fourth, intervals, strict=True))
+
+    assert inside(model) > inside(process_alone)
+
+
 def test_the_predictors_own_cross_validation_says_what_it_is_worth():
     model = predictor(TABLE4)
     assert model.cv == "2 latencies, 4 batch sizes, 4 worker counts, each held out in turn: 20 held-out estimates"
@@ -139,12 +161,23 @@ def test_the_predictors_own_cross_validation_says_what_it_is_worth():
     assert model.overall_error != pytest.approx(model.model.cv_mape)  # not the formula's own leave-one-out
 
 
-@pytest.mark.parametrize("group_by", ["batch_size", "workers"])
-def test_table_4_held_out_chooses_within_3_percent(group_by):
-    """Each batch size or worker count of Table 4 held out: every choice answered, each the measured best (a latency
-    held out leaves no cell of two counts)."""
-    report = holdout_report(TABLE4, group_by=group_by)
+def test_table_4_held_out_chooses_within_3_percent():
+    """Each batch size of Table 4 held out: every choice answered, each the measured best (a latency held out leaves
+    no cell of two counts; a worker count, below)."""
+    report = holdout_report(TABLE4, group_by="batch_size")
     assert report["cells_answered"] == 1.0 and report["mean_regret"] <= 0.03 and report["best_found"] >= 0.85
+
+
+def test_a_worker_count_nobody_measured_is_no_sure_bet_and_the_answer_says_so():
+    """Table 4 without its four-worker runs: four workers are estimated faster than three's measured 265 s at batch
+    size 32,000, but the predictor's own hold-out of worker counts on these few runs leaves that a bet. The risk-aware
+    choice keeps three and names four as one the data cannot tell apart. (Table 4 measured four at 220 s: that bet
+    declined is the 20 % regret of two of the six choices that benchmarks/model_calibration.py scores there.)"""
+    request = RecommendRequest("model", workload=ANWAR, batch_size=32000, latency_ms=0.0, max_workers=4)
+    answer = recommend_model(request, (), without(TABLE4, workers=4))
+    four = next(c for c in answer.candidates if c.workers == 4)
+    assert answer.workers == 3 and four.basis == "predicted" and four.epoch_time_s < 265 < four.interval_s[1]
+    assert "4 workers" in answer.explanation.split("The data cannot tell it apart from")[1]
 
 
 @pytest.mark.parametrize("records", [LAB_GRID, TABLE4], ids=["all-reduce", "table4"])

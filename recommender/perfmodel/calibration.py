@@ -131,9 +131,10 @@ def holdout_report(
 ) -> dict:
     """One latency, batch size or worker count held out at a time and predicted from the rest (JSON-serialisable).
 
-    method: ``predictor`` (recommender.perfmodel.predictor, rebuilt on each fold's records: model and process
-    refitted), ``model`` (the fitted family alone, `fit` on each fold's records) or ``baseline`` — plain interpolation
-    along the held-out axis with nothing fitted: linear between the two neighbouring measured values of that axis
+    method: ``predictor`` (recommender.perfmodel.predictor, rebuilt on each fold's records as the recommender builds
+    it: model and process refitted, its floors on uncertainty from its own cross-validation of the fold's records),
+    ``model`` (the fitted family alone, `fit` on each fold's records) or ``baseline`` — plain interpolation along the
+    held-out axis with nothing fitted: linear between the two neighbouring measured values of that axis
     (latencies, batch sizes or worker counts) at the same worker type and other two coordinates; one machine of an
     all-reduce workload taken as latency-independent (its runs at the same batch size, any latency).
 
@@ -215,7 +216,7 @@ def _fold_times(method, group_by, train, held_out, catalog) -> tuple[list[tuple]
     in a cell (None: the held-out counts' times against the fold's measured ones)."""
     points = [(r.instance_type, r.workers, r.batch_size, float(r.latency_ms or 0.0)) for r in held_out]
     if method == "predictor":
-        fold = predictor(train, catalog, cross_validate=False)
+        fold = predictor(train, catalog)  # cross-validated on the fold's own runs, as the recommender's is
         times = [
             (None, "", None) if e is None else (e.epoch_time_s, e.basis, list(e.run_interval))
             for e in fold.estimate_many(points)

@@ -23,7 +23,12 @@ recommender.algorithms.failure_risk) at every B ≥ B_f / 2 at any latency.
 
 What it is worth (`cross_validate`): every latency, batch size and worker count held out in turn and predicted from
 the rest (the model refitted, the process conditioned on the rest with its hyper-parameters from every run): the
-MAPE of the held-out runs and the share inside their 80 % intervals.
+MAPE of the held-out runs and the share inside their 80 % intervals. That hold-out also bounds the process's
+confidence where it has nothing to go on: an estimate at a worker count no run of its type measured, or at a batch
+size or latency no run of its type and count measured, is no surer than the predictor was on that axis's held-out
+values, between the measured ones or beyond them: its `std_log` is at least the one whose 80 % interval of a run
+would hold 80 % of their log errors. The coverage it reports gives each held-out value the floor the other held-out
+values of its kind set.
 
 Pure numpy/scikit-learn over the shared dataclasses: no ORM, no Django.
 """
@@ -35,7 +40,7 @@ import math
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -106,12 +111,15 @@ class PredictorModel:
     batch_ref: float | None  # a query's batch size when it gives none: the records' most common
     latency_ref: float  # a query's latency when it gives none: the records' most common
     coverage: dict  # measured ranges: workers [min, max], batch_sizes, latencies_ms, worker_types
+    seen: dict  # the values each axis was measured at (_seen)
     bridge_error: float = 0.0  # std of log time added for a type with no runs (priced through the catalogue)
     cv_mape: float | None = None  # held-out MAPE of the whole predictor (None: not cross-validated)
     cv_coverage: float | None = None  # share of held-out runs inside their 80 % interval
     cv: str = ""  # that cross-validation in words
     # Its held-out estimates, each (measured s, estimated s, the grouping held out): what the Records page draws
     cv_pairs: tuple[tuple[float, float, str], ...] = ()
+    # (axis, "between" | "beyond") -> the floor on std_log of an estimate at an unmeasured value of that axis
+    held_out_spread: dict = field(default_factory=dict)
 
     @property
     def overall_error(self) -> float | None:
@@ -178,11 +186,15 @@ class PredictorModel:
             latent = math.sqrt(max(float(s) ** 2 - noise**2, 0.0))
             if row[0] not in self.coverage["worker_types"]:
                 latent = math.hypot(latent, self.bridge_error)
+            floors = [(self.held_out_spread.get(off, 0.0), off) for off in _off_axes(self.seen, row, self.latency_free)]
+            floor, off = max(floors, default=(0.0, None))
             runs = self.runs.get(row)
             if runs:
                 time_s, basis, detail = float(np.mean(runs)), MEASURED, self._measured_text(queries[i], runs)
             else:
                 time_s, basis, detail = math.exp(m + r), PREDICTED, self._predicted_text(m, r)
+            if floor > latent:
+                latent, detail = floor, f"{detail}; {_floor_text(off, floor)}"
             if math.isfinite(time_s) and time_s > 0:
                 estimates[i] = Estimate(time_s, latent, noise, basis, detail, self.risk(*queries[i]))
         return estimates
@@ -237,6 +249,14 @@ class PredictorModel:
             f"the {self.model.family} model's {significant(math.exp(prior), 4)} s, {change} by the Gaussian process "
             "on its residuals"
         )
+
+
+def _floor_text(off: tuple[str, str], floor: float) -> str:
+    axis, where = off
+    return (
+        f"{where} the measured {_GROUP_NAMES[axis]}: as unsure as the predictor was on held-out ones there "
+        f"(80 %: within a factor {significant(math.exp(Z * floor), 3)})"
+    )
 
 
 def _inputs(rows, batch_ref, center, scale, types) -> np.ndarray:
@@ -335,6 +355,7 @@ def _build(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec], kerne
         latency_free=latency_free,
         batch_ref=batch_ref,
         latency_ref=_most_common(_latency(r) for r in usable) or 0.0,
+        seen=_seen(rows, latency_free),
         coverage={
             "workers": [min(r.workers for r in usable), max(r.workers for r in usable)],
             "batch_sizes": sorted({r.batch_size for r in usable if r.batch_size is not None}),
@@ -343,6 +364,39 @@ def _build(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec], kerne
         },
         bridge_error=_bridge_error(model),
     )
+
+
+def _seen(rows: Sequence[tuple], latency_free: bool) -> dict:
+    """The values each axis was measured at: worker counts per worker type, batch sizes and latencies per worker type
+    and count (a key None: every type's together). One machine's runs of an all-reduce workload measure no latency."""
+    seen = defaultdict(set)
+    for worker_type, n, batch, latency in rows:
+        for key in (worker_type, None):
+            seen[("workers", key)].add(n)
+            if batch is not None:
+                seen[("batch_size", key, n)].add(batch)
+            if not (latency_free and n == 1):
+                seen[("latency", key, n)].add(latency)
+    return {key: sorted(values) for key, values in seen.items()}
+
+
+def _off_axes(seen: dict, row: tuple, latency_free: bool) -> list[tuple[str, str]]:
+    """Where this row is off the runs, each with "between" (inside the measured values) or "beyond": at a worker count
+    no run of its type ran (only that: its batch size and latency are then no question of their own); else at a batch
+    size or latency no run of its type and count ran (a type with no runs: any type's)."""
+    worker_type, n, batch, latency = row
+    key = worker_type if ("workers", worker_type) in seen else None
+    axes = [("workers", ("workers", key), n)]
+    if n in seen.get(axes[0][1], []):
+        axes = [("batch_size", ("batch_size", key, n), batch)]
+        if not (latency_free and n == 1):
+            axes.append(("latency", ("latency", key, n), latency))
+    off = []
+    for axis, where, value in axes:
+        values = seen.get(where, [])
+        if value is not None and value not in values:
+            off.append((axis, "between" if values and values[0] < value < values[-1] else "beyond"))
+    return off
 
 
 def _bridge_error(model: PerfModel | None) -> float:
@@ -388,9 +442,12 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
     """The whole predictor's held-out MAPE and 80 % interval coverage: each latency, batch size and worker count left
     out in turn, the model refitted on the rest and the process conditioned on them with the hyper-parameters fitted
     on every run (refitting those too costs a marginal-likelihood search per fold on every request; the benchmark,
-    calibration.holdout_report, refits everything)."""
+    calibration.holdout_report, refits everything). Also the floors on std_log at unmeasured values of an axis
+    (`held_out_spread`), from the held-out log errors; each held-out run's interval takes the floors the other
+    held-out values set."""
     usable = _usable(records)
-    errors, inside, kinds, pairs = [], [], [], []
+    noise2 = float(kernel.k2.noise_level)
+    held, kinds = [], []  # held: (fold, its estimate, the measured time, the kinds of axis it is off on)
     for group_by in CV_GROUPINGS:
         key = GROUPINGS[group_by]
         groups = sorted({key(r) for r in usable}, key=lambda g: (g is None, g))
@@ -404,18 +461,33 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
                 fold = _build(train, catalog, kernel)
             except RecommendationError:
                 continue
-            estimates = fold.estimate_many([(r.instance_type, r.workers, r.batch_size, _latency(r)) for r in held_out])
-            for r, e in zip(held_out, estimates, strict=True):
+            rows = [(r.instance_type, r.workers, r.batch_size, _latency(r)) for r in held_out]
+            for r, row, e in zip(held_out, rows, fold.estimate_many(rows), strict=True):
                 if e is not None:
-                    errors.append(abs(e.epoch_time_s / r.epoch_time_s - 1))
-                    low, high = e.run_interval
-                    inside.append(low <= r.epoch_time_s <= high)
-                    pairs.append((r.epoch_time_s, e.epoch_time_s, group_by))
-    if not errors:
+                    off = _off_axes(fold.seen, fold._row(*row), fold.latency_free)
+                    held.append(((group_by, group), e, r.epoch_time_s, off))
+    if not held:
         return {}
+    errors = defaultdict(list)  # (axis, where) -> [(fold, absolute log error)], each error the held-out axis's
+    for fold, e, measured, off in held:
+        for kind in off:
+            if kind[0] == fold[0]:
+                errors[kind].append((fold, abs(math.log(measured / e.epoch_time_s))))
+
+    def floor(kind, leave_out=None) -> float:
+        spread = [error for fold, error in errors[kind] if fold != leave_out]
+        if not spread:
+            return 0.0
+        return math.sqrt(max((float(np.quantile(spread, 0.8)) / Z) ** 2 - noise2, 0.0))
+
+    inside = []
+    for fold, e, measured, off in held:
+        sigma = math.hypot(max([e.std_log, *(floor(kind, fold) for kind in off)]), e.noise_log)
+        inside.append(abs(math.log(measured / e.epoch_time_s)) <= Z * sigma)
     return {
-        "cv_mape": float(np.mean(errors)),
+        "cv_mape": float(np.mean([abs(e.epoch_time_s / measured - 1) for _, e, measured, _ in held])),
         "cv_coverage": float(np.mean(inside)),
-        "cv": f"{', '.join(kinds)}, each held out in turn: {len(errors)} held-out estimates",
-        "cv_pairs": tuple(pairs),
+        "cv": f"{', '.join(kinds)}, each held out in turn: {len(held)} held-out estimates",
+        "cv_pairs": tuple((measured, e.epoch_time_s, fold[0]) for fold, e, measured, _ in held),
+        "held_out_spread": {kind: floor(kind) for kind in errors},
     }
