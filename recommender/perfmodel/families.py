@@ -17,21 +17,21 @@ are therefore positive and never decrease with latency):
   Rabenseifner's all-reduce (Thakur, Rabenseifner & Gropp 2005: recursive halving then doubling, what collectives use
   when the messages are small and latency dominates); ``ring`` — m = 2(n−1), a ring's 2(n−1) steps. Where the records
   cannot tell the two apart (two worker counts, one of them a single machine), the tree stands: TensorFlow's
-  collectives measured on the lab took 1.07× as long per epoch under latency at 3 workers as at 2 with the batch per
-  replica (recommender/data/lab-digits-grid.csv), as the tree's 2·log2 n/n says (1.06×), not the ring's 2(n−1)/n
-  (1.33×).
+  collectives measured on the lab took 1.06× as long per epoch under latency at 3 workers as at 2 with the batch per
+  replica (the median over recommender/data/lab-digits-grid.csv's cells), as the tree's 2·log2 n/n says (1.06×), not
+  the ring's 2(n−1)/n (1.33×).
   A PS has a second law, ``roofline``: its server is shared, so the epoch takes as long as the slower of the workers'
   own work and what the server can serve (FC² §8: "increasing the cluster size does not help much as the parameter
-  server's network capacity has been saturated"; the lab's PS runs at 20 ms: 12.9 s on one worker, 7.8 on two, 7.5 on
-  three):
+  server's network capacity has been saturated"; the lab's PS runs at 20 ms and batch size 256: 1.30 s an epoch on one
+  worker, 0.83 on two, 0.57 on three, 0.66 on four):
   t = θ_fixed + θ_epoch_n·n + (θ_epoch + θ_epoch_n_lat·n)·l + max(κ_type·w(b)/n + s(b, n)·(θ_step + θ_lat·l·2),
                                                                   s(b, n)·n·(θ_srv + θ_srv_lat·l)),
   the first the worker-bound piece (each worker's steps, two round trips each), the second the server-bound one (every
   worker's steps pass through one server); the rest is the epoch's own work: once, and for each worker in turn
   (Ernest's θ·n, here with its round trips: TensorFlow's coordinator sets up every worker each epoch — on the lab at
-  batch size 256, 3 workers took 0.6 s longer an epoch than 2 at 20 ms and 1.1 s at 40 ms, with no more steps between
-  them). Fitted by alternating between the two pieces (each record to the piece that bounds it, both refitted by NNLS
-  on that split, from several starting splits: Magnani & Boyd's max-affine fitting).
+  batch size 256, 4 workers took 0.09 s longer an epoch than 3 at 20 ms and 0.19 s at 40 ms, with fewer steps each).
+  Fitted by alternating between the two pieces (each record to the piece that bounds it, both refitted by NNLS on that
+  split, from several starting splits: Magnani & Boyd's max-affine fitting).
 - ``ernest`` — Venkataraman et al. (NSDI'16), t = θ0 + θ1·size/n + θ2·log n + θ3·n, extended the same way:
   t = θ0 + κ_type·w(b)/n + s(b)·(θ_logn·log2 n + θ_n·n + l·(θ_lat_logn·log2 n + θ_lat_n·n)).
 
