@@ -9,9 +9,9 @@ Data sets, and what each is:
    1–4 workers) plus §6.2's failed one-machine run at batch size 64,000 — 9 times over 4 batch sizes and 2 latencies,
    too sparse to hold much out (two latencies: holding one out leaves too little to fit a model); and the lab's two
    grids of one workload measured here (``manage.py lab_sweep``): ``lab-digits-grid.csv`` through TensorFlow's
-   all-reduce (72 runs) and ``lab-digits-ps-grid.csv`` through a parameter server (64 runs), each an epoch time after
-   start-up, each 0 ms cell run twice, in one session (their headers say how far one run can be trusted). A grid dropped
-   into recommender/data/ later (anwar2021 or csv import format) is run too.
+   all-reduce (72 runs) and ``lab-digits-ps-grid.csv`` through a parameter server (96 runs), each an epoch time after
+   start-up, each PS cell and each all-reduce 0 ms cell run twice, in one session (their headers say how far one run
+   can be trusted). A grid dropped into recommender/data/ later (anwar2021 or csv import format) is run too.
    ``--grid PATH --format anwar2021|csv`` runs that one file instead of the shipped ones.
 2. **Constructed, not measured** — ``recommender/data/anwar2021-constructed-grid.csv`` (its first line says so): the
    dense grid the issue asks about (4 worker counts × 6 batch sizes × 6 latencies, Anwar's Figs. 9–15's axes), built

@@ -85,11 +85,11 @@ def test_records_are_paginated_and_another_workload_brings_its_own_batch_sizes(p
 
     rows = page.locator("table:not(.visually-hidden) tbody tr")
     expect(rows).to_have_count(50)
-    expect(page.get_by_role("navigation", name="Pages of records")).to_contain_text("records 1–50 of 64")
+    expect(page.get_by_role("navigation", name="Pages of records")).to_contain_text("records 1–50 of 96")
     expect(page.locator("#predictor-error")).to_contain_text("%")  # the recommender's own figure for these runs
     shot("records-page-1")
     page.get_by_role("link", name="next →").click()
-    expect(page.get_by_role("navigation", name="Pages of records")).to_contain_text("records 51–64 of 64")
+    expect(page.get_by_role("navigation", name="Pages of records")).to_contain_text("records 51–96 of 96")
     assert "workload=lab-digits-grid" in page.url and "strategy=ps" in page.url
     page.get_by_label("Strategy").select_option("mirrored")
     page.get_by_role("button", name="Show").click()
