@@ -17,7 +17,7 @@ import provisioner
 from fc2.models import ApiToken, Artifact, CodeBundle, Dataset, Job, Node
 from monitor.models import LossPoint, NodeSample
 from provisioner.lab import net as labnet
-from tests.browser.conftest import SCREENSHOTS, log_in, to_resource_step
+from tests.browser.conftest import SCREENSHOTS, log_in, redrawn, to_resource_step
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -180,7 +180,8 @@ def test_choosing_the_lab_chooses_its_catalogue_and_an_unpriced_cluster_says_so(
     to_resource_step(page, example_wheel)
     expect(page.locator("#plan-cost")).to_contain_text("not priced: choose a worker type")  # not "$0/h"
 
-    page.get_by_label("Lab (emulated cloud on this machine)").check()
+    with redrawn(page):  # with the lab's own catalogue chosen: a worker type chosen before then is lost
+        page.get_by_label("Lab (emulated cloud on this machine)").check()
     expect(page.get_by_label("Instance catalogue")).to_have_value("lab")
     expect(page.get_by_text("its machines are the lab catalogue's types")).to_be_visible()
     page.get_by_label("Worker type", exact=True).select_option("lab-w-1g")
