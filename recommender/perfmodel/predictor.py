@@ -386,17 +386,18 @@ def _off_axes(seen: dict, row: tuple, latency_free: bool) -> list[tuple[str, str
     size or latency no run of its type and count ran (a type with no runs: any type's)."""
     worker_type, n, batch, latency = row
     key = worker_type if ("workers", worker_type) in seen else None
-    axes = [("workers", ("workers", key), n)]
-    if n in seen.get(axes[0][1], []):
-        axes = [("batch_size", ("batch_size", key, n), batch)]
+    counts = seen.get(("workers", key), [])
+    if n not in counts:
+        axes = [("workers", counts, n)]
+    else:
+        axes = [("batch_size", seen.get(("batch_size", key, n), []), batch)]
         if not (latency_free and n == 1):
-            axes.append(("latency", ("latency", key, n), latency))
-    off = []
-    for axis, where, value in axes:
-        values = seen.get(where, [])
-        if value is not None and value not in values:
-            off.append((axis, "between" if values and values[0] < value < values[-1] else "beyond"))
-    return off
+            axes.append(("latency", seen.get(("latency", key, n), []), latency))
+    return [
+        (axis, "between" if values and values[0] < value < values[-1] else "beyond")
+        for axis, values, value in axes
+        if value is not None and value not in values
+    ]
 
 
 def _bridge_error(model: PerfModel | None) -> float:
@@ -474,6 +475,7 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
             if kind[0] == fold[0]:
                 errors[kind].append((fold, abs(math.log(measured / e.epoch_time_s))))
 
+    @functools.cache
     def floor(kind, leave_out=None) -> float:
         spread = [error for fold, error in errors[kind] if fold != leave_out]
         if not spread:
