@@ -113,8 +113,11 @@ def to_resource_step(page: Page, wheel: Path, parameters: dict[str, str] | None 
 @contextlib.contextmanager
 def redrawn(page: Page) -> Iterator[None]:
     """Wait, after the block, until htmx has drawn the wizard's step anew, as a change of provider, workload or
-    catalogue does (the old #wizard is swapped out whole). `wait_for_load_state` cannot tell: the page reached its
-    load states long before, and a field chosen before the new step arrives is lost with the old one."""
+    catalogue does (the old #wizard is swapped out whole), and settled it. `wait_for_load_state` cannot tell: the page
+    reached its load states long before, and a field chosen before the new step arrives is lost with the old one.
+    Nor is the swap enough: htmx listens on the new step's elements only once it settles (settleDelay, 20 ms, later;
+    until then they carry the class htmx-settling), and a field chosen in between asks the panel for nothing."""
     before = page.locator("#wizard").element_handle()
     yield
     before.wait_for_element_state("hidden")
+    page.locator(".htmx-settling").first.wait_for(state="detached")
