@@ -358,7 +358,7 @@ def _answer(
                 "cv_mape": model.cv_mape,
                 "cv_coverage_80": model.cv_coverage,
                 "kernel": model.kernel,
-                "noise": model.noise,
+                "noise": dict(zip(("least", "most"), model.noise, strict=True)),
                 "choice": "least upper bound of alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
             },
             "family": fitted.family if fitted else None,

@@ -98,7 +98,8 @@ def _predictor_text(model: PredictorModel) -> str:
         worth = f"The predictor's error is taken as the model's own, {model.overall_error:.1%}"
     else:
         worth = "The predictor's error is unknown"
-    noise = f"a run's noise ±{math.exp(model.noise) - 1:.1%}"
+    least, most = (f"{math.exp(noise) - 1:.1%}" for noise in model.noise)
+    noise = f"a run's noise ±{most}" if least == most else f"a run's noise ±{least} to ±{most}, the more it computes"
     fitted = model.model
     if fitted is None:
         return (

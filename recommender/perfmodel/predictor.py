@@ -3,11 +3,15 @@
 The model in a paragraph. The mean is the physics: the family that `fitting.fit` chose for the workload by
 cross-validation (Anwar eq. 5, Ernest, the PS roofline: recommender.perfmodel.families). On the log residuals of
 every successful run — each run a row, so repeats are data — sits a Gaussian process (scikit-learn's
-GaussianProcessRegressor, prior mean zero) with the kernel C · Matérn-5/2(log n, log B, l[, worker type]) + White:
-inputs standardised over the runs, the worker type one-hot (its length scale learns how much the types' residuals
-share), amplitude, length scales and noise bounded and fitted by maximum marginal likelihood. Near runs the estimate
-follows them as closely as their spread allows (the white noise, which the repeats set); far from them it returns to
-the physics, with the residuals' own spread as its uncertainty. Every estimate is log-normal: a median, the standard
+GaussianProcessRegressor, prior mean zero) with the kernel C · Matérn-5/2(log n, log B, l, log c[, worker type]) +
+noise: inputs standardised over the runs but c, the share of the expected time that the model puts outside the
+latency's terms (its time at 0 ms over its time: 1 where the run computes throughout, → 0 where it waits on the
+network), the worker type one-hot (its length scale learns how much the types' residuals share). A run's noise
+(`_Noise`) is waiting + computing · c² in log time: computing shares the machine and jitters, waiting out the
+latency is steady — on the lab, two runs of a 0 ms cell differ by 20 %, of a 20 or 40 ms cell by 0.5 %. Amplitude,
+length scales and both noises are bounded and fitted by maximum marginal likelihood. Near runs the estimate follows
+them as closely as their noise there allows (which the repeats set); far from them it returns to the physics, with
+the residuals' own spread as its uncertainty. Every estimate is log-normal: a median, the standard
 deviation of its log (`std_log`: how well the data pin the expected time) and a run's noise (`noise_log`). Where a
 configuration ran, its time is its runs' mean (a measurement is not replaced by a model of it), with the process's
 standard deviation there. One machine of an all-reduce workload sends nothing over the network, so its runs count at
@@ -26,9 +30,9 @@ the rest (the model refitted, the process conditioned on the rest with its hyper
 MAPE of the held-out runs and the share inside their 80 % intervals. That hold-out also bounds the process's
 confidence where it has nothing to go on: an estimate at a worker count no run of its type measured, or at a batch
 size or latency no run of its type and count measured, is no surer than the predictor was on that axis's held-out
-values, between the measured ones or beyond them: its `std_log` is at least the one whose 80 % interval of a run
-would hold 80 % of their log errors. The coverage it reports gives each held-out value the floor the other held-out
-values of its kind set.
+values (between the measured ones and beyond them together): its `std_log` is at least the one with which 80 % of
+those held-out runs, each with its own noise, would have fallen inside their 80 % intervals. The coverage it reports
+gives each held-out value the floor the other held-out values of its axis set.
 
 Pure numpy/scikit-learn over the shared dataclasses: no ORM, no Django.
 """
@@ -43,9 +47,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy.optimize import minimize
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+from sklearn.gaussian_process.kernels import ConstantKernel, Hyperparameter, Kernel, Matern
 
 from common.numbers import significant
 from recommender.algorithms import failure_risk, one_machine_latency_free
@@ -63,14 +68,13 @@ Z = 1.2815515655446004  # the standard normal's 90th percentile: the intervals a
 LENGTH_SCALE_BOUNDS = (0.1, 100.0)
 AMPLITUDE_BOUNDS = (1e-6, 9.0)
 NOISE_BOUNDS = (1e-6, 1.0)
-RESTARTS = 0  # extra optimiser starts (seeded) against a local optimum of the marginal likelihood
 
 
 @dataclass(frozen=True)
 class Estimate:
     epoch_time_s: float  # the median (exp of the mean log time); where the configuration ran, its runs' mean
     std_log: float  # standard deviation of the log of the expected epoch time: what the data leave unknown
-    noise_log: float  # standard deviation of one run's log time around it (the process's white noise)
+    noise_log: float  # standard deviation of one run's log time around it (the process's noise at this time)
     basis: str  # one of BASES
     detail: str  # where it came from, in words
     warning: str = ""  # failed runs of this configuration near this point ("" when none)
@@ -118,7 +122,7 @@ class PredictorModel:
     cv: str = ""  # that cross-validation in words
     # Its held-out estimates, each (measured s, estimated s, the grouping held out): what the Records page draws
     cv_pairs: tuple[tuple[float, float, str], ...] = ()
-    # (axis, "between" | "beyond") -> the floor on std_log of an estimate at an unmeasured value of that axis
+    # axis -> the floor on std_log of an estimate at a value of that axis no run measured
     held_out_spread: dict = field(default_factory=dict)
 
     @property
@@ -129,9 +133,11 @@ class PredictorModel:
         return self.model.cv_mape if self.model else None
 
     @property
-    def noise(self) -> float:
-        """One run's spread around the expected time (std of log time), as the repeats and residuals set it."""
-        return math.sqrt(self.gp.kernel_.k2.noise_level)
+    def noise(self) -> tuple[float, float]:
+        """A run's noise (std of log time) as the repeats and residuals set it (_Noise), at the runs: the least, where
+        the run waits longest on the network, and the most, where it computes most."""
+        noise = np.sqrt(self.gp.kernel_.k2.diag(self.gp.X_train_))
+        return float(noise.min()), float(noise.max())
 
     @property
     def kernel(self) -> str:
@@ -180,14 +186,15 @@ class PredictorModel:
             return estimates
         rows = [self._row(*queries[i]) for i in answered]
         prior = self._prior(rows)
-        residual, std = self.gp.predict(self._inputs(rows), return_std=True)
-        noise = self.noise
-        for i, row, m, r, s in zip(answered, rows, prior, residual, std, strict=True):
+        inputs = self._inputs(rows, prior)
+        residual, std = self.gp.predict(inputs, return_std=True)
+        noises = np.sqrt(self.gp.kernel_.k2.diag(inputs))
+        for i, row, m, r, s, noise in zip(answered, rows, prior, residual, std, noises, strict=True):
             latent = math.sqrt(max(float(s) ** 2 - noise**2, 0.0))
             if row[0] not in self.coverage["worker_types"]:
                 latent = math.hypot(latent, self.bridge_error)
-            floors = [(self.held_out_spread.get(off, 0.0), off) for off in _off_axes(self.seen, row, self.latency_free)]
-            floor, off = max(floors, default=(0.0, None))
+            off = _off_axes(self.seen, row, self.latency_free)
+            floor, off = max(((self.held_out_spread.get(o[0], 0.0), o) for o in off), default=(0.0, None))
             runs = self.runs.get(row)
             if runs:
                 time_s, basis, detail = float(np.mean(runs)), MEASURED, self._measured_text(queries[i], runs)
@@ -196,7 +203,7 @@ class PredictorModel:
             if floor > latent:
                 latent, detail = floor, f"{detail}; {_floor_text(off, floor)}"
             if math.isfinite(time_s) and time_s > 0:
-                estimates[i] = Estimate(time_s, latent, noise, basis, detail, self.risk(*queries[i]))
+                estimates[i] = Estimate(time_s, latent, float(noise), basis, detail, self.risk(*queries[i]))
         return estimates
 
     # --- the pieces -------------------------------------------------------------------------------------------------
@@ -229,8 +236,9 @@ class PredictorModel:
             return np.full(len(rows), self.offset)
         return np.log(self.model.predict_many(*zip(*rows, strict=True)))
 
-    def _inputs(self, rows: Sequence[tuple]) -> np.ndarray:
-        return _inputs(rows, self.batch_ref, self.center, self.scale, self.types)
+    def _inputs(self, rows: Sequence[tuple], prior: np.ndarray) -> np.ndarray:
+        computing = _computing(self.model, rows, prior)
+        return np.column_stack([_inputs(rows, self.batch_ref, self.center, self.scale, self.types), computing])
 
     def _measured_text(self, query: tuple, runs: list[float]) -> str:
         worker_type, n, batch, latency = query
@@ -254,9 +262,18 @@ class PredictorModel:
 def _floor_text(off: tuple[str, str], floor: float) -> str:
     axis, where = off
     return (
-        f"{where} the measured {_GROUP_NAMES[axis]}: as unsure as the predictor was on held-out ones there "
+        f"{where} the measured {_GROUP_NAMES[axis]}: as unsure as the predictor was on held-out ones "
         f"(80 %: within a factor {significant(math.exp(Z * floor), 3)})"
     )
+
+
+def _computing(model: PerfModel | None, rows: Sequence[tuple], prior: np.ndarray) -> np.ndarray:
+    """The noise's input (_Noise): the log of the share of each row's expected time the model puts outside the
+    latency's terms, its time at 0 ms over its time (0: no model, or no latency)."""
+    if model is None:
+        return np.zeros(len(rows))
+    types, workers, batches, _ = zip(*rows, strict=True)
+    return np.minimum(np.log(model.predict_many(types, workers, batches, [0.0] * len(rows))) - prior, 0.0)
 
 
 def _inputs(rows, batch_ref, center, scale, types) -> np.ndarray:
@@ -333,7 +350,8 @@ def _build(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec], kerne
     scale[scale < 1e-9] = 1.0  # an axis measured at one value: a query off it is that many of its units away
     types = tuple(sorted({r.instance_type for r in usable}))
     types = types if len(types) > 1 else ()
-    gp = _fit_process(_inputs(rows, batch_ref, center, scale, types), log_time - prior, kernel)
+    inputs = np.column_stack([_inputs(rows, batch_ref, center, scale, types), _computing(model, rows, prior)])
+    gp = _fit_process(inputs, log_time - prior, kernel)
     runs, successes, failed = defaultdict(list), defaultdict(Counter), defaultdict(Counter)
     for r, row in zip(usable, rows, strict=True):
         runs[row].append(r.epoch_time_s)
@@ -410,21 +428,72 @@ def _bridge_error(model: PerfModel | None) -> float:
     return float(np.std(bridged, ddof=1)) if len(bridged) >= 2 else 0.0
 
 
+class _Noise(Kernel):
+    """A run's noise in log time, on the diagonal only (like scikit-learn's WhiteKernel): waiting + computing · c²,
+    c = e^u the share of the run's expected time outside the latency's terms (u the last input column, _computing).
+    Time spent computing shares the machine and jitters; time spent waiting on the network's latency is steady."""
+
+    def __init__(self, waiting=1e-3, computing=1e-3, waiting_bounds=NOISE_BOUNDS, computing_bounds=NOISE_BOUNDS):
+        self.waiting, self.computing = waiting, computing
+        self.waiting_bounds, self.computing_bounds = waiting_bounds, computing_bounds
+
+    @property
+    def hyperparameter_waiting(self):
+        return Hyperparameter("waiting", "numeric", self.waiting_bounds)
+
+    @property
+    def hyperparameter_computing(self):
+        return Hyperparameter("computing", "numeric", self.computing_bounds)
+
+    def __call__(self, X, Y=None, eval_gradient=False):
+        if Y is not None:  # between different runs: no covariance
+            return np.zeros((X.shape[0], Y.shape[0]))
+        waiting, computing = np.full(X.shape[0], self.waiting), self.computing * np.exp(2.0 * X[:, -1])
+        if not eval_gradient:
+            return np.diag(waiting + computing)
+        # and its gradient by the log of each hyper-parameter
+        return np.diag(waiting + computing), np.stack([np.diag(waiting), np.diag(computing)], axis=2)
+
+    def diag(self, X):
+        return self.waiting + self.computing * np.exp(2.0 * X[:, -1])
+
+    def is_stationary(self):
+        return False
+
+    def __repr__(self):
+        return f"{type(self).__name__}(waiting={self.waiting:.3g}, computing={self.computing:.3g})"
+
+
 def _fit_process(inputs: np.ndarray, residuals: np.ndarray, kernel=None) -> GaussianProcessRegressor:
     """The Gaussian process on the residuals, its hyper-parameters by maximum marginal likelihood within bounds (or
-    the given kernel's, fixed)."""
-    fixed = kernel is not None and kernel.n_dims == inputs.shape[1] + 2
+    the given kernel's, fixed). inputs: the standardised coordinates, then the noise's column (_computing)."""
+    fixed = kernel is not None and kernel.n_dims == inputs.shape[1] + 3
     if not fixed:
-        kernel = ConstantKernel(0.01, AMPLITUDE_BOUNDS) * Matern(
-            np.ones(inputs.shape[1]), LENGTH_SCALE_BOUNDS, nu=2.5
-        ) + WhiteKernel(1e-3, NOISE_BOUNDS)
-    gp = GaussianProcessRegressor(
-        kernel, optimizer=None if fixed else "fmin_l_bfgs_b", n_restarts_optimizer=RESTARTS, random_state=0
-    )
+        kernel = (
+            ConstantKernel(0.01, AMPLITUDE_BOUNDS) * Matern(np.ones(inputs.shape[1]), LENGTH_SCALE_BOUNDS, nu=2.5)
+            + _Noise()
+        )
+    gp = GaussianProcessRegressor(kernel, optimizer=None if fixed else _optimise)
     with warnings.catch_warnings():
         # A hyper-parameter at its bound is an answer (e.g. no noise between exact copies), not a failure.
         warnings.simplefilter("ignore", ConvergenceWarning)
         return gp.fit(inputs, residuals)
+
+
+def _optimise(objective, theta: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, float]:
+    """The hyper-parameters of the greatest marginal likelihood (objective: its negative and gradient, by the log of
+    each): L-BFGS-B from the kernel's start, its noise split evenly between waiting and computing, and again from
+    each split's end (the noise all waiting, or all computing; theta's last two: _Noise's), the best kept — a run's
+    noise explained as the one or the other are two basins of the likelihood."""
+    low, high = NOISE_BOUNDS[0] * 10, NOISE_BOUNDS[1] / 10  # inside the bounds, where the gradient still moves
+    starts = [theta]
+    for waiting, computing in ((high, low), (low, high)):
+        start = theta.copy()
+        start[-2:] = np.log([waiting, computing])
+        starts.append(start)
+    results = [minimize(objective, start, method="L-BFGS-B", jac=True, bounds=bounds) for start in starts]
+    best = min(results, key=lambda result: result.fun)
+    return best.x, float(best.fun)
 
 
 def _latency(r: PerfRecord) -> float:
@@ -447,7 +516,6 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
     (`held_out_spread`), from the held-out log errors; each held-out run's interval takes the floors the other
     held-out values set."""
     usable = _usable(records)
-    noise2 = float(kernel.k2.noise_level)
     held, kinds = [], []  # held: (fold, its estimate, the measured time, the kinds of axis it is off on)
     for group_by in CV_GROUPINGS:
         key = GROUPINGS[group_by]
@@ -469,27 +537,30 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
                     held.append(((group_by, group), e, r.epoch_time_s, off))
     if not held:
         return {}
-    errors = defaultdict(list)  # (axis, where) -> [(fold, absolute log error)], each error the held-out axis's
+    # axis -> [(fold, the estimate's std_log, the std_log its run's interval needed to hold the run)]
+    needed = defaultdict(list)
     for fold, e, measured, off in held:
-        for kind in off:
-            if kind[0] == fold[0]:
-                errors[kind].append((fold, abs(math.log(measured / e.epoch_time_s))))
+        if any(axis == fold[0] for axis, _ in off):  # off the runs on the axis held out (its value not measured)
+            error = abs(math.log(measured / e.epoch_time_s))
+            needed[fold[0]].append((fold, e.std_log, math.sqrt(max((error / Z) ** 2 - e.noise_log**2, 0.0))))
 
     @functools.cache
-    def floor(kind, leave_out=None) -> float:
-        spread = [error for fold, error in errors[kind] if fold != leave_out]
-        if not spread:
-            return 0.0
-        return math.sqrt(max((float(np.quantile(spread, 0.8)) / Z) ** 2 - noise2, 0.0))
+    def floor(axis, leave_out=None) -> float:
+        """The least floor with which 80 % of the axis's held-out runs (those of fold leave_out apart) would have
+        been inside their intervals: those their own std_log holds, and enough of the others."""
+        runs = [(std, need) for fold, std, need in needed[axis] if fold != leave_out]
+        short = sorted(need for std, need in runs if std < need)
+        missing = math.ceil(0.8 * len(runs)) - (len(runs) - len(short))
+        return short[missing - 1] if missing > 0 else 0.0
 
     inside = []
     for fold, e, measured, off in held:
-        sigma = math.hypot(max([e.std_log, *(floor(kind, fold) for kind in off)]), e.noise_log)
+        sigma = math.hypot(max([e.std_log, *(floor(axis, fold) for axis, _ in off)]), e.noise_log)
         inside.append(abs(math.log(measured / e.epoch_time_s)) <= Z * sigma)
     return {
         "cv_mape": float(np.mean([abs(e.epoch_time_s / measured - 1) for _, e, measured, _ in held])),
         "cv_coverage": float(np.mean(inside)),
         "cv": f"{', '.join(kinds)}, each held out in turn: {len(held)} held-out estimates",
         "cv_pairs": tuple((measured, e.epoch_time_s, fold[0]) for fold, e, measured, _ in held),
-        "held_out_spread": {kind: floor(kind) for kind in errors},
+        "held_out_spread": {axis: floor(axis) for axis in needed},
     }
