@@ -1,24 +1,23 @@
 """The predictor: a workload's epoch time t(worker type, n, batch size B, latency l) with its uncertainty.
 
 The model in a paragraph. The mean is the physics: the family that `fitting.fit` chose for the workload by
-cross-validation (Anwar eq. 5, Ernest, the PS roofline: recommender.perfmodel.families). On the log residuals of
-every successful run — each run a row, so repeats are data — sits a Gaussian process (scikit-learn's
-GaussianProcessRegressor, prior mean zero) with the kernel C · Matérn-5/2(log n, log B, l, log c[, worker type]) +
-noise: inputs standardised over the runs but c, the share of the expected time that the model puts outside the
-latency's terms (its time at 0 ms over its time: 1 where the run computes throughout, → 0 where it waits on the
-network), the worker type one-hot (its length scale learns how much the types' residuals share). A run's noise
-(`_Noise`) is waiting + computing · c² in log time: computing shares the machine and jitters, waiting out the
-latency is steady — on the lab, two runs of a 0 ms cell differ by 20 %, of a 20 or 40 ms cell by 0.5 %. Amplitude,
-length scales and both noises are bounded and fitted by maximum marginal likelihood. Near runs the estimate follows
-them as closely as their noise there allows (which the repeats set); far from them it returns to the physics, with
-the residuals' own spread as its uncertainty. Every estimate is log-normal: a median, the standard
-deviation of its log (`std_log`: how well the data pin the expected time) and a run's noise (`noise_log`). Where a
-configuration ran, its time is its runs' mean (a measurement is not replaced by a model of it), with the process's
-standard deviation there. One machine of an all-reduce workload sends nothing over the network, so its runs count at
-latency 0 whatever latency they ran at (Anwar's Figs. 9–15). Fewer than four runs fit no physical model: the process
-then models the log times around their mean, and answers only within the measured ranges of a worker type. A
-worker type with no runs is priced through the catalogue (the model's speed bridge); its uncertainty adds how far the
-measured types' own speeds stray from the catalogue's (the spread of log κ_t·speed_t over them; none known with
+cross-validation (Anwar eq. 5, Ernest, the PS roofline: recommender.perfmodel.families). On the log residuals of every
+successful run — each run a row, so repeats are data — sits a Gaussian process (scikit-learn's GaussianProcessRegressor,
+prior mean zero) with the kernel C · Matérn-5/2(log n, log B, l[, worker type]) + noise: inputs standardised over the
+runs, the worker type one-hot (its length scale learns how much the types' residuals share). A run's noise (`_Noise`) is
+waiting + computing · c² in log time, c the share of its expected time that the model puts outside the latency's terms
+(its time at 0 ms over its time: 1 where the run computes throughout, → 0 where it waits on the network): computing
+shares the machine and jitters, waiting out the latency is steady — on the lab, two runs of a 0 ms cell differ by 20 %,
+of a 20 or 40 ms cell by 0.5 %. Amplitude, length scales and both noises are bounded and fitted by maximum marginal
+likelihood. Near runs the estimate follows them as closely as their noise there allows (which the repeats set); far from
+them it returns to the physics, with the residuals' own spread as its uncertainty. Every estimate is log-normal: a
+median, the standard deviation of its log (`std_log`: how well the data pin the expected time) and a run's noise
+(`noise_log`). Where a configuration ran, its time is its runs' mean (a measurement is not replaced by a model of it),
+with the process's standard deviation there. One machine of an all-reduce workload sends nothing over the network, so
+its runs count at latency 0 whatever latency they ran at (Anwar's Figs. 9–15). Fewer than four runs fit no physical
+model: the process then models the log times around their mean, and answers only within the measured ranges of a worker
+type. A worker type with no runs is priced through the catalogue (the model's speed bridge); its uncertainty adds how
+far the measured types' own speeds stray from the catalogue's (the spread of log κ_t·speed_t over them; none known with
 fewer than two).
 
 Failed runs are information: a configuration with a failed run at the very point, or only failed runs at its batch
@@ -50,7 +49,7 @@ import numpy as np
 from scipy.optimize import minimize
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import ConstantKernel, Hyperparameter, Kernel, Matern
+from sklearn.gaussian_process.kernels import ConstantKernel, Exponentiation, Hyperparameter, Kernel, Matern
 
 from common.numbers import significant
 from recommender.algorithms import failure_risk, one_machine_latency_free
@@ -268,8 +267,8 @@ def _floor_text(off: tuple[str, str], floor: float) -> str:
 
 
 def _computing(model: PerfModel | None, rows: Sequence[tuple], prior: np.ndarray) -> np.ndarray:
-    """The noise's input (_Noise): the log of the share of each row's expected time the model puts outside the
-    latency's terms, its time at 0 ms over its time (0: no model, or no latency)."""
+    """The noise's input (_Noise, the process's last column): the log of the share of each row's expected time the
+    model puts outside the latency's terms, its time at 0 ms over its time (0: no model, or no latency)."""
     if model is None:
         return np.zeros(len(rows))
     types, workers, batches, _ = zip(*rows, strict=True)
@@ -428,6 +427,23 @@ def _bridge_error(model: PerfModel | None) -> float:
     return float(np.std(bridged, ddof=1)) if len(bridged) >= 2 else 0.0
 
 
+class _Leading(Exponentiation):
+    """A kernel of every input column but the last (the noise's, _Noise), which scikit-learn's own kernels would take
+    as a coordinate: its one-kernel wrapper (Exponentiation, here to the power 1) with that column dropped."""
+
+    def __init__(self, kernel: Kernel, exponent: float = 1.0):
+        super().__init__(kernel, exponent)
+
+    def __call__(self, X, Y=None, eval_gradient=False):
+        return super().__call__(X[:, :-1], None if Y is None else Y[:, :-1], eval_gradient)
+
+    def diag(self, X):
+        return super().diag(X[:, :-1])
+
+    def __repr__(self):
+        return repr(self.kernel)
+
+
 class _Noise(Kernel):
     """A run's noise in log time, on the diagonal only (like scikit-learn's WhiteKernel): waiting + computing · c²,
     c = e^u the share of the run's expected time outside the latency's terms (u the last input column, _computing).
@@ -467,10 +483,11 @@ class _Noise(Kernel):
 def _fit_process(inputs: np.ndarray, residuals: np.ndarray, kernel=None) -> GaussianProcessRegressor:
     """The Gaussian process on the residuals, its hyper-parameters by maximum marginal likelihood within bounds (or
     the given kernel's, fixed). inputs: the standardised coordinates, then the noise's column (_computing)."""
-    fixed = kernel is not None and kernel.n_dims == inputs.shape[1] + 3
+    fixed = kernel is not None and kernel.n_dims == inputs.shape[1] + 2
     if not fixed:
         kernel = (
-            ConstantKernel(0.01, AMPLITUDE_BOUNDS) * Matern(np.ones(inputs.shape[1]), LENGTH_SCALE_BOUNDS, nu=2.5)
+            ConstantKernel(0.01, AMPLITUDE_BOUNDS)
+            * _Leading(Matern(np.ones(inputs.shape[1] - 1), LENGTH_SCALE_BOUNDS, nu=2.5))
             + _Noise()
         )
     gp = GaussianProcessRegressor(kernel, optimizer=None if fixed else _optimise)
