@@ -40,7 +40,8 @@ count ÷ the measured best − 1, a cell's runs averaged), exact best (share of 
 best, or that the runs cannot tell from it: a run of the chosen count at least as fast as the best's slowest —
 measured once, only an equal time ties), MAPE of the held-out times answered, and the share of held-out runs inside
 the predictor's 80 % interval of a run; then the predictor's and the model's regret and exact best on the choices
-interpolation answers (=interp.), and the targets the predictor misses (`TARGETS`).
+interpolation answers and their MAPE on the held-out runs it answers (=interp.), and the targets the predictor misses
+(`TARGETS`).
 
 The constructed grid: t(n, B, l) = a_n + b_n·B + λ·l·B·h(n) + ω·l²·[n = 4], × exp(ε), ε ~ N(0, 0.03²), seed 2021.
 a_n + b_n·B is each worker count's line at 0 ms through its two Table 4 rows (one machine: 2560 → 39 s, 6400 → 96 s;
@@ -287,6 +288,17 @@ def _on_cells_of(report: dict, other: dict) -> tuple[float | None, float | None,
     return float(np.mean([c["regret"] for c in own])), float(np.mean([c["best"] for c in own])), len(own)
 
 
+def _mape_on_runs_of(report: dict, other: dict) -> float | None:
+    """A report's MAPE over the held-out runs `other` answered (the baseline: those neighbours bracket)."""
+    answered = {_run_key(p) for p in other["pairs"]}
+    errors = [abs(p["predicted_s"] / p["measured_s"] - 1) for p in report["pairs"] if _run_key(p) in answered]
+    return float(np.mean(errors)) if errors else None
+
+
+def _run_key(pair: dict) -> tuple:
+    return tuple(pair[k] for k in ("group", "worker_type", "workers", "batch_size", "latency_ms", "measured_s"))
+
+
 def _misses(own: dict, baseline: dict) -> list[str]:
     """The targets the predictor misses on one grid and axis (TARGETS), in words: against interpolation on the
     choices it answers, on its own everywhere."""
@@ -338,7 +350,11 @@ def report_grid(records: list[PerfRecord], title: str) -> None:
         for method in ("predictor", "model"):
             regret, exact, count = _on_cells_of(reports[method], reports["baseline"])
             if count:
-                print(f"  {'':<18} {method:<10} {count:>5} {'=interp.':>9} {_percent(regret):>7} {_percent(exact):>6}")
+                mape = _mape_on_runs_of(reports[method], reports["baseline"])
+                print(
+                    f"  {'':<18} {method:<10} {count:>5} {'=interp.':>9} {_percent(regret):>7} {_percent(exact):>6}"
+                    f" {_percent(mape):>7}"
+                )
         misses = _misses(reports["predictor"], reports["baseline"])
         print(f"  {'':<18} {'':<10} predictor misses: {', '.join(misses) or 'none'}")
 
@@ -565,7 +581,8 @@ def main() -> None:
         " baseline's the fastest of the held-out counts' predicted times and the fold's measured times there; regret:"
         " measured time of the chosen count ÷ the measured best − 1, over the answered choices (the baseline answers"
         " only where neighbours bracket the held-out value: the rows marked =interp. are the predictor's and model's"
-        " on the choices it answers, the fair comparison); exact: the share of them that are the measured best or"
+        " on the choices and held-out runs it answers, the fair comparison); exact: the share of them that are the"
+        " measured best or"
         " that the runs cannot tell from it (a run of it at least as fast as the best's slowest); MAPE: the held-out"
         " times answered; 80% cov: the share of held-out runs inside the predictor's 80 % interval of a run."
     )
