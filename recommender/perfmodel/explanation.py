@@ -55,6 +55,7 @@ def explain_model(
         f"β = {request.beta:g}) over {configurations} configurations{within}. {_predictor_text(model)}"
         + _saturation(model, request, pick)
         + _extrapolation(model, pick, request)
+        + _one_machine(model)
         + (_UNNAMED_TYPES if unpriced_workers else "")
     )
 
@@ -74,7 +75,20 @@ def explain_fallback(
     return (
         f"No measured record matches {batch_text} and {latency_text}, so the predictor answers: "
         f"{configuration_text(pick)}, {pick.epoch_time_s:.3g} s per epoch, {_source(pick, detail)} — the fastest of "
-        f"{configurations} configurations. {_predictor_text(model)}" + _extrapolation(model, pick, request) + no_price
+        f"{configurations} configurations. {_predictor_text(model)}"
+        + _extrapolation(model, pick, request)
+        + _one_machine(model)
+        + no_price
+    )
+
+
+def _one_machine(model: PredictorModel) -> str:
+    """Why one machine is no candidate, where it is not (PredictorModel.one_machine_unknown)."""
+    if not model.one_machine_unknown:
+        return ""
+    return (
+        " One machine is no candidate: no run measured one, and the runs of several cannot tell its computing apart "
+        "from the collectives they pay on every step."
     )
 
 

@@ -14,11 +14,12 @@ them it returns to the physics, with the residuals' own spread as its uncertaint
 median, the standard deviation of its log (`std_log`: how well the data pin the expected time) and a run's noise
 (`noise_log`). Where a configuration ran, its time is its runs' mean (a measurement is not replaced by a model of it),
 with the process's standard deviation there. One machine of an all-reduce workload sends nothing over the network, so
-its runs count at latency 0 whatever latency they ran at (Anwar's Figs. 9–15). Fewer than four runs fit no physical
-model: the process then models the log times around their mean, and answers only within the measured ranges of a worker
-type. A worker type with no runs is priced through the catalogue (the model's speed bridge); its uncertainty adds how
-far the measured types' own speeds stray from the catalogue's (the spread of log κ_t·speed_t over them; none known with
-fewer than two).
+its runs count at latency 0 whatever latency they ran at (Anwar's Figs. 9–15). Without a run of one machine, nothing
+tells its computing apart from the collectives that every run of several pays on each step: one machine is then no
+candidate (`one_machine_unknown`). Fewer than four runs fit no physical model: the process then models the log times
+around their mean, and answers only within the measured ranges of a worker type. A worker type with no runs is priced
+through the catalogue (the model's speed bridge); its uncertainty adds how far the measured types' own speeds stray from
+the catalogue's (the spread of log κ_t·speed_t over them; none known with fewer than two).
 
 Failed runs are information: a configuration with a failed run at the very point, or only failed runs at its batch
 size, is no candidate there (`left_out`); one that failed at batch size B_f carries a warning (`risk`,
@@ -142,6 +143,13 @@ class PredictorModel:
     def kernel(self) -> str:
         return str(self.gp.kernel_)
 
+    @property
+    def one_machine_unknown(self) -> bool:
+        """True when one machine is no candidate: all-reduce (or no strategy named) and no run of one machine. It
+        computes alone, without the collectives every run of several pays on each step, and those runs cannot tell
+        its computing apart from their collectives (the model would extrapolate the collectives' terms to nothing)."""
+        return self.latency_free and 1 not in self.seen.get(("workers", None), [])
+
     def can_price(self, worker_type: str) -> bool:
         return any(t == worker_type for t, *_ in self.runs) or bool(self.model and self.model.can_price(worker_type))
 
@@ -170,7 +178,8 @@ class PredictorModel:
         self, worker_type: str, workers: int, batch_size: int | None, latency_ms: float | None
     ) -> Estimate | None:
         """The epoch time of this configuration with its uncertainty; None when it is left out for its failed runs,
-        or nothing can price it (a type with no runs the model cannot price; without a model, outside the runs)."""
+        or nothing can price it (a type with no runs the model cannot price; without a model, outside the runs; one
+        machine that no run measured: one_machine_unknown)."""
         return self.estimate_many([(worker_type, workers, batch_size, latency_ms)])[0]
 
     def estimate_many(self, points: Sequence[tuple[str, int, int | None, float | None]]) -> list[Estimate | None]:
@@ -208,7 +217,7 @@ class PredictorModel:
     # --- the pieces -------------------------------------------------------------------------------------------------
 
     def _answerable(self, worker_type: str, n: int, batch: int | None, latency: float) -> bool:
-        if n < 1 or self.left_out(worker_type, n, batch, latency):
+        if n < 1 or self.left_out(worker_type, n, batch, latency) or (n == 1 and self.one_machine_unknown):
             return False
         if self.model is not None:
             return self.model.can_price(worker_type)
