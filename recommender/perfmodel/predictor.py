@@ -508,16 +508,12 @@ def _fit_process(inputs: np.ndarray, residuals: np.ndarray, kernel=None) -> Gaus
 
 def _optimise(objective, theta: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, float]:
     """The hyper-parameters of the greatest marginal likelihood (objective: its negative and gradient, by the log of
-    each): L-BFGS-B from the kernel's start, its noise split evenly between waiting and computing, and again from
-    each split's end (the noise all waiting, or all computing; theta's last two: _Noise's), the best kept — a run's
-    noise explained as the one or the other are two basins of the likelihood."""
-    low, high = NOISE_BOUNDS[0] * 10, NOISE_BOUNDS[1] / 10  # inside the bounds, where the gradient still moves
-    starts = [theta]
-    for waiting, computing in ((high, low), (low, high)):
-        start = theta.copy()
-        start[-2:] = np.log([waiting, computing])
-        starts.append(start)
-    results = [minimize(objective, start, method="L-BFGS-B", jac=True, bounds=bounds) for start in starts]
+    each): L-BFGS-B from the kernel's start, its noise split evenly between waiting and computing, and again with the
+    noise all waiting (theta's last two: _Noise's), the better kept. A run's noise read as waiting or as computing are
+    two basins of the likelihood; from the even split the search often stays in the computing one."""
+    all_waiting = theta.copy()
+    all_waiting[-2:] = np.log([NOISE_BOUNDS[1] / 10, NOISE_BOUNDS[0] * 10])  # inside the bounds: the gradient moves
+    results = [minimize(objective, start, method="L-BFGS-B", jac=True, bounds=bounds) for start in (theta, all_waiting)]
     best = min(results, key=lambda result: result.fun)
     return best.x, float(best.fun)
 
