@@ -245,8 +245,7 @@ class PredictorModel:
         return np.log(self.model.predict_many(*zip(*rows, strict=True)))
 
     def _inputs(self, rows: Sequence[tuple], prior: np.ndarray) -> np.ndarray:
-        computing = _computing(self.model, rows, prior)
-        return np.column_stack([_inputs(rows, self.batch_ref, self.center, self.scale, self.types), computing])
+        return _process_inputs(rows, prior, self.model, self.batch_ref, self.center, self.scale, self.types)
 
     def _measured_text(self, query: tuple, runs: list[float]) -> str:
         worker_type, n, batch, latency = query
@@ -273,6 +272,11 @@ def _floor_text(off: tuple[str, str], floor: float) -> str:
         f"{where} the measured {_GROUP_NAMES[axis]}: as unsure as the predictor was on held-out ones "
         f"(80 %: within a factor {significant(math.exp(Z * floor), 3)})"
     )
+
+
+def _process_inputs(rows, prior: np.ndarray, model: PerfModel | None, batch_ref, center, scale, types) -> np.ndarray:
+    """The process's inputs at these rows (their prior: the model's log times): _inputs, then the noise's column."""
+    return np.column_stack([_inputs(rows, batch_ref, center, scale, types), _computing(model, rows, prior)])
 
 
 def _computing(model: PerfModel | None, rows: Sequence[tuple], prior: np.ndarray) -> np.ndarray:
@@ -358,7 +362,7 @@ def _build(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec], kerne
     scale[scale < 1e-9] = 1.0  # an axis measured at one value: a query off it is that many of its units away
     types = tuple(sorted({r.instance_type for r in usable}))
     types = types if len(types) > 1 else ()
-    inputs = np.column_stack([_inputs(rows, batch_ref, center, scale, types), _computing(model, rows, prior)])
+    inputs = _process_inputs(rows, prior, model, batch_ref, center, scale, types)
     gp = _fit_process(inputs, log_time - prior, kernel)
     runs, successes, failed = defaultdict(list), defaultdict(Counter), defaultdict(Counter)
     for r, row in zip(usable, rows, strict=True):
@@ -474,10 +478,10 @@ class _Noise(Kernel):
         if Y is not None:  # between different runs: no covariance
             return np.zeros((X.shape[0], Y.shape[0]))
         waiting, computing = np.full(X.shape[0], self.waiting), self.computing * np.exp(2.0 * X[:, -1])
+        noise = np.diag(waiting + computing)
         if not eval_gradient:
-            return np.diag(waiting + computing)
-        # and its gradient by the log of each hyper-parameter
-        return np.diag(waiting + computing), np.stack([np.diag(waiting), np.diag(computing)], axis=2)
+            return noise
+        return noise, np.stack([np.diag(waiting), np.diag(computing)], axis=2)  # by the log of each hyper-parameter
 
     def diag(self, X):
         return self.waiting + self.computing * np.exp(2.0 * X[:, -1])
