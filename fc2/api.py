@@ -21,7 +21,8 @@ from rest_framework.views import APIView
 
 from fc2 import jsonbounds
 from fc2.models import Job, is_platform_admin
-from fc2.services.reports import Report, ReportRejected, receive
+from fc2.services.noderecords import Report
+from fc2.services.reports import ReportRejected, receive
 
 
 def _error(status: int, message: str) -> JsonResponse:

@@ -481,13 +481,15 @@ def test_the_cancel_button_answers_for_a_collecting_job_without_cancelling_it(cl
     assert job.state == State.COLLECTING
 
 
-def test_release_keeps_the_outputs_of_a_node_whose_report_came_too_late(job):
+def test_release_keeps_the_report_of_a_node_that_finished_after_its_job_ended(job):
     """Mirrored worker 1 finished after the chief had ended the job: its report was refused (409), but the result its
-    agent kept on the node is stored before the teardown."""
+    agent kept on the node is kept before the teardown — its outputs, and on its record its status, exit code, log
+    tail and last samples (not "stopped" by the teardown, as a node that never finished is)."""
     cluster = launch_cluster(job, strategy="mirrored", workers=2)
-    succeeded = {"status": "succeeded", "exit_code": 0}
+    succeeded = {"status": "succeeded", "exit_code": 0, "log_tail": "epoch 2\nsent 31457280"}
     outputs = {"outputs": [{"file": "0", "path": "x.txt", "size": 1}]}
-    agent.keep_result(Path(cluster.nodes[1].workdir) / "result", {**succeeded, **outputs}, {"0": b"1"})
+    samples = {"samples": [{"at": 1.8e9, "bytes_sent": 10}, {"at": 1.8e9 + 1, "bytes_sent": 31_500_000}]}
+    agent.keep_result(Path(cluster.nodes[1].workdir) / "result", {**succeeded, **outputs, **samples}, {"0": b"1"})
     # The chief's report arrived (its files are stored from it): what it kept is not stored again.
     outputs = {"outputs": [{"file": "0", "path": "y", "size": 1}]}
     agent.keep_result(Path(cluster.nodes[0].workdir) / "result", {**succeeded, **outputs}, {"0": b"2"})
@@ -499,7 +501,25 @@ def test_release_keeps_the_outputs_of_a_node_whose_report_came_too_late(job):
     assert list(job.artifacts.values_list("name", flat=True)) == ["worker-1/x.txt"]
     with job.artifacts.get().file.open("rb") as stored:
         assert stored.read() == b"1"
+    late = job.nodes.get(name="worker-1")
+    assert (late.status, late.exit_code, late.log_tail) == (Node.Status.SUCCEEDED, 0, "epoch 2\nsent 31457280")
+    assert [s.bytes_sent for s in late.samples.order_by("measured_at")] == [10, 31_500_000]
     assert not Path(cluster.workdir).exists()
+
+
+def test_release_keeps_no_invalid_late_report_and_still_tears_down(job):
+    """A node's kept result is the node's word, not the platform's: one that is no valid report is a line on the
+    timeline, the node is stopped with the rest, and the cluster goes."""
+    cluster = launch_cluster(job, strategy="mirrored", workers=2)
+    agent.keep_result(Path(cluster.nodes[1].workdir) / "result", {"status": "succeeded", "exit_code": "zero"}, {})
+    set_state(job, State.SUCCEEDED)
+    Node.objects.filter(job=job, name="worker-0").update(status=Node.Status.SUCCEEDED)
+
+    assert pipeline.release(job.pk) is True
+
+    assert job.nodes.get(name="worker-1").status == Node.Status.STOPPED
+    assert any("worker-1: the result kept on the node is no valid report" in m for _, m in events(job))
+    assert not job.artifacts.exists() and not Path(cluster.workdir).exists()
 
 
 def test_every_state_is_either_active_or_terminal_never_both():

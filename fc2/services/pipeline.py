@@ -28,15 +28,17 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import KombuError
+from pydantic import ValidationError
 
 import provisioner
 from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import artifacts, datasets, feedback, monitoring, pricing, profiling
+from fc2.services import artifacts, datasets, feedback, monitoring, noderecords, pricing, profiling
 from fc2.services.requests import JobRequest
 from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
@@ -411,7 +413,7 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             waited = _guarded(job, "waiting for the workers to finish", _let_workers_finish, job, cluster)
             if waited is not False or job.state != State.SUCCEEDED:
                 _guarded(job, "keeping the nodes' logs", _keep_logs, job, cluster)
-            _guarded(job, "keeping the outputs of nodes whose report came late", _keep_late_outputs, job, cluster)
+            _guarded(job, "keeping the reports of nodes that finished late", _keep_late_reports, job, cluster)
             provisioner.teardown(cluster.provider, cluster.cluster_id, cluster.region)
             Job.objects.filter(pk=job.pk).update(cluster=None, torn_down_at=timezone.now())  # its billing ends
             job.nodes.exclude(status__in=Node.FINISHED).update(status=Node.Status.STOPPED)
@@ -456,18 +458,25 @@ def _let_workers_finish(job: Job, cluster: ClusterInfo) -> bool:
     return waited
 
 
-def _keep_late_outputs(job: Job, cluster: ClusterInfo) -> None:
-    """The output files of nodes that finished but whose report came too late to be taken (after the chief's ended
-    the job), from the results their agents kept on the nodes: nothing a node produced is lost to the teardown."""
+def _keep_late_reports(job: Job, cluster: ClusterInfo) -> None:
+    """The final reports of nodes that finished after their job ended (a mirrored worker just after its chief), which
+    the platform refused as they came: fetched from the results their agents kept on the nodes and written on the
+    nodes' records — status, exit code, log tail, last samples, outputs. Nothing a node produced is lost to the
+    teardown, and a node that finished is not shown as stopped by it."""
     late = {node.name: node for node in job.nodes.exclude(status__in=Node.FINISHED)}
     if not late:
         return
-    chiefs = chief_names(job)
     for name, result in provisioner.fetch_results(cluster).items():
-        if name in late and result.report.get("status") == "succeeded":
-            stored = artifacts.store_outputs(job, late[name], result.report, result.files, chief=name in chiefs)
-            for line in stored.lines:
-                job.log(line)
+        if name not in late or result.report.get("status") not in Node.FINISHED:
+            continue
+        try:
+            report = noderecords.Report.model_validate({**result.report, "node": name})
+        except ValidationError as exc:
+            job.log(f"{name}: the result kept on the node is no valid report ({exc.error_count()} errors); not kept")
+            continue
+        files = [SimpleUploadedFile(wire, data) for wire, data in result.files.items()]
+        for line in noderecords.record(job, late[name], report, files).lines:
+            job.log(line)
 
 
 def chief_names(job: Job) -> set[str]:
