@@ -2,7 +2,7 @@
 
 How the family is chosen: every applicable combination (anwar-eq5 with each message law of the records' pattern, and
 ernest; × 4 scalings × 2 speeds × 2 losses) is scored by cross-validated MAPE — leave-one-out (10 seeded folds above
-100 records), or leave-one-group-out (one latency, worker count, batch size or worker type at a time) when asked and at
+50 records), or leave-one-group-out (one latency, worker count, batch size or worker type at a time) when asked and at
 least 3 groups exist. The chosen combination is the one with the fewest coefficients among those within 0.5 percentage
 points of the best MAPE (parsimony extrapolates better), then the best MAPE among those, then — between forms the
 records cannot tell apart — the one listed first (`_forms`: the tree before the ring, the batch per replica before the
@@ -43,7 +43,7 @@ from recommender.perfmodel.families import (
 from recommender.types import InstanceSpec, PerfRecord, RecommendationError
 
 MIN_RECORDS = 4  # fewer successful runs cannot cross-validate even the smallest form
-LOO_LIMIT = 100  # above this, leave-one-out becomes 10 seeded folds: nearly the same estimate, far fewer fits
+LOO_LIMIT = 50  # above this, leave-one-out becomes 10 seeded folds: nearly the same estimate, far fewer fits
 FOLDS = 10
 MIN_GROUPS = 3  # leave-one-group-out needs at least two groups left to learn the held-out axis from
 PARSIMONY_MAPE = 0.005  # forms within 0.5 pp of the best CV MAPE count as equally good: the smallest one wins
