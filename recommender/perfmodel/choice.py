@@ -118,7 +118,7 @@ def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, p
             basis=e.basis,
             expected_error=e.expected_error,
             warning=e.warning,
-            interval_s=tuple(round(x, 6) for x in e.interval),
+            interval_s=tuple(float(f"{x:.6g}") for x in e.interval),  # six digits, however small the time
         )
         for (t, n), e in zip(pairs, estimates, strict=True)
         if e is not None
