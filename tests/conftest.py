@@ -24,6 +24,7 @@ import pytest
 from django.core.cache import caches
 from django.core.management import call_command
 from django.db import connection
+from django.test.testcases import QuietWSGIRequestHandler
 from django.utils import timezone
 
 import provisioner
@@ -37,6 +38,42 @@ from tests.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
 from tests.wheels import GOOD, make_wheel
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+# The live server stands in for gunicorn (Dockerfile: --timeout 120), which gives up on a client gone silent in the
+# middle of a request. Django's test server would wait on it for ever: a lab node torn down while it sent its report
+# (no FIN, no RST: its link is gone) kept a request thread, and that thread's database connection, until the end.
+QuietWSGIRequestHandler.timeout = 20
+SESSIONS_GONE_WITHIN_S = 2 * QuietWSGIRequestHandler.timeout
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases; before it drops them, every other session on them has ended: a request
+    thread of the live server, a worker's or a runner's. DROP DATABASE itself waits 5 s for them; a request whose
+    client vanished in the session's last test may take the handler's timeout to give up. Past that, the sessions
+    left are a leak, named in the error."""
+    yield
+    if connection.vendor != "postgresql":
+        return
+    deadline = time.monotonic() + SESSIONS_GONE_WITHIN_S
+    with django_db_blocker.unblock():
+        while others := _other_sessions():
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"sessions still on the test database {SESSIONS_GONE_WITHIN_S} s after the tests: {others}"
+                )
+            time.sleep(0.5)
+        connection.close()
+
+
+def _other_sessions() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, application_name, client_addr, state, left(query, 200) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchall()
 
 
 @pytest.fixture
