@@ -351,9 +351,10 @@ ANY_CATALOG = (InstanceSpec("a", 0.5), InstanceSpec("b", 2.0, gpus=1), InstanceS
     limit=st.sampled_from([{"max_workers": 1}, {"max_workers": 6}, {"budget": 0.4}, {"budget": 5.0}]),
     weights=st.sampled_from([(1.0, 0.0), (0.0, 1.0), (1.0, 1.0)]),
     parameter_server=st.sampled_from([True, False, None]),
+    types=st.sampled_from([{}, {"worker_type": "b"}, {"worker_types": ("a", "z")}, {"ps_type": "p"}]),
 )
 def test_any_records_give_an_answer_or_a_refusal_with_its_reason(
-    records, batch, latency, limit, weights, parameter_server
+    records, batch, latency, limit, weights, parameter_server, types
 ):
     """What the fixed sparse cases above do not reach: records drawn at random (hypothesis) through both doors. It
     found an interval rounded to microseconds: a time a model extrapolated to 1e-9 s had the interval (0, 0), and the
@@ -361,7 +362,7 @@ def test_any_records_give_an_answer_or_a_refusal_with_its_reason(
     alpha, beta = weights
     for algorithm, answer in (("model", recommend_model), ("lookup", predict_fallback)):
         request = RecommendRequest(algorithm, workload=ANWAR, batch_size=batch, latency_ms=latency, alpha=alpha,
-                                   beta=beta, parameter_server=parameter_server, **limit)  # fmt: skip
+                                   beta=beta, parameter_server=parameter_server, **limit, **types)  # fmt: skip
         try:
             got = answer(request, ANY_CATALOG, records)
         except RecommendationError as refusal:
