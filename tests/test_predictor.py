@@ -10,6 +10,7 @@ import doctest
 import importlib
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -369,7 +370,7 @@ def test_any_records_give_an_answer_or_a_refusal_with_its_reason(
             assert str(refusal)
             continue
         assert 1 <= got.workers <= limit.get("max_workers", 256) and got.predicted_epoch_time_s > 0
-        assert got.explanation
+        assert got.explanation and not re.search(r"\b(nan|inf|None)\b", got.explanation, re.IGNORECASE)
         json.dumps(service.as_dict(got), allow_nan=False)
         for c in got.candidates:
             assert 0 < c.interval_s[0] <= c.epoch_time_s <= c.interval_s[1] < math.inf
