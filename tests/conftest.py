@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -41,36 +43,51 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 # The live server stands in for gunicorn (Dockerfile: --timeout 120), which gives up on a client gone silent in the
-# middle of a request. Django's test server would wait on it for ever: a lab node torn down while it sent its report
-# (no FIN, no RST: its link is gone) kept a request thread, and that thread's database connection, until the end.
+# middle of a request; Django's test server would wait on it, and hold the request thread's database connection, for
+# ever (a lab node torn down while it sends its report leaves no FIN and no RST).
 QuietWSGIRequestHandler.timeout = 20
 SESSIONS_GONE_WITHIN_S = 2 * QuietWSGIRequestHandler.timeout
 
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
-    """pytest-django's test databases; before it drops them, every other session on them has ended: a request
-    thread of the live server, a worker's or a runner's. DROP DATABASE itself waits 5 s for them; a request whose
-    client vanished in the session's last test may take the handler's timeout to give up. Past that, the sessions
-    left are a leak, named in the error."""
+    """pytest-django's test databases; before it drops them, every other session on them has ended. A thread that
+    ran a query and ended leaves its connection open until the garbage collector frees it (Django's connection
+    wrapper is a reference cycle): the heavy tests' database could not be dropped for one such session ("idle", its
+    last query a job's SELECT). A request thread of the live server may take the handler's timeout. Sessions still
+    there after that are a leak, named in the error with this process's threads."""
     yield
     if connection.vendor != "postgresql":
         return
     deadline = time.monotonic() + SESSIONS_GONE_WITHIN_S
     with django_db_blocker.unblock():
-        while others := _other_sessions():
+        while True:
+            gc.collect()  # the connections of ended threads
+            if not (others := _other_sessions()):
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"sessions still on the test database {SESSIONS_GONE_WITHIN_S} s after the tests: {others}"
+                    f"sessions still on the test database {SESSIONS_GONE_WITHIN_S} s after the tests: {others}\n"
+                    + _threads()
                 )
             time.sleep(0.5)
         connection.close()
 
 
+def _threads() -> str:
+    """This process's other threads and where each is: one of them may hold the session."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    return "\n".join(
+        f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
+        for ident, frame in sys._current_frames().items()
+        if ident != threading.get_ident()
+    )
+
+
 def _other_sessions() -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid, application_name, client_addr, state, left(query, 200) FROM pg_stat_activity"
+            "SELECT pid, client_port, backend_start, state_change, state, left(query, 120) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
         return cursor.fetchall()
