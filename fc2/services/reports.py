@@ -11,6 +11,7 @@ from fc2.results import LOG_INTRO
 from fc2.services import noderecords, pipeline
 from fc2.services.noderecords import Report
 from monitor.agent import DATASET_FETCH_FAILED
+from provisioner.types import is_chief
 
 
 class ReportRejected(ValueError):
@@ -41,7 +42,7 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
     node = job.nodes.filter(name=report.node).first()
     if node is None:
         raise ReportRejected(f"job {job.pk} has no node {report.node!r}")
-    chief = node.name in pipeline.chief_names(job)
+    chief = is_chief(job.strategy, node.role, node.index)  # as noderecords.record tells it, with no query
     stored = noderecords.record(job, node, report, files)
     for line in stored.lines:
         job.log(line)
