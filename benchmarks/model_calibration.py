@@ -21,9 +21,15 @@ Data sets, and what each is:
 3. **Synthetic grids** (`synthetic_grid`, below): a parameter server and an all-reduce cluster timed by a
    physically plausible formula that is none of the model's families exactly (`synthetic_epoch_time`), 5 worker
    counts × 4 batch sizes × 4 latencies, two runs a cell, 8 % log-normal noise, seeded — a guard against a predictor
-   that fits the shipped grids only (``--no-synthetic`` skips them).
+   that fits the shipped grids only; and the all-reduce one in the shape of the issue's unseen grid (`UNSEEN_SHAPE`:
+   1–4 workers × 6 batch sizes × 6 latencies, one run a cell, one machine at 0 ms only) (``--no-synthetic`` skips
+   them).
 4. **Synthetic ground truth** (``--truth anwar-eq5|off-family``, below): the model's own families, and one outside
    them, six worker types; the model alone, printed last, as before (``--no-synthetic`` skips it).
+
+Each grid's first line says how noisy its runs are where it repeats them (`repeat_noise`): how far one run strays
+from its configuration's mean: the MAPE of a prediction that knew every configuration's mean exactly, what the runs'
+noise alone costs.
 
 For each grid of 1–3, one latency, one batch size and one worker count are held out at a time and predicted from the
 rest, side by side (recommender.perfmodel.calibration.holdout_report): by the predictor (recommender/perfmodel/
@@ -92,6 +98,8 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +107,7 @@ import numpy as np
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
 
+from common.numbers import significant  # noqa: E402
 from recommender.perfmodel import calibration_report, fit  # noqa: E402
 from recommender.perfmodel.calibration import holdout_report  # noqa: E402
 from recommender.types import InstanceSpec, PerfRecord  # noqa: E402
@@ -320,6 +329,35 @@ def _misses(own: dict, baseline: dict) -> list[str]:
     return misses
 
 
+def repeat_noise(timed: list[PerfRecord]) -> str:
+    """How far one run strays from its configuration's expected time, from the repeats: the mean over repeated runs
+    of |t / the cell's mean − 1|·√(k/(k−1)) (k runs in the cell; the factor undoes the mean's own pull towards its
+    runs: exact for normal noise), overall and per latency. It is the MAPE of a prediction that knew every
+    configuration's expected time exactly: what the runs' own noise alone costs any prediction of single runs.
+
+    >>> runs = [PerfRecord("w", workers=2, batch_size=64, latency_ms=0.0, epoch_time_s=t) for t in (0.9, 1.1)]
+    >>> print(repeat_noise(runs))  # doctest: +NORMALIZE_WHITESPACE
+    repeats: 2 of 2 runs; one run strays from its configuration's mean time by 14.1% on average (0 ms 14.1%):
+    the MAPE of a prediction that knew every mean exactly
+    """
+    cells = defaultdict(list)
+    for r in timed:
+        cells[(r.instance_type, r.workers, r.batch_size, float(r.latency_ms or 0.0))].append(r.epoch_time_s)
+    strays = defaultdict(list)
+    for (*_, latency), times in cells.items():
+        if len(times) > 1:
+            mean, k = float(np.mean(times)), len(times)
+            strays[latency] += [abs(t / mean - 1) * math.sqrt(k / (k - 1)) for t in times]
+    every = [x for values in strays.values() for x in values]
+    if not every:
+        return "repeats: none (no run was repeated: the noise of one run is not known)"
+    per = ", ".join(f"{significant(latency, 4)} ms {np.mean(v):.1%}" for latency, v in sorted(strays.items()))
+    return (
+        f"repeats: {len(every)} of {len(timed)} runs; one run strays from its configuration's mean time by "
+        f"{np.mean(every):.1%} on average ({per}): the MAPE of a prediction that knew every mean exactly"
+    )
+
+
 def report_grid(records: list[PerfRecord], title: str) -> None:
     timed = [r for r in records if r.epoch_time_s is not None]
     print(
@@ -327,6 +365,7 @@ def report_grid(records: list[PerfRecord], title: str) -> None:
         f"{len({r.workers for r in timed})} worker counts × {len({r.batch_size for r in timed})} batch sizes × "
         f"{len({r.latency_ms for r in timed})} latencies"
     )
+    print(f"  {repeat_noise(timed)}")
     print(
         f"  {'held out':<18} {'method':<10} {'cells':>5} {'answered':>9} {'regret':>7} {'exact':>6} {'MAPE':>7}"
         f" {'80% cov':>8}  misses"
@@ -394,8 +433,26 @@ def synthetic_epoch_time(strategy: str, n: int, batch: int, latency_ms: float) -
     return 5.0 + 0.2 * n + max(worker, server)
 
 
-def synthetic_grid(strategy: str, seed: int = SYNTHETIC_SEED, sigma: float = SYNTHETIC_SIGMA) -> list[PerfRecord]:
-    """A seeded grid of `synthetic_epoch_time`, each cell SYNTHETIC_REPEATS runs × exp(N(0, sigma²))."""
+@dataclass(frozen=True)
+class SyntheticShape:
+    """Which runs a synthetic grid has: every worker count × batch size × latency, `repeats` runs each; one machine
+    only at 0 ms where `one_machine_at_zero` (an all-reduce machine alone sends nothing: the unseen grid's shape)."""
+
+    workers: tuple[int, ...] = SYNTHETIC_WORKERS
+    batch_sizes: tuple[int, ...] = SYNTHETIC_BATCH_SIZES
+    latencies_ms: tuple[float, ...] = SYNTHETIC_LATENCIES_MS
+    repeats: int = SYNTHETIC_REPEATS
+    one_machine_at_zero: bool = False
+
+
+# The issue's unseen grid: all-reduce, 1–4 workers × 6 batch sizes × 6 latencies, one run a cell, one machine at 0 ms.
+UNSEEN_SHAPE = SyntheticShape((1, 2, 3, 4), (16, 32, 64, 128, 256, 512), (0, 10, 20, 30, 40, 50), 1, True)
+
+
+def synthetic_grid(
+    strategy: str, seed: int = SYNTHETIC_SEED, sigma: float = SYNTHETIC_SIGMA, shape: SyntheticShape = SyntheticShape()
+) -> list[PerfRecord]:
+    """A seeded grid of `synthetic_epoch_time` of this shape, each run × exp(N(0, sigma²))."""
     rng = np.random.default_rng(seed)
     return [
         PerfRecord(
@@ -409,10 +466,11 @@ def synthetic_grid(strategy: str, seed: int = SYNTHETIC_SEED, sigma: float = SYN
             strategy=strategy,
             source="measured",
         )
-        for n in SYNTHETIC_WORKERS
-        for batch in SYNTHETIC_BATCH_SIZES
-        for latency in SYNTHETIC_LATENCIES_MS
-        for _ in range(SYNTHETIC_REPEATS)
+        for n in shape.workers
+        for batch in shape.batch_sizes
+        for latency in shape.latencies_ms
+        if not (shape.one_machine_at_zero and n == 1 and latency)
+        for _ in range(shape.repeats)
     ]
 
 
@@ -566,12 +624,12 @@ def main() -> None:
             report_grid(of, f"{kind} grid {path.name} ({fmt}{f', workload {name}' if len(workloads) > 1 else ''})")
         print()
     if not args.no_synthetic and not args.grid:
-        for strategy in ("mirrored", "ps"):
-            records = synthetic_grid(strategy)
+        for strategy, shape in (("mirrored", SyntheticShape()), ("ps", SyntheticShape()), ("mirrored", UNSEEN_SHAPE)):
             report_grid(
-                records,
+                synthetic_grid(strategy, shape=shape),
                 f"synthetic grid {strategy} (benchmarks/model_calibration.py synthetic_epoch_time, σ = "
-                f"{SYNTHETIC_SIGMA}, {SYNTHETIC_REPEATS} runs a cell, seed {SYNTHETIC_SEED})",
+                f"{SYNTHETIC_SIGMA}, {shape.repeats} run{'s' * (shape.repeats != 1)} a cell"
+                f"{', one machine at 0 ms only' if shape.one_machine_at_zero else ''}, seed {SYNTHETIC_SEED})",
             )
             print()
     print(
