@@ -37,8 +37,9 @@ predictor.py: model and Gaussian process refitted per fold), by the model alone 
 fold) and by plain interpolation (`interpolation_baseline`: linear between the two neighbouring measured values of
 the held-out axis, one machine latency-independent; nothing brackets an end value, so its cells go unanswered). Each
 cell's choice (worker type × batch size × latency with ≥ 2 measured worker counts) is made from the fold's records:
-the predictor's as the recommender makes it (every count estimated, the fold's runs measured, the least upper end of
-the 80 % interval), the model's and interpolation's the fastest of the held-out counts' predictions and the other
+the predictor's as the recommender makes it (every count estimated, the fold's runs measured, each time judged by the
+upper end of its 80 % interval or, where the fold's own held-out choices show that better, by the estimate), the
+model's and interpolation's the fastest of the held-out counts' predictions and the other
 counts' measurements there — with one latency or batch size held out every count in its cells is predicted; with one
 worker count held out, it is predicted and set against the others' measurements, each cell chosen once per count held
 out. Printed per hold-out kind: cells (those choices), the share answered, mean regret (measured time of the chosen
@@ -635,7 +636,8 @@ def main() -> None:
     print(
         f"{TARGETS}. cells: the choices of a worker count scored (worker type × batch size × latency with ≥ 2 measured"
         " counts; once per count held out when worker counts are): the predictor's as the recommender makes it from"
-        " the fold (the least upper end of the 80 % interval of every count's estimate), the model's and the"
+        " the fold (every count's estimate judged by the upper end of its 80 % interval, or by itself where the fold's"
+        " own held-out choices chose better so), the model's and the"
         " baseline's the fastest of the held-out counts' predicted times and the fold's measured times there; regret:"
         " measured time of the chosen count ÷ the measured best − 1, over the answered choices (the baseline answers"
         " only where neighbours bracket the held-out value: the rows marked =interp. are the predictor's and model's"

@@ -112,6 +112,7 @@ class Candidate:
     basis: str = ""
     expected_error: float | None = None  # the predictor's expected |run/estimate − 1| here; None: not estimated
     interval_s: tuple[float, float] | None = None  # the predictor's 80 % interval of the expected epoch time
+    judged_s: float | None = None  # the time the choice weighs (PredictorModel.judged); None: the interval's upper end
     warning: str = ""  # failed runs of this configuration near this point ("" when none)
     strategy: str = ""  # "ps" or "mirrored" where the model compared both (the strategy left open); else ""
 

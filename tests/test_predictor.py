@@ -244,6 +244,8 @@ def test_a_worker_count_nobody_measured_is_no_sure_bet_and_the_answer_says_so():
     four = next(c for c in answer.candidates if c.workers == 4)
     assert answer.workers == 3 and four.basis == "predicted" and four.epoch_time_s < 265 < four.interval_s[1]
     assert "4 workers" in answer.explanation.split("The data cannot tell it apart from")[1]
+    assert "judged by the upper end of its 80 % interval" in answer.explanation  # no held-out choice says otherwise
+    assert "no held-out choice could tell" in answer.explanation
 
 
 @pytest.mark.parametrize("records", [LAB_GRID, TABLE4], ids=["all-reduce", "table4"])
@@ -400,6 +402,34 @@ def test_the_choice_is_the_least_upper_bound_and_says_what_the_data_cannot_tell_
     assert _choose([sure, unsure, slow], 1.0, 0.0) is sure  # faster on its median, but not by its uncertainty
     assert _alike([sure, unsure, slow], sure, 1.0, 0.0) == [unsure]
     assert _choose([sure, unsure, slow], 0.0, 1.0) is slow
+    # Judged by their estimates (where a workload's held-out choices showed that better), the faster median wins; the
+    # data still cannot tell the two apart.
+    trusted = [replace(c, judged_s=c.epoch_time_s) for c in (sure, unsure, slow)]
+    assert _choose(trusted, 1.0, 0.0) is trusted[1]
+    assert _alike(trusted, trusted[1], 1.0, 0.0) == [trusted[0]]
+
+
+def test_the_workloads_own_held_out_choices_set_how_a_time_is_judged():
+    """The constructed grid's fourth worker straggles under latency, which no run of fewer workers foretells: its
+    held-out choices lost more by trusting the estimates than by their intervals' upper ends, so the upper ends stand.
+    On Table 4 the upper ends kept a measured count where a held-out one was faster (two of its eight choices, 20 %
+    each), and the estimates chose every time the best: by more than the choices' standard error."""
+    cautious, trusting = predictor(GRID), predictor(TABLE4)
+    assert cautious.rule == "bound" and cautious.rule_regret["bound"] < cautious.rule_regret["estimate"]
+    assert trusting.rule == "estimate" and trusting.rule_regret["estimate"] < trusting.rule_regret["bound"]
+    request = RecommendRequest("model", workload=ANWAR, batch_size=6400, latency_ms=0.0, max_workers=4)
+    for records, model, judged in (
+        (GRID, cautious, "the upper end of its 80 % interval"),
+        (TABLE4, trusting, "its estimate"),
+    ):
+        answer = recommend_model(request, (), records)
+        assert f"Each time is judged by {judged}: on the workload's {model.rule_regret['choices']} held-out" in (
+            answer.explanation
+        )
+        assert answer.extra["predictor"]["choice"].endswith(judged)
+        assert answer.extra["predictor"]["choice_regret"] == model.rule_regret
+        for c in answer.candidates:
+            assert c.judged_s == pytest.approx(c.interval_s[1] if model.rule == "bound" else c.epoch_time_s, rel=1e-5)
 
 
 def test_an_answer_names_the_configurations_it_cannot_tell_apart():

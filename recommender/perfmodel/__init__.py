@@ -11,8 +11,9 @@ By concern, each module's docstring saying what it owns:
 - ``predictor`` — `predictor`: the epoch time of a configuration — its runs where it ran, else the fitted model
   corrected by a Gaussian process on its log residuals — with a standard deviation and 80 % interval, the whole
   predictor cross-validated, and the failed runs near it;
-- ``choice`` — `recommend_model` and `predict_fallback`: candidates, the risk-aware α/β choice (the least upper
-  bound), the configurations the data cannot tell from it, and the Pareto frontier;
+- ``choice`` — `recommend_model` and `predict_fallback`: candidates, the risk-aware α/β choice (each time judged by
+  the upper end of its interval, or by its estimate where the workload's held-out choices show that better), the
+  configurations the data cannot tell from it, and the Pareto frontier;
 - ``explanation`` — the texts that explain a pick;
 - ``calibration`` — `calibration_report` (the model's leave-one-group-out figures: Records page, `model_report`) and
   `holdout_report` (the predictor's against the model alone and plain interpolation: benchmarks/model_calibration.py).

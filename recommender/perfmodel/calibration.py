@@ -142,8 +142,9 @@ def holdout_report(
     their 80 % interval. The choice is scored as the recommender makes it from the fold's records: per (worker type,
     batch size, latency) cell with at least two measured worker counts, and per fold that holds out runs of it. The
     predictor chooses as `recommend --algorithm lookup` would from the fold (every measured count of the cell
-    estimated, the fold's runs measured, by choice._choose: the least upper end of the 80 % interval); the model and
-    the baseline take the held-out counts' predicted times against the other counts' measured times in the fold.
+    estimated, the fold's runs measured, by choice._choose: each time judged as the fold's predictor judges it); the
+    model and the baseline take the held-out counts' predicted times against the other counts' measured times in the
+    fold.
     The cell is answered when every measured count is a candidate, and then regret = measured time of the chosen
     count ÷ the measured best − 1 and best = whether that count is the measured best or one the runs cannot tell
     from it (`_as_fast`: a run of it at least as fast as the best's slowest run; measured once, only an equal time
@@ -228,7 +229,7 @@ def _fold_times(method, group_by, train, held_out, catalog) -> tuple[list[tuple]
             if any(e is None for e in estimates):
                 return None
             candidates = [
-                Candidate(worker_type, n, e.epoch_time_s, 0.0, e.basis, interval_s=e.interval)
+                Candidate(worker_type, n, e.epoch_time_s, 0.0, e.basis, interval_s=e.interval, judged_s=fold.judged(e))
                 for n, e in zip(counts, estimates, strict=True)
             ]
             return _choose(candidates, 1.0, 0.0).workers

@@ -7,13 +7,15 @@ at the very point asked, or only ever failed at its batch size, is no candidate;
 the warning and the fastest configuration with no failed run nearby beside it.
 
 The α/β trade-off (Anwar eq. 6–9), risk-aware: among the feasible configurations (hourly cost c = c_ps + n·c_t ≤ C,
-or c = n·c_t without a PS), minimise the upper confidence bound α·t⁺/t⁺_best + β·c/c_best, where t⁺ is the upper end
-of a configuration's 80 % interval of epoch time and t⁺_best and c_best the smallest among them: a configuration the
-data know little about must be better by its uncertainty to be chosen. Each term is a ratio to the best (1.10 = 10 %
-worse), so α = 1, β = 0 picks the fastest, α = 0, β = 1 the cheapest per hour (Anwar's c(n) = Σ p_i), α = β weighs
-1 % of time against 1 % of cost; ties go to the faster, then the cheaper configuration. The answer names the
-configurations the data cannot tell from the pick: those whose score's 80 % interval (t from the lower to the upper
-end of its interval) reaches below the pick's upper bound.
+or c = n·c_t without a PS), minimise α·t*/t*_best + β·c/c_best, where t* is a configuration's judged epoch time
+(PredictorModel.judged) and t*_best and c_best the smallest among them. A time is judged by the upper end of its 80 %
+interval (an upper confidence bound: a configuration the data know little about must be better by its uncertainty to
+be chosen), or by the estimate itself where the workload's own held-out choices lost less that way by more than one
+standard error (the predictor's `rule`, which the answer states with those choices' regrets). Each term is a ratio to
+the best (1.10 = 10 % worse), so α = 1, β = 0 picks the fastest, α = 0, β = 1 the cheapest per hour (Anwar's c(n) =
+Σ p_i), α = β weighs 1 % of time against 1 % of cost; ties go to the faster, then the cheaper configuration. The answer
+names the configurations the data cannot tell from the pick: those whose score's 80 % interval (t from the lower to the
+upper end of its interval) reaches below the score at the pick's upper end.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import replace
 from recommender import algorithms
 from recommender.perfmodel.explanation import explain_fallback, explain_model
 from recommender.perfmodel.fitting import _pattern, _usable
-from recommender.perfmodel.predictor import MEASURED, PredictorModel, predictor
+from recommender.perfmodel.predictor import BOUND, MEASURED, PredictorModel, predictor
 from recommender.types import Candidate, InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
 
 MAX_WORKERS_EVALUATED = 256  # a budget can buy hundreds of cheap workers; no model is credible that far out
@@ -119,6 +121,7 @@ def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, p
             expected_error=e.expected_error,
             warning=e.warning,
             interval_s=tuple(float(f"{x:.6g}") for x in e.interval),  # six digits, however small the time
+            judged_s=model.judged(e),
         )
         for (t, n), e in zip(pairs, estimates, strict=True)
         if e is not None
@@ -128,34 +131,36 @@ def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, p
 
 
 def _choose(candidates: Sequence[Candidate], alpha: float, beta: float) -> Candidate:
-    """Minimise the upper bound α·t⁺/t⁺_best + β·c/c_best (module docstring); ties: faster, cheaper, fewer workers."""
+    """Minimise α·t*/t*_best + β·c/c_best, t* the judged time (module docstring); ties: faster, cheaper, fewer
+    workers."""
     score = _scores(candidates, alpha, beta)
     return min(candidates, key=lambda c: (score(c)[1], c.epoch_time_s, c.hourly_cost, c.workers))
 
 
 def _scores(candidates: Sequence[Candidate], alpha: float, beta: float):
-    """A candidate's score, from the lower to the upper end of its interval of epoch time (its time alone where it
-    has no interval)."""
-    best_time = min(_bounds(c)[1] for c in candidates)
+    """A candidate's score at the lower end of its interval of epoch time, at its judged time and at the upper end
+    (its time alone where it has no interval)."""
+    best_time = min(_times(c)[1] for c in candidates)
     best_cost = min(c.hourly_cost for c in candidates)
 
-    def score(c: Candidate) -> tuple[float, float]:
+    def score(c: Candidate) -> tuple[float, float, float]:
         cost = beta * c.hourly_cost / best_cost if best_cost > 0 else 0.0
-        low, high = _bounds(c)
-        return alpha * low / best_time + cost, alpha * high / best_time + cost
+        return tuple(alpha * t / best_time + cost for t in _times(c))
 
     return score
 
 
-def _bounds(c: Candidate) -> tuple[float, float]:
-    return c.interval_s or (c.epoch_time_s, c.epoch_time_s)
+def _times(c: Candidate) -> tuple[float, float, float]:
+    """The lower end of a candidate's interval, its judged time and the upper end."""
+    low, high = c.interval_s or (c.epoch_time_s, c.epoch_time_s)
+    return low, high if c.judged_s is None else c.judged_s, high
 
 
 def _alike(candidates: Sequence[Candidate], pick: Candidate, alpha: float, beta: float) -> list[Candidate]:
-    """The candidates the data cannot tell from the pick: their score's interval reaches below the pick's upper
-    bound, best first."""
+    """The candidates the data cannot tell from the pick: their score's interval reaches below its upper end, best
+    first."""
     score = _scores(candidates, alpha, beta)
-    bound = score(pick)[1]
+    bound = score(pick)[2]
     others = [c for c in candidates if c is not pick and score(c)[0] <= bound]
     return sorted(others, key=lambda c: (score(c)[1], c.epoch_time_s, c.hourly_cost, c.workers))
 
@@ -359,7 +364,9 @@ def _answer(
                 "cv_coverage_80": model.cv_coverage,
                 "kernel": model.kernel,
                 "noise": dict(zip(("least", "most"), model.noise, strict=True)),
-                "choice": "least upper bound of alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
+                "choice": "least alpha*time/best_time + beta*hourly_cost/best_hourly_cost, each time judged by "
+                + ("the upper end of its 80 % interval" if model.rule == BOUND else "its estimate"),
+                "choice_regret": model.rule_regret,
             },
             "family": fitted.family if fitted else None,
             "speed": fitted.speed if fitted else None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from recommender.algorithms import configuration_text
-from recommender.perfmodel.predictor import PredictorModel
+from recommender.perfmodel.predictor import BOUND, ESTIMATE, PredictorModel
 from recommender.types import Candidate, RecommendRequest
 
 KNEE_SEARCH = 64  # the largest worker count at which a roofline's knee is looked for
@@ -52,7 +52,8 @@ def explain_model(
     return (
         f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.3g} s per epoch, "
         f"{_source(pick, detail)}; it minimises α·time/best time + β·cost/best cost (α = {request.alpha:g}, "
-        f"β = {request.beta:g}) over {configurations} configurations{within}. {_predictor_text(model)}"
+        f"β = {request.beta:g}) over {configurations} configurations{within}. {_rule_text(model)} "
+        f"{_predictor_text(model)}"
         + _saturation(model, request, pick)
         + _extrapolation(model, pick, request)
         + _one_machine(model)
@@ -75,10 +76,26 @@ def explain_fallback(
     return (
         f"No measured record matches {batch_text} and {latency_text}, so the predictor answers: "
         f"{configuration_text(pick)}, {pick.epoch_time_s:.3g} s per epoch, {_source(pick, detail)} — the fastest of "
-        f"{configurations} configurations. {_predictor_text(model)}"
+        f"{configurations} configurations. {_rule_text(model)} {_predictor_text(model)}"
         + _extrapolation(model, pick, request)
         + _one_machine(model)
         + no_price
+    )
+
+
+def _rule_text(model: PredictorModel) -> str:
+    """How the choice judged each configuration's time, and the held-out choices that set it (PredictorModel.rule)."""
+    judged = "the upper end of its 80 % interval" if model.rule == BOUND else "its estimate"
+    regret = model.rule_regret
+    if not regret:
+        return (
+            f"Each time is judged by {judged}: a configuration the data know little about must be better by its "
+            "uncertainty (no held-out choice could tell that from trusting the estimates)."
+        )
+    other, other_name = (ESTIMATE, "the estimates") if model.rule == BOUND else (BOUND, "the intervals' upper ends")
+    return (
+        f"Each time is judged by {judged}: on the workload's {regret['choices']} held-out choices that lost "
+        f"{regret[model.rule]:.1%} of time on average, judging by {other_name} {regret[other]:.1%}."
     )
 
 

@@ -32,7 +32,10 @@ confidence where it has nothing to go on: an estimate at a worker count no run o
 size or latency no run of its type and count measured, is no surer than the predictor was on that axis's held-out
 values (between the measured ones and beyond them together): its `std_log` is at least the one with which 80 % of
 those held-out runs, each with its own noise, would have fallen inside their 80 % intervals. The coverage it reports
-gives each held-out value the floor the other held-out values of its axis set.
+gives each held-out value the floor the other held-out values of its axis set. And it sets how the choice judges a
+time (`judged`, `rule`): in each held-out cell of two measured worker counts or more, the fastest count by the upper
+ends of the 80 % intervals and by the estimates, each choice's regret against the measured best; the estimates only
+where they lost less by more than one standard error.
 
 Pure numpy/scikit-learn over the shared dataclasses: no ORM, no Django.
 """
@@ -60,6 +63,9 @@ from recommender.types import InstanceSpec, PerfRecord, RecommendationError
 
 MEASURED, PREDICTED = "measured", "predicted"
 BASES = (MEASURED, PREDICTED)
+# How the choice weighs a configuration's time (PredictorModel.judged): the upper end of its 80 % interval, or the
+# estimate itself where the workload's own held-out choices chose better by it (_cross_validate).
+BOUND, ESTIMATE = "bound", "estimate"
 CV_GROUPINGS = ("latency", "batch_size", "workers")  # the ways a query can miss the measurements
 Z = 1.2815515655446004  # the standard normal's 90th percentile: the intervals are 80 % two-sided
 # The hyper-parameters' bounds, in standardised inputs and log time. Length scales: a tenth of the runs' spread (finer
@@ -124,6 +130,9 @@ class PredictorModel:
     cv_pairs: tuple[tuple[float, float, str], ...] = ()
     # axis -> the floor on std_log of an estimate at a value of that axis no run measured
     held_out_spread: dict = field(default_factory=dict)
+    rule: str = BOUND  # how the choice weighs a time (judged)
+    # The held-out choices' mean regret under each rule, and how many there were ({} when none were made)
+    rule_regret: dict = field(default_factory=dict)
 
     @property
     def overall_error(self) -> float | None:
@@ -149,6 +158,12 @@ class PredictorModel:
         computes alone, without the collectives every run of several pays on each step, and those runs cannot tell
         its computing apart from their collectives (the model would extrapolate the collectives' terms to nothing)."""
         return self.latency_free and 1 not in self.seen.get(("workers", None), [])
+
+    def judged(self, estimate: Estimate) -> float:
+        """The time the choice weighs for this estimate (choice._choose): the upper end of its 80 % interval — a
+        configuration the data know little about must be better by its uncertainty to be chosen — or, where the
+        workload's own held-out choices lost less by trusting the estimates (`rule_regret`), the estimate."""
+        return estimate.interval[1] if self.rule == BOUND else estimate.epoch_time_s
 
     def can_price(self, worker_type: str) -> bool:
         return any(t == worker_type for t, *_ in self.runs) or bool(self.model and self.model.can_price(worker_type))
@@ -543,6 +558,7 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
     held-out values set."""
     usable = _usable(records)
     held, kinds = [], []  # held: (fold, its estimate, the measured time, the kinds of axis it is off on)
+    folds = {}  # fold -> (its predictor, the cells it holds out runs of)
     for group_by in CV_GROUPINGS:
         key = GROUPINGS[group_by]
         groups = sorted({key(r) for r in usable}, key=lambda g: (g is None, g))
@@ -557,6 +573,7 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
             except RecommendationError:
                 continue
             rows = [(r.instance_type, r.workers, r.batch_size, _latency(r)) for r in held_out]
+            folds[(group_by, group)] = fold, {(t, b, lat) for t, _, b, lat in rows}
             for r, row, e in zip(held_out, rows, fold.estimate_many(rows), strict=True):
                 if e is not None:
                     off = _off_axes(fold.seen, fold._row(*row), fold.latency_free)
@@ -579,6 +596,11 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
         missing = math.ceil(0.8 * len(runs)) - (len(runs) - len(short))
         return short[missing - 1] if missing > 0 else 0.0
 
+    def sure(fold, predictor: PredictorModel, point: tuple, e: Estimate) -> float:
+        """An estimate's std_log with the floors the other held-out values of its axes set."""
+        off = _off_axes(predictor.seen, predictor._row(*point), predictor.latency_free)
+        return max([e.std_log, *(floor(axis, fold) for axis, _ in off)])
+
     inside = []
     for fold, e, measured, off in held:
         sigma = math.hypot(max([e.std_log, *(floor(axis, fold) for axis, _ in off)]), e.noise_log)
@@ -589,4 +611,50 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
         "cv": f"{', '.join(kinds)}, each held out in turn: {len(held)} held-out estimates",
         "cv_pairs": tuple((measured, e.epoch_time_s, fold[0]) for fold, e, measured, _ in held),
         "held_out_spread": {axis: floor(axis) for axis in needed},
+        **_choose_rule(usable, folds, sure),
+    }
+
+
+def _choose_rule(usable: Sequence[PerfRecord], folds: dict, sure) -> dict:
+    """How the choice judges a time (`PredictorModel.judged`), by the workload's own held-out choices: in every fold,
+    each cell (worker type, batch size, latency) that it holds out runs of and that measured two worker counts or
+    more has every measured count estimated by the fold's predictor (with the floors the other folds set), and the
+    fastest chosen by each rule — each time judged by the upper end of its 80 % interval, or by the estimate; a
+    choice's regret is the measured time of its count over the best's, less one. The estimate only where it lost less
+    by more than the standard error of the choices' differences (the one-standard-error rule: the cautious rule
+    stands unless the data show the other better); the bound on a tie, with one choice, and with none."""
+    cells = defaultdict(lambda: defaultdict(list))
+    for r in usable:
+        cells[(r.instance_type, r.batch_size, _latency(r))][r.workers].append(r.epoch_time_s)
+    regrets = {BOUND: [], ESTIMATE: []}
+    for fold, (predictor, held_cells) in folds.items():
+        for cell in held_cells:
+            means = {n: float(np.mean(times)) for n, times in cells[cell].items()}
+            if len(means) < 2:
+                continue
+            worker_type, batch, latency = cell
+            points = [(worker_type, n, batch, latency) for n in sorted(means)]
+            estimates = predictor.estimate_many(points)
+            if any(e is None for e in estimates):
+                continue
+            counts = sorted(means)
+            judged = {
+                BOUND: [
+                    e.epoch_time_s * math.exp(Z * sure(fold, predictor, p, e))
+                    for p, e in zip(points, estimates, strict=True)
+                ],
+                ESTIMATE: [e.epoch_time_s for e in estimates],
+            }
+            for rule, times in judged.items():
+                pick = min(range(len(counts)), key=lambda i: (times[i], estimates[i].epoch_time_s, counts[i]))
+                pick = counts[pick]
+                regrets[rule].append(means[pick] / min(means.values()) - 1.0)
+    if not regrets[BOUND]:
+        return {}
+    mean = {rule: float(np.mean(values)) for rule, values in regrets.items()}
+    gain = np.subtract(regrets[BOUND], regrets[ESTIMATE])  # what each choice would gain by the estimate
+    error = float(np.std(gain, ddof=1) / math.sqrt(len(gain))) if len(gain) > 1 else math.inf
+    return {
+        "rule": ESTIMATE if gain.mean() > error else BOUND,
+        "rule_regret": mean | {"choices": len(regrets[BOUND])},
     }
