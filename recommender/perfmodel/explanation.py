@@ -93,9 +93,13 @@ def _rule_text(model: PredictorModel) -> str:
             "uncertainty (no held-out choice could tell that from trusting the estimates)."
         )
     other, other_name = (ESTIMATE, "the estimates") if model.rule == BOUND else (BOUND, "the intervals' upper ends")
+    close = ""
+    if model.rule == BOUND and regret[ESTIMATE] < regret[BOUND]:
+        error = "" if regret["error"] is None else f", {regret['error']:.1%}"
+        close = f", less by no more than the standard error of the difference{error}"
     return (
         f"Each time is judged by {judged}: on the workload's {regret['choices']} held-out choices that lost "
-        f"{regret[model.rule]:.1%} of time on average, judging by {other_name} {regret[other]:.1%}."
+        f"{regret[model.rule]:.1%} of time on average, judging by {other_name} {regret[other]:.1%}{close}."
     )
 
 

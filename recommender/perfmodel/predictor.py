@@ -131,7 +131,8 @@ class PredictorModel:
     # axis -> the floor on std_log of an estimate at a value of that axis no run measured
     held_out_spread: dict = field(default_factory=dict)
     rule: str = BOUND  # how the choice weighs a time (judged)
-    # The held-out choices' mean regret under each rule, and how many there were ({} when none were made)
+    # The held-out choices' mean regret under each rule, how many there were and the standard error of the difference
+    # of their regrets (None with one choice); {} when none were made
     rule_regret: dict = field(default_factory=dict)
 
     @property
@@ -656,5 +657,5 @@ def _choose_rule(usable: Sequence[PerfRecord], folds: dict, sure) -> dict:
     error = float(np.std(gain, ddof=1) / math.sqrt(len(gain))) if len(gain) > 1 else math.inf
     return {
         "rule": ESTIMATE if gain.mean() > error else BOUND,
-        "rule_regret": mean | {"choices": len(regrets[BOUND])},
+        "rule_regret": mean | {"choices": len(gain), "error": error if math.isfinite(error) else None},
     }
