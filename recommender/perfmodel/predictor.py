@@ -634,11 +634,11 @@ def _choose_rule(usable: Sequence[PerfRecord], folds: dict, sure) -> dict:
             if len(means) < 2:
                 continue
             worker_type, batch, latency = cell
-            points = [(worker_type, n, batch, latency) for n in sorted(means)]
+            counts = sorted(means)
+            points = [(worker_type, n, batch, latency) for n in counts]
             estimates = predictor.estimate_many(points)
             if any(e is None for e in estimates):
                 continue
-            counts = sorted(means)
             judged = {
                 BOUND: [
                     e.epoch_time_s * math.exp(Z * sure(fold, predictor, p, e))
@@ -647,8 +647,7 @@ def _choose_rule(usable: Sequence[PerfRecord], folds: dict, sure) -> dict:
                 ESTIMATE: [e.epoch_time_s for e in estimates],
             }
             for rule, times in judged.items():
-                pick = min(range(len(counts)), key=lambda i: (times[i], estimates[i].epoch_time_s, counts[i]))
-                pick = counts[pick]
+                pick = counts[min(range(len(counts)), key=lambda i: (times[i], estimates[i].epoch_time_s, counts[i]))]
                 regrets[rule].append(means[pick] / min(means.values()) - 1.0)
     if not regrets[BOUND]:
         return {}
