@@ -387,6 +387,37 @@ def test_without_a_model_the_predictor_answers_only_within_the_runs():
         predictor(SPARSE["failed runs only"])
 
 
+def test_an_axis_measured_at_one_value_prices_no_other():
+    """Runs of one worker count cannot tell a cluster's computing from its fixed costs, nor runs at one latency what
+    latency costs: the model would split them at random and be sure of it (8 workers "5.24 s, 80 %: 5.23–5.25 s" from
+    runs of 3 alone). Such configurations are no candidates, and the answer says so; with none left, a refusal says
+    what to measure. The predictor's own hold-out still estimates them, to learn how far such guesses go wrong."""
+    answer = recommend_model(
+        RecommendRequest("model", workload=ANWAR, batch_size=64, latency_ms=0.0, max_workers=8),
+        (),
+        SPARSE["one cluster shape"],
+    )
+    assert answer.workers == 3 and [c.workers for c in answer.candidates] == [3]
+    assert "7 other configurations within the limit cannot be estimated: the runs measured only 3 workers" in (
+        answer.explanation
+    )
+    # All-reduce runs at 20 ms only, asked at 0 ms: one machine, which sends nothing, is the only estimate.
+    request = RecommendRequest("model", workload=ANWAR, batch_size=64, latency_ms=0.0)
+    answer = recommend_model(request, (), SPARSE["one latency"])
+    assert answer.workers == 1 and [c.workers for c in answer.candidates] == [1]
+    answer = predict_fallback(RecommendRequest("lookup", workload=ANWAR, batch_size=64, latency_ms=0.0), (),
+                              SPARSE["one latency"])  # fmt: skip
+    assert answer.workers == 1 and "cannot be estimated: the runs measured only 20 ms latency" in answer.explanation
+    # Through a PS one worker pays the latency too: nothing left to answer with.
+    at_20_ms = tuple(replace(r, latency_ms=20.0) for r in SPARSE["one latency"] if r.workers > 1)
+    ps = tuple(replace(r, strategy="ps") for r in at_20_ms + runs((3, 32, 20.0, 40.0), (3, 64, 20.0, 39.0)))
+    with pytest.raises(RecommendationError, match="the runs measured only 20 ms latency.*measure a run there"):
+        predict_fallback(replace(request, algorithm="lookup"), (), ps)
+    # Table 4 without its 20 ms runs prices no 20 ms cluster; its own hold-out of 20 ms still predicts both runs.
+    assert predictor(without(TABLE4, latency_ms=20.0)).estimate("", 2, 6400, 20.0) is None
+    assert sorted(measured for measured, _, axis in predictor(TABLE4).cv_pairs if axis == "latency") == [41.0, 90.0]
+
+
 def test_duplicates_are_repeats_of_one_measurement():
     estimate = predictor(SPARSE["duplicates"], cross_validate=False).estimate("", 2, 64, 0.0)
     assert (estimate.basis, estimate.epoch_time_s, estimate.detail) == ("measured", 10.0, "measured here (5 runs)")

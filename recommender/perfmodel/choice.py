@@ -96,7 +96,8 @@ def _limit(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceS
 
 def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, ps: InstanceSpec | None, records):
     """Estimate every (type, n) within the limit. Returns the candidates, the types the limit cannot buy one of, the
-    (type, n) left out for their failed runs (PredictorModel.left_out), and where each estimate came from, in words."""
+    (type, n) left out for their failed runs (PredictorModel.left_out), where each estimate came from, in words, and
+    why the others could not be estimated at all (PredictorModel.unmeasured: reason -> how many)."""
     usable = _usable(records)
     pairs, unaffordable, skip = [], [], set()
     for t in types:
@@ -127,7 +128,12 @@ def _evaluate(model: PredictorModel, request: RecommendRequest, types, prices, p
         if e is not None
     ]
     details = {(t, n): e.detail for (t, n), e in zip(pairs, estimates, strict=True) if e is not None}
-    return candidates, unaffordable, skip, details
+    unmeasured = Counter(
+        reason
+        for (t, n), e in zip(pairs, estimates, strict=True)
+        if e is None and (reason := model.unmeasured(n, request.batch_size, request.latency_ms))
+    )
+    return candidates, unaffordable, skip, details, unmeasured
 
 
 def _choose(candidates: Sequence[Candidate], alpha: float, beta: float) -> Candidate:
@@ -210,18 +216,18 @@ def recommend_model(
     uses_ps = request.parameter_server and (request.ps_type or _pattern(_usable(records)) == "ps")
     ps = algorithms.select_ps(request, catalog, records, [t for t in types if t] or None) if uses_ps else None
     records, model, types, through = _through(ps.name if ps else "", records, model, types, catalog)
-    candidates, unaffordable, skip, details = _evaluate(model, request, types, prices, ps, records)
+    candidates, unaffordable, skip, details, unmeasured = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
         if len(unaffordable) == len(types):
             raise RecommendationError(
                 f"a budget of ${request.budget:g}/h cannot buy {f'the {ps.name} PS and ' if ps else ''}"
                 f"one worker of {', '.join(types)}"
             )
-        raise _nothing_estimated(model, skip)
+        raise _nothing_estimated(model, skip, unmeasured)
     pick = _choose(candidates, request.alpha, request.beta)
     detail = details[(pick.worker_type, pick.workers)]
     explanation = explain_model(model, request, pick, len(candidates), detail, unpriced_workers=types == [""])
-    explanation += through
+    explanation += _unmeasured_text(unmeasured) + through
     extra = {
         "detail": detail,
         "objective": "alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
@@ -317,13 +323,13 @@ def predict_fallback(
     ps_name = request.ps_type or _most_common_str(r.ps_type for r in _usable(records))
     ps = next((s for s in catalog if s.name == ps_name), None)
     records, model, types, through = _through(ps_name, records, model, types, catalog)
-    candidates, _, skip, details = _evaluate(model, request, types, prices, ps, records)
+    candidates, _, skip, details, unmeasured = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
-        raise _nothing_estimated(model, skip)
+        raise _nothing_estimated(model, skip, unmeasured)
     pick = _choose(candidates, 1.0, 0.0)  # the lookup minimises time (Anwar: α = 1, β = 0)
     detail = details[(pick.worker_type, pick.workers)]
     explanation = explain_fallback(model, request, pick, len(candidates), detail, priced=pick.worker_type in prices)
-    explanation += through
+    explanation += _unmeasured_text(unmeasured) + through
     extra = {"detail": detail, "unpriced_types": [t for t in wanted if t not in types]}
     return _answer(request, model, ps_name or None, pick, candidates, explanation, extra, skip, (1.0, 0.0), False)
 
@@ -404,8 +410,25 @@ def _alike_text(alike: Sequence[Candidate]) -> str:
     )
 
 
-def _nothing_estimated(model: PredictorModel, skip: set) -> RecommendationError:
+def _unmeasured_text(unmeasured: Counter) -> str:
+    """The sentence on the configurations within the limit that could not be estimated at all ("" when none)."""
+    if not unmeasured:
+        return ""
+    count = sum(unmeasured.values())
+    return (
+        f" {count} other configuration{'s' * (count != 1)} within the limit cannot be estimated: "
+        f"{'; '.join(sorted(unmeasured))}, and nothing in them tells what another value costs (measure a run there "
+        "to compare)."
+    )
+
+
+def _nothing_estimated(model: PredictorModel, skip: set, unmeasured: Counter) -> RecommendationError:
     """Why no configuration within the limit has an epoch time."""
+    if unmeasured:
+        return RecommendationError(
+            f"no configuration within the limit can be estimated: {'; '.join(sorted(unmeasured))}, and nothing in "
+            "them tells what another value costs (measure a run there, or ask at the measured value)"
+        )
     if model.model is None:
         failed = f"; {len(skip)} only ever failed" if skip else ""
         return RecommendationError(

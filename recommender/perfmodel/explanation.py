@@ -52,7 +52,7 @@ def explain_model(
     return (
         f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.3g} s per epoch, "
         f"{_source(pick, detail)}; it minimises α·time/best time + β·cost/best cost (α = {request.alpha:g}, "
-        f"β = {request.beta:g}) over {configurations} configurations{within}. {_rule_text(model)} "
+        f"β = {request.beta:g}) over {_configurations(configurations)}{within}. {_rule_text(model)} "
         f"{_predictor_text(model)}"
         + _saturation(model, request, pick)
         + _extrapolation(model, pick, request)
@@ -76,11 +76,15 @@ def explain_fallback(
     return (
         f"No measured record matches {batch_text} and {latency_text}, so the predictor answers: "
         f"{configuration_text(pick)}, {pick.epoch_time_s:.3g} s per epoch, {_source(pick, detail)} — the fastest of "
-        f"{configurations} configurations. {_rule_text(model)} {_predictor_text(model)}"
+        f"{_configurations(configurations)}. {_rule_text(model)} {_predictor_text(model)}"
         + _extrapolation(model, pick, request)
         + _one_machine(model)
         + no_price
     )
+
+
+def _configurations(count: int) -> str:
+    return f"{count} configuration{'s' * (count != 1)}"
 
 
 def _rule_text(model: PredictorModel) -> str:
@@ -189,9 +193,8 @@ def _extrapolation(model: PredictorModel, pick: Candidate, request: RecommendReq
     ):
         if value is None or (name == "latency" and pick.workers == 1 and model.latency_free):
             continue  # one machine of an all-reduce workload: latency does not reach it
-        if len(measured) < 2 and value not in measured:
-            seen = f"only {measured[0]:g}{unit}" if measured else f"no {name}"
-            notes.append(f"the records measure {seen}, so the effect of {name} {value:g}{unit} is unknown to the model")
+        if not measured:  # one measured value and another asked is no candidate (PredictorModel.unmeasured)
+            notes.append(f"the records measure no {name}, so the effect of {name} {value:g}{unit} is unknown")
         elif not measured[0] <= value <= measured[-1]:
             notes.append(f"{name} {value:g}{unit} lies outside the measured {measured[0]:g}–{measured[-1]:g}{unit}")
     return f" Extrapolated: {'; '.join(notes)}." if notes else ""

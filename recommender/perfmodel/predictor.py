@@ -16,8 +16,11 @@ median, the standard deviation of its log (`std_log`: how well the data pin the 
 with the process's standard deviation there. One machine of an all-reduce workload sends nothing over the network, so
 its runs count at latency 0 whatever latency they ran at (Anwar's Figs. 9–15). Without a run of one machine, nothing
 tells its computing apart from the collectives that every run of several pays on each step: one machine is then no
-candidate (`one_machine_unknown`). Fewer than four runs fit no physical model: the process then models the log times
-around their mean, and answers only within the measured ranges of a worker type. A worker type with no runs is priced
+candidate (`one_machine_unknown`). Likewise a worker count, batch size or latency other than the one value every run
+measured (runs of 3 workers only, or at 20 ms only): nothing in them tells what that axis costs, and such a
+configuration is no candidate (`unmeasured`; the predictor's own hold-out still estimates it, to learn how far such
+guesses go wrong). Fewer than four runs fit no physical model: the process then models the log times around their
+mean, and answers only within the measured ranges of a worker type. A worker type with no runs is priced
 through the catalogue (the model's speed bridge); its uncertainty adds how far the measured types' own speeds stray from
 the catalogue's (the spread of log κ_t·speed_t over them; none known with fewer than two).
 
@@ -198,13 +201,17 @@ class PredictorModel:
         machine that no run measured: one_machine_unknown)."""
         return self.estimate_many([(worker_type, workers, batch_size, latency_ms)])[0]
 
-    def estimate_many(self, points: Sequence[tuple[str, int, int | None, float | None]]) -> list[Estimate | None]:
-        """`estimate` for many configurations, the model and the process asked once."""
+    def estimate_many(
+        self, points: Sequence[tuple[str, int, int | None, float | None]], *, unmeasured: bool = False
+    ) -> list[Estimate | None]:
+        """`estimate` for many configurations, the model and the process asked once. unmeasured: estimate also
+        where an axis measured at one value leaves the cost of another unknown (`unmeasured`): the predictor's own
+        hold-out does, to learn how far such estimates go wrong."""
         queries = [
             (t, int(n), self.batch_ref if b is None else b, self.latency_ref if lat is None else float(lat))
             for t, n, b, lat in points
         ]
-        answered = [i for i, q in enumerate(queries) if self._answerable(*q)]
+        answered = [i for i, q in enumerate(queries) if self._answerable(*q, unmeasured)]
         estimates: list[Estimate | None] = [None] * len(queries)
         if not answered:
             return estimates
@@ -232,11 +239,31 @@ class PredictorModel:
 
     # --- the pieces -------------------------------------------------------------------------------------------------
 
-    def _answerable(self, worker_type: str, n: int, batch: int | None, latency: float) -> bool:
+    def unmeasured(self, workers: int, batch_size: int | None, latency_ms: float | None) -> str:
+        """Why no model can estimate this configuration: its worker count, batch size or latency differs from the one
+        value every run of the workload measured, and nothing in the runs then tells what that axis costs (e.g.
+        "the runs measured only 3 workers"); "" when there is no such axis, or no model (its process answers only
+        within the measured ranges). One machine of an all-reduce workload pays no latency, and its runs measure
+        none."""
+        if self.model is None:  # without one, only the measured ranges are answered (_answerable)
+            return ""
+        batch = self.batch_ref if batch_size is None else batch_size
+        latency = self.latency_ref if latency_ms is None else float(latency_ms)
+        counts, batches = self.seen.get(("workers", None), []), self.coverage["batch_sizes"]
+        paid = sorted({x for key, values in self.seen.items() if key[:2] == ("latency", None) for x in values})
+        if len(counts) == 1 and workers != counts[0]:
+            return f"the runs measured only {counts[0]} worker{'s' * (counts[0] != 1)}"
+        if batch is not None and len(batches) == 1 and batch != batches[0]:
+            return f"the runs measured only batch size {batches[0]:g}"
+        if not (self.latency_free and workers == 1) and len(paid) == 1 and latency != paid[0]:
+            return f"the runs measured only {paid[0]:g} ms latency"
+        return ""
+
+    def _answerable(self, worker_type: str, n: int, batch: int | None, latency: float, unmeasured: bool) -> bool:
         if n < 1 or self.left_out(worker_type, n, batch, latency) or (n == 1 and self.one_machine_unknown):
             return False
         if self.model is not None:
-            return self.model.can_price(worker_type)
+            return self.model.can_price(worker_type) and (unmeasured or not self.unmeasured(n, batch, latency))
         # No model to extrapolate with: only within the ranges this type ran at.
         own = [(m, b, lat) for t, m, b, lat in self.runs if t == worker_type]
         if not own:
@@ -575,7 +602,7 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
                 continue
             rows = [(r.instance_type, r.workers, r.batch_size, _latency(r)) for r in held_out]
             folds[(group_by, group)] = fold, {(t, b, lat) for t, _, b, lat in rows}
-            for r, row, e in zip(held_out, rows, fold.estimate_many(rows), strict=True):
+            for r, row, e in zip(held_out, rows, fold.estimate_many(rows, unmeasured=True), strict=True):
                 if e is not None:
                     off = _off_axes(fold.seen, fold._row(*row), fold.latency_free)
                     held.append(((group_by, group), e, r.epoch_time_s, off))
@@ -636,7 +663,7 @@ def _choose_rule(usable: Sequence[PerfRecord], folds: dict, sure) -> dict:
             worker_type, batch, latency = cell
             counts = sorted(means)
             points = [(worker_type, n, batch, latency) for n in counts]
-            estimates = predictor.estimate_many(points)
+            estimates = predictor.estimate_many(points, unmeasured=True)
             if any(e is None for e in estimates):
                 continue
             judged = {
