@@ -237,8 +237,6 @@ class PredictorModel:
                 estimates[i] = Estimate(time_s, latent, float(noise), basis, detail, self.risk(*queries[i]))
         return estimates
 
-    # --- the pieces -------------------------------------------------------------------------------------------------
-
     def unmeasured(self, workers: int, batch_size: int | None, latency_ms: float | None) -> str:
         """Why no model can estimate this configuration: its worker count, batch size or latency differs from the one
         value every run of the workload measured, and nothing in the runs then tells what that axis costs (e.g.
@@ -258,6 +256,8 @@ class PredictorModel:
         if not (self.latency_free and workers == 1) and len(paid) == 1 and latency != paid[0]:
             return f"the runs measured only {paid[0]:g} ms latency"
         return ""
+
+    # --- the pieces -------------------------------------------------------------------------------------------------
 
     def _answerable(self, worker_type: str, n: int, batch: int | None, latency: float, unmeasured: bool) -> bool:
         if n < 1 or self.left_out(worker_type, n, batch, latency) or (n == 1 and self.one_machine_unknown):
