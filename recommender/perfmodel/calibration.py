@@ -13,7 +13,7 @@ from sklearn.model_selection import LeaveOneGroupOut
 
 from recommender.perfmodel.choice import _choose
 from recommender.perfmodel.fitting import GROUPINGS, _pattern, _usable, fit
-from recommender.perfmodel.predictor import predictor
+from recommender.perfmodel.predictor import _cell_key, _runs, predictor
 from recommender.types import Candidate, InstanceSpec, PerfRecord, RecommendationError
 
 
@@ -283,18 +283,6 @@ def interpolation_baseline(train: Sequence[PerfRecord], at: PerfRecord, axis: st
 def _coordinate(record: PerfRecord, name: str):
     value = getattr(record, name)
     return float(value or 0.0) if name == "latency_ms" else value
-
-
-def _cell_key(record: PerfRecord) -> tuple:
-    return (record.instance_type, record.batch_size, float(record.latency_ms or 0.0))
-
-
-def _runs(usable: Sequence[PerfRecord]) -> dict:
-    """(worker type, batch size, latency) -> {workers: [measured times]}."""
-    times = defaultdict(lambda: defaultdict(list))
-    for r in usable:
-        times[_cell_key(r)][r.workers].append(r.epoch_time_s)
-    return times
 
 
 def _cells(usable: Sequence[PerfRecord]) -> dict:

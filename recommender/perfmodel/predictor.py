@@ -245,17 +245,24 @@ class PredictorModel:
         none."""
         if self.model is None:  # without one, only the measured ranges are answered (_answerable)
             return ""
+        counts, batches, paid = self._single_values
         batch = self.batch_ref if batch_size is None else batch_size
         latency = self.latency_ref if latency_ms is None else float(latency_ms)
-        counts, batches = self.seen.get(("workers", None), []), self.coverage["batch_sizes"]
-        paid = sorted({x for key, values in self.seen.items() if key[:2] == ("latency", None) for x in values})
-        if len(counts) == 1 and workers != counts[0]:
+        if counts and workers != counts[0]:
             return f"the runs measured only {counts[0]} worker{'s' * (counts[0] != 1)}"
-        if batch is not None and len(batches) == 1 and batch != batches[0]:
+        if batch is not None and batches and batch != batches[0]:
             return f"the runs measured only batch size {batches[0]:g}"
-        if not (self.latency_free and workers == 1) and len(paid) == 1 and latency != paid[0]:
+        if not (self.latency_free and workers == 1) and paid and latency != paid[0]:
             return f"the runs measured only {paid[0]:g} ms latency"
         return ""
+
+    @functools.cached_property
+    def _single_values(self) -> tuple[list, list, list]:
+        """The worker counts, batch sizes and latencies paid (one machine of an all-reduce workload pays none) that
+        the runs measured, each kept only where it is a single value ([] otherwise)."""
+        paid = sorted({x for key, values in self.seen.items() if key[:2] == ("latency", None) for x in values})
+        axes = (self.seen.get(("workers", None), []), self.coverage["batch_sizes"], paid)
+        return tuple(values if len(values) == 1 else [] for values in axes)
 
     # --- the pieces -------------------------------------------------------------------------------------------------
 
@@ -569,6 +576,19 @@ def _latency(r: PerfRecord) -> float:
     return float(r.latency_ms or 0.0)
 
 
+def _cell_key(record: PerfRecord) -> tuple:
+    """Where a choice of worker count is made: (worker type, batch size, latency)."""
+    return (record.instance_type, record.batch_size, _latency(record))
+
+
+def _runs(usable: Sequence[PerfRecord]) -> dict:
+    """(worker type, batch size, latency) -> {workers: [measured times]}."""
+    times = defaultdict(lambda: defaultdict(list))
+    for r in usable:
+        times[_cell_key(r)][r.workers].append(r.epoch_time_s)
+    return times
+
+
 def _most_common(values) -> float | None:
     values = [v for v in values if v is not None]
     return Counter(values).most_common(1)[0][0] if values else None
@@ -624,14 +644,13 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
         missing = math.ceil(0.8 * len(runs)) - (len(runs) - len(short))
         return short[missing - 1] if missing > 0 else 0.0
 
-    def sure(fold, predictor: PredictorModel, point: tuple, e: Estimate) -> float:
-        """An estimate's std_log with the floors the other held-out values of its axes set."""
-        off = _off_axes(predictor.seen, predictor._row(*point), predictor.latency_free)
+    def floored(fold, e: Estimate, off: list) -> float:
+        """An estimate's std_log with the floors the other held-out values of the axes it is off on set."""
         return max([e.std_log, *(floor(axis, fold) for axis, _ in off)])
 
     inside = []
     for fold, e, measured, off in held:
-        sigma = math.hypot(max([e.std_log, *(floor(axis, fold) for axis, _ in off)]), e.noise_log)
+        sigma = math.hypot(floored(fold, e, off), e.noise_log)
         inside.append(abs(math.log(measured / e.epoch_time_s)) <= Z * sigma)
     return {
         "cv_mape": float(np.mean([abs(e.epoch_time_s / measured - 1) for _, e, measured, _ in held])),
@@ -639,11 +658,11 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
         "cv": f"{', '.join(kinds)}, each held out in turn: {len(held)} held-out estimates",
         "cv_pairs": tuple((measured, e.epoch_time_s, fold[0]) for fold, e, measured, _ in held),
         "held_out_spread": {axis: floor(axis) for axis in needed},
-        **_choose_rule(usable, folds, sure),
+        **_choose_rule(usable, folds, floored),
     }
 
 
-def _choose_rule(usable: Sequence[PerfRecord], folds: dict, sure) -> dict:
+def _choose_rule(usable: Sequence[PerfRecord], folds: dict, floored) -> dict:
     """How the choice judges a time (`PredictorModel.judged`), by the workload's own held-out choices: in every fold,
     each cell (worker type, batch size, latency) that it holds out runs of and that measured two worker counts or
     more has every measured count estimated by the fold's predictor (with the floors the other folds set), and the
@@ -651,31 +670,30 @@ def _choose_rule(usable: Sequence[PerfRecord], folds: dict, sure) -> dict:
     choice's regret is the measured time of its count over the best's, less one. The estimate only where it lost less
     by more than the standard error of the choices' differences (the one-standard-error rule: the cautious rule
     stands unless the data show the other better); the bound on a tie, with one choice, and with none."""
-    cells = defaultdict(lambda: defaultdict(list))
-    for r in usable:
-        cells[(r.instance_type, r.batch_size, _latency(r))][r.workers].append(r.epoch_time_s)
+    cells = _runs(usable)
     regrets = {BOUND: [], ESTIMATE: []}
     for fold, (predictor, held_cells) in folds.items():
-        for cell in held_cells:
-            means = {n: float(np.mean(times)) for n, times in cells[cell].items()}
-            if len(means) < 2:
+        asked = [(cell, sorted(cells[cell])) for cell in held_cells if len(cells[cell]) > 1]
+        points = [(t, n, b, lat) for (t, b, lat), counts in asked for n in counts]
+        estimates = iter(predictor.estimate_many(points, unmeasured=True))  # one call for the fold's cells
+        for (worker_type, batch, latency), counts in asked:
+            cell = [(n, next(estimates)) for n in counts]
+            if any(e is None for _, e in cell):
                 continue
-            worker_type, batch, latency = cell
-            counts = sorted(means)
-            points = [(worker_type, n, batch, latency) for n in counts]
-            estimates = predictor.estimate_many(points, unmeasured=True)
-            if any(e is None for e in estimates):
-                continue
+            off = [
+                _off_axes(predictor.seen, predictor._row(worker_type, n, batch, latency), predictor.latency_free)
+                for n, _ in cell
+            ]
             judged = {
                 BOUND: [
-                    e.epoch_time_s * math.exp(Z * sure(fold, predictor, p, e))
-                    for p, e in zip(points, estimates, strict=True)
+                    e.epoch_time_s * math.exp(Z * floored(fold, e, o)) for (_, e), o in zip(cell, off, strict=True)
                 ],
-                ESTIMATE: [e.epoch_time_s for e in estimates],
+                ESTIMATE: [e.epoch_time_s for _, e in cell],
             }
+            means = {n: float(np.mean(times)) for n, times in cells[(worker_type, batch, latency)].items()}
             for rule, times in judged.items():
-                pick = counts[min(range(len(counts)), key=lambda i: (times[i], estimates[i].epoch_time_s, counts[i]))]
-                regrets[rule].append(means[pick] / min(means.values()) - 1.0)
+                pick, _ = min(zip(cell, times, strict=True), key=lambda c: (c[1], c[0][1].epoch_time_s, c[0][0]))
+                regrets[rule].append(means[pick[0]] / min(means.values()) - 1.0)
     if not regrets[BOUND]:
         return {}
     mean = {rule: float(np.mean(values)) for rule, values in regrets.items()}
