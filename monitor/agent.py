@@ -242,7 +242,7 @@ class Sampler:
         return sample
 
     def gpu(self) -> dict:
-        """Mean utilisation (%) and total memory used (MB) of the node's GPUs, when nvidia-smi answers."""
+        """Mean utilisation (%) and total memory used (MB) of the node's GPUs, when nvidia-smi answers (gpu_figures)."""
         if not self.nvidia_smi:
             return {}
         try:
@@ -252,12 +252,35 @@ class Sampler:
                 text=True,
                 timeout=5,
             ).stdout
-            rows = [[float(v) for v in line.split(",")] for line in out.splitlines() if line.strip()]
-        except (OSError, ValueError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError):
             return {}
-        if not rows:
-            return {}
-        return {"gpu_percent": sum(r[0] for r in rows) / len(rows), "gpu_memory_mb": sum(r[1] for r in rows)}
+        return gpu_figures(out)
+
+
+def gpu_figures(out: str) -> dict:
+    r"""nvidia-smi's `utilization.gpu,memory.used` lines (one a GPU) -> the mean utilisation (%) and the total memory
+    used (MB). A GPU that cannot tell one of them ("[N/A]", "[Not Supported]": a MIG slice's utilisation, say) leaves
+    that figure to the others, and with none the figure is left out; the other figure still counts.
+
+    >>> gpu_figures("100, 1523\n50, 77\n")
+    {'gpu_percent': 75.0, 'gpu_memory_mb': 1600.0}
+    >>> gpu_figures("[N/A], 4120\n")
+    {'gpu_memory_mb': 4120.0}
+    >>> gpu_figures("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
+    {}
+    """
+    utilisation, memory = [], []
+    for line in out.splitlines():
+        fields = line.split(",")
+        if len(fields) != 2:
+            continue
+        for figures, field in zip((utilisation, memory), fields, strict=True):
+            with contextlib.suppress(ValueError):
+                if (value := float(field)) >= 0 and value != float("inf"):
+                    figures.append(value)
+    return ({"gpu_percent": sum(utilisation) / len(utilisation)} if utilisation else {}) | (
+        {"gpu_memory_mb": sum(memory)} if memory else {}
+    )
 
 
 MAX_OUTPUT_FILES = 10_000

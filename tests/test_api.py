@@ -591,6 +591,40 @@ def test_agent_samples_every_second_and_keeps_them_while_the_platform_is_down(li
     assert [(s.memory_mb, s.cpu_percent) for s in samples if not s.memory_mb or s.cpu_percent is None] == []
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("answer", "stored"),
+    [
+        # What an H100's nvidia-smi answered while torch multiplied matrices on it (a device check of this agent).
+        pytest.param("99, 1395\n", (99.0, 1395.0), id="one-gpu"),
+        pytest.param("100, 1395\n50, 605\n", (75.0, 2000.0), id="two-gpus-mean-use-total-memory"),
+        pytest.param("[N/A], 4120\n", (None, 4120.0), id="mig-slice-without-utilisation"),
+        pytest.param(
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+            (None, None),
+            id="no-driver",
+        ),
+    ],
+)
+def test_agent_reports_the_gpus_use_where_nvidia_smi_answers(live_server, job, tmp_path, monkeypatch, answer, stored):
+    """A node with GPUs: each sample carries their mean utilisation and total memory as nvidia-smi gives them (a
+    script on the PATH stands in for the driver's tool), and a figure a GPU cannot tell is left unknown, never the
+    other figure with it nor a made-up 0."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "answer").write_text(answer)
+    (tools / "nvidia-smi").write_text(f"#!/bin/sh\ncat '{tools / 'answer'}'\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    token = start_running(job)
+
+    result = run_agent(live_server, job, token, "chief-0", "import time; time.sleep(1.5)", tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    samples = list(NodeSample.objects.filter(node__name="chief-0"))
+    assert samples and {(s.gpu_percent, s.gpu_memory_mb) for s in samples} == {stored}
+
+
 def test_sampler_buffer_gives_back_undelivered_samples_first_and_drops_the_oldest_when_full():
     sampler = Sampler(os.getpid(), buffered=5, own_network=True)
     first = [sampler.sample() for _ in range(3)]
