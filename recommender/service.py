@@ -247,8 +247,9 @@ def strategy_counts(records) -> dict[str, int]:
 def model_figures(records, strategy: str, catalog: str) -> dict:
     """What the recommender's model is worth for a workload's records and a strategy: the very predictor the wizard,
     the API and `fc2 recommend` answer with (the same records, strategy and catalogue: the same memoised fit), its
-    cross-validated error and interval coverage written as their explanations write them, and its held-out
-    estimates (RecommendationError when there is no predictor)."""
+    cross-validated error and interval coverage written as their explanations write them, how its choice judges a
+    time (the sentence its answers carry), and its held-out estimates (RecommendationError when there is no
+    predictor)."""
     own = algorithms.of_strategy(records, strategy == "ps")
     model = perfmodel.predictor(own, catalog_specs(catalog))
     return {
@@ -258,5 +259,6 @@ def model_figures(records, strategy: str, catalog: str) -> dict:
         "cv_mape": None if model.cv_mape is None else explanation.error_text(model.cv_mape),
         "cv_coverage": None if model.cv_coverage is None else explanation.coverage_text(model.cv_coverage),
         "cv": model.cv,
+        "choice": explanation.choice_rule_text(model),
         "pairs": [{"measured_s": m, "predicted_s": p, "held_out": g} for m, p, g in model.cv_pairs],
     }

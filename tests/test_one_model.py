@@ -3,6 +3,7 @@ carries (the same predictor, fitted once per process for the same records and ca
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from io import StringIO
@@ -41,4 +42,8 @@ def test_the_records_page_and_the_api_quote_the_same_error_figures(client, alice
     call_command("model_report", "--workload", "lab-digits-grid", "--strategy", "mirrored", "--json", stdout=out)
     report = json.loads(out.getvalue())
     assert (report["predictor"]["cv_mape"], report["predictor"]["cv_coverage"]) == (error, coverage)
+    # ... and how the choice judges a time: the sentence the answer carries, on the page and in the report.
+    choice = html.unescape(re.search(r'id="predictor-choice">How it chooses among configurations: ([^<]+)<', text)[1])
+    assert choice.startswith("Each time is judged by") and choice in answer.json()["explanation"]
+    assert report["predictor"]["choice"] == choice
     assert report["strategy"] == "mirrored" and report["catalog"] == "lab"

@@ -52,7 +52,7 @@ def explain_model(
     return (
         f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.3g} s per epoch, "
         f"{_source(pick, detail)}; it minimises α·time/best time + β·cost/best cost (α = {request.alpha:g}, "
-        f"β = {request.beta:g}) over {_configurations(configurations)}{within}. {_rule_text(model)} "
+        f"β = {request.beta:g}) over {_configurations(configurations)}{within}. {choice_rule_text(model)} "
         f"{_predictor_text(model)}"
         + _saturation(model, request, pick)
         + _extrapolation(model, pick, request)
@@ -76,7 +76,7 @@ def explain_fallback(
     return (
         f"No measured record matches {batch_text} and {latency_text}, so the predictor answers: "
         f"{configuration_text(pick)}, {pick.epoch_time_s:.3g} s per epoch, {_source(pick, detail)} — the fastest of "
-        f"{_configurations(configurations)}. {_rule_text(model)} {_predictor_text(model)}"
+        f"{_configurations(configurations)}. {choice_rule_text(model)} {_predictor_text(model)}"
         + _extrapolation(model, pick, request)
         + _one_machine(model)
         + no_price
@@ -87,7 +87,7 @@ def _configurations(count: int) -> str:
     return f"{count} configuration{'s' * (count != 1)}"
 
 
-def _rule_text(model: PredictorModel) -> str:
+def choice_rule_text(model: PredictorModel) -> str:
     """How the choice judged each configuration's time, and the held-out choices that set it (PredictorModel.rule)."""
     judged = "the upper end of its 80 % interval" if model.rule == BOUND else "its estimate"
     regret = model.rule_regret

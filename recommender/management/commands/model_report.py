@@ -63,6 +63,7 @@ class Command(ContractCommand):
             f"predictor errs by {predictor['cv_mape'] or 'n/a'} cross-validated, its 80 % intervals holding "
             f"{predictor['cv_coverage'] or 'n/a'} of the held-out runs ({predictor['cv'] or 'not cross-validated'})"
         )
+        self.stdout.write(f"how it chooses among configurations: {predictor['choice']}")
         self.stdout.write(
             f"its mean alone: {report['full_model']['family']} model (cross-validated MAPE "
             f"{percent(report['full_model']['cv_mape'])}); leave-one-{options['group_by']}-out on {report['records']} "
