@@ -276,7 +276,7 @@ def gpu_figures(out: str) -> dict:
             continue
         for figures, field in zip((utilisation, memory), fields, strict=True):
             with contextlib.suppress(ValueError):
-                if (value := float(field)) >= 0 and value != float("inf"):
+                if 0 <= (value := float(field)) < float("inf"):
                     figures.append(value)
     return ({"gpu_percent": sum(utilisation) / len(utilisation)} if utilisation else {}) | (
         {"gpu_memory_mb": sum(memory)} if memory else {}
