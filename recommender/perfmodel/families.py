@@ -9,13 +9,14 @@ Model forms (every coefficient ≥ 0, fitted with scipy.optimize.nnls, so each t
 are therefore positive and never decrease with latency):
 
 - ``anwar-eq5`` — Anwar et al. eq. 5, t = o/x_n + l·r, generalised:
-  t = θ_fixed + κ_type·w(b)/n + s(b, n)·(θ_step + θ_lat·l·m(n) + θ_xfer·v(n)).
+  t = θ_fixed + θ_epoch_n·n + κ_type·w(b)/n + s(b, n)·(θ_step + θ_lat·l·m(n) + θ_xfer·v(n)).
   κ_type·w/n is compute over the cluster's throughput; s counts steps per epoch; m(n) messages one after another and
-  v(n) bytes sent per step. The pattern is the records' own: "ps" when most records name a PS or the ps strategy (m = 2,
-  v = n: the PS link carries every worker's gradients), else "all-reduce" (v = 2(n−1)/n, none for n = 1), whose
-  message law is part of the form (the name's part after "/"): ``tree`` — m = 2·log2 n, the latency term of
-  Rabenseifner's all-reduce (Thakur, Rabenseifner & Gropp 2005: recursive halving then doubling, what collectives use
-  when the messages are small and latency dominates); ``ring`` — m = 2(n−1), a ring's 2(n−1) steps. Where the records
+  v(n) bytes sent per step; θ_epoch_n·n the epoch's own work for each worker (the roofline's, below). The pattern
+  is the records' own: "ps" when most records name a PS or the ps strategy (m = 2, v = n: the PS link carries every
+  worker's gradients), else "all-reduce" (v = 2(n−1)/n, none for n = 1), whose message law is part of the form (the
+  name's part after "/"): ``tree`` — m = 2·log2 n, the latency term of Rabenseifner's all-reduce (Thakur,
+  Rabenseifner & Gropp 2005: recursive halving then doubling, what collectives use when the messages are small and
+  latency dominates); ``ring`` — m = 2(n−1), a ring's 2(n−1) steps. Where the records
   cannot tell the two apart (two worker counts, one of them a single machine), the tree stands: TensorFlow's
   collectives measured on the lab took 1.06× as long per epoch under latency at 3 workers as at 2 with the batch per
   replica (the median over recommender/data/lab-digits-grid.csv's cells), as the tree's 2·log2 n/n says (1.06×), not
@@ -33,7 +34,10 @@ are therefore positive and never decrease with latency):
   Fitted by alternating between the two pieces (each record to the piece that bounds it, both refitted by NNLS on that
   split, from several starting splits: Magnani & Boyd's max-affine fitting).
 - ``ernest`` — Venkataraman et al. (NSDI'16), t = θ0 + θ1·size/n + θ2·log n + θ3·n, extended the same way:
-  t = θ0 + κ_type·w(b)/n + s(b)·(θ_logn·log2 n + θ_n·n + l·(θ_lat_logn·log2 n + θ_lat_n·n)).
+  t = θ0 + κ_type·w(b)/n + θ_e_logn·log2 n + θ_e_n·n + s(b)·(θ_logn·log2 n + θ_n·n + l·(θ_lat_logn·log2 n + θ_lat_n·n)):
+  Ernest's own log n and n terms once an epoch (a tree's and each machine's set-up), and again on every step (with
+  the latency's), so that a form whose steps grow with the batch still has costs that grow with n alone (once, where
+  s = 1).
 
 Each form comes with four readings of what an epoch is (the batch scaling, the part of the family name after ":"):
 ``replica`` — one pass over a fixed data set with B the batch of each worker (FC²'s and Shi's batch sizes, and
@@ -214,6 +218,7 @@ def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarra
             volume = 2.0 * (n - 1.0) / n
         columns = {
             "fixed_s": np.ones_like(n),
+            "epoch_worker_s": n,
             "step_overhead_s": s,
             "latency_s_per_ms": s * lat * messages,
             "transfer_s": s * volume,
@@ -222,6 +227,7 @@ def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarra
         log_n = np.log2(n)
         columns = {
             "fixed_s": np.ones_like(n),
+            **({} if form.scaling == "steps" else {"epoch_log_n_s": log_n, "epoch_n_s": n}),
             "log_n_s": s * log_n,
             "n_s": s * n,
             "latency_log_n_s_per_ms": s * lat * log_n,
