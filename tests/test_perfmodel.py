@@ -325,7 +325,7 @@ def anwar_records() -> list[PerfRecord]:
 
 def test_anwar_table4_picks():
     """§7.1's two answers from the model alone: four machines at 64,000 and 0 ms; at 20 ms three, 4.2 % faster than
-    four in the narrative — closer than any smooth formula fits these cells (its cross-validated error is ~12 %), so
+    four in the narrative — closer than any smooth formula fits these cells (its cross-validated error is ~5 %), so
     the model need only put the two within its error of each other, both ahead of two machines. Its pick there is the
     predictor's to make from the measured cells (test_fallback_on_anwar_rows_with_those_cells_removed)."""
     model = fit(anwar_records())
