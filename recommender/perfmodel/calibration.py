@@ -149,7 +149,7 @@ def holdout_report(
     count ÷ the measured best − 1 and best = whether that count is the measured best or one the runs cannot tell
     from it (`_as_fast`: a run of it at least as fast as the best's slowest run; measured once, only an equal time
     ties); `cells` counts these choices (a cell once per worker count when worker counts are held out),
-    cells_answered = answered ÷ cells.
+    cells_answered = answered ÷ cells; each of `choices` names its fold, cell, regret, best and the count it picked.
     """
     if group_by not in GROUPINGS:
         raise ValueError(f"unknown grouping {group_by!r}: use one of {', '.join(GROUPINGS)}")
@@ -177,7 +177,7 @@ def holdout_report(
         pairs += fold
         choices += [(_json(group), key, c) for key, c in _fold_choices(cells, train, held_out, fold, chooser).items()]
     answered = [choice for _, _, choice in choices if choice is not None]
-    regrets = [regret for regret, _ in answered]
+    regrets = [regret for regret, _, _ in answered]
     errors = defaultdict(list)
     for p in pairs:
         errors[p["basis"]].append(abs(p["predicted_s"] / p["measured_s"] - 1))
@@ -197,7 +197,7 @@ def holdout_report(
         "cells_answered": len(answered) / len(choices) if choices else None,
         "mean_regret": float(np.mean(regrets)) if regrets else None,
         "max_regret": float(np.max(regrets)) if regrets else None,
-        "best_found": float(np.mean([best for _, best in answered])) if answered else None,
+        "best_found": float(np.mean([best for _, best, _ in answered])) if answered else None,
         "skipped": skipped,
         "pairs": pairs,
         "choices": [
@@ -206,6 +206,7 @@ def holdout_report(
                 "cell": list(key),
                 "regret": None if c is None else c[0],
                 "best": None if c is None else c[1],
+                "pick": None if c is None else c[2],
             }
             for group, key, c in choices
         ],
@@ -311,17 +312,18 @@ def _as_fast(runs: dict) -> set:
 
 def _fold_choices(
     cells: dict, train, held_out, fold: list[dict], chooser=None
-) -> dict[tuple, tuple[float, bool] | None]:
-    """One fold's choice in each cell it holds runs of: cell -> (regret, best), or None when some measured count has
-    neither a prediction nor a measurement in the fold. chooser(cell, counts): the method's own choice among the
-    cell's measured counts (None: not answered); without one, the fastest of the fold's measured times and the
-    held-out counts' predictions.
+) -> dict[tuple, tuple[float, bool, int] | None]:
+    """One fold's choice in each cell it holds runs of: cell -> (regret, best, the count chosen), or None when some
+    measured count has neither a prediction nor a measurement in the fold. chooser(cell, counts): the method's own
+    choice among the cell's measured counts (None: not answered); without one, the fastest of the fold's measured
+    times and the held-out counts' predictions.
 
     >>> runs = [PerfRecord("w", workers=n, batch_size=64, latency_ms=0.0, epoch_time_s=t) for n, t in [(1, 9), (2, 6)]]
     >>> cells = _cells(runs)
     >>> two_held_out = [_pair(2, runs[1], 10.0)]  # two workers predicted 10 s: one machine's measured 9 s wins
-    >>> [(round(regret, 2), best) for regret, best in _fold_choices(cells, runs[:1], runs[1:], two_held_out).values()]
-    [(0.5, False)]
+    >>> [(round(regret, 2), best, pick) for regret, best, pick in _fold_choices(cells, runs[:1], runs[1:],
+    ...                                                                         two_held_out).values()]
+    [(0.5, False, 1)]
     >>> _fold_choices(cells, runs[:1], runs[1:], [])  # the held-out count not answered
     {('', 64, 0.0): None}
     """
@@ -339,6 +341,8 @@ def _fold_choices(
             candidates = _means(kept.get(key, {})) | _means(predicted.get(key, {}))
             pick = None if set(measured) - set(candidates) else min(measured, key=lambda n: (candidates[n], n))
         choices[key] = (
-            None if pick is None else (measured[pick] / min(measured.values()) - 1.0, pick in _as_fast(cells[key]))
+            None
+            if pick is None
+            else (measured[pick] / min(measured.values()) - 1.0, pick in _as_fast(cells[key]), pick)
         )
     return choices
