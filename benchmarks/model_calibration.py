@@ -403,7 +403,9 @@ def report_grid(records: list[PerfRecord], title: str, truth=None) -> None:
         print(f"  {'':<18} {'':<10} predictor misses: {', '.join(misses) or 'none'}")
         if truth is not None:
             against = ", ".join(f"{m} {_percent(regret_against(reports[m], timed, truth))}" for m in METHODS)
-            interpolated = {(c["group"], tuple(c["cell"])) for c in reports["baseline"]["choices"] if c["pick"]}
+            interpolated = {
+                (c["group"], tuple(c["cell"])) for c in reports["baseline"]["choices"] if c["pick"] is not None
+            }
             fair = ", ".join(
                 f"{m} {_percent(regret_against(reports[m], timed, truth, interpolated))}" for m in METHODS[:2]
             )

@@ -13,7 +13,7 @@ from sklearn.model_selection import LeaveOneGroupOut
 
 from recommender.perfmodel.choice import _choose
 from recommender.perfmodel.fitting import GROUPINGS, _pattern, _usable, fit
-from recommender.perfmodel.predictor import _cell_key, _runs, predictor
+from recommender.perfmodel.predictor import _cell_key, _means, _runs, predictor
 from recommender.types import Candidate, InstanceSpec, PerfRecord, RecommendationError
 
 
@@ -289,11 +289,6 @@ def _coordinate(record: PerfRecord, name: str):
 def _cells(usable: Sequence[PerfRecord]) -> dict:
     """_runs' cells of at least two worker counts: those where a choice is made."""
     return {key: counts for key, counts in _runs(usable).items() if len(counts) >= 2}
-
-
-def _means(counts: dict) -> dict:
-    """{workers: [times]} -> {workers: their mean}."""
-    return {n: float(np.mean(times)) for n, times in counts.items()}
 
 
 def _as_fast(runs: dict) -> set:

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from recommender import algorithms
-from recommender.perfmodel.explanation import explain_fallback, explain_model
+from recommender.perfmodel.explanation import explain_fallback, explain_model, judged_text
 from recommender.perfmodel.fitting import _pattern, _usable
-from recommender.perfmodel.predictor import BOUND, MEASURED, PredictorModel, predictor
+from recommender.perfmodel.predictor import MEASURED, PredictorModel, predictor
 from recommender.types import Candidate, InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
 
 MAX_WORKERS_EVALUATED = 256  # a budget can buy hundreds of cheap workers; no model is credible that far out
@@ -371,7 +371,7 @@ def _answer(
                 "kernel": model.kernel,
                 "noise": dict(zip(("least", "most"), model.noise, strict=True)),
                 "choice": "least alpha*time/best_time + beta*hourly_cost/best_hourly_cost, each time judged by "
-                + ("the upper end of its 80 % interval" if model.rule == BOUND else "its estimate"),
+                + judged_text(model),
                 "choice_regret": model.rule_regret,
             },
             "family": fitted.family if fitted else None,
@@ -417,17 +417,21 @@ def _unmeasured_text(unmeasured: Counter) -> str:
     count = sum(unmeasured.values())
     return (
         f" {count} other configuration{'s' * (count != 1)} within the limit cannot be estimated: "
-        f"{'; '.join(sorted(unmeasured))}, and nothing in them tells what another value costs (measure a run there "
-        "to compare)."
+        f"{_unmeasured_reasons(unmeasured)} (measure a run there to compare)."
     )
+
+
+def _unmeasured_reasons(unmeasured: Counter) -> str:
+    """Why configurations could not be estimated (PredictorModel.unmeasured's reasons), in one clause."""
+    return f"{'; '.join(sorted(unmeasured))}, and nothing in them tells what another value costs"
 
 
 def _nothing_estimated(model: PredictorModel, skip: set, unmeasured: Counter) -> RecommendationError:
     """Why no configuration within the limit has an epoch time."""
     if unmeasured:
         return RecommendationError(
-            f"no configuration within the limit can be estimated: {'; '.join(sorted(unmeasured))}, and nothing in "
-            "them tells what another value costs (measure a run there, or ask at the measured value)"
+            f"no configuration within the limit can be estimated: {_unmeasured_reasons(unmeasured)} (measure a run "
+            "there, or ask at the measured value)"
         )
     if model.model is None:
         failed = f"; {len(skip)} only ever failed" if skip else ""

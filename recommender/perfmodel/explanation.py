@@ -87,9 +87,14 @@ def _configurations(count: int) -> str:
     return f"{count} configuration{'s' * (count != 1)}"
 
 
+def judged_text(model: PredictorModel) -> str:
+    """What the choice weighs of each configuration's time (PredictorModel.judged), in words."""
+    return "the upper end of its 80 % interval" if model.rule == BOUND else "its estimate"
+
+
 def choice_rule_text(model: PredictorModel) -> str:
     """How the choice judged each configuration's time, and the held-out choices that set it (PredictorModel.rule)."""
-    judged = "the upper end of its 80 % interval" if model.rule == BOUND else "its estimate"
+    judged = judged_text(model)
     regret = model.rule_regret
     if not regret:
         return (

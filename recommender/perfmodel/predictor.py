@@ -589,6 +589,11 @@ def _runs(usable: Sequence[PerfRecord]) -> dict:
     return times
 
 
+def _means(counts: dict) -> dict:
+    """{workers: [times]} -> {workers: their mean}."""
+    return {n: float(np.mean(times)) for n, times in counts.items()}
+
+
 def _most_common(values) -> float | None:
     values = [v for v in values if v is not None]
     return Counter(values).most_common(1)[0][0] if values else None
@@ -690,7 +695,7 @@ def _choose_rule(usable: Sequence[PerfRecord], folds: dict, floored) -> dict:
                 ],
                 ESTIMATE: [e.epoch_time_s for _, e in cell],
             }
-            means = {n: float(np.mean(times)) for n, times in cells[(worker_type, batch, latency)].items()}
+            means = _means(cells[(worker_type, batch, latency)])
             for rule, times in judged.items():
                 pick, _ = min(zip(cell, times, strict=True), key=lambda c: (c[1], c[0][1].epoch_time_s, c[0][0]))
                 regrets[rule].append(means[pick[0]] / min(means.values()) - 1.0)
