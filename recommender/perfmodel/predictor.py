@@ -9,20 +9,21 @@ waiting + computing · c² in log time, c the share of its expected time that th
 (its time at 0 ms over its time: 1 where the run computes throughout, → 0 where it waits on the network): computing
 shares the machine and jitters, waiting out the latency is steady — on the lab, two runs of a 0 ms cell differ by 20 %,
 of a 20 or 40 ms cell by 0.5 %. Amplitude, length scales and both noises are bounded and fitted by maximum marginal
-likelihood. Near runs the estimate follows them as closely as their noise there allows (which the repeats set); far from
-them it returns to the physics, with the residuals' own spread as its uncertainty. Every estimate is log-normal: a
-median, the standard deviation of its log (`std_log`: how well the data pin the expected time) and a run's noise
-(`noise_log`). Where a configuration ran, its time is its runs' mean (a measurement is not replaced by a model of it),
-with the process's standard deviation there. One machine of an all-reduce workload sends nothing over the network, so
-its runs count at latency 0 whatever latency they ran at (Anwar's Figs. 9–15). Without a run of one machine, nothing
-tells its computing apart from the collectives that every run of several pays on each step: one machine is then no
-candidate (`one_machine_unknown`). Likewise a worker count, batch size or latency other than the one value every run
-measured (runs of 3 workers only, or at 20 ms only): nothing in them tells what that axis costs, and such a
-configuration is no candidate (`unmeasured`; the predictor's own hold-out still estimates it, to learn how far such
-guesses go wrong). Fewer than four runs fit no physical model: the process then models the log times around their
-mean, and answers only within the measured ranges of a worker type. A worker type with no runs is priced
-through the catalogue (the model's speed bridge); its uncertainty adds how far the measured types' own speeds stray from
-the catalogue's (the spread of log κ_t·speed_t over them; none known with fewer than two).
+likelihood, a length scale no shorter than the runs can tell (the gap between its input's two closest measured values),
+so that between two measured values the estimate follows both. Near runs the estimate follows them as closely as their
+noise there allows (which the repeats set); far from them it returns to the physics, with the residuals' own spread as
+its uncertainty. Every estimate is log-normal: a median, the standard deviation of its log (`std_log`: how well the data
+pin the expected time) and a run's noise (`noise_log`). Where a configuration ran, its time is its runs' mean (a
+measurement is not replaced by a model of it), with the process's standard deviation there. One machine of an all-reduce
+workload sends nothing over the network, so its runs count at latency 0 whatever latency they ran at (Anwar's Figs.
+9–15). Without a run of one machine, nothing tells its computing apart from the collectives that every run of several
+pays on each step: one machine is then no candidate (`one_machine_unknown`). Likewise a worker count, batch size or
+latency other than the one value every run measured (runs of 3 workers only, or at 20 ms only): nothing in them tells
+what that axis costs, and such a configuration is no candidate (`unmeasured`; the predictor's own hold-out still
+estimates it, to learn how far such guesses go wrong). Fewer than four runs fit no physical model: the process then
+models the log times around their mean, and answers only within the measured ranges of a worker type. A worker type with
+no runs is priced through the catalogue (the model's speed bridge); its uncertainty adds how far the measured types' own
+speeds stray from the catalogue's (the spread of log κ_t·speed_t over them; none known with fewer than two).
 
 Failed runs are information: a configuration with a failed run at the very point, or only failed runs at its batch
 size, is no candidate there (`left_out`); one that failed at batch size B_f carries a warning (`risk`,
@@ -71,9 +72,10 @@ BASES = (MEASURED, PREDICTED)
 BOUND, ESTIMATE = "bound", "estimate"
 CV_GROUPINGS = ("latency", "batch_size", "workers")  # the ways a query can miss the measurements
 Z = 1.2815515655446004  # the standard normal's 90th percentile: the intervals are 80 % two-sided
-# The hyper-parameters' bounds, in standardised inputs and log time. Length scales: a tenth of the runs' spread (finer
-# than any grid resolves) to a hundred spreads (the input does not matter). Amplitude: residuals of 0.1 % to a factor
-# e^3. Noise: 0.1 % to a factor e between repeats.
+# The hyper-parameters' bounds, in standardised inputs and log time. Length scales: a tenth of the runs' spread (the
+# worker type's columns; a number's is at least the gap between its two closest measured values: _length_scales) to a
+# hundred spreads (the input does not matter). Amplitude: residuals of 0.1 % to a factor e^3. Noise: 0.1 % to a
+# factor e between repeats.
 LENGTH_SCALE_BOUNDS = (0.1, 100.0)
 AMPLITUDE_BOUNDS = (1e-6, 9.0)
 NOISE_BOUNDS = (1e-6, 1.0)
@@ -548,9 +550,9 @@ def _fit_process(inputs: np.ndarray, residuals: np.ndarray, kernel=None) -> Gaus
     the given kernel's, fixed). inputs: the standardised coordinates, then the noise's column (_computing)."""
     fixed = kernel is not None and kernel.n_dims == inputs.shape[1] + 2
     if not fixed:
+        bounds = _length_scales(inputs[:, :-1])
         kernel = (
-            ConstantKernel(0.01, AMPLITUDE_BOUNDS)
-            * _Leading(Matern(np.ones(inputs.shape[1] - 1), LENGTH_SCALE_BOUNDS, nu=2.5))
+            ConstantKernel(0.01, AMPLITUDE_BOUNDS) * _Leading(Matern(np.maximum(bounds[:, 0], 1.0), bounds, nu=2.5))
             + _Noise()
         )
     gp = GaussianProcessRegressor(kernel, optimizer=None if fixed else _optimise)
@@ -558,6 +560,24 @@ def _fit_process(inputs: np.ndarray, residuals: np.ndarray, kernel=None) -> Gaus
         # A hyper-parameter at its bound is an answer (e.g. no noise between exact copies), not a failure.
         warnings.simplefilter("ignore", ConvergenceWarning)
         return gp.fit(inputs, residuals)
+
+
+def _length_scales(coordinates: np.ndarray) -> np.ndarray:
+    """The bounds of each input's length scale (LENGTH_SCALE_BOUNDS), the lower of each number (log n, log B, l) raised
+    to the gap between its two closest measured values: the runs cannot tell a shorter length scale from that one
+    (Betancourt, "Robust Gaussian processes in Stan", 2017). Without the bound the process may explain each measured
+    value of an input apart from its neighbours, and then a value between two measured ones falls back to the model
+    instead of to its neighbours' residuals.
+
+    >>> _length_scales(np.array([[0.0, 5.0], [0.5, 5.0], [2.0, 5.0]]))[:, 0].tolist()  # one value: nothing to tell
+    [0.5, 0.1]
+    """
+    bounds = np.tile(LENGTH_SCALE_BOUNDS, (coordinates.shape[1], 1))
+    for i in range(min(3, coordinates.shape[1])):
+        gaps = np.diff(np.unique(coordinates[:, i].round(9)))
+        if len(gaps):
+            bounds[i, 0] = max(bounds[i, 0], float(gaps.min()))
+    return bounds
 
 
 def _optimise(objective, theta: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, float]:
