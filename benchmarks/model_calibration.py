@@ -12,7 +12,7 @@ Data sets, and what each is:
    all-reduce (72 runs) and ``lab-digits-ps-grid.csv`` through a parameter server (96 runs), each an epoch time after
    start-up, each PS cell and each all-reduce 0 ms cell run twice, in one session (their headers say how far one run
    can be trusted). A grid dropped into recommender/data/ later (anwar2021 or csv import format) is run too.
-   ``--grid PATH --format anwar2021|csv`` runs that one file instead of the shipped ones.
+   ``--grid PATH --format anwar2021|csv`` runs that one file alone (none of the data sets below either).
 2. **Constructed, not measured** — ``recommender/data/anwar2021-constructed-grid.csv`` (its first line says so): the
    dense grid the issue asks about (4 worker counts × 6 batch sizes × 6 latencies, Anwar's Figs. 9–15's axes), built
    by `constructed_epoch_time` below from Table 4's rows and §6's text, with 3 % seeded noise; Table 4's nine rows are
@@ -648,7 +648,7 @@ def report_synthetic(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", type=Path, metavar="PATH", help="one grid file instead of the shipped ones")
+    parser.add_argument("--grid", type=Path, metavar="PATH", help="one grid file alone, instead of every data set")
     parser.add_argument("--format", choices=("anwar2021", "csv"), help="the grid file's import format")
     parser.add_argument("--workload", metavar="NAME", help="the grid's workload (anwar2021: default the file name)")
     parser.add_argument("--no-synthetic", action="store_true", help="skip the synthetic ground-truth report")
@@ -702,7 +702,7 @@ def main() -> None:
         " that the runs cannot tell from it (a run of it at least as fast as the best's slowest); MAPE: the held-out"
         " times answered; 80% cov: the share of held-out runs inside the predictor's 80 % interval of a run."
     )
-    if not args.no_synthetic:
+    if not args.no_synthetic and not args.grid:
         print()
         report_synthetic(args)
 
