@@ -564,19 +564,20 @@ def _fit_process(inputs: np.ndarray, residuals: np.ndarray, kernel=None) -> Gaus
 
 def _length_scales(coordinates: np.ndarray) -> np.ndarray:
     """The bounds of each input's length scale (LENGTH_SCALE_BOUNDS), the lower of each number (log n, log B, l) raised
-    to the gap between its two closest measured values: the runs cannot tell a shorter length scale from that one
-    (Betancourt, "Robust Gaussian processes in Stan", 2017). Without the bound the process may explain each measured
-    value of an input apart from its neighbours, and then a value between two measured ones falls back to the model
-    instead of to its neighbours' residuals.
+    to the gap between its two closest measured values (at most to the upper): the runs cannot tell a shorter one
+    from it (Betancourt, "Robust Gaussian processes in Stan", 2017). Without the bound the process may explain each
+    measured value of an input apart from its neighbours, and then a value between two measured ones falls back to the
+    model instead of to its neighbours' residuals.
 
-    >>> _length_scales(np.array([[0.0, 5.0], [0.5, 5.0], [2.0, 5.0]]))[:, 0].tolist()  # one value: nothing to tell
-    [0.5, 0.1]
+    >>> runs = np.array([[0.0, 5.0, 1.0, 1, 0], [0.5, 5.0, 2.0, 0, 1], [2.0, 5.0, 4.0, 1, 0]])  # and two types' columns
+    >>> _length_scales(runs)[:, 0].tolist()  # the second number measured at one value: nothing to tell
+    [0.5, 0.1, 1.0, 0.1, 0.1]
     """
     bounds = np.tile(LENGTH_SCALE_BOUNDS, (coordinates.shape[1], 1))
-    for i in range(min(3, coordinates.shape[1])):
+    for i in range(3):  # the numbers; the worker types' one-hot columns follow
         gaps = np.diff(np.unique(coordinates[:, i].round(9)))
         if len(gaps):
-            bounds[i, 0] = max(bounds[i, 0], float(gaps.min()))
+            bounds[i, 0] = min(max(bounds[i, 0], float(gaps.min())), bounds[i, 1])
     return bounds
 
 
