@@ -111,7 +111,7 @@ def test_near_the_runs_the_process_follows_them_and_far_from_them_the_physics():
 
 def test_one_step_from_the_runs_the_process_keeps_their_residuals():
     """The lab's PS grid without its 40 ms runs, asked for batch size 256 at 40 ms. At 20 ms three workers ran 12 %
-    below the model and four 2 % above it. A process free to fit a length scale of 3 ms along latency (its runs are
+    below the model and four 2 % above it. A process free to fit a length scale of 2 ms along latency (its runs are
     20 ms apart) dropped both residuals by 40 ms and chose four on the model's 1.25 s against three's 1.26 s;
     measured there, three take 1.1 s and four 1.3 s."""
     request = RecommendRequest("lookup", workload=LAB_PS_GRID[0].workload, batch_size=256, latency_ms=40.0)
