@@ -566,8 +566,8 @@ def _length_scales(coordinates: np.ndarray) -> np.ndarray:
     """The bounds of each input's length scale (LENGTH_SCALE_BOUNDS), the lower of each number (log n, log B, l) raised
     to the gap between its two closest measured values (at most to the upper): the runs cannot tell a shorter one
     from it (Betancourt, "Robust Gaussian processes in Stan", 2017). Without the bound the process may explain each
-    measured value of an input apart from its neighbours, and then a value between two measured ones falls back to the
-    model instead of to its neighbours' residuals.
+    measured value of an input apart from its neighbours, and then a value between two measured ones, or one step past
+    them, falls back to the model instead of following the nearest runs' residuals.
 
     >>> runs = np.array([[0.0, 5.0, 1.0, 1, 0], [0.5, 5.0, 2.0, 0, 1], [2.0, 5.0, 4.0, 1, 0]])  # and two types' columns
     >>> _length_scales(runs)[:, 0].tolist()  # the second number measured at one value: nothing to tell
