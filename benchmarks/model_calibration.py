@@ -293,11 +293,16 @@ TARGETS = (
 def _on_cells_of(report: dict, other: dict) -> tuple[float | None, float | None, int]:
     """A report's mean regret and exact-best share over the choices `other` answered (same fold and cell), and how
     many: the baseline answers only where neighbours bracket the held-out value, so it is compared there."""
-    answered = {(c["group"], tuple(c["cell"])) for c in other["choices"] if c["regret"] is not None}
+    answered = _answered(other)
     own = [c for c in report["choices"] if (c["group"], tuple(c["cell"])) in answered and c["regret"] is not None]
     if not own:
         return None, None, 0
     return float(np.mean([c["regret"] for c in own])), float(np.mean([c["best"] for c in own])), len(own)
+
+
+def _answered(report: dict) -> set:
+    """The (fold, cell) of each choice a report answered."""
+    return {(c["group"], tuple(c["cell"])) for c in report["choices"] if c["pick"] is not None}
 
 
 def _mape_on_runs_of(report: dict, other: dict) -> float | None:
@@ -403,9 +408,7 @@ def report_grid(records: list[PerfRecord], title: str, truth=None) -> None:
         print(f"  {'':<18} {'':<10} predictor misses: {', '.join(misses) or 'none'}")
         if truth is not None:
             against = ", ".join(f"{m} {_percent(regret_against(reports[m], timed, truth))}" for m in METHODS)
-            interpolated = {
-                (c["group"], tuple(c["cell"])) for c in reports["baseline"]["choices"] if c["pick"] is not None
-            }
+            interpolated = _answered(reports["baseline"])
             fair = ", ".join(
                 f"{m} {_percent(regret_against(reports[m], timed, truth, interpolated))}" for m in METHODS[:2]
             )
