@@ -14,7 +14,7 @@ By concern, each module's docstring saying what it owns:
 - ``choice`` — `recommend_model` and `predict_fallback`: candidates, the risk-aware α/β choice (each time judged by
   the upper end of its interval, or by its estimate where the workload's held-out choices show that better), the
   configurations the data cannot tell from it, and the Pareto frontier;
-- ``explanation`` — the texts that explain a pick;
+- ``explanation`` — the texts that explain a pick, and the refusal when nothing can be estimated;
 - ``calibration`` — `calibration_report` (the model's leave-one-group-out figures: Records page, `model_report`) and
   `holdout_report` (the predictor's against the model alone and plain interpolation: benchmarks/model_calibration.py).
 

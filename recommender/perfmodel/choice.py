@@ -25,9 +25,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from recommender import algorithms
-from recommender.perfmodel.explanation import explain_fallback, explain_model, judged_text
+from recommender.perfmodel.explanation import (
+    alike_text,
+    explain_fallback,
+    explain_model,
+    judged_text,
+    nothing_estimated,
+    unmeasured_text,
+)
 from recommender.perfmodel.fitting import _pattern, _usable
-from recommender.perfmodel.predictor import MEASURED, PredictorModel, predictor
+from recommender.perfmodel.predictor import MEASURED, PredictorModel, _most_common, predictor
 from recommender.types import Candidate, InstanceSpec, PerfRecord, Recommendation, RecommendationError, RecommendRequest
 
 MAX_WORKERS_EVALUATED = 256  # a budget can buy hundreds of cheap workers; no model is credible that far out
@@ -223,11 +230,11 @@ def recommend_model(
                 f"a budget of ${request.budget:g}/h cannot buy {f'the {ps.name} PS and ' if ps else ''}"
                 f"one worker of {', '.join(types)}"
             )
-        raise _nothing_estimated(model, skip, unmeasured)
+        raise nothing_estimated(model, skip, unmeasured)
     pick = _choose(candidates, request.alpha, request.beta)
     detail = details[(pick.worker_type, pick.workers)]
     explanation = explain_model(model, request, pick, len(candidates), detail, unpriced_workers=types == [""])
-    explanation += _unmeasured_text(unmeasured) + through
+    explanation += unmeasured_text(unmeasured) + through
     extra = {
         "detail": detail,
         "objective": "alpha*time/best_time + beta*hourly_cost/best_hourly_cost",
@@ -320,16 +327,16 @@ def predict_fallback(
         raise RecommendationError(
             f"the model cannot price worker type {', '.join(wanted)}: it needs records or a catalogue speed"
         )
-    ps_name = request.ps_type or _most_common_str(r.ps_type for r in _usable(records))
+    ps_name = request.ps_type or _most_common([r.ps_type for r in _usable(records) if r.ps_type]) or ""
     ps = next((s for s in catalog if s.name == ps_name), None)
     records, model, types, through = _through(ps_name, records, model, types, catalog)
     candidates, _, skip, details, unmeasured = _evaluate(model, request, types, prices, ps, records)
     if not candidates:
-        raise _nothing_estimated(model, skip, unmeasured)
+        raise nothing_estimated(model, skip, unmeasured)
     pick = _choose(candidates, 1.0, 0.0)  # the lookup minimises time (Anwar: α = 1, β = 0)
     detail = details[(pick.worker_type, pick.workers)]
     explanation = explain_fallback(model, request, pick, len(candidates), detail, priced=pick.worker_type in prices)
-    explanation += _unmeasured_text(unmeasured) + through
+    explanation += unmeasured_text(unmeasured) + through
     extra = {"detail": detail, "unpriced_types": [t for t in wanted if t not in types]}
     return _answer(request, model, ps_name or None, pick, candidates, explanation, extra, skip, (1.0, 0.0), False)
 
@@ -339,7 +346,7 @@ def _answer(
 ):
     fitted = model.model
     alike = _alike(candidates, pick, *weights)
-    explanation += _alike_text(alike)
+    explanation += alike_text(alike)
     warnings = ()
     if pick.warning:
         warnings = (algorithms.warning_text(pick, candidates),)
@@ -389,61 +396,3 @@ def _answer(
         }
         | extra,
     )
-
-
-ALIKE_NAMED = 3  # the explanation names this many of the configurations the data cannot tell from the pick
-
-
-def _alike_text(alike: Sequence[Candidate]) -> str:
-    """The sentence on the configurations the data cannot tell from the pick ("" when there are none)."""
-    if not alike:
-        return ""
-    named = "; ".join(
-        f"{algorithms.configuration_text(c)}, {c.interval_s[0]:.3g}–{c.interval_s[1]:.3g} s" if c.interval_s else
-        f"{algorithms.configuration_text(c)}, {c.epoch_time_s:.3g} s"
-        for c in alike[:ALIKE_NAMED]
-    )  # fmt: skip
-    more = f" and {len(alike) - ALIKE_NAMED} more" if len(alike) > ALIKE_NAMED else ""
-    return (
-        f" The data cannot tell it apart from {len(alike)} other configuration{'s' * (len(alike) != 1)} (80 % "
-        f"intervals overlapping its own): {named}{more}."
-    )
-
-
-def _unmeasured_text(unmeasured: Counter) -> str:
-    """The sentence on the configurations within the limit that could not be estimated at all ("" when none)."""
-    if not unmeasured:
-        return ""
-    count = sum(unmeasured.values())
-    return (
-        f" {count} other configuration{'s' * (count != 1)} within the limit cannot be estimated: "
-        f"{_unmeasured_reasons(unmeasured)} (measure a run there to compare)."
-    )
-
-
-def _unmeasured_reasons(unmeasured: Counter) -> str:
-    """Why configurations could not be estimated (PredictorModel.unmeasured's reasons), in one clause."""
-    return f"{'; '.join(sorted(unmeasured))}, and nothing in them tells what another value costs"
-
-
-def _nothing_estimated(model: PredictorModel, skip: set, unmeasured: Counter) -> RecommendationError:
-    """Why no configuration within the limit has an epoch time."""
-    if unmeasured:
-        return RecommendationError(
-            f"no configuration within the limit can be estimated: {_unmeasured_reasons(unmeasured)} (measure a run "
-            "there, or ask at the measured value)"
-        )
-    if model.model is None:
-        failed = f"; {len(skip)} only ever failed" if skip else ""
-        return RecommendationError(
-            f"no configuration within the limit lies within the measured ranges{failed}, and there is no model "
-            f"to extrapolate with: {model.model_error}"
-        )
-    if skip:
-        return RecommendationError("every configuration within the limit has only failed runs on record")
-    return RecommendationError("no configuration within the limit can be predicted (none affordable)")
-
-
-def _most_common_str(values) -> str:
-    values = [v for v in values if v]
-    return Counter(values).most_common(1)[0][0] if values else ""

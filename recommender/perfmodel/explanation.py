@@ -1,13 +1,16 @@
-"""The explanation texts: where a pick's epoch time came from, what it is worth, the conditions it assumes and where it
-leaves the measured ranges (the warning of failed runs near it is recommender.algorithms.warning_text)."""
+"""The explanation texts: where a pick's epoch time came from, what it is worth, the conditions it assumes, where it
+leaves the measured ranges, the configurations the data cannot tell from it and those that cannot be estimated, and
+why nothing could be (the warning of failed runs near it is recommender.algorithms.warning_text)."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 
 from recommender.algorithms import configuration_text
 from recommender.perfmodel.predictor import BOUND, ESTIMATE, PredictorModel
-from recommender.types import Candidate, RecommendRequest
+from recommender.types import Candidate, RecommendationError, RecommendRequest
 
 KNEE_SEARCH = 64  # the largest worker count at which a roofline's knee is looked for
 _UNNAMED_TYPES = " Hourly cost leaves out the workers: the records name no worker type."
@@ -203,3 +206,56 @@ def _extrapolation(model: PredictorModel, pick: Candidate, request: RecommendReq
         elif not measured[0] <= value <= measured[-1]:
             notes.append(f"{name} {value:g}{unit} lies outside the measured {measured[0]:g}–{measured[-1]:g}{unit}")
     return f" Extrapolated: {'; '.join(notes)}." if notes else ""
+
+
+ALIKE_NAMED = 3  # the explanation names this many of the configurations the data cannot tell from the pick
+
+
+def alike_text(alike: Sequence[Candidate]) -> str:
+    """The sentence on the configurations the data cannot tell from the pick ("" when there are none)."""
+    if not alike:
+        return ""
+    named = "; ".join(
+        f"{configuration_text(c)}, {c.interval_s[0]:.3g}–{c.interval_s[1]:.3g} s" if c.interval_s else
+        f"{configuration_text(c)}, {c.epoch_time_s:.3g} s"
+        for c in alike[:ALIKE_NAMED]
+    )  # fmt: skip
+    more = f" and {len(alike) - ALIKE_NAMED} more" if len(alike) > ALIKE_NAMED else ""
+    return (
+        f" The data cannot tell it apart from {len(alike)} other configuration{'s' * (len(alike) != 1)} (80 % "
+        f"intervals overlapping its own): {named}{more}."
+    )
+
+
+def unmeasured_text(unmeasured: Counter) -> str:
+    """The sentence on the configurations within the limit that could not be estimated at all ("" when none)."""
+    if not unmeasured:
+        return ""
+    count = sum(unmeasured.values())
+    return (
+        f" {count} other configuration{'s' * (count != 1)} within the limit cannot be estimated: "
+        f"{_unmeasured_reasons(unmeasured)} (measure a run there to compare)."
+    )
+
+
+def _unmeasured_reasons(unmeasured: Counter) -> str:
+    """Why configurations could not be estimated (PredictorModel.unmeasured's reasons), in one clause."""
+    return f"{'; '.join(sorted(unmeasured))}, and nothing in them tells what another value costs"
+
+
+def nothing_estimated(model: PredictorModel, skip: set, unmeasured: Counter) -> RecommendationError:
+    """Why no configuration within the limit has an epoch time."""
+    if unmeasured:
+        return RecommendationError(
+            f"no configuration within the limit can be estimated: {_unmeasured_reasons(unmeasured)} (measure a run "
+            "there, or ask at the measured value)"
+        )
+    if model.model is None:
+        failed = f"; {len(skip)} only ever failed" if skip else ""
+        return RecommendationError(
+            f"no configuration within the limit lies within the measured ranges{failed}, and there is no model "
+            f"to extrapolate with: {model.model_error}"
+        )
+    if skip:
+        return RecommendationError("every configuration within the limit has only failed runs on record")
+    return RecommendationError("no configuration within the limit can be predicted (none affordable)")
