@@ -35,12 +35,12 @@ MAPE of the held-out runs and the share inside their 80 % intervals. That hold-o
 confidence where it has nothing to go on: an estimate at a worker count no run of its type measured, or at a batch
 size or latency no run of its type and count measured, is no surer than the predictor was on that axis's held-out
 values (between the measured ones and beyond them together): its `std_log` is at least the one with which 80 % of
-those held-out runs, each with its own noise, would have fallen inside their 80 % intervals (of m runs, the
-⌈0.8·(m + 1)⌉-th: the split-conformal quantile, so that a new run is inside at least as often). The coverage it reports
-gives each held-out value the floor the other held-out values of its axis set. And it sets how the choice judges a
-time (`judged`, `rule`): in each held-out cell of two measured worker counts or more, the fastest count by the upper
-ends of the 80 % intervals and by the estimates, each choice's regret against the measured best; the estimates only
-where they lost less by more than one standard error.
+those held-out runs, each with its own noise, would have fallen inside their 80 % intervals — of m runs,
+⌈0.8·(m + 1)⌉ (at most m): the split-conformal quantile, so that a new run falls inside as often. The coverage it
+reports gives each held-out value the floor the other held-out values of its axis set. And it sets how the choice
+judges a time (`judged`, `rule`): in each held-out cell of two measured worker counts or more, the fastest count by
+the upper ends of the 80 % intervals and by the estimates, each choice's regret against the measured best; the
+estimates only where they lost less by more than one standard error.
 
 Pure numpy/scikit-learn over the shared dataclasses: no ORM, no Django.
 """
@@ -687,10 +687,10 @@ def _cross_validate(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec
 
 def _floor(runs: Sequence[tuple[float, float]]) -> float:
     """The least floor on std_log with which ⌈0.8·(m + 1)⌉ of m held-out runs (at most all m) would have been inside
-    their 80 % intervals, each run (its estimate's std_log, the std_log its interval needed to hold it): those their
-    own std_log holds, and enough of the others. The one more is conformal prediction's (Lei et al.,
-    "Distribution-free predictive inference for regression", 2018): the m runs and a new one are alike, so the new
-    one's rank among them is uniform, and it is inside at least as often as 80 % of m + 1.
+    their 80 % intervals: those their own std_log holds, and enough of the others. runs: each held-out run's (std_log
+    of its estimate, the std_log its interval would have needed to hold it). The one more is conformal prediction's
+    (Lei et al., "Distribution-free predictive inference for regression", 2018): the m runs and a new one are alike,
+    so the new one's rank among them is uniform, and it is inside at least as often as 80 % of m + 1.
 
     >>> _floor([(0.0, need) for need in (0.1, 0.2, 0.3, 0.4, 0.5)])  # 5 runs: 4 inside would be 80 % of them only
     0.5
