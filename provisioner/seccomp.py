@@ -13,6 +13,10 @@ allowed: the filter is a deny list (default ALLOW), so a system call newer than 
 - `personality` is allowed only with the flags Docker allows (PER_LINUX, PER_LINUX32, UNAME26 and their union), so
   the code cannot turn off address-space randomisation for what it execs; the query (0xffffffff) is refused too.
 - `socket(AF_VSOCK)` is refused (the host side of a virtual machine), as Docker does.
+- Every argument rule looks at the argument as wide as the kernel reads it: libseccomp compares all 64 bits of the
+  register, while the kernel reads an `int` from the low 32 alone, so `socket(0x100000028, …)` is `socket(AF_VSOCK)` to
+  the kernel and an unmasked rule lets it through. A rule on a flag looks at its bit alone; a rule on a value masks it
+  to the argument's width.
 - Only x86_64 system calls pass: one through another ABI (i386's `int 0x80`, x32) would get around a filter written
   for x86_64 numbers, so it kills the process.
 
@@ -27,6 +31,7 @@ import functools
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from provisioner.errors import ProvisionError
 
@@ -96,6 +101,12 @@ DENIED = (
     "vhangup",
     "iopl",
     "ioperm",
+    # the local descriptor table (a 16-bit code segment, and a long record of kernel bugs) and the NUMA memory policy
+    # (Docker allows these only with CAP_SYS_NICE)
+    "modify_ldt",
+    "mbind",
+    "set_mempolicy",
+    "get_mempolicy",
     # obsolete or unimplemented calls nothing needs
     "nfsservctl",
     "uselib",
@@ -111,8 +122,8 @@ DENIED = (
     "putpmsg",
 )
 # Newer than libseccomp 2.5.4's table, so named by their x86_64 number: open_tree_attr (Linux 6.15), open_tree with
-# mount attributes.
-DENIED_NUMBERS = {"open_tree_attr": 467}
+# mount attributes; set_mempolicy_home_node (Linux 5.17), the NUMA policy as above.
+DENIED_NUMBERS = {"open_tree_attr": 467, "set_mempolicy_home_node": 450}
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (Docker's mask, 0x7E020000). CLONE_NEWTIME (0x80) only
 # for unshare: in clone's flags that bit is part of the exit signal.
 CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -120,6 +131,8 @@ CLONE_NEWTIME = 0x00000080
 # personality values Docker allows: PER_LINUX, PER_LINUX32 (0x8), UNAME26 (0x20000) and both. Any other bit is refused.
 PERSONALITY_BITS = 0x00020008
 AF_VSOCK = 40
+# The bits of an `int` argument (socket's family): the kernel never reads the register's upper half.
+INT_WIDTH = 0xFFFFFFFF
 
 
 class SeccompError(ProvisionError):
@@ -144,22 +157,33 @@ def program() -> bytes:
         for number in DENIED_NUMBERS.values():
             rules.add_rule(deny, number)
         for flag in CLONE_NAMESPACES:
-            rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+            rules.add_rule(deny, "clone", has_bit(seccomp, 0, flag))
         for flag in (*CLONE_NAMESPACES, CLONE_NEWTIME):
-            rules.add_rule(deny, "unshare", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+            rules.add_rule(deny, "unshare", has_bit(seccomp, 0, flag))
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-        # One rule per refused bit: libseccomp cannot compare one argument twice in a rule. The kernel reads only
-        # the low 32 bits of personality's argument.
+        # One rule per refused bit: libseccomp cannot compare one argument twice in a rule. personality's argument is
+        # an unsigned int: the bits above 31 are never read, so none is refused.
         for bit in range(32):
             if not PERSONALITY_BITS & 1 << bit:
-                rules.add_rule(deny, "personality", seccomp.Arg(0, seccomp.MASKED_EQ, 1 << bit, 1 << bit))
-        rules.add_rule(deny, "socket", seccomp.Arg(0, seccomp.EQ, AF_VSOCK))
+                rules.add_rule(deny, "personality", has_bit(seccomp, 0, 1 << bit))
+        rules.add_rule(deny, "socket", int_equals(seccomp, 0, AF_VSOCK))
         with tempfile.TemporaryFile() as file:
             rules.export_bpf(file)
             file.seek(0)
             return file.read()
     except OSError as exc:
         raise SeccompError(f"libseccomp cannot build the filter: {exc}") from exc
+
+
+def has_bit(seccomp: Any, index: int, bit: int) -> Any:
+    """The comparison "argument `index` has `bit` set", whatever its other bits, in the register's upper half too."""
+    return seccomp.Arg(index, seccomp.MASKED_EQ, bit, bit)
+
+
+def int_equals(seccomp: Any, index: int, value: int) -> Any:
+    """The comparison "argument `index`, an `int` to the kernel, is `value`": the low 32 bits alone, as the kernel
+    reads them (an EQ would also compare the upper half, which the caller fills as it likes)."""
+    return seccomp.Arg(index, seccomp.MASKED_EQ, INT_WIDTH, value)
 
 
 def unavailable() -> str | None:

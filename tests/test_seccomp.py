@@ -81,6 +81,18 @@ call("acct", 163, 0)
 call("syslog", 103, 10, 0, 0)  # SYSLOG_ACTION_SIZE_BUFFER
 call("personality(ADDR_NO_RANDOMIZE)", 135, 0x0040000)
 call("personality(PER_LINUX)", 135, 0)
+call("modify_ldt", 154, 0, 0, 0)  # read 0 bytes of the table
+call("mbind", 237, 0, 0, 0, 0, 0, 0)  # MPOL_DEFAULT on 0 bytes
+call_in_child("set_mempolicy", 238, 0, 0, 0)  # MPOL_DEFAULT
+call("get_mempolicy", 239, 0, 0, 0, 0, 0)
+call("set_mempolicy_home_node", 450, 0, 0, 0, 0)  # on 0 bytes
+# The kernel reads an int or unsigned int argument from the register's low 32 bits alone: the upper half set changes
+# nothing to it, and must change nothing to the filter.
+UPPER = 1 << 32
+call("socket(AF_VSOCK | upper half)", 41, UPPER | 40, socket.SOCK_STREAM, 0)
+call_in_child("personality(ADDR_NO_RANDOMIZE | upper half)", 135, UPPER | 0x0040000)
+call_in_child("personality(PER_LINUX | upper half)", 135, UPPER)
+call_in_child("clone(CLONE_NEWUSER | upper half)", 56, UPPER | CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
 try:
     socket.socket(40, socket.SOCK_STREAM).close()  # AF_VSOCK
     found["socket(AF_VSOCK)"] = "ok"
@@ -123,14 +135,17 @@ REFUSED = [
     "pivot_root", "open_tree", "fsopen", "ptrace", "process_vm_readv", "keyctl", "add_key", "request_key", "bpf",
     "perf_event_open", "userfaultfd", "io_uring_setup", "init_module", "finit_module", "delete_module", "kexec_load",
     "kexec_file_load", "reboot", "swapon", "clock_settime", "iopl", "acct", "syslog", "personality(ADDR_NO_RANDOMIZE)",
-    "socket(AF_VSOCK)",
+    "socket(AF_VSOCK)", "modify_ldt", "mbind", "set_mempolicy", "get_mempolicy", "set_mempolicy_home_node",
+    "socket(AF_VSOCK | upper half)", "personality(ADDR_NO_RANDOMIZE | upper half)", "clone(CLONE_NEWUSER | upper half)",
 ]  # fmt: skip
 # What this kernel (6.18) lets an unprivileged process without capabilities do, or answers otherwise than EPERM,
 # when no filter stands in the way: the filter, not a missing capability, is what refuses these.
 REFUSED_BY_THE_FILTER_ALONE = [
     "unshare(CLONE_NEWUSER)", "clone(CLONE_NEWUSER)", "clone3", "setns", "open_tree", "ptrace", "process_vm_readv",
     "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd", "io_uring_setup", "clock_settime",
-    "personality(ADDR_NO_RANDOMIZE)", "socket(AF_VSOCK)", "int 0x80",
+    "personality(ADDR_NO_RANDOMIZE)", "socket(AF_VSOCK)", "int 0x80", "modify_ldt", "mbind", "set_mempolicy",
+    "get_mempolicy", "set_mempolicy_home_node", "socket(AF_VSOCK | upper half)",
+    "personality(ADDR_NO_RANDOMIZE | upper half)", "clone(CLONE_NEWUSER | upper half)",
 ]  # fmt: skip
 
 
@@ -173,6 +188,7 @@ def test_ordinary_work_still_runs(found):
     assert found["threads"] == 16 and found["subprocess"] == "42" and found["fork"] == 7
     assert found["numpy"] == 0.75
     assert found["personality(PER_LINUX)"] == "ok"
+    assert found["personality(PER_LINUX | upper half)"] == "ok"  # the bits the kernel does not read refuse nothing
     assert found["seccomp mode"] == "2"  # filtered
     assert sandbox.SECCOMP_FD not in found["open fds"]  # bubblewrap closed the program's fd behind it
 
