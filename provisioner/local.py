@@ -4,7 +4,8 @@ Its machines are made by `launch` (the sandbox: a uid, a network namespace and a
 disk per node) and bootstrapped like any provider's (provisioner/nodes.py), through a `LocalRunner`. Everything
 of a cluster lives under FC2_LOCAL_CLUSTER_DIR/<cluster_id>/ (root's, mode 0700):
 
-    cluster.json          the ClusterInfo as launched (a redelivered launch reuses it; teardown reads its sandbox uid)
+    cluster.json          the ClusterInfo as planned, written first (teardown reads its sandbox uid; a redelivered
+                          launch keeps its plan and makes whatever part of it does not exist whole)
     env/                  one virtualenv for the job's wheel, shared by the nodes (they share this machine), layered
                           on the platform's site-packages so TensorFlow is not installed again; read-only inside the
                           sandboxes; env.installed says its install finished
@@ -30,11 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import shutil
 import signal
 import site
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -100,11 +103,28 @@ def _free_ports(count: int) -> list[int]:
 
 def launch(spec: ClusterSpec, notify: Callable[[str], None] | None = None) -> ClusterInfo:
     """Make the cluster's directories and sandbox (uid, network namespace, memory cgroup, the nodes' disks): the
-    machines, in a cloud's words. Idempotent by cluster name; a launch that fails part-way removes what it made."""
+    machines, in a cloud's words. Idempotent by what exists, not by a record written first: a launch redelivered
+    after its worker was lost half-way reads the plan (cluster.json: the uid, the nodes, their ports), then goes
+    through every part again, reusing each that is complete and making (or redoing) each that is not. A launch that
+    fails part-way removes what it made."""
     workdir = _cluster_dir(spec.cluster_id)
-    if launched := ClusterInfo.load(workdir):  # launched before (a redelivered step): reuse what is there
-        return launched
     layout = node_layout(spec.strategy, spec.workers)
+    cluster = ClusterInfo.load(workdir)
+    if cluster is not None and [(n.role, n.index) for n in cluster.nodes] != layout:
+        raise ProvisionError(f"cluster {spec.cluster_id} exists with other nodes than asked for")
+    try:
+        if cluster is None:
+            cluster = _plan(spec, workdir, layout)
+        _make(cluster)
+    except BaseException:
+        teardown(spec.cluster_id)
+        raise
+    return cluster
+
+
+def _plan(spec: ClusterSpec, workdir: Path, layout: list[tuple[str, int]]) -> ClusterInfo:
+    """The cluster's nodes, ports and sandbox uid, recorded in its directory before anything else is made: the uid is
+    how teardown finds the cluster's processes."""
     uid = sandbox.free_uid() if sandboxed() else None
     ports = [FIRST_PORT + i for i in range(len(layout))] if uid else _free_ports(len(layout))
     nodes = tuple(
@@ -129,22 +149,42 @@ def launch(spec: ClusterSpec, notify: Callable[[str], None] | None = None) -> Cl
     )
     workdir.mkdir(parents=True, exist_ok=True)
     workdir.chmod(0o700)
-    try:
-        cluster.save(workdir)  # first: the sandbox uid is how teardown finds the cluster's processes
-        for node in nodes:
-            Path(node.workdir).mkdir(mode=0o700, exist_ok=True)
-        if uid is not None:
-            sandbox.create_netns(sandbox.netns_name(workdir))
-            sandbox.create_memory_cgroup(sandbox.netns_name(workdir), settings.FC2_LOCAL_CLUSTER_MEMORY_MB)
-            sandbox.write_etc(workdir / "etc", uid)
-            for node in nodes:
-                node_dir = Path(node.workdir)
-                sandbox.create_disk(node_dir / "disk.img", node_dir / "job", settings.FC2_LOCAL_NODE_DISK_MB)
-                sandbox.prepare_dirs(uid, node_dir / "job" / "work", node_dir / "job" / "output")
-    except BaseException:
-        teardown(spec.cluster_id)
-        raise
+    cluster.save(workdir)
     return cluster
+
+
+def _make(cluster: ClusterInfo) -> None:
+    """Every part of the cluster, each step idempotent: what exists whole is kept, the rest made again (a disk image
+    not mounted is made afresh; a node's directories are made and owned by the sandbox uid, whatever was there)."""
+    workdir, uid = Path(cluster.workdir), cluster.sandbox_uid
+    for node in cluster.nodes:
+        Path(node.workdir).mkdir(mode=0o700, exist_ok=True)
+    if uid is None:
+        return
+    sandbox.create_netns(sandbox.netns_name(workdir))
+    sandbox.create_memory_cgroup(sandbox.netns_name(workdir), settings.FC2_LOCAL_CLUSTER_MEMORY_MB)
+    sandbox.write_etc(workdir / "etc", uid)
+    for node in cluster.nodes:
+        node_dir = Path(node.workdir)
+        sandbox.create_disk(node_dir / "disk.img", node_dir / "job", settings.FC2_LOCAL_NODE_DISK_MB)
+        sandbox.prepare_dirs(uid, node_dir / "job" / "work", node_dir / "job" / "output")
+
+
+def _unready(cluster: ClusterInfo, node: NodeInfo) -> str | None:
+    """Why the node's sandbox cannot keep what its code writes (its disk not mounted, its directories not the
+    sandbox uid's), or None. Only a launch that did not finish leaves a node so; its code would run, fail to write
+    its outputs and, if it swallowed the error, end as if it had succeeded."""
+    node_dir = Path(node.workdir)
+    if not os.path.ismount(node_dir / "job"):
+        return "its disk is not mounted"
+    for sub in ("work", "output"):
+        try:
+            owner = (node_dir / "job" / sub).lstat()
+        except OSError as error:
+            return f"its {sub} directory cannot be found ({error.strerror})"
+        if not stat.S_ISDIR(owner.st_mode) or owner.st_uid != cluster.sandbox_uid:
+            return f"its {sub} directory is not the sandbox's"
+    return None
 
 
 def list_clusters(region: str = "") -> list[str]:
@@ -176,6 +216,8 @@ def node_command(cluster: ClusterInfo, node: NodeInfo, argv: list[str], dataset:
         for sub in (work, output):
             sub.mkdir(parents=True, exist_ok=True)
         return NodeCommand(tuple(argv), dataset, str(output), str(work), str(output), str(work))
+    if reason := _unready(cluster, node):
+        raise ProvisionError(f"{node.name} of cluster {cluster.cluster_id} is not ready: {reason}")
     netns = sandbox.netns_name(workdir)
     return sandboxed_command(cluster, node, workdir / "env", netns, sandbox.memory_cgroup(netns), argv, dataset)
 

@@ -1,0 +1,112 @@
+"""Faults of the local provider that used to lose a job's work, each on real sandboxed clusters: a launch killed
+half-way and done again, a node whose output directory cannot be read.
+
+Each cluster runs a tiny wheel (no TensorFlow) whose code writes one file to FC2_OUTPUT_DIR on every node; its agents
+report to nobody, and what they kept on the node (their final reports, provisioner.fetch_results) is what the
+platform would have received."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import provisioner
+from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
+from tests.wheels import GOOD, make_wheel
+
+pytestmark = [
+    pytest.mark.skipif(bool(sandbox.unavailable()), reason=str(sandbox.unavailable())),
+    pytest.mark.heavy,  # sandboxed clusters: disks, namespaces, cgroups
+]
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+# Every node writes its name to its output directory (an error there ends the code with a traceback: exit 1).
+WRITER = b"""
+import os, pathlib
+pathlib.Path(os.environ["FC2_OUTPUT_DIR"], os.environ["FC2_ROLE"] + ".txt").write_text("kept")
+print("wrote", flush=True)
+"""
+
+# A launch whose process is SIGKILLed at the n-th call of a sandbox step: argv is the cluster, the step, n.
+KILLED_LAUNCH = """
+import os, signal, sys, django
+django.setup()
+from provisioner import local, sandbox
+from provisioner.types import ClusterSpec
+name, step, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+done, calls = getattr(sandbox, step), []
+def then_die(*args):
+    calls.append(args)
+    if len(calls) == n:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done(*args)
+setattr(sandbox, step, then_die)
+local.launch(ClusterSpec(name, "local", "mirrored", 2))
+"""
+
+
+@pytest.fixture
+def small_disks(settings):
+    settings.FC2_LOCAL_NODE_DISK_MB = 16
+    return settings
+
+
+def results(cluster: ClusterInfo, tmp_path: Path, within_s: float = 60) -> dict:
+    """Bootstrap the writer on every node, reporting to nobody; node name -> its final report, once all have one."""
+    (data := tmp_path / "data.csv").write_text("x\n1\n")
+    wheel = make_wheel(tmp_path, {**GOOD, "demo/main.py": WRITER})
+    cluster = provisioner.bootstrap(cluster, RunSpec(1, str(wheel), "demo.main", dataset=str(data)))
+    deadline = time.monotonic() + within_s
+    while len(found := provisioner.fetch_results(cluster)) < len(cluster.nodes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {name: result.report for name, result in found.items()}
+
+
+# Where the first launch dies: before the second node's disk exists; with it mounted, before its directories.
+KILLED_AT = {"before a node's disk": ("create_disk", 2), "before a node's directories": ("prepare_dirs", 2)}
+
+
+@pytest.mark.parametrize("where", KILLED_AT)
+def test_a_launch_killed_half_way_is_completed_and_every_node_keeps_its_outputs(where, small_disks, tmp_path):
+    """The step's worker is lost mid-launch; the launch sent again makes what the first did not, so that every
+    node's code can write its outputs (before: the second node had no disk, its code could not write /job/output)."""
+    name = f"fc2-halfmade-{os.getpid()}"
+    step, n = KILLED_AT[where]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "fc2.settings_test"}
+    env |= {"FC2_LOCAL_CLUSTER_DIR": str(small_disks.FC2_LOCAL_CLUSTER_DIR), "FC2_LOCAL_NODE_DISK_MB": "16"}
+    killed = subprocess.run([sys.executable, "-c", KILLED_LAUNCH, name, step, str(n)], cwd=PROJECT_DIR, env=env)
+    assert killed.returncode == -signal.SIGKILL
+    planned = ClusterInfo.load(small_disks.FC2_LOCAL_CLUSTER_DIR / name)
+    assert planned is not None and not os.path.ismount(Path(planned.nodes[1].workdir) / "job" / "output")
+
+    try:
+        cluster = local.launch(ClusterSpec(name, "local", "mirrored", 2))
+        assert cluster == planned  # the same plan: its uid, nodes and ports
+        reports = results(cluster, tmp_path)
+    finally:
+        provisioner.teardown("local", name)
+
+    assert {node: report["status"] for node, report in reports.items()} == {
+        "worker-0": "succeeded",
+        "worker-1": "succeeded",
+    }
+    assert all([o["path"] for o in report["outputs"]] == ["worker.txt"] for report in reports.values()), reports
+
+
+def test_a_node_whose_disk_is_gone_is_never_started(small_disks, tmp_path):
+    """What a launch left unfinished and nothing completed: the bootstrap refuses the node, naming it and why, rather
+    than run code whose outputs cannot be kept."""
+    name = f"fc2-nodisk-{os.getpid()}"
+    cluster = local.launch(ClusterSpec(name, "local", "mirrored", 2))
+    try:
+        subprocess.run(["umount", str(Path(cluster.nodes[1].workdir) / "job")], check=True)
+        with pytest.raises(provisioner.ProvisionError, match="worker-1 .* not ready: its disk is not mounted"):
+            results(cluster, tmp_path)
+    finally:
+        provisioner.teardown("local", name)
