@@ -11,7 +11,8 @@ no Django. It:
   `POST <url>/api/jobs/<job>/report` with the job-scoped token (read from a file only the agent can read: never on
   the command line, never in the environment of the node's command);
 - when the command exits, keeps its final report — `succeeded` or `failed` with the exit code, the log tail — and the
-  files of the output directory in its result directory, then delivers them, retrying with backoff for as long as the
+  files of the output directory in its result directory (a command that exited 0 but whose output directory cannot
+  be read is `failed`: its results are lost), then delivers them, retrying with backoff for as long as the
   job may live (until --deadline): a platform that is down for a while loses nothing, and if the agent itself is gone
   the platform can still fetch the kept result (the completion report is what moves the job on, as in FC² §6);
 - on SIGTERM (teardown) stops the command and exits;
@@ -286,6 +287,7 @@ def gpu_figures(out: str) -> dict:
 MAX_OUTPUT_FILES = 10_000
 MAX_OUTPUT_DEPTH = 128  # a deeper folder is not looked into (a path that deep is over 256 characters)
 MAX_NOT_KEPT_LISTED = 100  # outputs not kept that a report names one by one; the rest are counted
+MAX_LISTED_PATH = 1000  # characters of a not-kept output's path in a report (the platform takes up to 1020)
 CONTROL_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
 
@@ -328,6 +330,7 @@ class Outputs:
         self.room = max_bytes  # bytes the outputs may still take
         self.max_bytes = max_bytes
         self.count = 0  # regular files read (archive members included)
+        self.unreadable: str | None = None  # why the output directory itself could not be read: all of it is lost
 
     def keep(self, path: str, data: bytes, archive: bool = False) -> None:
         wire = str(len(self.files))
@@ -335,6 +338,8 @@ class Outputs:
         self.listed.append({"file": wire, "path": path, "size": len(data), **({"archive": True} if archive else {})})
 
     def leave(self, path: str, size: int, reason: str) -> None:
+        if len(path) > MAX_LISTED_PATH:  # a path deep in folders: its ends say where it was
+            path = f"{path[: MAX_LISTED_PATH // 2 - 1]}…{path[-(MAX_LISTED_PATH // 2 - 1) :]}"
         if len(self.not_kept) < MAX_NOT_KEPT_LISTED:
             self.not_kept.append({"path": path, "size": size, "reason": reason})
         else:
@@ -361,52 +366,50 @@ def collect_outputs(output_dir: Path, max_bytes: int) -> Outputs:
     The command that wrote the directory may have planted links to files it cannot read itself, hoping the agent
     would upload them — and while the agent collects, another node of the cluster may still be running and swap a
     directory it has already listed for a link. At most MAX_OUTPUT_FILES files, MAX_OUTPUT_DEPTH levels deep.
+    Whatever is not kept — a link, a FIFO, a socket, a device, a folder deeper than that, a file that cannot be read —
+    is listed as not kept, with why (`not_kept`): nothing is skipped without a line.
     """
     outputs = Outputs(max_bytes)
     try:
         top = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
+    except FileNotFoundError:
+        return outputs  # nothing was written (a command on a cloud node makes the directory if it writes)
+    except OSError as error:  # a link, not a directory, not ours to read: what the command wrote there is lost
+        outputs.unreadable = f"the output directory {output_dir} cannot be read ({error.strerror})"
         return outputs
     try:
-        for name in sorted(os.listdir(top)):
-            path = escape_name(name)
-            try:
-                fd = _open_entry(top, name)
-            except OSError:
+        for path, fd, mode in _entries(top, "", outputs.leave):
+            if stat.S_ISDIR(mode):
+                _collect_tree(outputs, fd, path)
+                continue
+            size = os.fstat(fd).st_size
+            if outputs.count >= MAX_OUTPUT_FILES:
+                outputs.leave(path, size, f"over the {MAX_OUTPUT_FILES} files limit on a node's outputs")
                 continue
             try:
-                mode = os.fstat(fd).st_mode
-                if stat.S_ISDIR(mode):
-                    _collect_tree(outputs, fd, path)
-                elif stat.S_ISREG(mode):
-                    size = os.fstat(fd).st_size
-                    if outputs.count >= MAX_OUTPUT_FILES:
-                        outputs.leave(path, size, f"over the {MAX_OUTPUT_FILES} files limit on a node's outputs")
-                    elif size > outputs.room:
-                        outputs.leave(path, size, outputs.over_limit())
-                    else:
-                        data = _read(fd, outputs.room)
-                        if data is None:
-                            outputs.leave(path, os.fstat(fd).st_size, outputs.over_limit())
-                        else:
-                            outputs.count += 1
-                            outputs.room -= len(data)
-                            outputs.keep(path, data)
-            except OSError:
+                data = _read(fd, outputs.room) if size <= outputs.room else None
+            except OSError as error:
+                outputs.leave(path, size, f"cannot be read ({error.strerror})")
                 continue
-            finally:
-                os.close(fd)
+            if data is None:
+                outputs.leave(path, max(size, os.fstat(fd).st_size), outputs.over_limit())
+            else:
+                outputs.count += 1
+                outputs.room -= len(data)
+                outputs.keep(path, data)
     finally:
         os.close(top)
     return outputs
 
 
 def _collect_tree(outputs: Outputs, fd: int, path: str) -> None:
-    """Keep the directory open at `fd` as one zip archive, or leave it whole when it does not fit."""
+    """Keep the directory open at `fd` as one zip archive, or leave it whole when it does not fit. What the archive
+    leaves out (a link, a FIFO, a folder too deep) is listed once the archive is kept."""
     buffer = io.BytesIO()
     room, count = outputs.room, outputs.count
+    left_out: list[tuple[str, int, str]] = []
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for member, member_fd in _tree_files(fd, path, depth=1):
+        for member, member_fd in _tree_files(fd, path, 1, lambda *line: left_out.append(line)):
             count += 1
             if count > MAX_OUTPUT_FILES:
                 outputs.leave(
@@ -420,6 +423,8 @@ def _collect_tree(outputs: Outputs, fd: int, path: str) -> None:
             archive.writestr(member, data)
     outputs.room, outputs.count = room, count
     outputs.keep(path, buffer.getvalue(), archive=True)
+    for line in left_out:
+        outputs.leave(*line)
 
 
 def _read(fd: int, room: int) -> bytes | None:
@@ -433,43 +438,73 @@ def _read(fd: int, room: int) -> bytes | None:
     return b"".join(chunks)
 
 
+# What an entry that is neither a regular file nor a directory is, as a reason for not keeping it.
+NOT_A_FILE = (
+    (stat.S_ISLNK, "a symbolic link: links are not followed"),
+    (stat.S_ISFIFO, "a named pipe (FIFO), not a file"),
+    (stat.S_ISSOCK, "a socket, not a file"),
+    (stat.S_ISCHR, "a device, not a file"),
+    (stat.S_ISBLK, "a device, not a file"),
+)
+
+
+def _entries(dir_fd: int, prefix: str, leave, walked: bool = False):
+    """(path under the output directory, descriptor, mode) of each regular file and directory in the directory open
+    at `dir_fd`; the descriptor is closed once the caller moves on. Anything else is not opened at all (a FIFO would
+    block, a device answer): it is told to `leave(path, size, reason)`, unless `walked` (measuring, not collecting).
+    An entry swapped for a link between the look and the open fails to open (O_NOFOLLOW): left out too."""
+    for name in sorted(os.listdir(dir_fd)):
+        path = f"{prefix}/{escape_name(name)}" if prefix else escape_name(name)
+        try:
+            seen = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            kind = next((why for test, why in NOT_A_FILE if test(seen.st_mode)), None)
+            if kind is None and not (stat.S_ISREG(seen.st_mode) or stat.S_ISDIR(seen.st_mode)):
+                kind = "not a regular file"
+            if kind is not None:
+                if not walked:
+                    leave(path, 0 if stat.S_ISLNK(seen.st_mode) else seen.st_size, kind)
+                continue
+            fd = _open_entry(dir_fd, name)
+        except OSError as error:
+            if not walked:
+                leave(path, 0, f"cannot be read ({error.strerror})")
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                yield path, fd, mode
+            elif not walked:
+                leave(path, 0, "changed while it was read")
+        finally:
+            os.close(fd)
+
+
 def _open_entry(dir_fd: int, name: str) -> int:
     """An entry of the directory open at `dir_fd`, opened without following a link (ELOOP) nor blocking (a FIFO)."""
     return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
 
 
-def _tree_entries(dir_fd: int, depth: int):
-    """(escaped name, descriptor, mode) of each entry of the directory open at `dir_fd` that can be opened; the
-    descriptor is closed once the caller moves on."""
-    for name in sorted(os.listdir(dir_fd)):
-        try:
-            fd = _open_entry(dir_fd, name)
-        except OSError:
-            continue
-        try:
-            yield escape_name(name), fd, os.fstat(fd).st_mode
-        finally:
-            os.close(fd)
-
-
-def _tree_files(dir_fd: int, prefix: str, depth: int):
+def _tree_files(dir_fd: int, prefix: str, depth: int, leave):
     """(path under the output directory, open descriptor) of the regular files under the directory open at `dir_fd`
     (each descriptor is closed once the caller moves on); a member's name is its path with each part escaped
-    (escape_name), so any name fits in the archive."""
-    for name, fd, mode in _tree_entries(dir_fd, depth):
+    (escape_name), so any name fits in the archive. What is not a file, and a folder deeper than MAX_OUTPUT_DEPTH, is
+    told to `leave`."""
+    for path, fd, mode in _entries(dir_fd, prefix, leave):
         if stat.S_ISREG(mode):
-            yield f"{prefix}/{name}", fd
-        elif stat.S_ISDIR(mode) and depth < MAX_OUTPUT_DEPTH:
-            yield from _tree_files(fd, f"{prefix}/{name}", depth + 1)
+            yield path, fd
+        elif depth < MAX_OUTPUT_DEPTH:
+            yield from _tree_files(fd, path, depth + 1, leave)
+        else:
+            leave(f"{path}/", 0, f"a folder deeper than {MAX_OUTPUT_DEPTH} levels: not looked into")
 
 
 def _tree_size(dir_fd: int, depth: int = 1) -> int:
     """Bytes of the regular files under the directory open at `dir_fd`, as _tree_files would read them."""
     total = 0
-    for _name, fd, mode in _tree_entries(dir_fd, depth):
+    for _path, fd, mode in _entries(dir_fd, "", None, walked=True):
         if stat.S_ISREG(mode):
             total += os.fstat(fd).st_size
-        elif stat.S_ISDIR(mode) and depth < MAX_OUTPUT_DEPTH:
+        elif depth < MAX_OUTPUT_DEPTH:
             total += _tree_size(fd, depth + 1)
     return total
 
@@ -677,6 +712,12 @@ def main(argv: list[str] | None = None) -> int:
         "log_tail": run.log_tail(),
     }
     outputs = collect_outputs(args.output, args.max_artifact_mb * 2**20) if code == 0 else Outputs(0)
+    if outputs.unreadable:  # the code ran, its results did not survive: the node did not succeed
+        lost = f"fc2-agent: {outputs.unreadable}: what the command wrote there is lost"
+        run.tail.append(lost)
+        with open(args.log, "ab") as log:
+            log.write(f"{lost}\n".encode())
+        final.update(status="failed", log_tail=run.log_tail())
     return finish(reporter, args, {**final, **outputs.report()}, outputs.files, deadline)
 
 

@@ -143,8 +143,11 @@ def test_hostile_bundle_fails_every_attack_and_still_trains(alice, digits, tmp_p
         a.name: json.loads(Path(a.file.path).read_bytes()) for a in job.artifacts.filter(name__endswith="attacks.json")
     }
     assert set(reports) == {"attacks.json", "worker-1/attacks.json"}
-    names = set(job.artifacts.values_list("name", flat=True))
-    assert not names & {"stolen_token", "shadow", "worker-1/stolen_token", "worker-1/shadow"}, "links were followed"
+    links = {"stolen_token", "shadow", "worker-1/stolen_token", "worker-1/shadow"}
+    # Each link is listed as not kept, with why, and has no file: none was followed.
+    assert dict(job.artifacts.filter(name__in=links).values_list("name", "not_kept")) == dict.fromkeys(
+        links, "a symbolic link: links are not followed"
+    ), "links were followed"
     for node, found in reports.items():
         succeeded = {name: r for name, r in found.items() if isinstance(r, dict) and r.get("ok") is True}
         # The project's directory exists in the sandbox only as the way to the read-only runtime inside it.
@@ -278,7 +281,13 @@ def test_agent_uploads_no_link_fifo_or_file_outside_the_output(tmp_path):
     with zipfile.ZipFile(io.BytesIO(outputs.files[archive_file])) as archive:
         assert archive.namelist() == ["saved_model/variables/data"]
     assert all(b"platform secret" not in data for data in outputs.files.values())
-    assert outputs.not_kept == []
+    link = "a symbolic link: links are not followed"
+    assert [(o["path"], o["reason"]) for o in outputs.not_kept] == [
+        ("dirlink", link),
+        ("fifo", "a named pipe (FIFO), not a file"),
+        ("link", link),
+        ("saved_model/link", link),  # said once the archive is kept
+    ]
 
 
 @pytest.mark.heavy
