@@ -17,11 +17,13 @@ of a cluster lives under FC2_LOCAL_CLUSTER_DIR/<cluster_id>/ (root's, mode 0700)
                           image <node>/disk.img loop-mounted there), so a node cannot fill the platform's disk
 
 Each node is a node-agent process (monitor/agent.py), run by the platform outside the sandbox, supervising the node's
-command inside it; the agent alone holds the token. The nodes of a cluster share a network namespace of their own, so
-their TensorFlow ports never collide with another cluster's, and a memory cgroup of their own
-(FC2_LOCAL_CLUSTER_MEMORY_MB for all of them). Teardown, from the cluster's name alone, stops its agents (found by
-pid and by working directory), every process of the cluster's sandbox uid, unmounts the nodes' disks, removes the
-memory cgroup, the network namespace and the directory; it touches nothing else.
+command inside it; the agent alone holds the token. It runs in a session and in cgroups of its cluster's own
+(sandbox.create_node_cgroups), not the Celery worker's: the nodes outlive the worker that started them — a service
+manager restarting the worker with its whole control group included — as lab and aws nodes do. The nodes of a
+cluster share a network namespace of their own, so their TensorFlow ports never collide with another cluster's, and
+a memory cgroup of their own (FC2_LOCAL_CLUSTER_MEMORY_MB for all of them). Teardown, from the cluster's name alone,
+stops its agents (found by pid, by working directory and by their cgroups), every process of the cluster's sandbox
+uid, unmounts the nodes' disks, removes the cgroups, the network namespace and the directory; it touches nothing else.
 
 Without the sandbox (the platform not running as root), local jobs run as the platform's own user, which is only
 acceptable on a single-user machine: the operator must say so with FC2_UNSANDBOXED_LOCAL_JOBS=1.
@@ -162,6 +164,7 @@ def _make(cluster: ClusterInfo) -> None:
     if uid is None:
         return
     sandbox.create_netns(sandbox.netns_name(workdir))
+    sandbox.create_node_cgroups(sandbox.netns_name(workdir))
     sandbox.create_memory_cgroup(sandbox.netns_name(workdir), settings.FC2_LOCAL_CLUSTER_MEMORY_MB)
     sandbox.write_etc(workdir / "etc", uid)
     for node in cluster.nodes:
@@ -196,8 +199,14 @@ def list_clusters(region: str = "") -> list[str]:
 def machine(cluster: ClusterInfo, node: NodeInfo) -> Machine:
     """A local node's machine is this one; its nodes share one install of the job's wheel, in the cluster's env."""
     node_dir = Path(node.workdir)
+    # The agents leave the worker's cgroups for their cluster's own: they outlive the worker, as a cloud node does.
+    cgroups = [] if cluster.sandbox_uid is None else sandbox.node_cgroups(sandbox.netns_name(Path(cluster.workdir)))
     return Machine(
-        runner=LocalRunner(node.name, log=node_dir / "bootstrap.log" if node_dir.is_dir() else None),
+        runner=LocalRunner(
+            node.name,
+            log=node_dir / "bootstrap.log" if node_dir.is_dir() else None,
+            cgroups=[cgroup for cgroup in cgroups if cgroup.is_dir()],
+        ),
         host=HOST,
         root=str(node_dir),
         python=sys.executable,
@@ -286,13 +295,15 @@ def _agents(cluster: ClusterInfo) -> list[psutil.Process]:
 
 
 def cluster_processes(cluster: ClusterInfo) -> list[psutil.Process]:
-    """The live processes this provider started for `cluster`: its agents with everything they spawned, and every
-    process of the cluster's sandbox uid (however it detached)."""
+    """The live processes this provider started for `cluster`: its agents with everything they spawned, every
+    process of its agents' cgroups and of the cluster's sandbox uid (however it detached)."""
     found: dict[int, psutil.Process] = {}
     for agent in _agents(cluster):
         found[agent.pid] = agent
         with contextlib.suppress(psutil.Error):
             found.update((child.pid, child) for child in agent.children(recursive=True))
+    for cgroup in sandbox.node_cgroups(sandbox.netns_name(Path(cluster.workdir))):
+        found.update((p.pid, p) for p in sandbox.cgroup_processes(cgroup))
     if cluster.sandbox_uid is not None:
         found.update((p.pid, p) for p in sandbox.processes(cluster.sandbox_uid))
     return [p for p in found.values() if _running(p)]
@@ -346,6 +357,7 @@ def teardown(cluster_id: str, region: str = "", grace_s: float = 5.0) -> list[st
     workdir = Path(cluster.workdir)
     # Whether or not launch got as far as recording a sandbox: both are named after the directory alone.
     sandbox.delete_memory_cgroup(sandbox.netns_name(workdir))
+    sandbox.delete_node_cgroups(sandbox.netns_name(workdir))
     sandbox.delete_netns(sandbox.netns_name(workdir))
     # The nodes' disks first (whatever made them: a half-made cluster too), so that deleting the directory deletes
     # the platform's own files only; rmtree does not follow symlinks, so what the job's code left in its directories

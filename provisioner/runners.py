@@ -74,9 +74,10 @@ def failure(node: str, command: str | Sequence[str], result: Result) -> NodeErro
 class LocalRunner:
     """A node whose machine is this one: commands through subprocess, files through the file system."""
 
-    def __init__(self, node: str, log: Path | None = None):
+    def __init__(self, node: str, log: Path | None = None, cgroups: Sequence[Path] = ()):
         self.node = node
         self.log = log
+        self.cgroups = cgroups  # what a detached process joins first: it outlives the caller's cgroup, not only it
 
     def _note(self, text: str) -> None:
         if self.log is not None:
@@ -138,7 +139,7 @@ class LocalRunner:
             return data.read()
 
     def start_detached(self, command: str | Sequence[str], log: str) -> int:
-        pid = spawn(command, log)
+        pid = spawn(command, log, cgroups=self.cgroups)
         self._note(f"started {as_shell(command)[:200]} (pid {pid})")
         return pid
 
@@ -150,13 +151,17 @@ class LocalRunner:
 _children: list[subprocess.Popen] = []
 
 
-def spawn(command: str | Sequence[str], log: str | Path, cwd: Path | None = None) -> int:
+def spawn(command: str | Sequence[str], log: str | Path, cwd: Path | None = None, cgroups: Sequence[Path] = ()) -> int:
     """Start a process on this machine that outlives the caller's session (its own session, stdin from /dev/null,
-    output appended to `log`, only PATH from our environment); returns its pid."""
+    output appended to `log`, only PATH from our environment) and, given `cgroups`, outside the caller's cgroups too:
+    a shell joins each of them, then execs the command. Returns its pid."""
+    argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
+    if cgroups:  # a shell, not preexec_fn: the bootstrap starts nodes from several threads at once
+        join = " && ".join(f"echo $$ > {shlex.quote(str(Path(cgroup) / 'cgroup.procs'))}" for cgroup in cgroups)
+        argv = ["sh", "-c", f'{join} && exec "$@"', "sh", *argv]
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            command if isinstance(command, str) else list(command),
-            shell=isinstance(command, str),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -20,6 +20,8 @@ with the platform's rights. Each node's command runs:
   reads), and a system call through a 32-bit ABI kills the process. bubblewrap reads the program from a file
   beside the cluster's etc files (SECCOMP_FILE) that a root shell opens as fd SECCOMP_FD: the agent that starts the
   command passes no file descriptor of its own;
+- started by a node agent that is in a cgroup of its cluster's own (`create_node_cgroups`), not the Celery worker's:
+  the node outlives the worker that started it, as a cloud node does;
 - in the cluster's own **memory cgroup** (`create_memory_cgroup`), joined by a root shell step before anything else of
   the chain runs: all the cluster's nodes together get at most FC2_LOCAL_CLUSTER_MEMORY_MB of memory (and no swap
   beyond it). Past it the kernel's OOM killer kills a process of the cluster — never one of the platform's — with
@@ -203,7 +205,61 @@ def delete_memory_cgroup(name: str, timeout: float = 5.0) -> None:
     """Remove the cluster's memory cgroup once its processes are gone (nothing to do when it is gone)."""
     if _memory_hierarchy() is None:
         return
-    cgroup = memory_cgroup(name)
+    _delete_cgroup(memory_cgroup(name), timeout)
+
+
+# The node agents' own cgroups, one per cluster in each hierarchy a service manager tracks processes by: the agents
+# leave the cgroup of the worker that started them, so that a service manager stopping or restarting the worker
+# with its control group (systemd's KillMode=control-group) does not take every running job with it.
+NODES_PARENT = "fc2-nodes"
+
+
+def tracking_hierarchies() -> list[Path]:
+    """Where the cgroup hierarchies that track processes without limiting them are mounted: cgroup v2 (the unified
+    hierarchy, alone or beside v1) and v1's `name=systemd`."""
+    found = []
+    with contextlib.suppress(OSError), open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            _source, target, kind, options, *_ = line.split()
+            if kind == "cgroup2" or (kind == "cgroup" and "name=systemd" in options.split(",")):
+                found.append(Path(_unescape(target)))
+    return found
+
+
+def node_cgroups(name: str) -> list[Path]:
+    """The cgroups of the agents of the cluster whose network namespace is `name` (whether or not they exist)."""
+    return [root / NODES_PARENT / name for root in tracking_hierarchies()]
+
+
+def create_node_cgroups(name: str) -> list[Path]:
+    """The cluster's agents' cgroups (idempotent)."""
+    cgroups = node_cgroups(name)
+    for cgroup in cgroups:
+        try:
+            cgroup.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SandboxError(f"cannot make the cgroup {cgroup}: {exc}") from exc
+    return cgroups
+
+
+def cgroup_processes(cgroup: Path) -> list[psutil.Process]:
+    """The live processes in `cgroup` (none when it does not exist)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for pid in (cgroup / "cgroup.procs").read_text().split():
+            with contextlib.suppress(psutil.Error):
+                if (process := psutil.Process(int(pid))).status() != psutil.STATUS_ZOMBIE:
+                    found.append(process)
+    return found
+
+
+def delete_node_cgroups(name: str, timeout: float = 5.0) -> None:
+    """Remove the cluster's agents' cgroups once their processes are gone (nothing to do when they are gone)."""
+    for cgroup in node_cgroups(name):
+        _delete_cgroup(cgroup, timeout)
+
+
+def _delete_cgroup(cgroup: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -213,7 +269,7 @@ def delete_memory_cgroup(name: str, timeout: float = 5.0) -> None:
             return
         except OSError as exc:  # EBUSY: a process that was just killed has not left it yet
             if time.monotonic() > deadline:
-                raise SandboxError(f"cannot remove the memory cgroup {cgroup}: {exc}") from exc
+                raise SandboxError(f"cannot remove the cgroup {cgroup}: {exc}") from exc
             time.sleep(0.05)
 
 

@@ -1,5 +1,6 @@
 """Faults of the local provider that used to lose a job's work, each on real sandboxed clusters: a launch killed
-half-way and done again, a node whose output directory cannot be read.
+half-way and done again, a node whose disk is gone, the Celery worker that started the nodes killed with its whole
+control group (a real worker, as tests/test_faults.py runs them).
 
 Each cluster runs a tiny wheel (no TensorFlow) whose code writes one file to FC2_OUTPUT_DIR on every node; its agents
 report to nobody, and what they kept on the node (their final reports, provisioner.fetch_results) is what the
@@ -7,6 +8,7 @@ platform would have received."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,10 +16,15 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import provisioner
+from fc2.models import Job
+from fc2.services import jobs
+from fc2.services.bundles import store_bundle
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
+from tests.conftest import cluster_processes, ended_and_released, sweeping, wait_for
 from tests.wheels import GOOD, make_wheel
 
 pytestmark = [
@@ -110,3 +117,81 @@ def test_a_node_whose_disk_is_gone_is_never_started(small_disks, tmp_path):
             results(cluster, tmp_path)
     finally:
         provisioner.teardown("local", name)
+
+
+# Trains (a progress line every 0.3 s) until the test lets it finish: a file `finish` in its work directory.
+WAITER = b"""
+import json, os, pathlib, time
+step = 0
+while not pathlib.Path(os.environ["HOME"], "finish").exists():
+    step += 1
+    print("FC2_PROGRESS " + json.dumps({"epoch": 1, "step": step}), flush=True)
+    time.sleep(0.3)
+pathlib.Path(os.environ["FC2_OUTPUT_DIR"], "metrics.json").write_text(json.dumps({"steps": step}))
+"""
+
+
+def unified_cgroup_root() -> Path | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _source, target, kind, *_ = line.split()
+        if kind == "cgroup2":
+            return Path(target)
+    return None
+
+
+@contextlib.contextmanager
+def forking_into(cgroup: Path):
+    """This process in `cgroup` meanwhile, so that what it starts is born there (as a service manager starts a
+    service in its own control group), then back where it was."""
+    root = unified_cgroup_root()
+    was = next(line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
+    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        yield
+    finally:
+        (root / was.lstrip("/") / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def kill_control_group(cgroup: Path) -> None:
+    """What systemd does to stop a service (KillMode=control-group): SIGKILL every process in its cgroup, until none
+    is left."""
+    deadline = time.monotonic() + 30
+    while pids := (cgroup / "cgroup.procs").read_text().split():
+        assert time.monotonic() < deadline, f"{pids} still in {cgroup}"
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(unified_cgroup_root() is None, reason="no cgroup v2 hierarchy to put a worker in")
+@pytest.mark.django_db(transaction=True)
+def test_local_nodes_outlive_a_worker_killed_with_its_control_group(alice, digits, workers, runtime_dir, tmp_path):
+    """The Celery worker that started a local job's nodes is killed with everything in its cgroup, as a service
+    manager restarting it does; the nodes train on, and another worker finishes the job (before: the agents were in
+    the worker's cgroup and died with it, and the job failed)."""
+    service = unified_cgroup_root() / f"fc2-test-worker-{os.getpid()}"
+    service.mkdir()
+    try:
+        with forking_into(service):
+            workers.start()
+        with make_wheel(tmp_path, {**GOOD, "demo/main.py": WAITER}).open("rb") as wheel:
+            bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+        request = jobs.JobRequest(bundle=bundle, dataset=digits, strategy="mirrored", workers=1)
+        job = jobs.submit(alice, request, driver=Job.Driver.CELERY)
+        wait_for(lambda: job.nodes.filter(step__gte=2).exists(), "training", workers)
+
+        kill_control_group(service)
+        agents = [psutil.Process(node.pid) for node in ClusterInfo.from_dict(Job.objects.get(pk=job.pk).cluster).nodes]
+        assert all(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
+    finally:
+        service.rmdir()
+    workers.start()
+    cluster = ClusterInfo.from_dict(Job.objects.get(pk=job.pk).cluster)
+    (Path(cluster.nodes[0].workdir) / "job" / "work" / "finish").touch()
+    job = sweeping(job, ended_and_released, "the nodes of a killed worker", workers)
+
+    assert job.state == Job.State.SUCCEEDED, (job.failure_reason, workers.logs())
+    assert "metrics.json" in set(job.artifacts.values_list("name", flat=True))
+    assert cluster_processes() == [] and not Path(cluster.workdir).exists()
+    assert not any(cgroup.exists() for cgroup in sandbox.node_cgroups(sandbox.netns_name(Path(cluster.workdir))))
