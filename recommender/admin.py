@@ -1,5 +1,9 @@
-from django.contrib import admin
+"""The recommender's admin: catalogues and their types, and performance records — where an operator finds, corrects,
+deletes or promotes (makes the platform's) a user's record."""
 
+from django.contrib import admin, messages
+
+from recommender import service
 from recommender.models import Catalog, InstanceType, PerformanceRecord
 
 
@@ -37,9 +41,21 @@ class PerformanceRecordAdmin(admin.ModelAdmin):
         "latency_ms",
         "epoch_time_s",
         "source",
+        "owner",
     )
-    list_filter = ("source", "strategy", "workload")
-    search_fields = ("workload", "instance_type", "ps_type", "origin")
+    list_filter = ("source", "strategy", ("owner", admin.EmptyFieldListFilter), "workload")
+    search_fields = ("workload", "instance_type", "ps_type", "origin", "owner__username")
     date_hierarchy = "created_at"
-    readonly_fields = ("created_at", "updated_at")
+    readonly_fields = ("created_at", "updated_at", "promoted_from", "unusable")
+    list_select_related = ("owner",)
     list_per_page = 50
+    actions = ["promote"]
+
+    @admin.action(description="Promote to the platform's records (every user's answers read them)")
+    def promote(self, request, queryset):
+        promoted, left = service.promote(queryset)
+        self.message_user(request, f"{promoted} records promoted to the platform's.")
+        if left:
+            self.message_user(
+                request, f"{left} left as they were: a figure out of its bound, or marked unusable.", messages.WARNING
+            )

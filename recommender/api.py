@@ -1,4 +1,5 @@
-"""REST endpoint of the recommender: the same inputs and outputs as `manage.py recommend`, in the OpenAPI schema."""
+"""REST endpoint of the recommender: the same inputs and outputs as `manage.py recommend`, in the OpenAPI schema,
+answered from the platform's performance records and the caller's own."""
 
 from __future__ import annotations
 
@@ -107,6 +108,13 @@ class CandidateOutput(serializers.Serializer):
     source = serializers.ChoiceField(choices=["measured", "predicted", "rule"])
 
 
+class RecordsOutput(serializers.Serializer):
+    platform = serializers.IntegerField(help_text="The platform's records read (shipped, imported, promoted)")
+    own = serializers.IntegerField(help_text="The caller's own records read (their jobs' measurements)")
+    unusable = serializers.IntegerField(help_text="Records not read: a figure out of its physical bound")
+    text = serializers.CharField(help_text='e.g. "12 platform records, 3 of yours"')
+
+
 class RecommendationOutput(serializers.Serializer):
     algorithm = serializers.CharField()
     ps_type = serializers.CharField(allow_null=True)
@@ -120,6 +128,7 @@ class RecommendationOutput(serializers.Serializer):
     pareto = CandidateOutput(many=True, required=False)
     model_error = serializers.FloatField(required=False, help_text="Cross-validated MAPE of the model")
     extra = serializers.DictField(required=False)
+    records = RecordsOutput(required=False, help_text="Whose performance records the answer read")
 
 
 class ErrorOutput(serializers.Serializer):
@@ -179,7 +188,8 @@ class RecommendView(APIView):
                 with _valid_inputs_lock:
                     _valid_inputs[key] = valid
         try:
-            answer = service.recommend_as_dict(*valid)
+            # From the platform's records and the caller's own, never another user's (answer["records"] says whose).
+            answer = service.recommend_as_dict(*valid, owner=self.request.user)
         except RecommendationError as exc:
             body = {"error": str(exc)}
             if isinstance(exc, MissingProfilesError):

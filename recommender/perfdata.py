@@ -23,8 +23,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from recommender import service
+from recommender.bounds import BOUNDS
 from recommender.models import PerformanceRecord
-from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, MAX_WORKERS
 
 FORMATS = ("anwar2021", "csv")
 DEFAULT_ANWAR_WORKLOAD = "anwar2021"
@@ -44,6 +44,7 @@ class ImportResult:
     imported: int  # rows stored, failed runs included
     failed_runs: int  # rows with no time (kept, counted, never used as a time)
     replaced: int  # records of an earlier import of the same file that were replaced
+    owner: str  # whose records they are: a user's name, or "" for the platform's
 
 
 def _max_length(field: str) -> int:
@@ -55,15 +56,21 @@ class _Row(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False, frozen=True)
 
 
+def _bounded(name: str, default=...) -> FieldInfo:
+    """A field bounded as recommender/bounds.py bounds the figure `name`: the one statement of what a record holds."""
+    bound = BOUNDS[name]
+    return Field(default, ge=bound.low, le=bound.high)
+
+
 class AnwarRow(_Row):
     """One row of Anwar et al.'s Table 4; without the times it is a failed run (e.g. one machine out of memory)."""
 
-    workers: int = Field(ge=1, le=MAX_WORKERS)
-    batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
-    latency_ms: float = Field(ge=0, le=MAX_LATENCY_MS)
-    step_time_s: float | None = Field(None, gt=0)
-    epoch_time_s: float | None = Field(None, gt=0)
-    loss: float | None = Field(None, ge=0)
+    workers: int = _bounded("workers")
+    batch_size: int = _bounded("batch_size")
+    latency_ms: float = _bounded("latency_ms")
+    step_time_s: float | None = _bounded("step_time_s", None)
+    epoch_time_s: float | None = _bounded("epoch_time_s", None)
+    loss: float | None = _bounded("loss", None)
 
 
 class CsvRow(_Row):
@@ -72,12 +79,12 @@ class CsvRow(_Row):
     workload: str = Field(max_length=_max_length("workload"))
     instance_type: str = Field("", max_length=_max_length("instance_type"))
     ps_type: str = Field("", max_length=_max_length("ps_type"))
-    workers: int | None = Field(None, ge=1, le=MAX_WORKERS)
-    batch_size: int | None = Field(None, ge=1, le=MAX_BATCH_SIZE)
-    latency_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS)
-    epoch_time_s: float | None = Field(None, gt=0)
-    bandwidth_mbps: float | None = Field(None, gt=0)
-    cpu_util: float | None = Field(None, ge=0, le=100)
+    workers: int | None = _bounded("workers", None)
+    batch_size: int | None = _bounded("batch_size", None)
+    latency_ms: float | None = _bounded("latency_ms", None)
+    epoch_time_s: float | None = _bounded("epoch_time_s", None)
+    bandwidth_mbps: float | None = _bounded("bandwidth_mbps", None)
+    cpu_util: float | None = _bounded("cpu_util", None)
     strategy: Literal["", "ps", "mirrored"] = ""
 
 
@@ -98,18 +105,21 @@ def _validate(model: type[_Row], fields: dict[str, str], line: int) -> _Row:
 def _reason(field: FieldInfo, error: ErrorDetails) -> str:
     """pydantic's complaint about a field in the words of this module's messages."""
     got, context = error["input"], error.get("ctx", {})
+    if isinstance(got, str) and len(got) > 40:  # (a 5,000-digit number is not echoed whole)
+        got = f"{got[:37]}..."
     match error["type"]:
         case "missing":
             return "is required"
-        case "int_parsing" | "int_from_float":
+        case "int_parsing" | "int_from_float" | "int_parsing_size":
             return f"must be a whole number, got {got!r}"
         case "float_parsing":
             return f"must be a number, got {got!r}"
-        case "greater_than" | "greater_than_equal" | "finite_number":
-            return f"must be {_lower_bound(field)}, got {got!r}"
+        case "finite_number":
+            return f"must be a finite number, got {got!r}"
+        case "greater_than_equal":
+            return f"must be at least {_number(context['ge'])}, got {got!r}"
         case "less_than_equal":
-            bound = context["le"]
-            return f"must be at most {bound if isinstance(bound, int) else f'{bound:g}'}, got {got!r}"
+            return f"must be at most {_number(context['le'])}, got {got!r}"
         case "string_too_long":
             return f"is longer than {context['max_length']} characters"
         case "literal_error":
@@ -117,16 +127,8 @@ def _reason(field: FieldInfo, error: ErrorDetails) -> str:
     return f"{error['msg']}, got {got!r}"
 
 
-def _lower_bound(field: FieldInfo) -> str:
-    """A number field's lower bound in words, from its constraint (gt=0, ge=0 or ge=n)."""
-    for constraint in field.metadata:
-        if getattr(constraint, "gt", None) == 0:
-            return "a positive number"
-        if getattr(constraint, "ge", None) == 0:
-            return "a non-negative number"
-        if getattr(constraint, "ge", None) is not None:
-            return f"at least {constraint.ge}"
-    return "a finite number"
+def _number(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def to_csv(records) -> str:
@@ -203,7 +205,10 @@ def _rows(text: str):
         yield line, fields
 
 
-def import_file(path: Path, fmt: str, workload: str | None = None) -> ImportResult:
+def import_file(path: Path, fmt: str, workload: str | None = None, owner=None) -> ImportResult:
+    """Import the file's records as `owner`'s (a user: only their answers read them), else as the platform's (every
+    user's answers read them: an operator's import, the shipped samples). Re-importing the same file for the same
+    owner replaces what it imported before, and nothing of anyone else's."""
     if fmt not in FORMATS:
         raise PerfDataError(f"unknown format {fmt!r} (expected {' or '.join(FORMATS)})")
     try:
@@ -227,8 +232,10 @@ def import_file(path: Path, fmt: str, workload: str | None = None) -> ImportResu
     for record in records:
         record.origin = origin
         record.source = PerformanceRecord.Source.IMPORTED
+        record.owner = owner
     with transaction.atomic():
-        replaced, _ = PerformanceRecord.objects.filter(origin=origin, source=PerformanceRecord.Source.IMPORTED).delete()
+        earlier = PerformanceRecord.objects.filter(origin=origin, source=PerformanceRecord.Source.IMPORTED, owner=owner)
+        replaced, _ = earlier.delete()
         PerformanceRecord.objects.bulk_create(records)
         service.forget()  # (bulk_create sends no signal)
     return ImportResult(
@@ -238,6 +245,7 @@ def import_file(path: Path, fmt: str, workload: str | None = None) -> ImportResu
         imported=len(records),
         failed_runs=sum(r.failed for r in records),
         replaced=replaced,
+        owner="" if owner is None else owner.get_username(),
     )
 
 

@@ -13,6 +13,12 @@ question again and again. The staleness bound:
 - any other write — another process's, a bulk `.update()`, raw SQL — is seen by every process at most
   FC2_RECOMMEND_MEMO_S seconds later: what was read from the database is kept that long from the moment it was read,
   and an answer no longer than what it was computed from (a cachetools.TLRUCache, a TTL per entry, for that reason).
+
+Performance records are tenant data (models.PerformanceRecord): an answer for a user reads the platform's records and
+that user's own, never another user's, and says whose it read (`WorkloadRecords.counts`). Every memo key that holds
+records names whose they are; the predictor's own memo (recommender/perfmodel) is keyed by the records themselves.
+Whatever the records hold, an answer is one or a RecommendationError saying why: a record with a figure out of its
+bound (recommender/bounds.py) is not read, and an answer with a NaN or an infinity in it is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from decimal import Decimal
 from typing import TypeVar
 
@@ -33,6 +39,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from recommender import algorithms, perfmodel
+from recommender.bounds import BOUNDS, out_of_bounds
 from recommender.models import Catalog, InstanceType, PerformanceRecord
 from recommender.perfmodel import explanation
 from recommender.types import (
@@ -46,8 +53,9 @@ from recommender.types import (
 
 T = TypeVar("T")
 
-# ("answer", catalogue, request) -> (answer, its JSON shape); ("catalog", name) -> specs; ("records", workload) ->
-# records; each entry with the time it runs out. A bound, not a policy: a lookup grid is a few hundred points.
+# ("answer", catalogue, request, owner id) -> (answer, its JSON shape); ("catalog", name) -> specs; ("records",
+# workload, owner id) -> WorkloadRecords; each entry with the time it runs out. A bound, not a policy: a lookup grid
+# is a few hundred points.
 _memo = TLRUCache(maxsize=4096, ttu=lambda key, value, now: value[0])
 _memo_lock = threading.Lock()  # (a cachetools cache is not safe across threads: runserver's, a threaded server's)
 
@@ -94,10 +102,57 @@ def _load_specs(name: str) -> tuple[InstanceSpec, ...]:
     return specs
 
 
-def _load_records(workload: str) -> tuple[PerfRecord, ...]:
-    fields = [f.name for f in PerfRecord.__dataclass_fields__.values()]
-    rows = PerformanceRecord.objects.filter(workload=workload).order_by("pk").values(*fields)
-    return tuple(PerfRecord(**row) for row in rows)
+def owner_id(owner) -> int | None:
+    """The user whose own records join the platform's in an answer, as an id: a user (an anonymous one: none), an
+    id, or None (the platform's records alone: the command line, an operator)."""
+    if owner is None or isinstance(owner, int):
+        return owner
+    return owner.pk if getattr(owner, "is_authenticated", False) else None
+
+
+@dataclass(frozen=True)
+class WorkloadRecords:
+    """A workload's records as one user's answers read them, and whose they are."""
+
+    records: tuple[PerfRecord, ...]  # what the answers read: the platform's and the user's own, usable ones
+    platform: int  # of them, the platform's
+    own: int  # the user's
+    unusable: int  # records the user may see but no answer reads: marked unusable, or a figure out of its bound
+
+    def counts(self) -> dict:
+        """{"platform", "own", "unusable", "text"}: what an answer says of the records it read."""
+        said = [f"{self.platform} platform record{'s' if self.platform != 1 else ''}"]
+        if self.own:
+            said.append(f"{self.own} of yours")
+        if self.unusable:
+            said.append(f"{self.unusable} not read (a figure out of its bound)")
+        text = ", ".join(said)
+        return {"platform": self.platform, "own": self.own, "unusable": self.unusable, "text": text}
+
+
+_PERF_FIELDS = tuple(PerfRecord.__dataclass_fields__)
+
+
+def _load_records(workload: str, owner: int | None) -> WorkloadRecords:
+    # The bounds are checked here as the doors check them (recommender/bounds.py), whatever wrote the row: raw SQL, a
+    # row older than the doors, a NaN that SQLite gave back as NULL and PostgreSQL as NaN.
+    rows = (
+        PerformanceRecord.objects.filter(workload=workload)
+        .readable_by(owner)
+        .order_by("pk")
+        .values(*{*_PERF_FIELDS, *BOUNDS}, "owner_id", "unusable")
+    )
+    records, platform, own, unusable = [], 0, 0, 0
+    for row in rows:
+        if row["unusable"] or out_of_bounds(row):
+            unusable += 1
+            continue
+        records.append(PerfRecord(**{name: row[name] for name in _PERF_FIELDS}))
+        if row["owner_id"] is None:
+            platform += 1
+        else:
+            own += 1
+    return WorkloadRecords(tuple(records), platform, own, unusable)
 
 
 def catalog_specs(name: str = DEFAULT_CATALOG) -> tuple[InstanceSpec, ...]:
@@ -118,8 +173,14 @@ def to_spec(row: InstanceType) -> InstanceSpec:
     )
 
 
-def workload_records(workload: str) -> tuple[PerfRecord, ...]:
-    return _kept(("records", workload), lambda: _load_records(workload))[1]
+def records_of(workload: str, owner=None) -> WorkloadRecords:
+    """`workload`'s records that `owner`'s answers read (the platform's and theirs: `owner_id`), and whose."""
+    whose = owner_id(owner)
+    return _kept(("records", workload, whose), lambda: _load_records(workload, whose))[1]
+
+
+def workload_records(workload: str, owner=None) -> tuple[PerfRecord, ...]:
+    return records_of(workload, owner).records
 
 
 def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "") -> Decimal:
@@ -133,36 +194,91 @@ def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "
     return algorithms.hourly_cost(workers, prices.get(worker_type, 0), prices.get(ps_type, 0))
 
 
-def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> Recommendation:
-    """Answer `request` from the catalogue and the workload's records (RecommendationError when it cannot).
+def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner=None) -> Recommendation:
+    """Answer `request` from the catalogue and the workload's records that `owner`'s answers read — the platform's
+    and their own, never another user's (`owner_id`) — or a RecommendationError saying why it cannot.
 
     The answer may be one given before (see the module's docstring): shared, so not to be changed."""
-    return _answer(request, catalog)[0]
+    return _answer(request, catalog, owner_id(owner))[0]
 
 
-def recommend_as_dict(request: RecommendRequest, catalog: str = DEFAULT_CATALOG) -> dict:
-    """`as_dict(recommend(request, catalog))`, made once per answer: shared as the answer is, so not to be changed."""
-    return _answer(request, catalog)[1]
+def recommend_as_dict(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner=None) -> dict:
+    """`as_dict(recommend(request, catalog, owner))`, made once per answer: shared as the answer is, so not to be
+    changed."""
+    return _answer(request, catalog, owner_id(owner))[1]
 
 
-def _answer(request: RecommendRequest, catalog: str) -> tuple[Recommendation, dict]:
-    key = ("answer", catalog, request)
+def _answer(request: RecommendRequest, catalog: str, owner: int | None) -> tuple[Recommendation, dict]:
+    # Whose records were read is part of every key that holds them: one user's answer is never another's.
+    key = ("answer", catalog, request, owner)
     with _memo_lock:
         found = _memo.get(key)
     if found is None:
         specs_until, specs = _kept(("catalog", catalog), lambda: _load_specs(catalog))
-        records_until, every = (
-            _kept(("records", request.workload), lambda: _load_records(request.workload))
+        records_until, loaded = (
+            _kept(("records", request.workload, owner), lambda: _load_records(request.workload, owner))
             if request.workload
-            else (math.inf, ())
+            else (math.inf, None)
         )
-        found = _kept(key, lambda: _compute(request, specs, every), until=min(specs_until, records_until))
+        found = _kept(key, lambda: _compute(request, specs, loaded), until=min(specs_until, records_until))
     return found[1]
 
 
 def _compute(
-    request: RecommendRequest, specs: tuple[InstanceSpec, ...], every: tuple[PerfRecord, ...]
+    request: RecommendRequest, specs: tuple[InstanceSpec, ...], loaded: WorkloadRecords | None
 ) -> tuple[Recommendation, dict]:
+    """The answer and its JSON shape, or a RecommendationError: whatever the records hold, never an exception that
+    is not one (a 500) nor a NaN or an infinity in the JSON."""
+    try:
+        answer = _computed(request, specs, loaded.records if loaded else ())
+    except RecommendationError:
+        raise
+    except (ArithmeticError, ValueError, RuntimeWarning) as exc:  # (numpy's LinAlgError is a ValueError)
+        raise RecommendationError(f"the workload's records give no answer: {type(exc).__name__}: {exc}") from exc
+    if loaded is not None:
+        answer = replace(answer, records=loaded.counts())
+    data = as_dict(answer)
+    if where := non_finite(data):
+        raise RecommendationError(f"the workload's records give no finite answer ({where})")
+    return answer, data
+
+
+def non_finite(data, path: str = "") -> str:
+    """Where `data` (JSON-shaped: dicts, lists, tuples, scalars) holds a NaN or an infinity, e.g.
+    "candidates[2].epoch_time_s is inf"; "" where it holds none.
+
+    >>> non_finite({"a": [1.0, {"b": float("nan")}]}), non_finite({"a": (1, "x", None)})
+    ('a[1].b is nan', '')
+    """
+    if isinstance(data, float):
+        return "" if math.isfinite(data) else f"{path or 'the answer'} is {data}"
+    if isinstance(data, dict):
+        items = ((f"{path}.{k}" if path else str(k), v) for k, v in data.items())
+    elif isinstance(data, list | tuple):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(data))
+    else:
+        return ""
+    return next((found for where, value in items if (found := non_finite(value, where))), "")
+
+
+def promote(records) -> tuple[int, int]:
+    """Make `records` (a PerformanceRecord queryset) the platform's, which every user's answers then read: an admin's
+    judgement that a user's measurements are sound (the admin's action, `manage.py promote_records`). Who measured
+    each is kept (`promoted_from`). A record no answer may read (marked unusable, or a figure out of its bound) is not
+    promoted. (promoted, left as they were)."""
+    with transaction.atomic():
+        candidates = records.filter(owner__isnull=False).select_for_update()
+        usable = list(candidates.usable().values_list("pk", "owner_id"))
+        for pk, owner in usable:
+            PerformanceRecord.objects.filter(pk=pk).update(owner=None, promoted_from_id=owner)
+        left = candidates.count()  # (those promoted are the platform's now: what is left is what was not)
+        forget()  # (.update() sends no signal)
+    return len(usable), left
+
+
+def _computed(
+    request: RecommendRequest, specs: tuple[InstanceSpec, ...], every: tuple[PerfRecord, ...]
+) -> Recommendation:
     # A strategy asked for: a workload measured both ways answers from that strategy's runs alone (left open, the
     # model compares the two).
     records = every if request.parameter_server is None else algorithms.of_strategy(every, request.parameter_server)
@@ -181,7 +297,7 @@ def _compute(
             f"{len(every) - len(records)} runs with {other} say nothing of this strategy (the model compares the two "
             "when the strategy is left open).",
         )
-    return answer, as_dict(answer)
+    return answer
 
 
 def as_dict(recommendation: Recommendation) -> dict:
@@ -205,20 +321,26 @@ def as_dict(recommendation: Recommendation) -> dict:
         data["warnings"] = list(recommendation.warnings)
     if recommendation.extra:
         data["extra"] = recommendation.extra
+    if recommendation.records:
+        data["records"] = recommendation.records
     return data
 
 
-def workloads() -> list[str]:
-    return list(PerformanceRecord.objects.order_by("workload").values_list("workload", flat=True).distinct())
+def workloads(owner=None) -> list[str]:
+    """The workloads with records `owner` may see: the platform's and their own (`owner_id`), never another user's
+    names."""
+    readable = PerformanceRecord.objects.readable_by(owner_id(owner))
+    return list(readable.order_by("workload").values_list("workload", flat=True).distinct())
 
 
-def lacking_records(workload: str) -> dict[str, str]:
-    """algorithm -> what `workload`'s records lack for it to answer at all, whatever else is asked (none: absent).
+def lacking_records(workload: str, owner=None) -> dict[str, str]:
+    """algorithm -> what `workload`'s records (those `owner`'s answers read) lack for it to answer at all, whatever
+    else is asked (none: absent).
 
     The model and Lookup learn from measured epoch times. Scala-Opt(-M) sizes the cluster by measured bandwidth, which
     a job lacking it measures first, in a profiling run (fc2/services/profiling.py): never absent for want of records.
     """
-    records = workload_records(workload)
+    records = workload_records(workload, owner)
     lacking = {}
     if not any(r.epoch_time_s for r in records):
         for algorithm in ("lookup", "model"):
@@ -251,8 +373,13 @@ def model_figures(records, strategy: str, catalog: str) -> dict:
     time (the sentence its answers carry), and its held-out estimates (RecommendationError when there is no
     predictor)."""
     own = algorithms.of_strategy(records, strategy == "ps")
-    model = perfmodel.predictor(own, catalog_specs(catalog))
-    return {
+    try:
+        model = perfmodel.predictor(own, catalog_specs(catalog))
+    except (ArithmeticError, ValueError, RuntimeWarning) as exc:
+        if isinstance(exc, RecommendationError):
+            raise
+        raise RecommendationError(f"the workload's records give no model: {type(exc).__name__}: {exc}") from exc
+    figures = {
         "records": sum(1 for r in own if r.epoch_time_s is not None),
         "family": model.model.family if model.model else "",
         "model_error": model.model_error,
@@ -262,3 +389,6 @@ def model_figures(records, strategy: str, catalog: str) -> dict:
         "choice": explanation.choice_rule_text(model),
         "pairs": [{"measured_s": m, "predicted_s": p, "held_out": g} for m, p, g in model.cv_pairs],
     }
+    if where := non_finite(figures):
+        raise RecommendationError(f"the workload's records give no finite model ({where})")
+    return figures

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# What a question may be about is what a record may hold (recommender/bounds.py says why).
+from recommender.bounds import MAX_BATCH_SIZE as MAX_BATCH_SIZE
+from recommender.bounds import MAX_LATENCY_MS as MAX_LATENCY_MS
+from recommender.bounds import MAX_WORKERS as MAX_WORKERS
+
 ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model")
 
 # The catalogue the recommender prices from when none is named: FC²'s own Tables 1–2 (recommender/catalogs/).
 DEFAULT_CATALOG = "fc2-2018"
-
-# What a question or a record may be about: a batch size a record can hold (a 32-bit integer column on PostgreSQL), a
-# one-way latency up to a minute (no network's; past it the models' exponentials overflow long before they mean
-# anything), a cluster of up to ten thousand workers.
-MAX_BATCH_SIZE = 2**31 - 1
-MAX_LATENCY_MS = 60_000.0
-MAX_WORKERS = 10_000
 
 
 class RecommendationError(ValueError):
@@ -132,3 +130,6 @@ class Recommendation:
     model_error: float | None = None  # model only: cross-validated MAPE of epoch time (0.12 = 12 %)
     extra: dict = field(default_factory=dict)  # algorithm-specific details for the API (JSON-serialisable)
     warnings: tuple[str, ...] = ()  # what the answer is not sure of, e.g. failed runs near the pick (also in extra)
+    # Whose records it read (the service's Readers.counts): {"platform": n, "own": m, "unusable": k, "text": …};
+    # empty where it read none (no workload named).
+    records: dict = field(default_factory=dict)

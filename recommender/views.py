@@ -32,9 +32,9 @@ class LookupForm(forms.Form):
         label="Catalogue", required=False, help_text="Prices the machines; empty: the one that has the records' types"
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, owner=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["workload"].choices = [(w, w) for w in service.workloads()]
+        self.fields["workload"].choices = [(w, w) for w in service.workloads(owner)]
         names = Catalog.objects.order_by("name").values_list("name", flat=True)
         self.fields["catalog"].choices = [("", "the records' own"), *((name, name) for name in names)]
 
@@ -43,12 +43,14 @@ class LookupForm(forms.Form):
 def anwar(request: HttpRequest) -> HttpResponse:
     """Anwar et al. Fig. 16–18: enter batch size and latency, get the number of machines for the fastest epoch (the
     `lookup` algorithm; the others answer in the wizard, the API and `fc2 recommend`)."""
-    form = LookupForm(request.GET or None)
+    form = LookupForm(request.GET or None, owner=request.user)
     answer, error, options, catalog = None, None, {}, ""
-    workload = form.data.get("workload") or (form.fields["workload"].choices or [("", "")])[0][0]
-    records = service.workload_records(workload) if workload else ()  # the records an answer comes from
-    if not form.fields["workload"].choices:  # nothing to recommend from: the page says how to load records
-        form = LookupForm()
+    names = [name for name, _ in form.fields["workload"].choices]
+    # The workload asked for where it is one of the user's (the form says why another is refused), else the first.
+    workload = form.data.get("workload") if form.data.get("workload") in names else (names or [""])[0]
+    records = service.workload_records(workload, request.user) if workload else ()  # what an answer reads
+    if not names:  # nothing to recommend from: the page says how to load records
+        form = LookupForm(owner=request.user)
     elif form.is_bound and form.is_valid():
         data = form.cleaned_data
         catalog = data["catalog"] or service.records_catalog(records)
@@ -60,7 +62,7 @@ def anwar(request: HttpRequest) -> HttpResponse:
             parameter_server=data["strategy"] == "ps",
         )
         try:
-            answer = service.recommend_as_dict(lookup, catalog)
+            answer = service.recommend_as_dict(lookup, catalog, owner=request.user)
         except RecommendationError as exc:
             error = str(exc)
     if records:
@@ -72,20 +74,40 @@ def anwar(request: HttpRequest) -> HttpResponse:
     return render(request, "recommender/anwar.html", context)
 
 
+class CatalogQuery(forms.Form):
+    """The Catalogues page's query string: a value that is not one of these is ignored, and the page says so."""
+
+    catalog = forms.CharField(required=False, max_length=50)
+    q = forms.CharField(required=False, max_length=40)
+    gpu = forms.ChoiceField(required=False, choices=[("", "all"), ("1", "with GPUs")])
+    page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
+
+
+def _query(form_class: type[forms.Form], request: HttpRequest) -> tuple[dict[str, Any], list[str]]:
+    """The page's query parameters as `form_class` cleans them, each invalid one left out (its default), and what
+    was left out and why, for the page to say."""
+    form = form_class(request.GET)
+    form.is_valid()
+    ignored = [f"{name}: {' '.join(errors)}" for name, errors in form.errors.items()]
+    values = {name: form.cleaned_data.get(name) for name in form.fields if name not in form.errors}
+    return values, [f"Ignored {reason}" for reason in ignored]
+
+
 @login_required
 def catalogs(request: HttpRequest) -> HttpResponse:
+    query, ignored = _query(CatalogQuery, request)
     all_catalogs = Catalog.objects.order_by("name")
-    chosen = all_catalogs.filter(name=request.GET.get("catalog")).first() or all_catalogs.first()
+    chosen = all_catalogs.filter(name=query.get("catalog") or "").first() or all_catalogs.first()
     types = chosen.types.all() if chosen else []
-    if chosen and request.GET.get("gpu") == "1":
+    if chosen and query.get("gpu") == "1":
         types = types.filter(gpus__gt=0)
-    if chosen and (query := request.GET.get("q", "").strip()):
-        types = types.filter(name__icontains=query)
-    page = Paginator(types, 50).get_page(request.GET.get("page"))
+    if chosen and (text := (query.get("q") or "").strip()):
+        types = types.filter(name__icontains=text)
+    page = Paginator(types, 50).get_page(query.get("page"))
     # EC2 compute units are published for older types only (none of today's AWS catalogues): the column is shown
     # where the catalogue has some, and a type without one reads "not published", never "variable".
     has_ecu = bool(chosen) and chosen.types.filter(ecu__isnull=False).exists()
-    context = {"catalogs": all_catalogs, "chosen": chosen, "page": page, "has_ecu": has_ecu}
+    context = {"catalogs": all_catalogs, "chosen": chosen, "page": page, "has_ecu": has_ecu, "ignored": ignored}
     return render(request, "recommender/catalogs.html", context)
 
 
@@ -126,7 +148,7 @@ def chosen_batch_size(raw: str | None, groups: list[tuple[int | None, int]]) -> 
     present = [size for size, _ in groups]
     if raw == NO_BATCH_SIZE and None in present:
         return None
-    if raw and raw.isdecimal() and int(raw) in present:
+    if raw and raw.isascii() and raw.isdecimal() and len(raw) <= len(str(MAX_BATCH_SIZE)) and int(raw) in present:
         return int(raw)
     return max(groups, key=lambda group: group[1], default=(None, 0))[0]
 
@@ -205,14 +227,35 @@ def epoch_time_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+class RecordsQuery(forms.Form):
+    """The Records page's query string. An invalid value is ignored (its default shown) and the page says so: a
+    link to the page never fails, however it was edited."""
+
+    workload = forms.CharField(required=False, max_length=PerformanceRecord._meta.get_field("workload").max_length)
+    strategy = forms.ChoiceField(required=False, choices=[("", ""), *service.STRATEGY_LABELS.items()])
+    batch_size = forms.RegexField(
+        required=False,
+        regex=rf"^({NO_BATCH_SIZE}|[0-9]{{1,{len(str(MAX_BATCH_SIZE))}}})$",
+        error_messages={"invalid": f"a batch size is '{NO_BATCH_SIZE}' or a whole number up to {MAX_BATCH_SIZE}"},
+    )
+    page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
+
+
 @login_required
 def records(request: HttpRequest) -> HttpResponse:
-    names = service.workloads()
-    workload = request.GET.get("workload") or (names[0] if names else "")
-    rows = PerformanceRecord.objects.filter(workload=workload)
-    records = service.workload_records(workload) if workload else ()
+    """A workload's records that the user may see — the platform's and their own, never another user's — whose each
+    is, the model the recommender answers this user with, and epoch time against workers."""
+    query, ignored = _query(RecordsQuery, request)
+    names = service.workloads(request.user)
+    workload = query.get("workload") or (names[0] if names else "")
+    if query.get("workload") and workload not in names:
+        ignored.append(f"No records of workload {workload!r} that you may see.")
+    seen = PerformanceRecord.objects.filter(workload=workload).readable_by(service.owner_id(request.user))
+    rows = seen if workload in names else PerformanceRecord.objects.none()
+    read = service.records_of(workload, request.user) if workload in names else None
+    records = read.records if read else ()
     strategies = service.strategy_counts(records)
-    strategy = request.GET.get("strategy")
+    strategy = query.get("strategy")
     strategy = strategy if strategy in strategies else max(strategies, key=strategies.get, default="")
     report, error, catalog = None, None, service.records_catalog(records)
     if records:
@@ -222,14 +265,17 @@ def records(request: HttpRequest) -> HttpResponse:
             error = str(exc)
     if strategy and len(strategies) > 1:
         rows = rows.filter(strategy=strategy)
-    values = list(rows.values(*CHART_FIELDS))
+    # The chart draws what answers read: a figure out of its bound is no point to draw (nor JSON to write).
+    values = list(rows.usable().values(*CHART_FIELDS))
     groups = batch_size_groups(v["batch_size"] for v in values)
-    batch_size = chosen_batch_size(request.GET.get("batch_size"), groups)
+    batch_size = chosen_batch_size(query.get("batch_size"), groups)
     chart = epoch_time_series(v for v in values if v["batch_size"] == batch_size)
     context = {
         "workloads": names,
         "workload": workload,
-        "rows": Paginator(rows, RECORDS_PER_PAGE).get_page(request.GET.get("page")),
+        "rows": Paginator(rows.select_related("owner"), RECORDS_PER_PAGE).get_page(query.get("page")),
+        "whose": read.counts() if read else None,
+        "ignored": ignored,
         "report": report,
         "error": error,
         "batch_sizes": [(NO_BATCH_SIZE if size is None else str(size), size, count) for size, count in groups],

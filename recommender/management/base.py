@@ -17,6 +17,19 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
 
+def user_named(username: str | None):
+    """The user a command acts for (`--user`, `--owner`), or None when not named; a CommandError when there is none
+    of that name (the command's `error: …`)."""
+    if username is None:
+        return None
+    from django.contrib.auth import get_user_model  # (the app registry is ready only once a command runs)
+
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise CommandError(f"no user named {username!r}")
+    return user
+
+
 class ContractParser(CommandParser):
     """Django's parser, whose usage errors keep the --json promise when the command runs from the command line.
 

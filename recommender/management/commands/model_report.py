@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from recommender import algorithms, perfmodel, service
-from recommender.management.base import ContractCommand
+from recommender.management.base import ContractCommand, user_named
 from recommender.management.commands.recommend import CATALOG_HELP
 from recommender.types import RecommendationError
 
@@ -33,13 +33,22 @@ class Command(ContractCommand):
             choices=["latency", "workers", "batch_size"],
             help="which records are left out together in each fold (default: latency)",
         )
+        parser.add_argument(
+            "--user",
+            metavar="USERNAME",
+            help="the model this user's answers use: from the platform's records and theirs (default: the "
+            "platform's alone)",
+        )
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
     def handle(self, *args, **options):
         try:
-            records = service.workload_records(options["workload"])
+            read = service.records_of(options["workload"], user_named(options["user"]))
+            records = read.records
             if not records:
-                raise RecommendationError(f"workload {options['workload']!r} has no performance records")
+                raise RecommendationError(
+                    f"workload {options['workload']!r} has no performance records to read ({read.counts()['text']})"
+                )
             counts = service.strategy_counts(records)
             strategy = options["strategy"] or max(counts, key=counts.get)
             if strategy not in counts:
@@ -48,9 +57,12 @@ class Command(ContractCommand):
             own = algorithms.of_strategy(records, strategy == "ps")
             predictor = service.model_figures(records, strategy, catalog)
             report = perfmodel.calibration_report(own, service.catalog_specs(catalog), group_by=options["group_by"])
-            report |= {"strategy": strategy, "catalog": catalog, "predictor": predictor}
-        except RecommendationError as exc:
-            self.fail(str(exc), options["json"])
+            report |= {"strategy": strategy, "catalog": catalog, "predictor": predictor, "records_read": read.counts()}
+            if where := service.non_finite(report):
+                raise RecommendationError(f"the workload's records give no finite calibration ({where})")
+        except (ArithmeticError, ValueError, RuntimeWarning) as exc:  # RecommendationError, and numpy's complaints
+            reason = str(exc) if isinstance(exc, RecommendationError) else f"{type(exc).__name__}: {exc}"
+            self.fail(reason, options["json"])
         if options["json"]:
             self.stdout.write(json.dumps(report))
             return
@@ -64,6 +76,7 @@ class Command(ContractCommand):
             f"{predictor['cv_coverage'] or 'n/a'} of the held-out runs ({predictor['cv'] or 'not cross-validated'})"
         )
         self.stdout.write(f"how it chooses among configurations: {predictor['choice']}")
+        self.stdout.write(f"from {read.counts()['text']}")
         self.stdout.write(
             f"its mean alone: {report['full_model']['family']} model (cross-validated MAPE "
             f"{percent(report['full_model']['cv_mape'])}); leave-one-{options['group_by']}-out on {report['records']} "

@@ -6,7 +6,7 @@ import json
 
 from recommender import service
 from recommender.catalog import bundled_catalogs
-from recommender.management.base import ContractCommand
+from recommender.management.base import ContractCommand, user_named
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
 
 CATALOG_HELP = (
@@ -59,9 +59,15 @@ class Command(ContractCommand):
         )
         parser.add_argument("--alpha", type=float, default=1.0, metavar="A", help="model: weight of time (default: 1)")
         parser.add_argument("--beta", type=float, default=0.0, metavar="B", help="model: weight of cost (default: 0)")
+        parser.add_argument(
+            "--user",
+            metavar="USERNAME",
+            help="answer as this user: from the platform's records and theirs (default: the platform's alone)",
+        )
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
     def handle(self, *args, **options):
+        user = user_named(options["user"])
         request = RecommendRequest(
             algorithm=options["algorithm"],
             workload=options["workload"],
@@ -79,7 +85,7 @@ class Command(ContractCommand):
             beta=options["beta"],
         )
         try:
-            answer = service.as_dict(service.recommend(request, options["catalog"]))
+            answer = service.recommend_as_dict(request, options["catalog"], owner=user)
         except MissingProfilesError as exc:
             self.fail(
                 str(exc),
@@ -100,3 +106,5 @@ class Command(ContractCommand):
             + (f", ~{time:.1f} s per epoch ({answer['source']})" if time is not None else "")
         )
         self.stdout.write(answer["explanation"])
+        if "records" in answer:
+            self.stdout.write(f"from {answer['records']['text']}")
