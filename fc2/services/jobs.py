@@ -224,14 +224,15 @@ class Plan:
         return self.hourly_cost * Decimal(str(self.predicted_epoch_time_s)) * epochs / 3600
 
 
-def plan(request: JobRequest) -> Plan:
-    """The cluster `request` would run on (RecommendationError when the algorithm cannot answer; SubmitError when the
-    provider cannot run the answer)."""
+def plan(request: JobRequest, owner=None) -> Plan:
+    """The cluster `request` would run on for `owner`, from the platform's records and theirs (None: the platform's
+    alone) (RecommendationError when the algorithm cannot answer; SubmitError when the provider cannot run the
+    answer)."""
     if request.algorithm == "manual":
         where = f"{request.worker_type} " if request.worker_type else ""
         ps_type = pricing.ps_node_type(request)
         ps = f" and a {ps_type} PS" if ps_type else ""
-        epoch_time_s, note = measured_epoch_time(request, ps_type)
+        epoch_time_s, note = measured_epoch_time(request, ps_type, owner)
         return Plan(
             strategy=request.strategy,
             ps_type=ps_type,
@@ -246,7 +247,7 @@ def plan(request: JobRequest) -> Plan:
             epoch_time_note="" if epoch_time_s is not None else note,
         )
     try:
-        answer = service.recommend(pricing.recommend_request(request), request.catalog)
+        answer = service.recommend(pricing.recommend_request(request), request.catalog, owner=owner)
     except MissingProfilesError as missing:  # the job's recommend step measures them first (fc2/services/profiling.py)
         if reason := profiling.cannot_profile(request.provider, missing.missing):
             raise SubmitError(reason, "algorithm") from missing
@@ -285,7 +286,7 @@ def plan(request: JobRequest) -> Plan:
     )
 
 
-def measured_epoch_time(request: JobRequest, ps_type: str) -> tuple[float | None, str]:
+def measured_epoch_time(request: JobRequest, ps_type: str, owner=None) -> tuple[float | None, str]:
     """The mean epoch time of this workload's measured runs of the very cluster a Manual request asks for — its
     worker type and count, strategy, PS type, the lab's latency and the batch size — and a sentence saying where it
     comes from; or None and why there is none."""
@@ -301,7 +302,7 @@ def measured_epoch_time(request: JobRequest, ps_type: str) -> tuple[float | None
     latency = request.latency_ms if provider.latency else 0.0
     runs = [
         r
-        for r in service.workload_records(request.workload)
+        for r in service.workload_records(request.workload, owner)  # the platform's and the owner's, no one else's
         if r.epoch_time_s is not None
         and (r.instance_type, r.workers, r.strategy) == (request.worker_type, request.workers, request.strategy)
         and (request.strategy != Job.Strategy.PS or r.ps_type == ps_type)
@@ -330,10 +331,10 @@ def _trimmed(amount: Decimal) -> Decimal:
     return Decimal(format(amount.normalize(), "f"))
 
 
-def planned(request: JobRequest) -> Plan:
+def planned(request: JobRequest, owner=None) -> Plan:
     """The request's cluster (RecommendationError, SubmitError — also when the plan's projected total cost exceeds
     the whole-job budget)."""
-    cluster = plan(request)
+    cluster = plan(request, owner)
     check_budget(request, cluster)
     return cluster
 
@@ -350,7 +351,7 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_
     validate(request)
     if plan_first or request.total_budget is not None or request.budget is not None:
         try:
-            planned(request)
+            planned(request, owner)
         except RecommendationError as exc:
             raise SubmitError(str(exc), "algorithm") from exc
     with transaction.atomic():

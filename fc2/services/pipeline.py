@@ -219,7 +219,7 @@ def _take_recommendation(job: Job, asked: JobRequest, exclude: Collection[str] =
             raise ProvisionError(f"no worker type the job may use has capacity (tried {', '.join(exclude)})")
         planned_ps = job.strategy == Job.Strategy.PS
         request = replace(request, worker_types=remaining, worker_type=None, parameter_server=planned_ps)
-    answer = service.recommend(request, job.catalog)
+    answer = service.recommend(request, job.catalog, owner=job.owner_id)  # the platform's records and the owner's
     if answer.workers > (limit := provisioner.get(job.provider).max_workers):
         raise ValueError(f"the recommended {answer.workers} workers exceed the {job.provider} provider's {limit}")
     strategy = job.strategy if exclude else pricing.chosen_strategy(asked, answer)

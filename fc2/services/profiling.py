@@ -39,6 +39,7 @@ from monitor.figures import MIN_BUSY_S, node_figures
 from monitor.series import Sample
 from provisioner import ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from recommender import service
+from recommender.bounds import out_of_bounds
 from recommender.models import PerformanceRecord
 from recommender.types import MissingProfile
 
@@ -129,8 +130,12 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec) -> PerformanceReco
         f"profiling run: one {profile.worker_type} worker uses {figures.mean_mbps:.1f} Mbps "
         f"(mean over {figures.busy_s:.0f} s of traffic, peak {figures.peak_mbps:.1f} Mbps)"
     )
+    measured = {"bandwidth_mbps": round(figures.mean_mbps, 3), "latency_ms": job.latency_ms}
+    if problems := out_of_bounds(measured):  # (the bytes its nodes report are the job's to forge)
+        raise ProvisionError(f"the profiling run measured no bandwidth a record may hold: {'; '.join(problems)}")
     with transaction.atomic():
         record = PerformanceRecord.objects.create(
+            owner_id=job.owner_id,  # the job owner's profile, as its measured runs are (fc2/services/feedback.py)
             workload=profile.workload,
             instance_type=profile.worker_type,
             ps_type=profile.ps_type,

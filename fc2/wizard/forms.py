@@ -399,7 +399,7 @@ class ResourceForm(StepForm):
             how = HOW_TO_ADD_RECORDS.format(workload=workload)
             self.fields["algorithm"].widget.unavailable = {
                 algorithm: f"{lacking}: {how}"
-                for algorithm, lacking in service.lacking_records(workload).items()
+                for algorithm, lacking in service.lacking_records(workload, self.user).items()
                 if algorithm in dict(ALGORITHMS)
             }
             if model := self.fields["algorithm"].widget.unavailable.get("model"):

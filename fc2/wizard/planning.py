@@ -19,7 +19,7 @@ def preview(wizard: Wizard, form: ResourceForm) -> dict:
         return {"error": "Complete the Code and Data steps first: the recommendation is for your code and data."}
     try:
         request = wizard.job_request(form.state())
-        plan = planned(request)
+        plan = planned(request, wizard.user)
     except (RecommendationError, jobs.SubmitError) as exc:
         return {"error": str(exc)}
     return {

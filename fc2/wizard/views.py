@@ -170,7 +170,7 @@ def _save_data(request: HttpRequest, wizard: Wizard, form: DataForm) -> HttpResp
 def _save_resource(request: HttpRequest, wizard: Wizard, form: ResourceForm) -> HttpResponse | None:
     resource = form.state()
     try:
-        planned(wizard.job_request(resource))
+        planned(wizard.job_request(resource), request.user)
     except (RecommendationError, jobs.SubmitError) as exc:
         form.add_error(_recommendation_field(exc, resource), str(exc))
         return None
@@ -186,7 +186,7 @@ def _review(request: HttpRequest, wizard: Wizard) -> HttpResponse:
     job_request = wizard.job_request()
     if request.method == "POST":
         try:
-            planned(job_request)  # a recommender's refusal is shown beside its field
+            planned(job_request, request.user)  # a recommender's refusal is shown beside its field
             job = jobs.submit(request.user, job_request)
         except (RecommendationError, jobs.SubmitError) as exc:
             return _fault(request, wizard, exc)
