@@ -23,8 +23,10 @@ Pure Python, no Django: the algorithms' side of the recommender may use it, and 
 
 >>> out_of_bounds({"epoch_time_s": 1e308, "workers": 2, "cpu_util": None})
 ['epoch_time_s 1e+308 is not within 0.001–604800 s']
->>> out_of_bounds({"epoch_time_s": float("nan"), "batch_size": 0})
-['epoch_time_s nan is not within 0.001–604800 s', 'batch_size 0 is not within 1–2147483647']
+>>> out_of_bounds({"epoch_time_s": float("nan"), "workers": 10**400})
+['epoch_time_s nan is not within 0.001–604800 s', 'workers of 401 digits is not within 1–10000']
+>>> out_of_bounds({"batch_size": 0, "latency_ms": -0.5})
+['latency_ms -0.5 is not within 0–60000 ms', 'batch_size 0 is not within 1–2147483647']
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ class Bound:
             return True
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
-        if self.integer and not (isinstance(value, int) or (math.isfinite(value) and value == int(value))):
+        if isinstance(value, int):  # (compared as it is: a float of a 400-digit integer would overflow)
+            return self.low <= value <= self.high
+        if self.integer and not value.is_integer():
             return False
         return math.isfinite(value) and self.low <= value <= self.high
 

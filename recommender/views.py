@@ -247,12 +247,13 @@ def records(request: HttpRequest) -> HttpResponse:
     is, the model the recommender answers this user with, and epoch time against workers."""
     query, ignored = _query(RecordsQuery, request)
     names = service.workloads(request.user)
-    workload = query.get("workload") or (names[0] if names else "")
-    if query.get("workload") and workload not in names:
-        ignored.append(f"No records of workload {workload!r} that you may see.")
-    seen = PerformanceRecord.objects.filter(workload=workload).readable_by(service.owner_id(request.user))
-    rows = seen if workload in names else PerformanceRecord.objects.none()
-    read = service.records_of(workload, request.user) if workload in names else None
+    workload = query.get("workload") or ""
+    if workload not in names:  # (another user's workload is one the user has no records of, and says nothing more)
+        if workload:
+            ignored.append(f"No records of workload {workload!r} that you may see.")
+        workload = names[0] if names else ""
+    rows = PerformanceRecord.objects.filter(workload=workload).readable_by(service.owner_id(request.user))
+    read = service.records_of(workload, request.user) if workload else None
     records = read.records if read else ()
     strategies = service.strategy_counts(records)
     strategy = query.get("strategy")
