@@ -136,13 +136,12 @@ def test_get_is_not_allowed(client, job, token):
         pytest.param({"node": "", "status": "running"}, "application/json", id="empty-node"),
         pytest.param({"node": "chief-0"}, "application/json", id="missing-status"),
         pytest.param({"node": "chief-0", "status": "exploded"}, "application/json", id="unknown-status"),
-        pytest.param(running(step=-1), "application/json", id="negative-step"),
-        pytest.param(running(loss="low"), "application/json", id="loss-not-a-number"),
         pytest.param({**running(), "progress": [1]}, "application/json", id="progress-not-object"),
         pytest.param({**running(), "sample": {"cpu_percent": -5}}, "application/json", id="negative-cpu"),
         pytest.param({**running(), "sample": {"gpu_percent": 101}}, "application/json", id="gpu-over-100"),
         pytest.param({**running(), "log_tail": "x" * 100_001}, "application/json", id="huge-log-tail"),
         pytest.param(b"[" * 100_000, "application/json", id="deeply-nested"),
+        # (a progress figure out of bounds is left out, not the report: tests/test_hostile_reports.py)
     ],
 )
 def test_invalid_body_is_400(client, job, token, body, content_type):
@@ -157,7 +156,6 @@ def test_invalid_body_is_400(client, job, token, body, content_type):
 @pytest.mark.parametrize(
     "body",
     [
-        pytest.param(running(step=2**70), id="huge-step"),
         pytest.param({"node": "chief-0", "status": "failed", "exit_code": 2**70}, id="huge-exit-code"),
         pytest.param({**running(), "sample": {"bytes_sent": 2**64}}, id="huge-byte-count"),
     ],

@@ -4,19 +4,21 @@ which also moves the job on) and one fetched from a node after its job ended (pi
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from fc2 import jsonbounds
 from fc2.models import Job, Node
 from fc2.services import artifacts
 from monitor.agent import MAX_NOT_KEPT_LISTED, MAX_OUTPUT_FILES
-from monitor.ingest import finite_or_none, record_losses, record_samples
+from monitor.ingest import record_losses, record_samples
 from provisioner.types import is_chief
 
 # Bounded to what the database columns hold, so an absurd value is a 400, not a failed save.
@@ -25,11 +27,14 @@ ByteCount = Annotated[int, Field(ge=0, le=2**63 - 1)]
 MAX_PROGRESS_LOG = 1000  # progress lines in one report, as monitor/agent.py bounds them
 MAX_BUFFERED_SAMPLES = 3600  # resource samples in one report, as monitor/agent.py's buffer holds them
 MAX_OUTPUT_PATH = 4 * 255  # an output's name escaped: 255 bytes, each at most 4 characters (\xNN)
+# metrics.json as the job keeps it to show (the file itself is among its results): every list of jobs reads it.
+MAX_METRICS_CHARS = 64 * 1024
+MAX_METRIC_STRING = 1000  # characters of one string in it (a label, a note): a page shows each
 
 
-# Reports are read with json.loads, which accepts NaN and ±Infinity: such a number (a diverging run, a broken counter)
-# is kept as unknown rather than refused, since the report may carry a node's final status; allow_inf_nan=False then
-# refuses the strings ("inf", "NaN") pydantic would otherwise read as floats. JSON cannot carry either to the charts.
+# A report is cleaned at the door (Report._at_the_door, fc2/jsonbounds.py): NaN and ±Infinity (a diverging run, a
+# broken counter) are unknown rather than refused, since the report may carry a node's final status; allow_inf_nan=
+# False then refuses the strings ("inf", "NaN") pydantic would otherwise read as floats.
 
 
 class Progress(BaseModel):
@@ -39,8 +44,6 @@ class Progress(BaseModel):
     step: Count | None = None
     steps: Count | None = None
     loss: float | None = None
-
-    _finite_loss = field_validator("loss", mode="before")(finite_or_none)
 
 
 class ProgressLine(Progress):
@@ -61,10 +64,6 @@ class Sample(BaseModel):
     gpu_memory_mb: float | None = Field(None, ge=0)
     bytes_sent: ByteCount | None = None
     bytes_recv: ByteCount | None = None
-
-    _finite_readings = field_validator(
-        "cpu_percent", "node_cpu_percent", "memory_mb", "gpu_percent", "gpu_memory_mb", mode="before"
-    )(finite_or_none)
 
 
 class Output(BaseModel):
@@ -103,6 +102,49 @@ class Report(BaseModel):
     outputs: list[Output] | None = Field(None, max_length=MAX_OUTPUT_FILES)
     not_kept: list[NotKept] | None = Field(None, max_length=MAX_NOT_KEPT_LISTED)
     not_kept_more: Count | None = None
+    # What the door changed in the report (NaN made unknown, NUL replaced, progress out of bounds left out), one line
+    # each, for the job's timeline.
+    _changes: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _at_the_door(cls, data, handler):
+        """Whoever builds a report (the report API, a result fetched from a node) gets it cleaned (jsonbounds.clean).
+        The progress is the node's code's own (its FC2_PROGRESS lines): a figure out of bounds there is left out, not
+        a reason to refuse the report, which may carry the node's final status. Anything else wrong refuses it."""
+        data, changes = jsonbounds.clean(data)
+        try:
+            report = handler(data)
+        except ValidationError as exc:
+            data, left_out = _without_bad_progress(data, exc)
+            report = handler(data)
+            changes += left_out
+        report._changes = changes
+        return report
+
+    @property
+    def changes(self) -> list[str]:
+        return self._changes
+
+
+def _without_bad_progress(data, error: ValidationError) -> tuple[dict, list[str]]:
+    """`data` without the progress figures `error` finds out of bounds, and a line for each kind left out; `error`
+    itself when it finds anything else wrong."""
+    bad = []
+    for problem in error.errors(include_url=False):
+        match problem["loc"]:
+            case ("progress", str(name)) | ("progress_log", int(), str(name)) if name in ProgressLine.model_fields:
+                bad.append(problem)
+            case _:
+                raise error
+    left_out: dict[str, str] = {}
+    for problem in bad:
+        where, *at, name = problem["loc"]
+        lines = [data[where]] if where == "progress" else [data[where][at[0]]]
+        for line in lines:
+            line.pop(name, None)
+        left_out.setdefault(f"{where}{'[]' if at else ''}.{name}", problem["msg"].lower())
+    return data, [f"{path} left out ({why})" for path, why in left_out.items()]
 
 
 NODE_STATUS = {
@@ -116,7 +158,9 @@ NODE_STATUS = {
 
 def record(job: Job, node: Node, report: Report, files: list[UploadedFile]) -> artifacts.Stored:
     """Write the report on the node's record (and a chief's progress on the job's); store its outputs, each file up to
-    FC2_MAX_ARTIFACT_MB (those past it listed as not kept). Whether the job goes on is the caller's."""
+    FC2_MAX_ARTIFACT_MB (those past it listed as not kept). Whether the job goes on is the caller's. The lines the
+    job's timeline gets say what was left behind, and what the door changed in the report or its metrics.json — each
+    once: a node whose every report holds a NaN says so once."""
     now = timezone.now()
     progress = report.progress.model_dump(exclude_unset=True) if report.progress else {}
     chief = is_chief(job.strategy, node.role, node.index)
@@ -142,7 +186,10 @@ def record(job: Job, node: Node, report: Report, files: list[UploadedFile]) -> a
             record_losses(node, [progress])
         if chief and progress:
             Job.objects.filter(pk=job.pk).update(**progress)
-    return _store_outputs(job, node, report, files, chief=chief)
+    stored = _store_outputs(job, node, report, files, chief=chief)
+    changed = [f"{node.name}'s report: {change}" for change in report.changes] + stored.lines
+    said = set(job.events.filter(message__in=changed).values_list("message", flat=True)) if changed else set()
+    return replace(stored, lines=[line for line in dict.fromkeys(changed) if line not in said])
 
 
 def _store_outputs(job: Job, node: Node, report: Report, files: list[UploadedFile], *, chief: bool) -> artifacts.Stored:
@@ -154,7 +201,7 @@ def _store_outputs(job: Job, node: Node, report: Report, files: list[UploadedFil
     not_kept = [entry.model_dump() for entry in report.not_kept or []]
     for upload in files:
         output = named.get(upload.name)
-        path = output.path if output else upload.name
+        path = output.path if output else jsonbounds.clean_text(upload.name)
         if upload.size > room:
             reason = f"over the {settings.FC2_MAX_ARTIFACT_MB} MB limit on a node's outputs (FC2_MAX_ARTIFACT_MB)"
             not_kept.append({"path": path + ("/" if output and output.archive else ""), "size": upload.size,
@@ -170,13 +217,33 @@ def _store_outputs(job: Job, node: Node, report: Report, files: list[UploadedFil
     stored = artifacts.store_outputs(job, node, manifest, kept, chief=chief)
     metrics = next((wire for wire in kept if (named[wire].path if wire in named else wire) == "metrics.json"), None)
     if chief and metrics is not None and not (metrics in named and named[metrics].archive):
-        Job.objects.filter(pk=job.pk).update(metrics=_metrics(kept[metrics]))
+        kept_metrics, changes = job_metrics(kept[metrics])
+        Job.objects.filter(pk=job.pk).update(metrics=kept_metrics)
+        stored.lines.extend(f"metrics.json: {change}" for change in changes)
     return stored
 
 
-def _metrics(data: bytes) -> dict:
+def job_metrics(data: bytes) -> tuple[dict, list[str]]:
+    """The chief's metrics.json as the job keeps it to show — cleaned
+    (jsonbounds.clean), its strings and itself bounded (MAX_METRIC_STRING, MAX_METRICS_CHARS: past it, its first
+    entries that fit) — and what was changed, one line each."""
     try:
         data = jsonbounds.loads(data)
-    except ValueError:
-        return {"error": "metrics.json is not valid JSON"}
-    return data if isinstance(data, dict) else {"value": data}
+        metrics, changes = jsonbounds.clean(
+            data if isinstance(data, dict) else {"value": data}, max_string=MAX_METRIC_STRING
+        )
+    except ValueError:  # not JSON, not UTF-8, nested too deep, an integer of more digits than Python reads
+        return {"error": "metrics.json is not valid JSON"}, []
+    if len(json.dumps(metrics)) > MAX_METRICS_CHARS:
+        kept, size = {}, 2
+        for key, value in metrics.items():
+            size += len(json.dumps({key: value}))
+            if size > MAX_METRICS_CHARS:
+                break
+            kept[key] = value
+        changes.append(
+            f"over {MAX_METRICS_CHARS:,} characters: its first {len(kept)} of {len(metrics)} entries shown, the file "
+            "itself is among the results"
+        )
+        metrics = kept
+    return metrics, changes

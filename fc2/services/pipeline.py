@@ -36,6 +36,7 @@ from kombu.exceptions import KombuError
 from pydantic import ValidationError
 
 import provisioner
+from fc2 import jsonbounds
 from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
 from fc2.services import artifacts, datasets, feedback, monitoring, noderecords, pricing, profiling
@@ -329,7 +330,8 @@ def node_tail(job: Job, node_name: str) -> str:
     """The end of the node's log as a failure reason's "; its log ends: …" (nothing without a log)."""
     cluster = cluster_info(job)
     log = provisioner.fetch_logs(cluster).get(node_name, "") if cluster else ""
-    return f"{LOG_INTRO}{log[-LOG_TAIL_CHARS:]}" if log.strip() else ""
+    # What the node's code printed: a NUL in it would make the failure unwritable on PostgreSQL.
+    return f"{LOG_INTRO}{jsonbounds.clean_text(log[-LOG_TAIL_CHARS:])}" if log.strip() else ""
 
 
 def complete(job: Job) -> bool:

@@ -1,12 +1,18 @@
 """Node reports as they arrive: refused when the job has ended or the report is invalid; else kept on the node's record
-(fc2/services/noderecords.py), and the job moved on — failed with the node, or collected when its chief succeeded."""
+(fc2/services/noderecords.py), and the job moved on — failed with the node, or collected when its chief succeeded.
+
+A report is applied in one transaction — the node's status, its samples, outputs and metrics, the job's move — so one
+that fails part-way leaves nothing: the node is not shown finished under a job that never moved on, which nobody would
+look at again (the sweep looks at nodes without a final status).
+"""
 
 from __future__ import annotations
 
 from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
 from pydantic import ValidationError
 
-from fc2.models import Dataset, Job
+from fc2.models import Dataset, Job, Node
 from fc2.results import LOG_INTRO
 from fc2.services import noderecords, pipeline
 from fc2.services.noderecords import Report
@@ -37,27 +43,33 @@ def receive(job: Job, data: object, files: list[UploadedFile]) -> Job:
 
 
 def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
-    """Keep the report on the node's record (noderecords.record); end the job on its node's failure or its chief's
-    success."""
+    """Keep the report on the node's record (noderecords.record) and move the job on (`move_on`), in one
+    transaction."""
     node = job.nodes.filter(name=report.node).first()
     if node is None:
         raise ReportRejected(f"job {job.pk} has no node {report.node!r}")
-    chief = is_chief(job.strategy, node.role, node.index)  # as noderecords.record tells it, with no query
-    stored = noderecords.record(job, node, report, files)
-    for line in stored.lines:
-        job.log(line)
+    with transaction.atomic():
+        stored = noderecords.record(job, node, report, files)
+        for line in stored.lines:
+            job.log(line)
+        move_on(job, node)
+    job.refresh_from_db()
+    return job
 
-    if report.status == "failed":
-        reason = f"{node.name} failed" + (f" with exit code {report.exit_code}" if report.exit_code is not None else "")
-        tail = (report.log_tail or "").strip()
+
+def move_on(job: Job, node: Node) -> bool:
+    """End the job as its node's recorded status says — failed with a node that failed, collected when its chief
+    succeeded — if it has not moved on yet; whether it did now."""
+    if node.status == Node.Status.FAILED:
+        reason = f"{node.name} failed" + (f" with exit code {node.exit_code}" if node.exit_code is not None else "")
+        tail = node.log_tail.strip()
         reason = f"{reason}{LOG_INTRO}{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
         if tail.startswith(DATASET_FETCH_FAILED):
             Dataset.objects.filter(pk=job.dataset_id).update(
                 last_error=tail[: Dataset._meta.get_field("last_error").max_length]
             )
-        pipeline.fail(job, reason, release_now=False)
-    elif report.status == "succeeded" and chief:
+        return pipeline.fail(job, reason, release_now=False)
+    if node.status == Node.Status.SUCCEEDED and is_chief(job.strategy, node.role, node.index):
         Dataset.objects.filter(pk=job.dataset_id).exclude(last_error="").update(last_error="")
-        pipeline.complete(job)
-    job.refresh_from_db()
-    return job
+        return pipeline.complete(job)
+    return False
