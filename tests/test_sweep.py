@@ -232,7 +232,7 @@ def test_a_running_job_whose_node_is_gone_without_a_result_fails_with_its_log(jo
 def test_only_nodes_without_a_result_are_blamed(job):
     job = lost(job, State.RUNNING, started_at=timezone.now(), lease_until=None)
     launch_cluster(job, workers=2)
-    Node.objects.filter(job=job, name__in=["ps-0", "chief-0"]).update(status=Node.Status.SUCCEEDED)
+    Node.objects.filter(job=job, name__in=["ps-0", "worker-1"]).update(status=Node.Status.SUCCEEDED)
     silent(job, "worker-0")
 
     with alive(), kept():

@@ -31,13 +31,14 @@ A step sent again FC2_STEP_RESENDS times and lost again fails the job: "the work
 by `submit_job --inline` whose process died (its lease expired) is adopted by the workers first — its steps are then
 sent like any other job's; its nodes, whose reports went to that process, are left to check_running's fetched results.
 
-Running jobs (check_running; run_inline calls it too): a node without a final status that is not alive, or that has
-been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node fetched (provisioner.fetch_results) and
-applied as if reported — the chief's success completes the job with its model. A node that is gone and left no result
-fails the job; so does one whose machine does not answer (its host gone, its link cut, its SSH server dead) and that
-has been silent for FC2_NODE_UNREACHABLE_S. A node whose agent is alive but silent is waited for: the platform was
-unreachable for it, and it keeps trying — for FC2_NODE_LOST_S; a node silent that long fails the job with its name.
-A job whose result is unknown is never called failed while the result can be fetched.
+Running jobs (check_running; run_inline calls it too): a node recorded with a final status that the job has not moved on
+from (a report applied before reports were applied in one transaction) moves it on at once. A node without a final
+status that is not alive, or that has been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node
+fetched (provisioner.fetch_results) and applied as if reported — the chief's success completes the job with its model. A
+node that is gone and left no result fails the job; so does one whose machine does not answer (its host gone, its link
+cut, its SSH server dead) and that has been silent for FC2_NODE_UNREACHABLE_S. A node whose agent is alive but silent is
+waited for: the platform was unreachable for it, and it keeps trying — for FC2_NODE_LOST_S; a node silent that long
+fails the job with its name. A job whose result is unknown is never called failed while the result can be fetched.
 
 Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
 records — its row deleted, or the database restored from before it — is torn down and recorded (ReapedCluster: what
@@ -230,6 +231,13 @@ def check_running(job: Job) -> None:
     cluster = pipeline.cluster_info(job)
     if job.state != State.RUNNING or cluster is None:
         return
+    # A node's final status and the job's move are written together (reports.apply_report, one transaction), so a
+    # sweep sees both or neither; a job still running under a node recorded as finished — its report applied before
+    # that was so — is moved on here, in the order its nodes finished, rather than waiting for its time limit.
+    for node in job.nodes.filter(status__in=Node.FINISHED).order_by("last_report_at", "pk"):
+        if reports.move_on(job, node):
+            job.log(f"{node.name} had {node.status} while the job was still running: moved on by the sweep")
+            return
     crossed = _limit_crossed(job)
     # The agents' reports are the heartbeat (every few seconds while the command runs): only a node silent for
     # FC2_NODE_SILENCE_S — or every node of a job past a limit — is looked at on its machine, which over SSH costs a
