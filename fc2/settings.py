@@ -175,6 +175,9 @@ FC2_FAULT_PAUSE = {
 
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# A node's final report carries each output as a file, up to monitor.agent.MAX_OUTPUT_FILES (Django's default, 100,
+# would refuse a job's 101st); what the files weigh is bounded per endpoint (fc2/uploads.py).
+DATA_UPLOAD_MAX_NUMBER_FILES = 10_000
 
 INSTALLED_APPS = [
     "fc2.apps.PlatformAdminConfig",  # django.contrib.admin, branded, with the site's 403 for researchers

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -55,11 +56,14 @@ def upload_limit(request: HttpRequest) -> UploadLimit:
     match = request.resolver_match
     signed_in = request.user.is_authenticated
     if match and match.url_name == "api-job-report":
-        # The token itself is the view's to check; a request without one cannot be a node's report.
-        if request.headers.get("Authorization", "").lower().startswith("bearer "):
-            mb = settings.FC2_MAX_ARTIFACT_MB
-            return _file_upload("artifact", mb * MB, f"artifacts exceed {mb} MB", "a node report")
-        return UploadLimit(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, what="a report without a bearer token")
+        # The token itself is the view's to check; a request without one cannot be a node's report. Only a multipart
+        # report carries files: a JSON one is all report, which Django reads up to its own limit.
+        if not request.headers.get("Authorization", "").lower().startswith("bearer "):
+            return UploadLimit(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, what="a report without a bearer token")
+        if request.content_type != "multipart/form-data":
+            return UploadLimit(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, what="a node report without files")
+        mb = settings.FC2_MAX_ARTIFACT_MB
+        return _file_upload("artifact", mb * MB, f"artifacts exceed {mb} MB", "a node report")
     if not signed_in and request.path.startswith("/api/") and tokens.presented_secret(request) is not None:
         # A valid personal token is as good as a session (looked up once: the view reuses the answer).
         signed_in = tokens.authenticate(request)[0] is not None
@@ -161,7 +165,13 @@ class UploadLimitMiddleware:
             return None
         handler = LimitedUploadHandler(request, limit)
         request.upload_handlers.insert(0, handler)
-        request.POST  # noqa: B018 -- parse now, so that a refused upload never reaches the CSRF check or the view
+        try:
+            request.POST  # noqa: B018 -- parse now, so that a refused upload never reaches the CSRF check or the view
+        except RequestDataTooBig:  # its fields other than files, over Django's own limit
+            size = format_bytes(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+            return refuse(request, f"its fields other than files are above the {size} limit for {limit.what}")
+        except (TooManyFieldsSent, TooManyFilesSent) as exc:  # Django's own limits on a multipart body's parts
+            return refuse(request, str(exc).rstrip("."))
         if handler.refusal:
             return refuse(request, handler.refusal)
         return None
