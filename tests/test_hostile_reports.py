@@ -1,0 +1,324 @@
+"""What a job's own code writes and its node reports is untrusted input (issue 41, part 1): each class of hostile value
+— non-finite numbers, NUL and lone surrogates, integers no float holds, over-long strings, progress out of bounds —
+in a report's fields or in the chief's metrics.json is stored in a form every page shows, with a line on the job's
+timeline, or refused with a JSON 4xx; a report is applied wholly or not at all; the pages, series.json, the jobs API
+and the admin's lists answer 200 on whatever a job stored. Run on SQLite and on PostgreSQL (DATABASE_URL)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+
+from fc2.models import Artifact, Job, Node
+from fc2.services import sweep
+from monitor.models import LossPoint, NodeSample
+from tests.conftest import launch_cluster
+
+State = Job.State
+
+
+@pytest.fixture
+def running_job(job) -> Job:
+    """A job running on a mirrored chief and worker, and the token its agents report with."""
+    for index in (0, 1):
+        Node.objects.create(job=job, name=f"worker-{index}", role="worker", index=index, status=Node.Status.RUNNING)
+    token = job.issue_token()
+    Job.objects.filter(pk=job.pk).update(state=State.RUNNING, strategy="mirrored", token_hash=job.token_hash)
+    job.refresh_from_db()
+    job.agent_token = token
+    return job
+
+
+def report(client, job: Job, body: dict | str | bytes, files: dict[str, bytes] | None = None, **extra):
+    """POST a report as the node agent does: JSON, or multipart with the report in `report` and files as
+    `artifact` (each named by its wire name, listed in `outputs`)."""
+    url = reverse("api-job-report", args=[job.pk])
+    headers = {"Authorization": f"Bearer {job.agent_token}"}
+    text = body if isinstance(body, str | bytes) else json.dumps(body)  # json.dumps writes NaN, as agents do
+    if files is None:
+        return client.post(url, text, content_type="application/json", headers=headers, **extra)
+    uploads = [SimpleUploadedFile(name, data) for name, data in files.items()]
+    return client.post(url, {"report": text, "artifact": uploads}, headers=headers, **extra)
+
+
+def final(node: str = "worker-0", status: str = "succeeded", **fields) -> dict:
+    return {"node": node, "status": status, "exit_code": 0 if status == "succeeded" else 1, **fields}
+
+
+def strict_json(text: str | bytes):
+    """JSON as a browser parses it: NaN and Infinity are not JSON."""
+    return json.loads(text, parse_constant=lambda constant: pytest.fail(f"{constant} in JSON"))
+
+
+def pages_answer(job: Job, owner, admin) -> None:
+    """Every page, list and API that shows the job answers 200, and its JSON is JSON."""
+    client = Client()
+    client.force_login(owner)
+    for url in (
+        reverse("home"),
+        reverse("job-list"),
+        reverse("job-detail", args=[job.pk]),
+        reverse("job-live", args=[job.pk]),
+    ):
+        assert client.get(url).status_code == 200, url
+    for url in (reverse("job-series", args=[job.pk]), reverse("api-jobs"), reverse("api-job", args=[job.pk])):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        strict_json(response.content)
+    client.force_login(admin)
+    for url in ("/admin/fc2/job/", f"/admin/fc2/job/{job.pk}/change/", "/admin/fc2/node/", "/admin/fc2/jobevent/"):
+        assert client.get(url).status_code == 200, url
+    assert client.get(reverse("dashboard")).status_code == 200
+
+
+@pytest.fixture
+def admin(django_user_model):
+    return django_user_model.objects.create_user("root", "root@example.com", "root-password-1", is_staff=True,
+                                                 is_superuser=True)  # fmt: skip
+
+
+def timeline(job: Job) -> str:
+    return "\n".join(job.events.values_list("message", flat=True))
+
+
+# --- the chief's metrics.json -----------------------------------------------------------------------------------------
+
+BIG = "1" + "0" * 400  # 10**400: valid JSON, no float holds it
+HOSTILE_METRICS = [
+    # (what metrics.json holds, what the job keeps, what its timeline says)
+    (b'{"test_accuracy": NaN, "loss": 0.5}', {"test_accuracy": None, "loss": 0.5}, "NaN or ±Infinity) at test_acc"),
+    (b'{"test_loss": Infinity}', {"test_loss": None}, "not a finite number"),
+    (b'{"test_loss": -Infinity, "h": [1, NaN]}', {"test_loss": None, "h": [1, None]}, "at test_loss, h[]"),
+    (b'{"test_loss": 1e400}', {"test_loss": None}, "not a finite number"),
+    (b'{"test_accuracy": %s}' % BIG.encode(), {"test_accuracy": None}, "an integer too large for a float"),
+    (b'{"steps": %d, "t": -%s}' % (2**80, BIG.encode()), {"steps": 2**80, "t": None}, "float at t: kept as null"),
+    (b'{"note": "a\\u0000b"}', {"note": "a\ufffdb"}, "NUL, a lone surrogate) at note: replaced by U+FFFD"),
+    (b'{"k\\u0000": 1}', {"k\ufffd": 1}, "replaced by U+FFFD"),
+    (b'{"note": "\\ud800x"}', {"note": "\ufffdx"}, "replaced by U+FFFD"),
+    (b'{"note": "%s"}' % (b"x" * 100_000), {"note": "x" * 1000}, "a string over 1,000 characters at note: cut"),
+    (b'{"test_accuracy": 0.9, "%s": 1}' % (b"k" * 70_000), {"test_accuracy": 0.9, "k" * 1000: 1}, "cut to 1,000"),
+    (b"[NaN]", {"value": [None]}, "not a finite number"),
+    (b'{"deep": ' + b"[" * 100 + b"]" * 100 + b"}", {"error": "metrics.json is not valid JSON"}, None),
+    (b'{"n": %s}' % (b"9" * 5000), {"error": "metrics.json is not valid JSON"}, None),
+    (b'{"bad": "\xff\xfe"}', {"error": "metrics.json is not valid JSON"}, None),
+]
+
+
+@pytest.mark.parametrize(("raw", "kept", "said"), HOSTILE_METRICS)
+def test_hostile_metrics_are_kept_showable_and_said(client, running_job, alice, admin, raw, kept, said):
+    outputs = [{"file": "0", "path": "metrics.json", "size": len(raw)}, {"file": "1", "path": "model.keras", "size": 1}]
+
+    response = report(client, running_job, final(outputs=outputs), files={"0": raw, "1": b"m"})
+
+    assert response.status_code == 200, response.content
+    running_job.refresh_from_db()
+    assert running_job.state == State.COLLECTING
+    assert running_job.metrics == kept
+    if said:
+        assert "metrics.json: " in timeline(running_job) and said in timeline(running_job)
+    with Artifact.objects.get(job=running_job, name="metrics.json").file.open("rb") as kept_file:
+        assert kept_file.read() == raw  # the file, as it was
+    pages_answer(running_job, alice, admin)
+
+
+def test_metrics_past_their_bound_keep_their_first_entries(client, running_job):
+    raw = json.dumps({"test_accuracy": 0.9, **{f"m{i}": "v" * 900 for i in range(200)}}).encode()
+
+    report(client, running_job, final(outputs=[{"file": "0", "path": "metrics.json", "size": len(raw)}]), {"0": raw})
+
+    running_job.refresh_from_db()
+    assert running_job.metrics["test_accuracy"] == 0.9 and 50 < len(running_job.metrics) < 201
+    assert len(json.dumps(running_job.metrics)) <= 64 * 1024
+    assert "of 201 entries shown, the file itself is among the results" in timeline(running_job)
+
+
+# --- a report's own fields --------------------------------------------------------------------------------------------
+
+
+def test_nul_and_surrogates_in_a_log_tail_are_replaced_and_the_job_fails_with_it(client, running_job, alice, admin):
+    body = '{"node": "worker-1", "status": "failed", "exit_code": 3, "log_tail": "boom\\u0000 \\udfff end"}'
+
+    response = report(client, running_job, body)
+
+    assert response.status_code == 200, response.content
+    running_job.refresh_from_db()
+    assert running_job.state == State.FAILED
+    assert running_job.nodes.get(name="worker-1").log_tail == "boom\ufffd \ufffd end"
+    assert running_job.failure_reason.endswith("boom\ufffd \ufffd end")
+    assert "worker-1's report: a character no database stores (NUL, a lone surrogate) at log_tail" in timeline(
+        running_job
+    )
+    pages_answer(running_job, alice, admin)
+
+
+@pytest.mark.parametrize("name", ["worker-0\u0000", "\ud800", "worker-0\u0000" * 20])
+def test_a_node_name_no_database_stores_is_refused_as_json(client, running_job, name):
+    response = report(client, running_job, json.dumps({"node": name, "status": "running"}))
+
+    assert response.status_code == 400
+    assert "has no node" in response.json()["error"] or response.json()["error"] == "invalid report"
+    assert Node.objects.get(job=running_job, name="worker-0").last_report_at is None
+
+
+@pytest.mark.parametrize(
+    ("progress", "kept", "left_out"),
+    [
+        ({"step": 10**12, "loss": 0.5}, (None, 0.5), "progress.step left out"),
+        ({"step": -1, "loss": 0.5}, (None, 0.5), "progress.step left out"),
+        ({"epoch": 1.5, "step": 7, "loss": 0.5}, (7, 0.5), "progress.epoch left out"),
+        ({"step": 7, "loss": "low"}, (7, None), "progress.loss left out (input should be a valid number"),
+        ({"step": 7, "steps": 10**400, "loss": 0.5}, (7, 0.5), "an integer too large for a float at progress.steps"),
+        ({"step": 7, "loss": 0.5, "epochs": float("nan")}, (7, 0.5), "number (NaN or ±Infinity) at progress.epochs"),
+    ],
+)
+def test_progress_out_of_bounds_is_left_out_not_the_report(client, running_job, alice, admin, progress, kept, left_out):
+    """The progress is what the node's code prints (FC2_PROGRESS lines): a figure there out of bounds must not cost
+    the report, which may be the node's last."""
+    line = {**progress, "at": 1_700_000_000}
+    body = final("worker-0", progress=progress, progress_log=[line, line], samples=[{"cpu_percent": float("nan")}])
+
+    response = report(client, running_job, body)
+
+    assert response.status_code == 200, response.content
+    running_job.refresh_from_db()
+    assert running_job.state == State.COLLECTING
+    node = running_job.nodes.get(name="worker-0")
+    assert (node.status, node.step, node.loss) == (Node.Status.SUCCEEDED, *kept)
+    assert LossPoint.objects.filter(node=node).count() == (2 if None not in kept else 0)
+    assert NodeSample.objects.get(node=node).cpu_percent is None
+    assert left_out in timeline(running_job)
+    pages_answer(running_job, alice, admin)
+
+
+def test_a_change_is_said_once_however_many_reports_carry_it(client, running_job):
+    for _ in range(3):
+        body = {"node": "worker-1", "status": "running", "progress": {"step": 1, "loss": float("nan")}}
+        assert report(client, running_job, body).status_code == 200
+
+    said = running_job.events.filter(message__contains="at progress.loss: kept as null")
+    assert said.count() == 1
+
+
+def test_output_names_and_reasons_no_database_stores_are_replaced(client, running_job, alice, admin):
+    body = final(
+        "worker-1",
+        outputs=[{"file": "0", "path": "model\u0000.keras", "size": 1}],
+        not_kept=[{"path": "big\ud800.bin", "size": 9, "reason": "too big\u0000"}],
+    )
+
+    response = report(client, running_job, body, files={"0": b"m", "weird\u0000name": b"x"})
+
+    assert response.status_code == 200, response.content
+    names = set(Artifact.objects.filter(job=running_job).values_list("original_name", "not_kept"))
+    assert all("\x00" not in name + why and "\ud800" not in name + why for name, why in names)
+    pages_answer(running_job, alice, admin)
+
+
+# --- one transaction; the sweep moves on a job its report did not ----------------------------------------------------
+
+
+@pytest.fixture
+def metrics_refused():
+    """The database refuses to write a job's metrics, as a failing disk or a constraint would: a failure after the
+    node's status is written, in the middle of a report."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION fc2_test_refuse() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$ "
+                "LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                "CREATE TRIGGER fc2_test_refuse BEFORE UPDATE OF metrics ON fc2_job FOR EACH ROW "
+                "EXECUTE FUNCTION fc2_test_refuse()"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER fc2_test_refuse BEFORE UPDATE OF metrics ON fc2_job "
+                "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+            )
+    yield  # the test's transaction, rolled back, takes the trigger with it
+
+
+def test_a_report_failing_part_way_leaves_nothing(running_job, metrics_refused):
+    client = Client(raise_request_exception=False)
+    raw = b'{"test_accuracy": 0.9}'
+    body = final(outputs=[{"file": "0", "path": "metrics.json", "size": len(raw)}], samples=[{"cpu_percent": 5.0}])
+
+    response = report(client, running_job, body, files={"0": raw})
+
+    assert response.status_code == 500
+    running_job.refresh_from_db()
+    node = running_job.nodes.get(name="worker-0")
+    assert (running_job.state, node.status, node.last_report_at) == (State.RUNNING, Node.Status.RUNNING, None)
+    assert not Artifact.objects.filter(job=running_job).exists() and not NodeSample.objects.exists()
+
+
+@pytest.mark.parametrize(("status", "ends"), [("succeeded", State.COLLECTING), ("failed", State.FAILED)])
+def test_the_sweep_moves_on_a_job_left_running_under_a_finished_node(job, status, ends):
+    """A node recorded finished while its job runs on — what a report failing after the node's status was written
+    left before reports were applied in one transaction — is not left to the job's time limit."""
+    Job.objects.filter(pk=job.pk).update(state=State.RUNNING, strategy="mirrored")
+    launch_cluster(job, strategy="mirrored", workers=2)
+    Node.objects.filter(job=job, name="worker-0").update(status=status, exit_code=0 if status == "succeeded" else 2)
+    job.refresh_from_db()
+
+    sweep.check_running(job)
+
+    job.refresh_from_db()
+    assert job.state == ends
+    assert f"worker-0 had {status} while the job was still running: moved on by the sweep" in timeline(job)
+
+
+# --- rows stored before the door: the data migration ------------------------------------------------------------------
+
+
+def test_metrics_stored_before_the_door_are_cleaned_by_the_migration(running_job, alice, admin):
+    from django.apps import apps
+
+    Job.objects.filter(pk=running_job.pk).update(metrics={"test_accuracy": 10**400, "note": "x" * 5000, "ok": 1})
+    migration = importlib.import_module("fc2.migrations.0022_clean_job_metrics")
+
+    migration.clean_metrics(apps, None)
+
+    running_job.refresh_from_db()
+    assert running_job.metrics == {"test_accuracy": None, "note": "x" * 1000, "ok": 1}
+    pages_answer(running_job, alice, admin)
+
+
+# --- the report endpoint's body limits --------------------------------------------------------------------------------
+
+
+def test_a_json_report_over_its_limit_is_a_json_413(client, running_job, settings):
+    body = json.dumps({"node": "worker-0", "status": "running", "log_tail": "x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE})
+
+    response = report(client, running_job, body)
+
+    assert response.status_code == 413
+    assert response["Content-Type"] == "application/json"
+    assert "above the 5 MB limit for a node report without files" in response.json()["error"]
+
+
+def test_a_multipart_report_field_over_its_limit_is_a_json_413(client, running_job, settings):
+    body = json.dumps({"node": "worker-0", "status": "running", "log_tail": "x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE})
+
+    response = report(client, running_job, body, files={"0": b"m"})
+
+    assert response.status_code == 413
+    assert response["Content-Type"] == "application/json"
+    assert "error" in response.json()
+
+
+def test_a_report_with_as_many_outputs_as_an_agent_sends_is_taken(client, running_job):
+    files = {str(i): b"x" for i in range(300)}
+    outputs = [{"file": wire, "path": f"out-{wire}.txt", "size": 1} for wire in files]
+
+    response = report(client, running_job, final("worker-1", outputs=outputs), files=files)
+
+    assert response.status_code == 200, response.content
+    assert Artifact.objects.filter(job=running_job).count() == 300
