@@ -85,7 +85,7 @@ class Command(ContractCommand):
             beta=options["beta"],
         )
         try:
-            answer = service.recommend_as_dict(request, options["catalog"], owner=user)
+            answer = service.as_dict(service.recommend(request, options["catalog"], owner=user))
         except MissingProfilesError as exc:
             self.fail(
                 str(exc),
