@@ -131,8 +131,23 @@ if FC2_AWS_SSH_ADDRESS not in ("public", "private"):
     raise ImproperlyConfigured(f"FC2_AWS_SSH_ADDRESS must be 'public' or 'private', not {FC2_AWS_SSH_ADDRESS!r}")
 FC2_AWS_PLACEMENT_GROUPS = envbool("FC2_AWS_PLACEMENT_GROUPS", "true")
 FC2_LOCAL_NODE_DISK_MB = envint("FC2_LOCAL_NODE_DISK_MB", 4096)
+
+
+def _machine_tasks() -> int:
+    """Task ids (processes and threads) this machine has: the lower of its pid and thread limits."""
+    try:
+        return min(int(Path(f"/proc/sys/kernel/{name}").read_text()) for name in ("pid_max", "threads-max"))
+    except (OSError, ValueError):  # not Linux: no sandbox, no local cluster is admitted by this
+        return 32768
+
+
 _machine_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20 if hasattr(os, "sysconf") else 4096
 FC2_LOCAL_CLUSTER_MEMORY_MB = envint("FC2_LOCAL_CLUSTER_MEMORY_MB", _machine_mb * 3 // 4)
+# What all sandboxed clusters on this machine may have together (provisioner/sandbox.py): memory (their cgroups'
+# parent is limited to it) and task ids (each local cluster is admitted with its 4,096 only while they fit; a launch
+# waits for its turn meanwhile). A quarter of each is the platform's and the machine's, whatever the jobs do.
+FC2_LOCAL_CLUSTERS_MEMORY_MB = envint("FC2_LOCAL_CLUSTERS_MEMORY_MB", _machine_mb * 3 // 4)
+FC2_LOCAL_CLUSTERS_MAX_TASKS = envint("FC2_LOCAL_CLUSTERS_MAX_TASKS", _machine_tasks() * 3 // 4)
 # Lost workers (fc2/services/sweep.py): whoever runs a job's step holds a lease on the job, renewed every third of
 # FC2_LEASE_S, so a lease left to expire means its worker is gone. A step sent to the workers and not started within
 # FC2_STEP_PICKUP_S was lost with its message (generous: a busy queue must not look like a lost message). Nodes report

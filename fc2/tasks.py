@@ -28,8 +28,9 @@ class StepTask(Task):
             pipeline.advance(step, job_id, lease, resume, attempt)
         except pipeline.TryAgain as again:
             kwargs = {"lease": again.lease.isoformat(), "resume": True, "attempt": attempt + 1}
-            # Bounded by FC2_STEP_ATTEMPTS in the pipeline; Celery counts database retries too.
-            limit = self.max_retries + settings.FC2_STEP_ATTEMPTS
+            # Bounded by FC2_STEP_ATTEMPTS in the pipeline; Celery counts database retries too. A step waiting its
+            # turn (no room on the machine yet) is not bounded: it waits, as a queued job does.
+            limit = None if again.waits else self.max_retries + settings.FC2_STEP_ATTEMPTS
             raise self.retry(args=[job_id], kwargs=kwargs, countdown=again.delay_s, max_retries=limit) from again
 
 

@@ -12,12 +12,20 @@ class ProvisionError(RuntimeError):
     """A cluster could not be made, started or removed; the message says why in the user's words."""
 
     transient = False
+    waits = False  # tried again without a limit on attempts: waiting its turn, not failing (NoRoomError)
 
 
 class TransientProvisionError(ProvisionError):
     """A failure that may pass: the same call, retried after a while, may succeed."""
 
     transient = True
+
+
+class NoRoomError(TransientProvisionError):
+    """This machine has no room for another cluster now (the local provider's admission): one will have room once
+    another cluster ends, so the launch waits — tried again for as long as it takes, never counted as a failure."""
+
+    waits = True
 
 
 class CapacityError(TransientProvisionError):

@@ -25,6 +25,11 @@ a memory cgroup of their own (FC2_LOCAL_CLUSTER_MEMORY_MB for all of them). Tear
 stops its agents (found by pid, by working directory and by their cgroups), every process of the cluster's sandbox
 uid, unmounts the nodes' disks, removes the cgroups, the network namespace and the directory; it touches nothing else.
 
+A sandboxed cluster is admitted against what the machine has (`_admit`): it holds MAX_TASKS task ids from its launch to
+its teardown, recorded by its memory cgroup, and starts only while every local cluster's share on this machine (of
+any installation) fits in FC2_LOCAL_CLUSTERS_MAX_TASKS; until then its launch raises NoRoomError, which its job waits
+on. All the clusters' memory cgroups together are limited to FC2_LOCAL_CLUSTERS_MEMORY_MB.
+
 Without the sandbox (the platform not running as root), local jobs run as the platform's own user, which is only
 acceptable on a single-user machine: the operator must say so with FC2_UNSANDBOXED_LOCAL_JOBS=1.
 """
@@ -49,7 +54,7 @@ import psutil
 from django.conf import settings
 
 from provisioner import sandbox
-from provisioner.errors import ProvisionError, TransientProvisionError
+from provisioner.errors import NoRoomError, ProvisionError, TransientProvisionError
 from provisioner.interface import Machine, NodeCommand
 from provisioner.nodes import AGENT_FILES
 from provisioner.runners import LocalRunner, reap
@@ -60,6 +65,10 @@ logger = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 # In a cluster's own network namespace every port is free: node i listens on FIRST_PORT + i.
 FIRST_PORT = 20000
+# How long a launch waits for room on this machine before it hands back (NoRoomError: tried again later), and how
+# often it looks meanwhile.
+ADMISSION_WAIT_S = 30.0
+ADMISSION_POLL_S = 0.5
 # Unsandboxed nodes share the machine's loopback: ports drawn below Linux's ephemeral range (32768+) so an outgoing
 # connection can't take one meanwhile.
 PORT_RANGE = (20000, 32000)
@@ -117,6 +126,8 @@ def launch(spec: ClusterSpec, notify: Callable[[str], None] | None = None) -> Cl
     try:
         if cluster is None:
             cluster = _plan(spec, workdir, layout)
+        if cluster.sandbox_uid is not None:
+            _admit(cluster)
         _make(cluster)
     except BaseException:
         teardown(spec.cluster_id)
@@ -155,6 +166,28 @@ def _plan(spec: ClusterSpec, workdir: Path, layout: list[tuple[str, int]]) -> Cl
     return cluster
 
 
+def _admit(cluster: ClusterInfo) -> None:
+    """Hold the cluster's share of the machine — its memory cgroup, which every launch on this machine counts — as
+    soon as the machine has room for it (sandbox.no_room): the launch waits up to ADMISSION_WAIT_S, then raises
+    NoRoomError saying why, which the pipeline tries again until the cluster is admitted (a queue, as Slurm's pending
+    jobs, the reason on the job's timeline). Two launches at once are admitted one after the other
+    (sandbox.admission_lock)."""
+    name = sandbox.netns_name(Path(cluster.workdir))
+    deadline = time.monotonic() + ADMISSION_WAIT_S
+    while True:
+        with sandbox.admission_lock():
+            if sandbox.memory_cgroup(name).is_dir():
+                return  # admitted before (a redelivered launch)
+            if (reason := sandbox.no_room(settings.FC2_LOCAL_CLUSTERS_MAX_TASKS)) is None:
+                sandbox.create_memory_cgroup(
+                    name, settings.FC2_LOCAL_CLUSTER_MEMORY_MB, settings.FC2_LOCAL_CLUSTERS_MEMORY_MB
+                )
+                return
+        if time.monotonic() >= deadline:
+            raise NoRoomError(f"no room on this machine for another local cluster now: {reason}")
+        time.sleep(ADMISSION_POLL_S)
+
+
 def _make(cluster: ClusterInfo) -> None:
     """Every part of the cluster, each step idempotent: what exists whole is kept, the rest made again (a disk image
     not mounted is made afresh; a node's directories are made and owned by the sandbox uid, whatever was there)."""
@@ -165,7 +198,9 @@ def _make(cluster: ClusterInfo) -> None:
         return
     sandbox.create_netns(sandbox.netns_name(workdir))
     sandbox.create_node_cgroups(sandbox.netns_name(workdir))
-    sandbox.create_memory_cgroup(sandbox.netns_name(workdir), settings.FC2_LOCAL_CLUSTER_MEMORY_MB)
+    sandbox.create_memory_cgroup(
+        sandbox.netns_name(workdir), settings.FC2_LOCAL_CLUSTER_MEMORY_MB, settings.FC2_LOCAL_CLUSTERS_MEMORY_MB
+    )
     sandbox.write_etc(workdir / "etc", uid)
     for node in cluster.nodes:
         node_dir = Path(node.workdir)

@@ -26,7 +26,8 @@ with the platform's rights. Each node's command runs:
   the chain runs: all the cluster's nodes together get at most FC2_LOCAL_CLUSTER_MEMORY_MB of memory (and no swap
   beyond it). Past it the kernel's OOM killer kills a process of the cluster — never one of the platform's — with
   SIGKILL, and the node's agent says so in the job's failure reason ("killed: out of memory (cluster limit N MB)").
-  The sandbox's /tmp and /dev/shm are tmpfs, i.e. memory: what the code writes there counts against that limit;
+  The sandbox's /tmp and /dev/shm are tmpfs, i.e. memory: what the code writes there counts against that limit.
+  Their parent cgroup may be limited too (`all_clusters_mb`): every cluster of the machine together stays within it;
 - with its writable directories on a **disk of its own** (`create_disk`): an ext4 file system in a sparse image file
   of FC2_LOCAL_NODE_DISK_MB, loop-mounted by root (nosuid, nodev) at the node's `job/` directory, which holds
   `work/` and `output/`. A node that writes more gets ENOSPC, and the platform's disk never gives more than that
@@ -50,6 +51,7 @@ the command built by `command()`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import os
@@ -177,28 +179,80 @@ def memory_cgroup(name: str) -> Path:
     return hierarchy[1] / CGROUP_PARENT / name
 
 
-def create_memory_cgroup(name: str, limit_mb: int) -> Path:
-    """The cluster's memory cgroup, limited to `limit_mb` of memory and no more with swap (idempotent)."""
+def create_memory_cgroup(name: str, limit_mb: int, all_clusters_mb: int | None = None) -> Path:
+    """The cluster's memory cgroup, limited to `limit_mb` of memory and no more with swap (idempotent); with
+    `all_clusters_mb`, their parent (every cluster's, of every installation on this machine) is limited to that: all
+    together never take the platform's share, and the OOM killer acts among them."""
     version, root = _memory_hierarchy() or (0, Path())
     cgroup = memory_cgroup(name)
-    limit = str(limit_mb * 2**20)
     try:
         if version == 2:  # the controller must be enabled for the children of each level, and no process at fc2/
             _write(root / "cgroup.subtree_control", "+memory")
             cgroup.parent.mkdir(exist_ok=True)
             _write(cgroup.parent / "cgroup.subtree_control", "+memory")
-            cgroup.mkdir(exist_ok=True)
-            _write(cgroup / "memory.max", limit)
-            with contextlib.suppress(FileNotFoundError):  # no swap accounting in this kernel: nothing to swap to
-                _write(cgroup / "memory.swap.max", "0")
-        else:
-            cgroup.mkdir(parents=True, exist_ok=True)
-            _write(cgroup / "memory.limit_in_bytes", limit)  # first: memsw may not be below it
-            with contextlib.suppress(FileNotFoundError):
-                _write(cgroup / "memory.memsw.limit_in_bytes", limit)
+        cgroup.mkdir(parents=True, exist_ok=True)
+        if all_clusters_mb is not None:
+            _limit_memory(version, cgroup.parent, all_clusters_mb)
+        _limit_memory(version, cgroup, limit_mb)
     except OSError as exc:
         raise SandboxError(f"cannot make the memory cgroup {cgroup}: {exc}") from exc
     return cgroup
+
+
+def _limit_memory(version: int, cgroup: Path, limit_mb: int) -> None:
+    limit = str(limit_mb * 2**20)
+    if version == 2:
+        _write(cgroup / "memory.max", limit)
+        with contextlib.suppress(FileNotFoundError):  # no swap accounting in this kernel: nothing to swap to
+            _write(cgroup / "memory.swap.max", "0")
+    else:
+        # memsw may be neither below the limit nor above it once set: the two in the order that keeps memsw >= limit.
+        memory, memsw = cgroup / "memory.limit_in_bytes", cgroup / "memory.memsw.limit_in_bytes"
+        lowering = not memsw.exists() or int(memsw.read_text()) > int(limit)
+        for path in (memory, memsw) if lowering else (memsw, memory):
+            with contextlib.suppress(FileNotFoundError):
+                _write(path, limit)
+
+
+# Admission (the local provider's): a local cluster holds its share of the machine — MAX_TASKS task ids — from when
+# its memory cgroup is made to when it is removed, and is admitted only while every cluster's share fits in what the
+# machine gives them together. The memory cgroups are the record, machine-wide (every installation's clusters), and
+# what exists: nothing to fall out of step with them. The lock is their parent directory's (flock), taken by every
+# launch on this machine.
+LOCAL_CLUSTER = re.compile(r"fc2-[0-9a-f]{16}")  # a local cluster's memory cgroup: named as netns_name names it
+
+
+@contextlib.contextmanager
+def admission_lock():
+    """Held while a cluster is admitted: by one launch at a time on this machine, of any installation."""
+    parent = memory_cgroup("admission").parent
+    parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def admitted() -> list[str]:
+    """The local clusters on this machine that hold their share (their memory cgroup exists), any installation's."""
+    parent = memory_cgroup("admission").parent
+    if not parent.is_dir():
+        return []
+    return sorted(path.name for path in parent.iterdir() if path.is_dir() and LOCAL_CLUSTER.fullmatch(path.name))
+
+
+def no_room(max_tasks: int) -> str | None:
+    """Why one more local cluster does not fit in the `max_tasks` task ids they may have together, or None."""
+    held = len(admitted())
+    if (held + 1) * MAX_TASKS <= max_tasks:
+        return None
+    return (
+        f"{held} local cluster{'s' if held != 1 else ''} hold{'' if held != 1 else 's'} {held * MAX_TASKS} of the "
+        f"{max_tasks} task ids local clusters may have together (FC2_LOCAL_CLUSTERS_MAX_TASKS), and one more needs "
+        f"{MAX_TASKS}: it starts when one ends"
+    )
 
 
 def delete_memory_cgroup(name: str, timeout: float = 5.0) -> None:

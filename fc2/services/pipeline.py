@@ -512,11 +512,12 @@ class TryAgain(Exception):
     again in `delay_s` — the Celery chain through its task's retry, with the job's lease handed to that message
     (`lease`), the inline driver in its own process."""
 
-    def __init__(self, step: str, delay_s: float, lease: datetime | None = None):
+    def __init__(self, step: str, delay_s: float, lease: datetime | None = None, waits: bool = False):
         super().__init__(f"{step} is tried again in {delay_s:g} s")
         self.step = step
         self.delay_s = delay_s
         self.lease = lease
+        self.waits = waits  # waiting its turn (no room on the machine yet): tried again without a limit
 
 
 def advance(step: str, job_id: int, lease: str | None = None, resume: bool = False, attempt: int = 1) -> None:
@@ -549,16 +550,18 @@ def run_step(step: str, job_id: int, attempt: int = 1, **kwargs) -> bool:
     """Run a step (`attempt` counts from 1); one that raises fails its job — unless the database could not be
     reached, which is not the job's fault: that is left to the task's retry, or to the sweep once the lease has
     expired. A transient provisioning error has a resumable step tried again, FC2_STEP_ATTEMPTS times in all with
-    backoff (TryAgain: its driver waits, not this call); anything else fails the job with its message at once."""
+    backoff (TryAgain: its driver waits, not this call), or without a limit when it waits its turn (`waits`: no room
+    on the machine yet); anything else fails the job with its message at once."""
     try:
         return STEPS[step].run(job_id, **kwargs)
     except OperationalError:
         raise
     except ProvisionError as exc:
-        if exc.transient and STEPS[step].resumable and attempt < settings.FC2_STEP_ATTEMPTS:
+        if exc.transient and STEPS[step].resumable and (attempt < settings.FC2_STEP_ATTEMPTS or exc.waits):
             delay = min(2**attempt, 30)
-            _job(job_id).log(f"{step}: {exc} — trying again in {delay} s (attempt {attempt + 1})")
-            raise TryAgain(step, delay) from exc
+            if attempt == 1 or not exc.waits:  # a wait for its turn (NoRoomError) is said once, however long
+                _job(job_id).log(f"{step}: {exc} — trying again in {delay} s (attempt {attempt + 1})")
+            raise TryAgain(step, delay, waits=exc.waits) from exc
         logger.warning("job %s: step %s failed: %s", job_id, step, exc)
         fail(_job(job_id), f"{step} failed: {exc}")
         return False
