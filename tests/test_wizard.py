@@ -33,8 +33,8 @@ from fc2.wizard.forms import SIZED_BY_THE_PS_REASON
 from provisioner import local, sandbox
 from recommender.catalog import load_catalog
 from recommender.perfdata import import_samples
-from tests.conftest import make_job
-from tests.helpers import code_form, resource_form, step_url, through_data
+from tests.conftest import call_json, make_job
+from tests.helpers import Api, code_form, resource_form, step_url, through_data
 from tests.wheels import FILENAME, GOOD, make_wheel
 
 CPU = ("m4.xlarge", "t2.xlarge", "c4.xlarge")  # FC² §8.1's inexpensive CPU worker types
@@ -314,6 +314,37 @@ def test_run_failure_keeps_the_library_and_makes_no_job(client, alice, bundle):
     assert not Job.objects.exists()
     assert list(CodeBundle.objects.all()) == [bundle]  # a stored bundle stays in the library
     assert wizard_state(client)["code"]["bundle"] == bundle.pk  # and the wizard keeps every entry
+
+
+def test_the_wizard_the_api_and_submit_job_share_the_users_submission_limit(
+    client, alice, bundle, example_wheel, settings
+):
+    """One door for every submission (fc2.services.submissions): what the user submitted anywhere counts everywhere,
+    and the wizard says so on its review step, keeping every entry to run later."""
+    settings.FC2_API_SUBMIT_RATE = "2/hour"
+    client.force_login(alice)
+    api = Api(client, alice)
+    first = api.post("/api/jobs", {"bundle": bundle.pk, "dataset": "digits"})
+    through_resource(client, bundle)
+    second = client.post(step_url("review"))
+    through_resource(client, bundle)
+
+    refused = client.post(step_url("review"))
+    refused_by_the_api = api.post("/api/jobs", {"bundle": bundle.pk, "dataset": "digits"})
+    code, answer, _ = call_json("submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--user", "alice")
+
+    assert (first.status_code, second.status_code) == (201, 302)
+    assert refused.status_code == 400
+    assert re.fullmatch(
+        r"Not submitted: too many job submissions: 2 an hour per user\. "
+        r"You can submit again in (1 h 00 min|59 min \d\d s)\.",
+        refused.context["run_error"],
+    )
+    assert escape(refused.context["run_error"]) in refused.content.decode()
+    assert wizard_state(client)["code"]["bundle"] == bundle.pk  # the wizard keeps every entry
+    assert refused_by_the_api.status_code == 429
+    assert code == 1 and answer["error"].startswith("too many job submissions: 2 an hour per user (try again in 3")
+    assert Job.objects.filter(owner=alice).count() == 2
 
 
 def test_submit_error_is_shown_at_its_field_on_its_step(client, alice, bundle):

@@ -1,10 +1,11 @@
-"""Job submissions through the API, made exactly once and at most so often (docs/API.md, *Submitting*).
+"""Job submissions, made exactly once and at most so often (docs/API.md, *Submitting*): the one door of every
+submission — the API's, the wizard's and `manage.py submit_job`'s — each of which calls `submit_once`.
 
 - Exactly once: a client's `Idempotency-Key` (IETF httpapi idempotency-key draft) is stored with the job its first
   use made (fc2.models.IdempotencyKey), in the submission's own transaction; the same key from the same user within
   IDEMPOTENCY_WINDOW answers that job again, and with another request it is refused.
-- At most so often: FC2_API_SUBMIT_RATE jobs per user, whatever token or session submits them — the jobs the user
-  submitted in the last period, counted in the database.
+- At most so often: FC2_API_SUBMIT_RATE jobs per user, whatever token, session or command submits them — the jobs the
+  user submitted in the last period, counted in the database.
 
 Both are judged under a lock on the user's row, held until the job is committed: a user's submissions are made one
 after the other (on SQLite every write transaction already is), so two requests at once with the same key make one

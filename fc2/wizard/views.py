@@ -15,7 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from fc2.bundles import BundleError
 from fc2.models import Job
-from fc2.services import datasets, jobs
+from fc2.services import datasets, jobs, submissions
+from fc2.templatetags.fc2_ui import duration
 from fc2.wizard.forms import ALGORITHMS, STEP_FORMS, CodeForm, DataForm, ResourceForm, StepForm
 from fc2.wizard.planning import planned, preview
 from fc2.wizard.state import STEPS, Wizard
@@ -187,9 +188,13 @@ def _review(request: HttpRequest, wizard: Wizard) -> HttpResponse:
     if request.method == "POST":
         try:
             planned(job_request, request.user)  # a recommender's refusal is shown beside its field
-            job = jobs.submit(request.user, job_request)
+            # Through the one door of every submission: the user's submission limit holds here as in the API.
+            job, _ = submissions.submit_once(request.user, lambda: jobs.submit(request.user, job_request))
         except (RecommendationError, jobs.SubmitError) as exc:
             return _fault(request, wizard, exc)
+        except submissions.TooManySubmissions as exc:  # the wizard keeps everything: run it again later
+            refusal = f"Not submitted: {exc}. You can submit again in {duration(exc.wait)}."
+            return _render(request, wizard, "review", run_error=refusal, **_review_context(request, wizard))
         wizard.clear()
         messages.success(request, f"Job {job.pk} submitted.")
         return redirect(job)

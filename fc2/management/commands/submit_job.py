@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 import provisioner
 from fc2.bundles import BundleError
 from fc2.models import Job
-from fc2.services import datasets, inline, jobs
+from fc2.services import datasets, inline, jobs, submissions
 from fc2.templatetags.fc2_ui import estimate, usd
 from recommender.management.base import ContractCommand
 from recommender.types import ALGORITHMS
@@ -131,29 +131,34 @@ class Command(ContractCommand):
             dataset = datasets.ready(datasets.resolve(owner, options["dataset"]))
             parameters = jobs.parse_parameters(options["param"])
             with path.open("rb") as wheel:
-                job = jobs.submit_upload(
+                job, _ = submissions.submit_once(
                     owner,
-                    wheel,
-                    path.name,
-                    options["main"],
-                    dataset=dataset,
-                    driver=Job.Driver.INLINE if options["inline"] else Job.Driver.CELERY,
-                    parameters=parameters,
-                    provider=options["provider"],
-                    strategy=options["strategy"],
-                    workers=options["workers"],
-                    algorithm=options["algorithm"],
-                    ps_type=options["ps_type"],
-                    worker_type=options["worker_type"],
-                    latency_ms=options["latency_ms"],
-                    region=options["region"],
-                    budget=options["budget"],
-                    total_budget=options["total_budget"],
-                    workload_name=options["workload"],
-                    plan_first=True,
+                    lambda: jobs.submit_upload(
+                        owner,
+                        wheel,
+                        path.name,
+                        options["main"],
+                        dataset=dataset,
+                        driver=Job.Driver.INLINE if options["inline"] else Job.Driver.CELERY,
+                        parameters=parameters,
+                        provider=options["provider"],
+                        strategy=options["strategy"],
+                        workers=options["workers"],
+                        algorithm=options["algorithm"],
+                        ps_type=options["ps_type"],
+                        worker_type=options["worker_type"],
+                        latency_ms=options["latency_ms"],
+                        region=options["region"],
+                        budget=options["budget"],
+                        total_budget=options["total_budget"],
+                        workload_name=options["workload"],
+                        plan_first=True,
+                    ),
                 )
         except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
             self.fail(str(exc), as_json)
+        except submissions.TooManySubmissions as exc:  # the user's limit, as in the wizard and the API
+            self.fail(f"{exc} (try again in {exc.wait} s)", as_json)
 
         if not as_json:
             budget = f", budget {usd(job.total_budget)} for the whole job" if job.total_budget is not None else ""
