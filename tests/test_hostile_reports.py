@@ -2,7 +2,10 @@
 — non-finite numbers, NUL and lone surrogates, integers no float holds, over-long strings, progress out of bounds —
 in a report's fields or in the chief's metrics.json is stored in a form every page shows, with a line on the job's
 timeline, or refused with a JSON 4xx; a report is applied wholly or not at all; the pages, series.json, the jobs API
-and the admin's lists answer 200 on whatever a job stored. Run on SQLite and on PostgreSQL (DATABASE_URL)."""
+and the admin's lists answer 200 on whatever a job stored. Run on SQLite and on PostgreSQL (DATABASE_URL).
+
+At the end, one hostile bundle run for real on the local provider and on the lab (heavy): real processes, the real
+node agent, the real report API."""
 
 from __future__ import annotations
 
@@ -15,10 +18,14 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+import provisioner
 from fc2.models import Artifact, Job, Node
 from fc2.services import sweep
 from monitor.models import LossPoint, NodeSample
-from tests.conftest import launch_cluster
+from provisioner import lab
+from recommender.catalog import load_catalog
+from tests.conftest import call_json, cluster_processes, lab_leftovers, launch_cluster, nothing_left
+from tests.wheels import GOOD, make_wheel
 
 State = Job.State
 
@@ -322,3 +329,69 @@ def test_a_report_with_as_many_outputs_as_an_agent_sends_is_taken(client, runnin
 
     assert response.status_code == 200, response.content
     assert Artifact.objects.filter(job=running_job).count() == 300
+
+
+# --- one hostile bundle, run for real ---------------------------------------------------------------------------------
+
+# No TensorFlow: what matters is what the code writes. Its metrics.json is what Python's json.dump writes of a diverged
+# run and worse; its log and its progress lines hold NUL, bytes that are not UTF-8 and figures out of bounds.
+HOSTILE_MAIN = b"""
+import json, os, pathlib, sys, time
+print("FC2_PROGRESS " + json.dumps({"epoch": 1, "epochs": 1, "step": 10**12, "steps": 2, "loss": float("nan")}))
+print("FC2_PROGRESS " + json.dumps({"epoch": 1, "epochs": 1, "step": 2, "steps": 2, "loss": 1e400}), flush=True)
+sys.stdout.buffer.write(b"a NUL \\x00 and a byte \\xff in the log\\n")
+sys.stdout.flush()
+time.sleep(2)
+output = pathlib.Path(os.environ["FC2_OUTPUT_DIR"])
+(output / "model.keras").write_bytes(b"weights")
+metrics = {
+    "test_accuracy": float("nan"), "test_loss": float("inf"), "final_train_loss": -float("inf"), "epochs": 10**400,
+    "note": "\\x00", "lone": "\\ud800", "blob": "x" * 2**20, "ended_at": time.time(),
+}
+(output / "metrics.json").write_text(json.dumps(metrics))
+print("done", flush=True)
+"""
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("provider", ["local", "lab"])
+def test_a_hostile_bundle_succeeds_showably_and_leaves_nothing(provider, alice, admin, tmp_path, runtime_dir):
+    if provider == "lab" and (why := provisioner.unavailable("lab")):
+        pytest.skip(why)
+    load_catalog("lab")
+    wheel = make_wheel(tmp_path, {**GOOD, "demo/main.py": HOSTILE_MAIN})
+    on_lab = ("--worker-type", "lab-w-250") if provider == "lab" else ()
+
+    _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
+        "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", provider, *on_lab,
+        "--workers", "1", "--strategy", "mirrored", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
+
+    assert result["status"] == "succeeded", result.get("error")
+    job = Job.objects.get(pk=result["id"])
+    assert (job.finished_at.timestamp() - job.metrics["ended_at"]) < 60
+    ended_at = job.metrics.pop("ended_at")
+    assert job.metrics == {
+        "test_accuracy": None, "test_loss": None, "final_train_loss": None, "epochs": None,
+        "note": "\ufffd", "lone": "\ufffd", "blob": "x" * 1000,
+    }  # fmt: skip
+    assert ended_at > 0 and job.headline is None  # no figure to head the result with, and no exception
+    said = timeline(job)
+    for line in (
+        "metrics.json: not a finite number (NaN or ±Infinity) at test_accuracy, test_loss, final_train_loss: kept as",
+        "metrics.json: an integer too large for a float at epochs: kept as null",
+        "metrics.json: a character no database stores (NUL, a lone surrogate) at note, lone: replaced by U+FFFD",
+        "metrics.json: a string over 1,000 characters at blob: cut to 1,000",
+        "worker-0's report: a character no database stores (NUL, a lone surrogate) at log_tail",
+        "worker-0's report: progress_log[].step left out",
+    ):
+        assert line in said, said
+    node = job.nodes.get()
+    assert "a NUL \ufffd and a byte" in node.log_tail and node.step == 2
+    assert {"model.keras", "metrics.json"} <= set(job.artifacts.values_list("name", flat=True))
+    if provider == "local":
+        assert cluster_processes() == [] and not (runtime_dir / "clusters" / job.cluster_name).exists()
+    else:
+        assert nothing_left(lab_leftovers(job.cluster_name, lab._cluster_dir(job.cluster_name), lab.tag())) == {}
+    pages_answer(job, alice, admin)
