@@ -4,8 +4,10 @@ step → outcome, seconds to it, and what was left behind.
 The scenarios are the tests' own (real clusters, real Celery workers, the sweep every half second, short timings):
 tests/test_faults.py (a Celery worker SIGKILLed inside each step with a second host up, the platform unreachable for
 its nodes, cancel, a PS job's end, the web server down), tests/test_node_loss.py (a lab node's sshd, agent, host or
-link lost mid-training; an EC2 instance terminated behind the platform's back, on moto with lab hosts) and
-tests/test_outages.py (PostgreSQL and Redis of the test's own restarted under a running job; the 503s in process).
+link lost mid-training; an EC2 instance terminated behind the platform's back, on moto with lab hosts),
+tests/test_outages.py (PostgreSQL and Redis of the test's own restarted under a running job; the 503s in process),
+tests/test_local_faults.py (a local launch SIGKILLed half-way and sent again, a node's disk gone, the worker killed
+with its whole cgroup under a running job) and tests/test_local_admission.py (the machine full of local clusters).
 This runs them in one pytest session in a scratch FC2_VAR_DIR and pytest --basetemp (nothing of the developer's var/
 is touched), reads what each printed (`FIGURE …` lines) and how it ended (a test marked xfail is a known bug, its
 reason says whose), then looks on the machine for anything of the run left: namespaces, veths, bridges, iptables
@@ -31,7 +33,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-SUITES = ["tests/test_faults.py", "tests/test_node_loss.py", "tests/test_outages.py"]
+SUITES = [
+    "tests/test_faults.py",
+    "tests/test_node_loss.py",
+    "tests/test_outages.py",
+    "tests/test_local_faults.py",
+    "tests/test_local_admission.py",
+]
 # test function -> (the fault, the step it hits when the test id does not say)
 FAULTS = {
     "test_a_worker_killed_at_any_step_leaves_no_job_hanging": ("Celery worker SIGKILLed (2 hosts)", ""),
@@ -49,6 +57,15 @@ FAULTS = {
         "aws instance terminated",
         "running",
     ),
+    "test_a_launch_killed_half_way_is_completed_and_every_node_keeps_its_outputs": (
+        "local launch killed:",
+        "provisioning",
+    ),
+    "test_a_node_whose_disk_is_gone_is_never_started": ("local node's disk gone", "bootstrapping"),
+    "test_local_nodes_outlive_a_worker_killed_with_its_control_group": ("worker's cgroup SIGKILLed (local)", "running"),
+    "test_a_cluster_past_what_the_machine_has_waits_and_starts_when_one_ends": ("machine full (local)", "provisioning"),
+    "test_two_launches_at_once_are_admitted_one_after_the_other": ("room for 1, 2 launches at once", "provisioning"),
+    "test_a_job_with_no_room_waits_its_turn_with_the_reason_said_once": ("machine full (local), a job", "provisioning"),
     "test_postgres_restarted_mid_job_answers_503_meanwhile_and_the_job_goes_on": ("PostgreSQL down 12 s", "end of run"),
     "test_redis_restarted_mid_job_answers_503_meanwhile_and_the_job_recovers": ("Redis down 12 s", "end of run"),
     "test_a_database_error_in_a_view_is_a_503": ("DB error in a view", "request"),

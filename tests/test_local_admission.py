@@ -58,6 +58,7 @@ def test_a_cluster_past_what_the_machine_has_waits_and_starts_when_one_ends(room
 
     room_for(1)  # room for one more: the first one's share is free again
     second = local.launch(spec("fc2-second"))
+    print("\nFIGURE machine full (local): the second waits its turn, then starts once the first ended")
     provisioner.teardown("local", second.cluster_id)
 
 
@@ -90,6 +91,7 @@ def test_two_launches_at_once_are_admitted_one_after_the_other(room_for, setting
     finally:
         for name in names:
             provisioner.teardown("local", name)
+    print(f"\nFIGURE two launches, room for one: exit codes {sorted(code for code, _ in outcomes)}")
     assert sorted(code for code, _ in outcomes) == [0, 1], outcomes
     assert "no room: no room on this machine for another local cluster now" in "".join(err for _, err in outcomes)
 
@@ -110,4 +112,5 @@ def test_a_job_with_no_room_waits_its_turn_with_the_reason_said_once(room_for, a
     assert job.state == Job.State.PROVISIONING and not job.failure_reason
     waiting = job.events.filter(message__contains="no room on this machine")
     assert waiting.count() == 1 and "it starts when one ends" in waiting.get().message
+    print(f"\nFIGURE machine full (local), a job: still {job.state} after {settings.FC2_STEP_ATTEMPTS + 5} tries")
     provisioner.teardown("local", job.cluster_name)

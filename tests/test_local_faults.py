@@ -2,9 +2,9 @@
 half-way and done again, a node whose disk is gone, the Celery worker that started the nodes killed with its whole
 control group (a real worker, as tests/test_faults.py runs them).
 
-Each cluster runs a tiny wheel (no TensorFlow) whose code writes one file to FC2_OUTPUT_DIR on every node; its agents
-report to nobody, and what they kept on the node (their final reports, provisioner.fetch_results) is what the
-platform would have received."""
+Each cluster runs a tiny wheel (no TensorFlow). The launch tests' code writes one file to FC2_OUTPUT_DIR on every
+node, and its agents report to nobody: what they kept on the node (their final reports, provisioner.fetch_results)
+is what the platform would have received. The worker test's code trains until the test lets it finish."""
 
 from __future__ import annotations
 
@@ -99,10 +99,9 @@ def test_a_launch_killed_half_way_is_completed_and_every_node_keeps_its_outputs(
     finally:
         provisioner.teardown("local", name)
 
-    assert {node: report["status"] for node, report in reports.items()} == {
-        "worker-0": "succeeded",
-        "worker-1": "succeeded",
-    }
+    statuses = {node: report["status"] for node, report in reports.items()}
+    print(f"\nFIGURE local launch killed {where}: launched again, nodes {statuses}")
+    assert statuses == {"worker-0": "succeeded", "worker-1": "succeeded"}
     assert all([o["path"] for o in report["outputs"]] == ["worker.txt"] for report in reports.values()), reports
 
 
@@ -113,8 +112,9 @@ def test_a_node_whose_disk_is_gone_is_never_started(small_disks, tmp_path):
     cluster = local.launch(ClusterSpec(name, "local", "mirrored", 2))
     try:
         subprocess.run(["umount", str(Path(cluster.nodes[1].workdir) / "job")], check=True)
-        with pytest.raises(provisioner.ProvisionError, match="worker-1 .* not ready: its disk is not mounted"):
+        with pytest.raises(provisioner.ProvisionError, match="worker-1 .* not ready: its disk is not mounted") as no:
             results(cluster, tmp_path)
+        print(f"\nFIGURE local node's disk gone: bootstrap refused ({str(no.value)[:100]!r})")
     finally:
         provisioner.teardown("local", name)
 
@@ -191,6 +191,7 @@ def test_local_nodes_outlive_a_worker_killed_with_its_control_group(alice, digit
     (Path(cluster.nodes[0].workdir) / "job" / "work" / "finish").touch()
     job = sweeping(job, ended_and_released, "the nodes of a killed worker", workers)
 
+    print(f"\nFIGURE worker's cgroup killed: the nodes lived on; another worker ended the job {job.state}")
     assert job.state == Job.State.SUCCEEDED, (job.failure_reason, workers.logs())
     assert "metrics.json" in set(job.artifacts.values_list("name", flat=True))
     assert cluster_processes() == [] and not Path(cluster.workdir).exists()
