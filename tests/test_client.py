@@ -22,7 +22,9 @@ from fc2_client import api as api_module
 from fc2_client import cli, config, display
 from fc2_client.api import ApiError, Client, Multipart
 
-from fc2.models import ApiToken, CodeBundle, Job
+from fc2.models import ApiToken, Artifact, CodeBundle, Job, Node
+from fc2.services.artifacts import store_outputs
+from tests.helpers import job_row
 from tests.wheels import GOOD, make_wheel
 
 FC2 = Path(sys.executable).with_name("fc2")  # the console script the project's install put beside its Python
@@ -202,7 +204,8 @@ def test_where_an_artifact_is_written(name, expected, renamed, tmp_path):
 
 def test_names_that_meet_are_placed_apart(tmp_path):
     """A file where another needs a folder, the same name but for case (one file on macOS or Windows), two names
-    made safe alike: each gets a place of its own, at the top."""
+    made safe alike: each gets a place of its own, in its own folder (a node's) where that folder can be had, else at
+    the top."""
     listed = [
         {"id": 1, "name": "out", "url": "u"},
         {"id": 2, "name": "out/model.keras", "url": "u"},
@@ -211,6 +214,10 @@ def test_names_that_meet_are_placed_apart(tmp_path):
         {"id": 5, "name": "a?b", "url": "u"},
         {"id": 6, "name": "a*b", "url": "u"},
         {"id": 7, "name": "big.bin", "url": None, "not_kept": "over the 200 MB limit"},
+        {"id": 8, "name": "worker-1/Log.txt", "url": "u"},
+        {"id": 9, "name": "worker-1/log.txt", "url": "u"},
+        {"id": 10, "name": "worker-1/a:b", "url": "u"},
+        {"id": 11, "name": "worker-1/a|b", "url": "u"},
     ]
 
     placed = {p.artifact["id"]: p for p in cli.placements(tmp_path, listed)}
@@ -218,9 +225,11 @@ def test_names_that_meet_are_placed_apart(tmp_path):
     where = {i: p.path.relative_to(tmp_path).as_posix() if p.path else None for i, p in placed.items()}
     assert where == {
         1: "out", 2: "artifact-2-model.keras", 3: "Model.keras", 4: "artifact-4-model.keras", 5: "a_b",
-        6: "artifact-6-a_b", 7: None,
+        6: "artifact-6-a_b", 7: None, 8: "worker-1/Log.txt", 9: "worker-1/artifact-9-log.txt", 10: "worker-1/a_b",
+        11: "worker-1/artifact-11-a_b",
     }  # fmt: skip
     assert placed[2].why == placed[4].why == "renamed: its path meets another artifact's or something in the way"
+    assert placed[9].why == placed[11].why == placed[2].why
     assert placed[7].why == "not kept: over the 200 MB limit"
 
 
@@ -743,6 +752,33 @@ def test_a_researcher_trains_and_downloads_a_model_from_their_machine(
     code, answer = as_alice("status", str(job["id"]))
     assert (code, answer["status"]) == (1, 401)
     assert f"run `fc2 login {live_server.url}`" in answer["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nodes_outputs_are_downloaded_into_its_folder_even_renamed(alice, live_server, tmp_path):
+    """Outputs the platform stored as a real report stores them (fc2.services.artifacts), downloaded by `fc2
+    download` from the live server: a worker's output renamed on this machine (its name meets another's but for case)
+    stays in the worker's folder, beside the other; the chief's are at the top."""
+    job = job_row(alice, state="succeeded")
+    chief = Node.objects.create(job=job, name="chief-0", role="chief", index=0, status=Node.Status.SUCCEEDED)
+    worker = Node.objects.create(job=job, name="worker-1", role="worker", index=1, status=Node.Status.SUCCEEDED)
+    outputs = {"outputs": [{"file": "0", "path": "Model.keras"}, {"file": "1", "path": "model.keras"}]}
+    store_outputs(job, chief, {"outputs": [{"file": "0", "path": "metrics.json"}]}, {"0": b"{}"}, chief=True)
+    store_outputs(job, worker, outputs, {"0": b"upper", "1": b"lower"}, chief=False)
+    renamed_id = Artifact.objects.get(job=job, name="worker-1/model.keras").pk
+    _, secret = ApiToken.issue(alice, "laptop")
+    researcher = Researcher(tmp_path / "alice", FC2_URL=live_server.url, FC2_TOKEN=secret)
+
+    code, answer = researcher("download", str(job.pk), "--dir", "results")
+
+    assert code == 0, answer
+    results = researcher.home / "results"
+    assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*")) == [
+        "metrics.json", "worker-1", "worker-1/Model.keras", f"worker-1/artifact-{renamed_id}-model.keras",
+    ]  # fmt: skip
+    assert (results / "worker-1" / f"artifact-{renamed_id}-model.keras").read_bytes() == b"lower"
+    assert (results / "worker-1" / "Model.keras").read_bytes() == b"upper"
+    assert [r["name"] for r in answer["renamed"]] == ["worker-1/model.keras"]
 
 
 BAD_UPLOADS = [

@@ -580,7 +580,8 @@ def placements(root: Path, artifacts: list[dict]) -> list[Placement]:
     """Where each artifact goes under `root`: its own name made safe (`safe_parts`), else — when that path meets
     another artifact's (a file where the other needs a folder, or the same name but for case), or something in
     `root` that is in the way (a symlink, a file where a folder goes, a folder where the file goes) — a name of its
-    own at the top, else nowhere (skipped); one not kept is skipped."""
+    own in its own folder (a node's outputs stay in the node's), or at the top where that folder cannot be had, else
+    nowhere (skipped); one not kept is skipped."""
     files: set[str] = set()  # what the artifacts placed so far take, case folded (macOS and Windows ignore case)
     folders: set[str] = set()
     placed = []
@@ -593,11 +594,12 @@ def placements(root: Path, artifacts: list[dict]) -> list[Placement]:
         if not parts:
             parts, why = [f"artifact-{artifact['id']}"], "renamed: no name"
         if not _free(root, parts, files, folders):
-            parts = [_shortened(f"artifact-{artifact['id']}-{parts[-1]}")]
-            why = "renamed: its path meets another artifact's or something in the way"
-            if not _free(root, parts, files, folders):
+            own = _shortened(f"artifact-{artifact['id']}-{parts[-1]}")
+            found = next((p for p in ([*parts[:-1], own], [own]) if _free(root, p, files, folders)), None)
+            if found is None:
                 placed.append(Placement(artifact, None, f"no free place for it in {root}"))
                 continue
+            parts, why = found, "renamed: its path meets another artifact's or something in the way"
         files.add("/".join(parts).casefold())
         folders.update("/".join(parts[:i]).casefold() for i in range(1, len(parts)))
         placed.append(Placement(artifact, root.joinpath(*parts), why))
