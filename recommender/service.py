@@ -102,6 +102,12 @@ def _load_specs(name: str) -> tuple[InstanceSpec, ...]:
     return specs
 
 
+# What numbers the records hold can make numpy, scipy and scikit-learn raise, where no answer can come from them: an
+# overflow, a singular matrix (numpy's LinAlgError is a ValueError), a warning where warnings are errors (the tests').
+# Each becomes a RecommendationError saying so: a 400 with the reason, never a 500.
+NUMERIC_FAILURES = (ArithmeticError, ValueError, Warning)
+
+
 def owner_id(owner) -> int | None:
     """The user whose own records join the platform's in an answer, as an id: a user (an anonymous one: none), an
     id, or None (the platform's records alone: the command line, an operator)."""
@@ -233,7 +239,7 @@ def _compute(
         answer = _computed(request, specs, loaded.records if loaded else ())
     except RecommendationError:
         raise
-    except (ArithmeticError, ValueError, RuntimeWarning) as exc:  # (numpy's LinAlgError is a ValueError)
+    except NUMERIC_FAILURES as exc:
         raise RecommendationError(f"the workload's records give no answer: {type(exc).__name__}: {exc}") from exc
     if loaded is not None:
         answer = replace(answer, records=loaded.counts())
@@ -375,7 +381,7 @@ def model_figures(records, strategy: str, catalog: str) -> dict:
     own = algorithms.of_strategy(records, strategy == "ps")
     try:
         model = perfmodel.predictor(own, catalog_specs(catalog))
-    except (ArithmeticError, ValueError, RuntimeWarning) as exc:
+    except NUMERIC_FAILURES as exc:
         if isinstance(exc, RecommendationError):
             raise
         raise RecommendationError(f"the workload's records give no model: {type(exc).__name__}: {exc}") from exc

@@ -474,3 +474,32 @@ def test_the_api_answers_any_query_value(client, alice, name):
         response = ask(client, alice, {k: v for k, v in params.items() if v != ""})
         assert response.status_code in (200, 400), (name, value[:20], response.content[:200])
         strict_json(response)
+
+
+EXTREMES = [
+    ("epoch_time_s", 1e-3),
+    ("epoch_time_s", bounds.WEEK_S),
+    ("latency_ms", bounds.MAX_LATENCY_MS),
+    ("batch_size", bounds.MAX_BATCH_SIZE),
+    ("workers", bounds.MAX_WORKERS),
+    ("bandwidth_mbps", 1e-3),
+    ("bandwidth_mbps", 1e6),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), EXTREMES, ids=[f"{f}={v!r}" for f, v in EXTREMES])
+def test_records_at_their_bounds_get_an_answer_or_a_reason(client, alice, field, value):
+    """Within the bounds, and read: each algorithm answers, or refuses with a 400 and why, never a 500 or a NaN."""
+    for workers in (1, 2, 3):  # a few, so that the model has something odd to fit
+        hostile_row(field, value if field != "workers" else value - workers)
+    PerformanceRecord.objects.create(workload="mnist", instance_type="c4.xlarge", ps_type="m4.large", batch_size=6400,
+                                     bandwidth_mbps=value if field == "bandwidth_mbps" else 100.0)  # fmt: skip
+    scala = {"algorithm": "scala-opt", "workload": "mnist", "ps_type": "m4.large", "worker_types": "c4.xlarge"}
+
+    for params in (LOOKUP, MODEL, {**MODEL, "strategy": "auto", "max_workers": 10_000}, {**scala, "max_workers": 8}):
+        response = ask(client, alice, params)
+        assert response.status_code in (200, 400), (params, response.content[:300])
+        strict_json(response)
+    assert client.get(reverse("recommender-records"), {"workload": "mnist"}).status_code == 200
+    code, result, _ = call_json("model_report", "--workload", "mnist")
+    assert code in (0, 1) and "internal error" not in result.get("error", "")

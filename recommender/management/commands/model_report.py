@@ -60,7 +60,7 @@ class Command(ContractCommand):
             report |= {"strategy": strategy, "catalog": catalog, "predictor": predictor, "records_read": read.counts()}
             if where := service.non_finite(report):
                 raise RecommendationError(f"the workload's records give no finite calibration ({where})")
-        except (ArithmeticError, ValueError, RuntimeWarning) as exc:  # RecommendationError, and numpy's complaints
+        except service.NUMERIC_FAILURES as exc:  # RecommendationError (a ValueError), and numpy's complaints
             reason = str(exc) if isinstance(exc, RecommendationError) else f"{type(exc).__name__}: {exc}"
             self.fail(reason, options["json"])
         if options["json"]:
