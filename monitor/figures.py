@@ -21,6 +21,7 @@ job: its caller (fc2.services.monitoring) names the run's nodes as `WatchedNode`
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -215,7 +216,7 @@ def epoch_time_s(metrics: Mapping) -> float | None:
         return float(value)
     duration, epochs = metrics.get("duration_s"), metrics.get("epochs")
     if isinstance(duration, int | float) and isinstance(epochs, int) and duration > 0 and epochs > 0:
-        return duration / epochs
+        return float(duration) / float(epochs)
     return None
 
 
@@ -232,7 +233,10 @@ def throughput(metrics: Mapping) -> float | None:
         return float(value)
     steps, batch, duration = (metrics.get(k) for k in ("steps", "global_batch_size", "duration_s"))
     if all(isinstance(v, int | float) and v > 0 for v in (steps, batch, duration)):
-        return steps * batch / duration
+        # In floats: PostgreSQL gives 1e308 back as an integer, whose products no float holds. Past a float (the
+        # code's figures are anything), the throughput is unknown.
+        value = float(steps) * float(batch) / float(duration)
+        return value if math.isfinite(value) else None
     return None
 
 

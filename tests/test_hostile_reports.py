@@ -20,7 +20,7 @@ from django.urls import reverse
 
 import provisioner
 from fc2.models import Artifact, Job, Node
-from fc2.services import sweep
+from fc2.services import pipeline, sweep
 from monitor.models import LossPoint, NodeSample
 from provisioner import lab
 from recommender.catalog import load_catalog
@@ -90,6 +90,11 @@ def admin(django_user_model):
                                                  is_superuser=True)  # fmt: skip
 
 
+def as_floats(data):
+    """JSON with every number a float: PostgreSQL's jsonb gives 1e308 back as an integer of 309 digits."""
+    return json.loads(json.dumps(data), parse_int=float)
+
+
 def timeline(job: Job) -> str:
     return "\n".join(job.events.values_list("message", flat=True))
 
@@ -111,6 +116,24 @@ HOSTILE_METRICS = [
     (b'{"note": "%s"}' % (b"x" * 100_000), {"note": "x" * 1000}, "a string over 1,000 characters at note: cut"),
     (b'{"test_accuracy": 0.9, "%s": 1}' % (b"k" * 70_000), {"test_accuracy": 0.9, "k" * 1000: 1}, "cut to 1,000"),
     (b"[NaN]", {"value": [None]}, "not a finite number"),
+    # Finite, and past what a float holds once multiplied: the figures computed from them are unknown, not Infinity.
+    (
+        b'{"duration_s": 1e-300, "epochs": %s, "steps": 1e308, "global_batch_size": 1e308, "test_accuracy": 1e308}'
+        % (b"9" * 300),
+        {
+            "duration_s": 1e-300,
+            "epochs": int("9" * 300),
+            "steps": 1e308,
+            "global_batch_size": 1e308,
+            "test_accuracy": 1e308,
+        },
+        None,
+    ),
+    (
+        b'{"examples_per_s": 1e308, "epoch_time_s": 5e-324, "batch_size": %s, "test_loss": [1, 2]}' % (b"9" * 300),
+        {"examples_per_s": 1e308, "epoch_time_s": 5e-324, "batch_size": int("9" * 300), "test_loss": [1, 2]},
+        None,
+    ),
     (b'{"deep": ' + b"[" * 100 + b"]" * 100 + b"}", {"error": "metrics.json is not valid JSON"}, None),
     (b'{"n": %s}' % (b"9" * 5000), {"error": "metrics.json is not valid JSON"}, None),
     (b'{"bad": "\xff\xfe"}', {"error": "metrics.json is not valid JSON"}, None),
@@ -126,11 +149,17 @@ def test_hostile_metrics_are_kept_showable_and_said(client, running_job, alice, 
     assert response.status_code == 200, response.content
     running_job.refresh_from_db()
     assert running_job.state == State.COLLECTING
-    assert running_job.metrics == kept
+    assert as_floats(running_job.metrics) == as_floats(kept)
     if said:
         assert "metrics.json: " in timeline(running_job) and said in timeline(running_job)
     with Artifact.objects.get(job=running_job, name="metrics.json").file.open("rb") as kept_file:
         assert kept_file.read() == raw  # the file, as it was
+    pages_answer(running_job, alice, admin)
+
+    assert pipeline.collect(running_job.pk)  # the job ends: its run figures are kept (PostgreSQL takes no Infinity)
+
+    running_job.refresh_from_db()
+    assert running_job.state == State.SUCCEEDED and running_job.figures is not None
     pages_answer(running_job, alice, admin)
 
 
