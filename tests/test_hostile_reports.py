@@ -433,3 +433,32 @@ def test_a_hostile_bundle_succeeds_showably_and_leaves_nothing(provider, alice, 
     else:
         assert nothing_left(lab_leftovers(job.cluster_name, lab._cluster_dir(job.cluster_name), lab.tag())) == {}
     pages_answer(job, alice, admin)
+
+
+def test_extreme_finite_readings_keep_the_pages_and_the_run_figures(client, running_job, alice, admin):
+    """Figures a float holds, but whose sums and products it does not: the charts and the run's figures stay JSON."""
+    for at in (1_700_000_000, 1_700_000_001):
+        body = {
+            "node": "worker-0",
+            "status": "running",
+            "progress": {"step": 3, "loss": 1e308},
+            "progress_log": [{"step": 3, "loss": 1e308, "at": at}, {"step": 4, "loss": -1e308, "at": at + 0.5}],
+            "samples": [
+                {
+                    "at": at,
+                    "cpu_percent": 1e308,
+                    "node_cpu_percent": 1e308,
+                    "memory_mb": 1e308,
+                    "gpu_memory_mb": 1e308,
+                    "bytes_sent": 2**63 - 1,
+                    "bytes_recv": 2**63 - 1,
+                }
+            ],
+        }
+        assert report(client, running_job, body).status_code == 200
+    pages_answer(running_job, alice, admin)
+    Job.objects.filter(pk=running_job.pk).update(state=State.COLLECTING)
+    assert pipeline.collect(running_job.pk)
+    running_job.refresh_from_db()
+    assert running_job.figures is not None
+    pages_answer(running_job, alice, admin)
