@@ -162,8 +162,11 @@ def test_the_command_line_answers_as_the_user_it_names(bob, alice, command):
     platform = call_json(*command)[1]
     bob_measures(bob)
 
-    as_alice, as_bob, alone = call_json(*command, "--user", "alice"), call_json(*command, "--user", "bob"), None
-    alone = call_json(*command)
+    as_alice, as_bob, alone = (
+        call_json(*command, "--user", "alice"),
+        call_json(*command, "--user", "bob"),
+        call_json(*command),
+    )
 
     assert as_alice[0] == as_bob[0] == alone[0] == 0
     assert as_alice[1] == alone[1] == platform
