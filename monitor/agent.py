@@ -21,7 +21,8 @@ no Django. It:
 
 The node's command may be hostile (on the local provider it runs sandboxed, as another uid, and the agent does not):
 the agent reads what the command left in the output directory without following links, only regular files, within
-the size limit. Progress reports never block the training: one that cannot be delivered is dropped.
+the size limit, and lists whatever it leaves (a link, a FIFO, a socket, a device, a folder too deep) with why.
+Progress reports never block the training: one that cannot be delivered is dropped.
 """
 
 from __future__ import annotations
