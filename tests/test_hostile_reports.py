@@ -462,3 +462,19 @@ def test_extreme_finite_readings_keep_the_pages_and_the_run_figures(client, runn
     running_job.refresh_from_db()
     assert running_job.figures is not None
     pages_answer(running_job, alice, admin)
+
+
+def test_an_output_left_deep_down_is_listed_shortened_not_a_refused_report(client, running_job, alice, admin):
+    """The agent lists what it left behind at any depth of the output directory (a link in a folder 128 deep): the
+    path may be far past one name's length."""
+    deep = "/".join(["d" * 255] * 20) + "/link"
+    body = final(not_kept=[{"path": deep, "size": 0, "reason": "a symbolic link: links are not followed " * 20}])
+
+    response = report(client, running_job, body)
+
+    assert response.status_code == 200, response.content
+    running_job.refresh_from_db()
+    assert running_job.state == State.COLLECTING
+    (left,) = Artifact.objects.filter(job=running_job, not_kept__startswith="a symbolic link")
+    assert left.original_name.startswith("d" * 255 + "/") and left.original_name.endswith("/link")
+    pages_answer(running_job, alice, admin)

@@ -12,7 +12,15 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from fc2 import jsonbounds
 from fc2.models import Job, Node
@@ -77,13 +85,30 @@ class Output(BaseModel):
     archive: bool = False
 
 
+def shortened(limit: int) -> BeforeValidator:
+    """A string past `limit` characters shortened to it in the middle (its start and its end kept, "…" between).
+
+    >>> from pydantic import TypeAdapter
+    >>> TypeAdapter(Annotated[str, shortened(5)]).validate_python("abcdefgh")
+    'ab…gh'
+    """
+
+    def shorten(value):
+        if isinstance(value, str) and len(value) > limit:
+            return f"{value[: (limit - 1) // 2]}…{value[-(limit // 2) :]}"
+        return value
+
+    return BeforeValidator(shorten)
+
+
 class NotKept(BaseModel):
-    """An output the agent left behind, and why (e.g. over the size limit)."""
+    """An output the agent left behind, and why (e.g. over the size limit). Its path may be any depth down the
+    output directory (a link inside a folder): a long one is shortened, never a reason to refuse a final report."""
 
     model_config = ConfigDict(extra="ignore")
-    path: str = Field(min_length=1, max_length=MAX_OUTPUT_PATH)
+    path: Annotated[str, shortened(MAX_OUTPUT_PATH)] = Field(min_length=1)
     size: ByteCount
-    reason: str = Field(max_length=300)
+    reason: Annotated[str, shortened(300)]
 
 
 class Report(BaseModel):
