@@ -14,10 +14,11 @@ from django.urls import reverse
 
 from fc2.models import Job, JobRecord
 from fc2.services import feedback, jobs
+from fc2.services.bundles import store_bundle
 from recommender import bounds
 from recommender.models import PerformanceRecord
 from tests.conftest import call_json
-from tests.helpers import job_row, make_bundle, make_dataset, migrate
+from tests.helpers import job_row, make_bundle, make_dataset, migrate, resource_form, through_data
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fc2_catalog", "table4")]
 
@@ -506,3 +507,26 @@ def test_records_at_their_bounds_get_an_answer_or_a_reason(client, alice, field,
     assert client.get(reverse("recommender-records"), {"workload": "mnist"}).status_code == 200
     code, result, _ = call_json("model_report", "--workload", "mnist")
     assert code in (0, 1) and "internal error" not in result.get("error", "")
+
+
+def test_bobs_records_never_change_alices_plan_in_the_wizard(client, alice, bob, bundle, digits, example_wheel):
+    """The wizard's live recommendation (its Resource step): each one's own code filed under the platform's `mnist`."""
+    with example_wheel.open("rb") as wheel:
+        bobs_bundle = store_bundle(bob, wheel, example_wheel.name)
+    client.force_login(alice)
+    through_data(client, bundle, params=(("epochs", "1"), ("batch_size", "6400")))
+    inputs = resource_form(
+        algorithm="lookup", strategy="mirrored", catalog="fc2-2018", workload_name="mnist", max_workers="4"
+    )
+    before = client.get(reverse("job-new-recommendation"), inputs).context["plan"]
+    bob_measures(bob)
+
+    after = client.get(reverse("job-new-recommendation"), inputs).context["plan"]
+    client.force_login(bob)
+    through_data(client, bobs_bundle, params=(("epochs", "1"), ("batch_size", "6400")))
+    bobs = client.get(reverse("job-new-recommendation"), inputs).context["plan"]
+
+    assert (before.workers, before.predicted_epoch_time_s) == (4, 57)
+    assert after.recommendation == before.recommendation
+    assert after.recommendation["records"]["text"] == "10 platform records"
+    assert (bobs.workers, bobs.predicted_epoch_time_s) == (2, 1.0)
