@@ -1,7 +1,10 @@
 """Importing performance records from files (DESIGN.md's `import_perf_data` contract).
 
 Every row is parsed and checked before anything is written; a bad row is a PerfDataError with its line number and
-nothing of the file is imported. Re-importing the same file replaces its earlier records (idempotent).
+nothing of the file is imported. A figure is checked against its physical bound (recommender/bounds.py), the same
+rule every other door and every answer applies. Records are imported as the platform's (every user's answers read
+them) unless an owner is given. Re-importing the same file for the same owner replaces its earlier records
+(idempotent).
 
 A row's shape is a pydantic model (AnwarRow, CsvRow). An empty field is an absent one: it takes the field's default
 (None: not measured, or a failed run's missing time), or is refused as required when the field has none.

@@ -1,5 +1,8 @@
 """Recommender pages: Anwar's batch size + latency → machines page, the catalogue browser, and performance records
-with the model's predicted-vs-measured plot and the epoch time against workers chart."""
+with the model's predicted-vs-measured plot and the epoch time against workers chart.
+
+Each page shows the user the platform's records and their own, never another user's (recommender/service.py), and
+reads its query string through a form: an invalid value is ignored, and the page says so."""
 
 from __future__ import annotations
 
