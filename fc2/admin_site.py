@@ -6,8 +6,12 @@ first time any app registers a model, so the class must import without registeri
 
 from __future__ import annotations
 
+from functools import wraps
+
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin.exceptions import DisallowedModelAdminToField
+from django.contrib.admin.options import TO_FIELD_VAR
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
 from fc2.models import is_platform_admin
@@ -21,6 +25,22 @@ class PlatformAdminSite(admin.AdminSite):
     site_title = "FC² platform admin"
     index_title = "Records"
     site_url = "/"
+
+    def admin_view(self, view, cacheable=False):
+        """Every admin view, refusing (400) what Django's admin would answer with a 500: an empty `?_to_field=`,
+        which its change form looks up as a field's name (a field it does not allow is a 400), and NUL in a query
+        value, which its lists put in their queries as it comes (PostgreSQL refuses NUL in text)."""
+        inner = super().admin_view(view, cacheable)
+
+        @wraps(inner)
+        def checked(request: HttpRequest, *args, **kwargs):
+            if request.GET.get(TO_FIELD_VAR) == "" or request.POST.get(TO_FIELD_VAR) == "":
+                raise DisallowedModelAdminToField("the field _to_field names is empty")
+            if any("\x00" in text for name, values in request.GET.lists() for text in (name, *values)):
+                raise BadRequest("a query string that holds NUL")
+            return inner(request, *args, **kwargs)
+
+        return checked
 
     def login(self, request: HttpRequest, extra_context=None) -> HttpResponse:
         if request.user.is_authenticated and request.user.is_active and not is_platform_admin(request.user):

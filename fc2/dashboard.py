@@ -111,7 +111,7 @@ def dashboard_page(request: HttpRequest) -> HttpResponse:
     usernames = list(get_user_model().objects.order_by("username").values_list("username", flat=True))
     form = DashboardFilters(request.GET, providers=providers, usernames=usernames)
     form.is_valid()
-    sort = form.cleaned_data["sort"]
+    sort = form.cleaned_data.get("sort", dashboard.DEFAULT_SORT)  # (a NUL fails the field before clean_sort)
     now = timezone.now()
 
     jobs = dashboard.filtered_jobs(form.job_filters(), now)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
@@ -14,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from fc2 import query
 from fc2.job_lists import filter_jobs
 from fc2.models import CodeBundle, Dataset, Job
 
@@ -40,24 +42,27 @@ def monthly_spend(user, now: datetime | None = None) -> dict:
     }
 
 
+class HomeQuery(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="bundle search")
+    kind = forms.ChoiceField(required=False, choices=[("", "any"), *Dataset.Kind.choices], label="dataset filter")
+
+
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     user = request.user
     params = request.GET
 
-    jobs, job_filters = filter_jobs(Job.objects.filter(owner=user), params)
+    jobs, job_filters = filter_jobs(request, Job.objects.filter(owner=user))
+    asked = query.read(request, HomeQuery(params))
 
     bundles = CodeBundle.objects.filter(owner=user).annotate(job_count=Count("jobs")).order_by("-created_at", "-pk")
-    q = params.get("q", "").strip()
+    q = asked.get("q", "")
     if q:
         bundles = bundles.filter(Q(name__icontains=q) | Q(distribution__icontains=q) | Q(filename__icontains=q))
 
     datasets = Dataset.objects.filter(owner=user)
-    kind = params.get("kind", "")
-    if kind in Dataset.Kind.values:
+    if kind := asked.get("kind", ""):
         datasets = datasets.filter(kind=kind)
-    else:
-        kind = ""
 
     context = {
         "jobs": Paginator(jobs, PER_PAGE).get_page(params.get("jobs_page")),

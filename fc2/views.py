@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC
-
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -11,11 +10,10 @@ from django.db import connection
 from django.db.models import Prefetch
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
 import provisioner
+from fc2 import query
 from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
 from fc2.services import monitoring, pipeline
@@ -73,7 +71,7 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    jobs, job_filters = filter_jobs(Job.objects.visible_to(request.user), request.GET)
+    jobs, job_filters = filter_jobs(request, Job.objects.visible_to(request.user))
     page = Paginator(jobs, 25).get_page(request.GET.get("page"))
     context = {"page": page, **job_filters, "show_owner": is_platform_admin(request.user)}
     return render(request, "fc2/job_list.html", context)
@@ -113,19 +111,19 @@ def _job_context(job: Job) -> dict:
     }
 
 
+class SeriesQuery(forms.Form):
+    since = query.DateTimeField(required=False)
+
+
 @login_required
 def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
     """The charts' data: per-node resource points and the loss curve, newer than `?since=` (the last `until`); the
     job's progress, its costs so far and projected, and its run figures and alerts (monitor/figures.py)."""
     job = _visible_job(request, job_id)
-    since = None
-    if request.GET.get("since"):
-        since = parse_datetime(request.GET["since"].replace(" ", "+"))  # a bare + in a query string means a space
-        if since is None:
-            return JsonResponse({"error": "since must be an ISO 8601 date and time"}, status=400)
-        if timezone.is_naive(since):
-            since = timezone.make_aware(since, UTC)
-    data = monitoring.job_series(job, since)
+    query = SeriesQuery(request.GET)
+    if not query.is_valid():  # the answer depends on it: a chart must not take every point for the new ones
+        return JsonResponse({"error": f"since: {' '.join(query.errors['since'])}"}, status=400)
+    data = monitoring.job_series(job, query.cleaned_data["since"])
     return JsonResponse(
         {
             "job": job.pk,

@@ -192,6 +192,27 @@ def test_a_bad_filter_is_reported_and_ignored(staff_client, spread):
     assert page_ids(response) == [spread["b_queued"].pk]  # only the valid created_from applies
 
 
+@pytest.mark.parametrize("q", ["²", "#²", "9" * 40, "#" + "9" * 19])  # (past a bigint)
+def test_a_search_that_is_no_job_id_searches_text_only(staff_client, spread, q):
+    response = staff_client.get(URL, {"q": q})
+
+    assert response.status_code == 200 and page_ids(response) == []
+
+
+def test_a_sort_or_search_holding_nul_is_reported_and_ignored(staff_client, spread):
+    response = staff_client.get(URL, {"sort": "\x00", "q": "a\x00"})
+
+    assert response.status_code == 400
+    assert response.context["form"].errors.keys() == {"sort", "q"}
+    assert page_ids(response) == [spread[name].pk for name in ("b_queued", "b_run", "a_fail", "a_ok")]  # -created
+
+
+def test_submitted_to_the_last_day_there_is_keeps_every_job(staff_client, spread):
+    response = staff_client.get(URL, {"created_from": "0001-01-01", "created_to": "9999-12-31"})
+
+    assert response.status_code == 200 and len(page_ids(response)) == 4
+
+
 @pytest.mark.parametrize(
     ("sort", "expected"),
     [

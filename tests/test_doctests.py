@@ -11,6 +11,7 @@ MODULES = [
     "fc2.bundles",
     "fc2.management.commands.cluster",
     "fc2.models",
+    "fc2.query",
     "fc2.results",
     "fc2.services.artifacts",
     "fc2.services.limits",

@@ -124,6 +124,51 @@ def test_job_list_filters_by_state(client, alice, job, bundle, digits):
     assert [j.pk for j in response.context["page"]] == [other.pk]
 
 
+@pytest.mark.parametrize("state", ["nope", "\x00", "²"])
+def test_a_filter_that_names_nothing_is_ignored_and_said(client, alice, job, state):
+    client.force_login(alice)
+
+    for url in (reverse("job-list"), reverse("home")):
+        response = client.get(url, {"state": state})
+
+        assert response.status_code == 200
+        assert response.context["state"] == "" and job in list(response.context["jobs" if url == "/" else "page"])
+        (message,) = [str(m) for m in response.context["messages"]]
+        assert message.startswith("Ignored the state filter: Select a valid choice.")
+
+
+@pytest.mark.parametrize(("params", "ignored"), [({"q": "a\x00b"}, "bundle search"), ({"kind": "²"}, "dataset filter")])
+def test_the_homes_bundle_search_and_dataset_filter_ignore_what_they_cannot_use(client, alice, bundle, params, ignored):
+    client.force_login(alice)
+
+    response = client.get(reverse("home"), params)
+
+    assert response.status_code == 200 and list(response.context["bundles"]) == [bundle]
+    assert [str(m).split(":")[0] for m in response.context["messages"]] == [f"Ignored the {ignored}"]
+
+
+@pytest.mark.parametrize(
+    "since", ["2026-02-30T10:00:00", "²", "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59", "9" * 5000]
+)
+def test_series_answers_400_to_a_since_that_is_no_time(client, alice, job, since):
+    client.force_login(alice)
+
+    response = client.get(reverse("job-series", args=[job.pk]), {"since": since})
+
+    assert response.status_code == 400 and response.json()["error"].startswith("since: ")
+
+
+def test_series_takes_since_with_its_offset_as_a_query_string_sends_it(client, alice, job):
+    """A `+` left unescaped is a space in a query string: the offset is read as meant, and a naive time is UTC."""
+    client.force_login(alice)
+    url = reverse("job-series", args=[job.pk])
+
+    sent = [client.get(f"{url}?since={since}") for since in ("2026-01-01T10:00:00+01:00", "2026-01-01T09:00:00")]
+
+    assert [answer.status_code for answer in sent] == [200, 200]
+    assert [answer.json()["until"] for answer in sent] == ["2026-01-01T09:00:00.000000Z"] * 2  # (no point: since)
+
+
 def test_job_list_pager_and_chips_keep_the_filter_and_restart_the_pages(client, alice, job, bundle, digits):
     for _ in range(25):
         make_job(alice, bundle, digits)

@@ -663,7 +663,7 @@ def test_rerun_prefills_the_wizard_from_a_job(client, alice, bundle, digits, fc2
     assert [getattr(rerun, f) for f in fields] == [getattr(job, f) for f in fields]
 
 
-@pytest.mark.parametrize("given", ["other", "404404", "abc"])
+@pytest.mark.parametrize("given", ["other", "404404", "abc", "²", "9" * 40, "9" * 5000, "-1", "1\x00"])
 def test_rerun_of_a_job_one_cannot_see_is_404(client, alice, bob, bob_bundle, digits, given):
     job_id = make_job(bob, bob_bundle, digits).pk if given == "other" else given
     client.force_login(alice)

@@ -26,6 +26,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, TruncWeek
 from django.utils import timezone
 
+from fc2 import query
 from fc2.models import Job, ReapedCluster
 
 # Big JSON columns no dashboard list shows: not worth reading and decoding 50 times a page.
@@ -117,14 +118,13 @@ def filtered_jobs(filters: JobFilters, now: dt.datetime) -> QuerySet[Job]:
         queryset = queryset.filter(owner__username=filters.user)
     if filters.created_from:
         queryset = queryset.filter(created_at__gte=_start_of(filters.created_from))
-    if filters.created_to:
+    if filters.created_to and filters.created_to < dt.date.max:  # (no day follows the last: nothing to leave out)
         queryset = queryset.filter(created_at__lt=_start_of(filters.created_to + dt.timedelta(days=1)))
     search = filters.search.strip()
     if search:
         match = Q(owner__username__icontains=search) | Q(failure_reason__icontains=search)
-        job_id = search.removeprefix("#")
-        if job_id.isdigit() and len(job_id) < 19:  # fits a bigint
-            match |= Q(pk=int(job_id))
+        if (job_id := query.as_id(search.removeprefix("#"))) is not None:
+            match |= Q(pk=job_id)
         queryset = queryset.filter(match)
     return with_spend(queryset, now)
 

@@ -385,7 +385,9 @@ class ResourceForm(StepForm):
             label = provisioner.get(provider).label
             self.fields["catalog"].help_text = f"{label}: its machines are the {own} catalogue's types."
         chosen = self.data.get("catalog") if self.is_bound else self.initial.get("catalog")
-        types = list(InstanceType.objects.filter(catalog__name=chosen or default))
+        # Only a catalogue there is names the types: anything else sent (NUL, which PostgreSQL refuses in a query
+        # value) is the field's to refuse, the default catalogue's types shown meanwhile.
+        types = list(InstanceType.objects.filter(catalog__name=chosen if chosen in names else default))
         ps_types = [(t.name, self._type_label(t, network=True)) for t in types if t.role in ("ps", "any")]
         worker_types = [(t.name, self._type_label(t)) for t in types if t.role in ("worker", "any")]
         self.fields["ps_type"].choices = [("", "Chosen by the algorithm (Manual: the worker type)"), *ps_types]
@@ -415,8 +417,14 @@ class ResourceForm(StepForm):
 
     @property
     def workload(self) -> str:
-        """The workload the fields name (the default one when left empty); "" before the code and data are chosen."""
-        return self["workload_name"].value() or self.initial.get("default_workload", "")
+        """The workload the fields name (the default one when left empty); "" before the code and data are chosen, or
+        while the name given is no workload's name (the field says why)."""
+        try:
+            return self.fields["workload_name"].clean(self["workload_name"].value()) or self.initial.get(
+                "default_workload", ""
+            )
+        except forms.ValidationError:
+            return ""
 
     sized_by_the_ps_reason = SIZED_BY_THE_PS_REASON
     strategy_left_open_reason = jobs.STRATEGY_LEFT_OPEN_REASON

@@ -6,6 +6,7 @@ submitting are the services'. A fault found when the job is run is shown beside 
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -13,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
+from fc2 import query
 from fc2.bundles import BundleError
 from fc2.models import Job
 from fc2.services import datasets, jobs, submissions
@@ -88,6 +90,14 @@ def _render(request: HttpRequest, wizard: Wizard, step: str, form: StepForm | No
     return render(request, f"fc2/wizard/{step}.html", context, status=400 if failed else 200)
 
 
+class RerunQuery(forms.Form):
+    """`/jobs/new/?from=<job id>`: the job a re-run starts from."""
+
+    def __init__(self, data):
+        super().__init__(data)
+        self.fields["from"] = query.IdField()  # (a Python keyword: not a class attribute)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def start(request: HttpRequest) -> HttpResponse:
@@ -97,10 +107,12 @@ def start(request: HttpRequest) -> HttpResponse:
         wizard.clear()
         return redirect(_step_url("code"))
     if "from" in request.GET:
-        job_id = request.GET["from"]
-        if not job_id.isdigit():
+        rerun = RerunQuery(request.GET)
+        if not rerun.is_valid():  # a link of ours names a job by its id: this one names none
             raise Http404("no such job")
-        job = get_object_or_404(Job.objects.visible_to(request.user).select_related("dataset"), pk=job_id)
+        job = get_object_or_404(
+            Job.objects.visible_to(request.user).select_related("dataset"), pk=rerun.cleaned_data["from"]
+        )
         wizard.prefill(job)
         messages.info(request, f"The wizard holds job {job.pk}'s code, data and resources: change anything, then run.")
         return redirect(_step_url(wizard.first_open()))
