@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -478,3 +479,22 @@ def test_an_output_left_deep_down_is_listed_shortened_not_a_refused_report(clien
     (left,) = Artifact.objects.filter(job=running_job, not_kept__startswith="a symbolic link")
     assert left.original_name.startswith("d" * 255 + "/") and left.original_name.endswith("/link")
     pages_answer(running_job, alice, admin)
+
+
+def test_a_node_gone_with_nul_in_its_log_fails_the_job_with_its_log(job, settings):
+    """The end of a node's log is its failure reason when it left no result: what its code printed, NUL included."""
+    Job.objects.filter(pk=job.pk).update(state=State.RUNNING, strategy="mirrored")
+    cluster = launch_cluster(job, strategy="mirrored", workers=1)
+    (node,) = cluster.nodes
+    (Path(node.workdir) / "node.log").write_bytes(b"epoch 1\nnul \x00 here\nKilled\n")
+    settings.FC2_NODE_SILENCE_S = 0
+    job.refresh_from_db()
+
+    sweep.check_running(job)  # its machine has no process of it: gone, and no result kept
+
+    job.refresh_from_db()
+    assert job.state == State.FAILED
+    assert (
+        job.failure_reason
+        == "worker-0 stopped without reporting a result; its log ends:\nepoch 1\nnul \ufffd here\nKilled\n"
+    )
