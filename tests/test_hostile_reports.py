@@ -135,9 +135,9 @@ HOSTILE_METRICS = [
         {"examples_per_s": 1e308, "epoch_time_s": 5e-324, "batch_size": int("9" * 300), "test_loss": [1, 2]},
         None,
     ),
-    (b'{"deep": ' + b"[" * 100 + b"]" * 100 + b"}", {"error": "metrics.json is not valid JSON"}, None),
-    (b'{"n": %s}' % (b"9" * 5000), {"error": "metrics.json is not valid JSON"}, None),
-    (b'{"bad": "\xff\xfe"}', {"error": "metrics.json is not valid JSON"}, None),
+    (b'{"deep": ' + b"[" * 100 + b"]" * 100 + b"}", {"error": "metrics.json is not valid JSON"}, "nested deeper"),
+    (b'{"n": %s}' % (b"9" * 5000), {"error": "metrics.json is not valid JSON"}, "not valid JSON (Exceeds the limit"),
+    (b'{"bad": "\xff\xfe"}', {"error": "metrics.json is not valid JSON"}, "not valid JSON ('utf-8' codec"),
 ]
 
 

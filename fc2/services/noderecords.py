@@ -165,9 +165,7 @@ def _without_bad_progress(data, error: ValidationError) -> tuple[dict, list[str]
     left_out: dict[str, str] = {}
     for problem in bad:
         where, *at, name = problem["loc"]
-        lines = [data[where]] if where == "progress" else [data[where][at[0]]]
-        for line in lines:
-            line.pop(name, None)
+        (data[where][at[0]] if at else data[where]).pop(name, None)
         left_out.setdefault(f"{where}{'[]' if at else ''}.{name}", problem["msg"].lower())
     return data, [f"{path} left out ({why})" for path, why in left_out.items()]
 
@@ -249,16 +247,17 @@ def _store_outputs(job: Job, node: Node, report: Report, files: list[UploadedFil
 
 
 def job_metrics(data: bytes) -> tuple[dict, list[str]]:
-    """The chief's metrics.json as the job keeps it to show — cleaned
-    (jsonbounds.clean), its strings and itself bounded (MAX_METRIC_STRING, MAX_METRICS_CHARS: past it, its first
-    entries that fit) — and what was changed, one line each."""
+    """The chief's metrics.json as the job keeps it to show — cleaned (jsonbounds.clean), its strings and itself
+    bounded (MAX_METRIC_STRING, MAX_METRICS_CHARS: past it, its first entries that fit) — and what was changed, one
+    line each."""
     try:
         data = jsonbounds.loads(data)
         metrics, changes = jsonbounds.clean(
             data if isinstance(data, dict) else {"value": data}, max_string=MAX_METRIC_STRING
         )
-    except ValueError:  # not JSON, not UTF-8, nested too deep, an integer of more digits than Python reads
-        return {"error": "metrics.json is not valid JSON"}, []
+    except ValueError as exc:  # not JSON, not UTF-8, nested too deep, an integer of more digits than Python reads
+        why = jsonbounds.clean_text(str(exc))[:200]
+        return {"error": "metrics.json is not valid JSON"}, [f"not valid JSON ({why}): not shown"]
     if len(json.dumps(metrics)) > MAX_METRICS_CHARS:
         kept, size = {}, 2
         for key, value in metrics.items():
