@@ -226,8 +226,9 @@ def test_lab_sweep_records_each_cell_and_lookup_answers_from_them(alice, example
     answer = StringIO()
     call_command(
         "recommend", "--algorithm", "lookup", "--catalog", "lab", "--workload", "digits-lab", "--max-workers", "2",
-        "--batch-size", "16", "--latency-ms", "40", "--json", stdout=answer,
+        "--batch-size", "16", "--latency-ms", "40", "--user", "alice", "--json", stdout=answer,
     )  # fmt: skip
+    # The sweep's records are alice's, as any user's jobs' are: her answers read them, no one else's.
     chosen = json.loads(answer.getvalue())
     assert chosen["source"] == "measured"
     assert chosen["workers"] == min((1, 2), key=lambda n: times[(n, 40.0)])
