@@ -35,6 +35,7 @@ from fc2 import jsonbounds
 from fc2.api import JsonWhateverAccepted, UploadedFile
 from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH, BundleError
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
+from fc2.query import MAX_ID  # a larger id in a URL names nothing (and must not reach the database)
 from fc2.rest import (
     BoundedJSONParser,
     Refused,
@@ -50,8 +51,6 @@ from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
 logger = logging.getLogger(__name__)
 
-# Ids are 64-bit: a larger number in a URL names nothing (and must not reach the database, which would refuse it).
-MAX_ID = 2**63 - 1
 # The most of a log one answer carries; a client asks again from the offset it was given.
 LOG_CHUNK_CHARS = 2**20
 
