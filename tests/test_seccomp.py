@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import local, sandbox, seccomp
+import provisioner
+from provisioner import ClusterSpec, RunSpec, local, sandbox, seccomp
 from tests.helpers import code_wheel, start_cluster, wait_result
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}")
@@ -203,23 +204,46 @@ def test_without_the_filter_the_kernel_answers_otherwise(found, tmp_path):
     assert control["unshare(CLONE_NEWUSER)"] == "ok" and control["int 0x80"] == 0
 
 
-def test_a_nodes_command_runs_under_the_filter(tmp_path, settings):
-    """The path a job takes (the node agent starts the command built by sandbox.command()): its code is filtered.
-    tests/test_sandbox.py's hostile bundle then trains TensorFlow, under the filter, on two nodes."""
-    code = """
-        import ctypes, json, os
-        libc = ctypes.CDLL(None, use_errno=True)
-        status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
-        found = {"seccomp": status["Seccomp"].strip(), "unshare": libc.unshare(0x10000000), "errno": ctypes.get_errno()}
-        json.dump(found, open(os.path.join(os.environ["FC2_OUTPUT_DIR"], "seccomp.json"), "w"))
-    """
-    cluster = start_cluster(tmp_path / "agent", code_wheel(tmp_path, code), settings)
+# A job's own code, as a hostile bundle runs it: each call the filter refuses, the int argument given with its upper
+# half set as the kernel ignores it.
+NODE_PROBE = """
+    import ctypes, json, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+    found = {"seccomp": status["Seccomp"].strip()}
+    for name, number, args in [("unshare", 272, [0x10000000]), ("vsock", 41, [1 << 32 | 40, 1, 0]),
+                               ("modify_ldt", 154, [0, 0, 0]), ("mbind", 237, [0, 0, 0, 0, 0, 0])]:
+        ctypes.set_errno(0)
+        result = libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args])
+        found[name] = ctypes.get_errno() if result == -1 else "ok"
+    json.dump(found, open(os.path.join(os.environ["FC2_OUTPUT_DIR"], "seccomp.json"), "w"))
+"""
+
+
+@pytest.mark.parametrize("provider", ["local", pytest.param("lab", marks=pytest.mark.heavy)])
+def test_a_nodes_command_runs_under_the_filter(provider, tmp_path, settings):
+    """The path a job takes (the node agent starts the command built by sandbox.command()), on a local and on a lab
+    node: its code is filtered. tests/test_sandbox.py's hostile bundle then trains TensorFlow, under the filter, on
+    two nodes."""
+    if provider == "lab" and (why := provisioner.unavailable("lab")):
+        pytest.skip(why)
+    wheel = code_wheel(tmp_path, NODE_PROBE)
+    if provider == "local":
+        cluster = start_cluster(tmp_path / "agent", wheel, settings)
+    else:
+        cluster = provisioner.launch(ClusterSpec(f"fc2-seccomp-{tmp_path.name}"[:40], "lab", "mirrored", 1,
+                                                 worker_type="lab-w-100"))  # fmt: skip
+        (data := tmp_path / "data.npz").write_bytes(b"data")
+        run = RunSpec(1, str(wheel), "demo.main", dataset=str(data), report_url="http://127.0.0.1:9", token="t")
+        cluster = provisioner.bootstrap(cluster, run)
     try:
         wait_result(cluster)
         found = json.loads((Path(cluster.nodes[0].workdir) / "job" / "output" / "seccomp.json").read_text())
     finally:
-        local.teardown(cluster.cluster_id)
-    assert found == {"seccomp": "2", "unshare": -1, "errno": errno.EPERM}
+        provisioner.teardown(provider, cluster.cluster_id)
+    eperm = errno.EPERM
+    assert found == {"seccomp": "2", "unshare": eperm, "vsock": eperm, "modify_ldt": eperm, "mbind": eperm}
     assert not (Path(cluster.workdir) / "etc" / sandbox.SECCOMP_FILE).exists()  # gone with the cluster
 
 
