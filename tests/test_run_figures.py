@@ -130,10 +130,11 @@ def test_the_job_page_and_its_json_show_the_figures_and_the_saturation_alert(cli
 
 
 def lookup(workers: int) -> dict:
+    """Alice's lookup: the platform's records and her own jobs' (no one else's)."""
     out = StringIO()
     call_command(
         "recommend", "--algorithm", "lookup", "--catalog", "lab", "--workload", "digits-lab", "--max-workers",
-        str(workers), "--batch-size", "16", "--latency-ms", "0", "--json", stdout=out,
+        str(workers), "--batch-size", "16", "--latency-ms", "0", "--user", "alice", "--json", stdout=out,
     )  # fmt: skip
     return json.loads(out.getvalue())
 
