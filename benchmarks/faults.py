@@ -7,7 +7,8 @@ its nodes, cancel, a PS job's end, the web server down), tests/test_node_loss.py
 link lost mid-training; an EC2 instance terminated behind the platform's back, on moto with lab hosts),
 tests/test_outages.py (PostgreSQL and Redis of the test's own restarted under a running job; the 503s in process),
 tests/test_local_faults.py (a local launch SIGKILLed half-way and sent again, a node's disk gone, the worker killed
-with its whole cgroup under a running job) and tests/test_local_admission.py (the machine full of local clusters).
+with its whole cgroup under a running job), tests/test_local_admission.py (the machine full of local clusters) and
+the hostile bundle of tests/test_hostile_reports.py (NaN, huge integers and NUL in what a job writes, local and lab).
 This runs them in one pytest session in a scratch FC2_VAR_DIR and pytest --basetemp (nothing of the developer's var/
 is touched), reads what each printed (`FIGURE …` lines) and how it ended (a test marked xfail is a known bug, its
 reason says whose), then looks on the machine for anything of the run left: namespaces, veths, bridges, iptables
@@ -39,6 +40,7 @@ SUITES = [
     "tests/test_outages.py",
     "tests/test_local_faults.py",
     "tests/test_local_admission.py",
+    "tests/test_hostile_reports.py::test_a_hostile_bundle_succeeds_showably_and_leaves_nothing",
 ]
 # test function -> (the fault, the step it hits when the test id does not say)
 FAULTS = {
@@ -66,6 +68,10 @@ FAULTS = {
     "test_a_cluster_past_what_the_machine_has_waits_and_starts_when_one_ends": ("machine full (local)", "provisioning"),
     "test_two_launches_at_once_are_admitted_one_after_the_other": ("room for 1, 2 launches at once", "provisioning"),
     "test_a_job_with_no_room_waits_its_turn_with_the_reason_said_once": ("machine full (local), a job", "provisioning"),
+    "test_a_hostile_bundle_succeeds_showably_and_leaves_nothing": (
+        "hostile metrics.json, log, progress",
+        "end of run",
+    ),
     "test_postgres_restarted_mid_job_answers_503_meanwhile_and_the_job_goes_on": ("PostgreSQL down 12 s", "end of run"),
     "test_redis_restarted_mid_job_answers_503_meanwhile_and_the_job_recovers": ("Redis down 12 s", "end of run"),
     "test_a_database_error_in_a_view_is_a_503": ("DB error in a view", "request"),
