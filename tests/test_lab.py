@@ -357,10 +357,11 @@ def test_scala_opt_with_no_profile_runs_its_profiling_run_then_the_cluster_it_ch
     again = StringIO()
     call_command(
         "recommend", "--algorithm", "scala-opt-m", "--catalog", "lab", "--workload", "digits-profiled",
-        "--worker-type", "lab-w-1g", "--ps-type", "lab-ps-450", "--max-workers", "2", "--batch-size", "16", "--json",
-        stdout=again,
+        "--worker-type", "lab-w-1g", "--ps-type", "lab-ps-450", "--max-workers", "2", "--batch-size", "16",
+        "--user", "alice", "--json", stdout=again,
     )  # fmt: skip
-    assert json.loads(again.getvalue())["workers"] == expected  # what the next job of the workload is told at once
+    # What alice's next job of the workload is told at once (the profile is hers, as her jobs' records are).
+    assert json.loads(again.getvalue())["workers"] == expected
 
 
 @pytest.mark.django_db(transaction=True)
