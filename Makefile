@@ -22,7 +22,11 @@ $(EXAMPLE_WHEELS): $(BIN)/.installed $(shell find examples/digits_cnn -name '*.p
 
 examples: $(EXAMPLE_WHEELS)
 
+# With DEBUG on (`make run`), the data directory is marked as a development checkout's (fc2/settings.py,
+# DEVELOPMENT_MARK): the README's `manage.py` commands then run in a fresh shell with the same defaults.
 setup: $(BIN)/.installed examples sandbox
+	@case "$$(printf %s "$${DEBUG:-}" | tr A-Z a-z)" in 1|true|yes|on) \
+		mkdir -p "$${FC2_VAR_DIR:-var}" && touch "$${FC2_VAR_DIR:-var}/development";; esac
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py setup_platform
 

@@ -1,8 +1,9 @@
 """Settings for the FC² platform, read from the environment.
 
 Defaults are the embedded ones `make run` uses: SQLite in var/, a filesystem broker (no server), the local provider.
-Set DATABASE_URL and REDIS_URL for PostgreSQL and Redis. DEBUG is off unless set (`make run` sets DEBUG=1); with it
-off, SECRET_KEY must be given and the production security settings apply. Tests run under fc2.settings_test.
+Set DATABASE_URL and REDIS_URL for PostgreSQL and Redis. DEBUG is off unless set, or unless `make run` marked the data
+directory as a development checkout's (DEVELOPMENT_MARK); with it off, SECRET_KEY must be given and the production
+security settings apply. Tests run under fc2.settings_test.
 """
 
 import ipaddress
@@ -41,20 +42,28 @@ def envsecret(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
 
 
-# Off unless asked for: a forgotten variable must not serve tracebacks under a published key (`make run` sets DEBUG=1).
-DEBUG = envbool("DEBUG", "false")
+# Runtime state (database file, uploads, artifacts, broker queue, local clusters) lives under one directory.
+VAR_DIR = Path(os.environ.get("FC2_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+# Off unless asked for: a forgotten variable must not serve tracebacks under a published key. A checkout that `make run`
+# (or `make setup` with DEBUG=1) set up for development says so in its data directory, so that the README's
+# `manage.py` commands run in a fresh shell with the same defaults as `make run`; an explicit DEBUG always wins, and an
+# image or a server set up for production has no such file.
+DEVELOPMENT_MARK = VAR_DIR / "development"
+DEBUG = envbool("DEBUG", "true" if DEVELOPMENT_MARK.exists() else "false")
 SECRET_KEY = envsecret("SECRET_KEY", "dev-only-insecure-key" if DEBUG else None)
 if SECRET_KEY is None:
-    raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
+    raise ImproperlyConfigured(
+        "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off; for development, run `make run` once "
+        "in this checkout, or set DEBUG=1"
+    )
 if not SECRET_KEY.strip():
     # A blank key would still sign sessions and reset links, with a value anyone can guess.
     raise ImproperlyConfigured("SECRET_KEY (or the file SECRET_KEY_FILE names) is empty or only whitespace")
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
-# Runtime state (database file, uploads, artifacts, broker queue, local clusters) lives under one directory.
-VAR_DIR = Path(os.environ.get("FC2_VAR_DIR", BASE_DIR / "var")).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 MEDIA_ROOT = Path(os.environ.get("FC2_MEDIA_ROOT", VAR_DIR / "media")).resolve()  # uploads and artifacts
 MEDIA_URL = "/media/"
 STATIC_ROOT = VAR_DIR / "static"

@@ -76,6 +76,35 @@ def test_without_debug_a_key_is_required(tmp_path):
     assert "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off" in message
 
 
+def test_a_checkout_make_run_set_up_runs_its_commands_with_make_runs_defaults(tmp_path):
+    """`make run` marks its data directory (Makefile, setup): the README's `manage.py` lines then work in a fresh
+    shell; an explicit DEBUG still wins, and a data directory never marked stays off."""
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "development").touch()
+
+    assert loaded(tmp_path)["DEBUG"] is True
+    assert loaded(tmp_path)["SECRET_KEY"] == "dev-only-insecure-key"
+    assert "must be set when DEBUG is off" in refused(tmp_path, DEBUG="false")
+
+
+def test_manage_py_says_a_missing_setting_in_one_line(tmp_path):
+    """A newcomer's command in a shell with nothing set: one line saying what to set, never a traceback."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "recommend", "--algorithm", "cost-opt", "--budget", "2"],
+        env={"PATH": os.environ["PATH"], "FC2_VAR_DIR": str(tmp_path / "var")},
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off; for development, run `make run` once "
+        "in this checkout, or set DEBUG=1"
+    ]
+
+
 def test_key_from_the_environment_or_a_file(tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text("from-a-file\n")
