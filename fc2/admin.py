@@ -1,4 +1,5 @@
-"""The admin: uploads may be corrected; jobs, and what the pipeline and the nodes write, are shown, never edited.
+"""The admin: uploads may be corrected; jobs, and what the pipeline and the nodes write (their samples and loss points
+too, registered here since monitor/ knows no fc2), are shown, never edited.
 
 A job's state moves only through fc2.services.pipeline, whose steps claim a job by a conditional update on its state: a
 form that moved it (or rewrote its token, cluster or lease) would start or orphan work behind the pipeline's back.
@@ -12,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from fc2.models import ApiToken, Artifact, CodeBundle, Dataset, Job, JobEvent, Node, ReapedCluster
+from monitor.models import LossPoint, NodeSample
 
 
 class StoredFileInput(AdminFileWidget):
@@ -22,7 +24,8 @@ class StoredFileInput(AdminFileWidget):
 
 
 class ReadOnly:
-    """Rows the platform writes (nodes, artifacts, events): to look at, and to go with their job when it is deleted."""
+    """Rows the platform writes (nodes, artifacts, events, samples, losses): to look at, and to go with their job when
+    it is deleted."""
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -120,6 +123,18 @@ class JobEventAdmin(RecordAdmin):
 class NodeAdmin(RecordAdmin):
     list_display = ("job", "name", "role", "address", "status", "last_report_at")
     list_filter = ("status", "role")
+
+
+@admin.register(NodeSample)
+class NodeSampleAdmin(RecordAdmin):
+    list_display = ("node", "at", "cpu_percent", "memory_mb", "gpu_percent", "bytes_sent", "bytes_recv")
+    list_filter = ("node__job",)
+
+
+@admin.register(LossPoint)
+class LossPointAdmin(RecordAdmin):
+    list_display = ("node", "at", "printed_at", "epoch", "step", "loss")
+    list_filter = ("node__job",)
 
 
 @admin.register(Artifact)

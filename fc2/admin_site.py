@@ -23,7 +23,9 @@ class PlatformAdminSite(admin.AdminSite):
 
     site_header = "FC² platform admin"
     site_title = "FC² platform admin"
-    index_title = "Records"
+    # The index lists every app's models (accounts, jobs and uploads, instance catalogues, performance records, the
+    # monitor's samples), not records alone.
+    index_title = "Site administration"
     site_url = "/"
 
     def admin_view(self, view, cacheable=False):
