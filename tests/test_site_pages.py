@@ -114,7 +114,7 @@ def test_anonymous_on_the_admin_is_asked_to_log_in(client, db):
 def test_the_admin_is_branded_and_links_back_to_the_site(admin_client):
     page = admin_client.get("/admin/").content.decode()
 
-    assert "<title>Records | FC² platform admin</title>" in page
+    assert "<title>Site administration | FC² platform admin</title>" in page
     assert '<a href="/admin/">FC² platform admin</a>' in page
     assert '<a href="/">View site</a>' in page
 
