@@ -41,14 +41,31 @@ class Headline:
     text: str  # the value as people read it, e.g. "97.3 %"
 
 
-def rounded(value):
-    """A metric as a page shows it: a count exactly, other numbers to three significant digits, a list of numbers
-    summed up (how many, the last, the range), a mapping by its size, anything else as it is.
+# A list of at most this many numbers is shown as the list itself (an input shape, a few epochs' losses); a longer one
+# is summed up.
+SHORT_LIST = 4
 
-    >>> rounded(0.123456), rounded(1437), rounded(True), rounded("adam")
-    ('0.123', '1437', True, 'adam')
-    >>> rounded([2.3, 0.51234, 0.0123]), rounded([]), rounded([1, "a"])
-    ('3 values, last 0.0123 (0.0123–2.3)', 'none', '2 values')
+
+def figure(value: float) -> str:
+    """A measured figure as every page shows it (a metric's pill, the run's throughput): three significant digits,
+    but never fewer than its whole part, so that one figure reads the same wherever it shows.
+
+    >>> figure(0.083456), figure(2.34567), figure(1143.6), figure(12345.6), figure(-1143.6)
+    ('0.0835', '2.35', '1144', '12346', '-1144')
+    """
+    return f"{value:.0f}" if math.isfinite(value) and abs(value) >= 1000 else significant(value)
+
+
+def rounded(value):
+    """A metric as a page shows it: a count exactly, other numbers as `figure`, a short list of numbers as the list,
+    a longer one summed up (how many, the last, the range), a mapping by its size, anything else as it is.
+
+    >>> rounded(0.123456), rounded(1437), rounded(1143.6), rounded(True), rounded("adam")
+    ('0.123', '1437', '1144', True, 'adam')
+    >>> rounded([8, 8, 1]), rounded([2.3, 0.51234]), rounded([]), rounded([1, "a"])
+    ('[8, 8, 1]', '[2.3, 0.512]', 'none', '2 values')
+    >>> rounded([2.3, 0.51234, 0.0123, 0.01, 0.005])
+    '5 values, last 0.005 (0.005–2.3)'
     >>> rounded({"a": 1, "b": 2})
     '2 entries'
     """
@@ -57,17 +74,19 @@ def rounded(value):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return significant(value)
+        return figure(value)
     if isinstance(value, list | tuple):
         if not value:
             return "none"
         numbers = [_number(v) for v in value]
         if len(value) == 1 and numbers[0] is not None:
-            return significant(numbers[0])
+            return rounded(value[0])
         count = f"{len(value)} values"
         if any(n is None for n in numbers):
             return count
-        return f"{count}, last {significant(numbers[-1])} ({significant(min(numbers))}–{significant(max(numbers))})"
+        if len(value) <= SHORT_LIST:
+            return f"[{', '.join(rounded(v) for v in value)}]"
+        return f"{count}, last {figure(numbers[-1])} ({figure(min(numbers))}–{figure(max(numbers))})"
     if isinstance(value, dict):
         return f"{len(value)} entries"
     return value
@@ -94,9 +113,9 @@ def headline(metrics: dict, final_loss: float | None) -> Headline | None:
     for key in LOSS_KEYS:
         loss = _number(metrics.get(key))
         if loss is not None:
-            return Headline(key.replace("_", " ").removeprefix("final "), significant(loss))
+            return Headline(key.replace("_", " ").removeprefix("final "), figure(loss))
     loss = _number(final_loss)
-    return Headline("loss", significant(loss)) if loss is not None else None
+    return Headline("loss", figure(loss)) if loss is not None else None
 
 
 def last_meaningful_line(log: str) -> str:

@@ -93,7 +93,10 @@ def test_rounded_leaves_what_is_not_a_number():
         (1437, "1437"),  # a count exactly (train_examples), never 1440
         (10**9 + 7, "1000000007"),
         (float("nan"), "nan"),
-        ([0.9, 0.5, 0.25], "3 values, last 0.25 (0.25–0.9)"),
+        ([0.9, 0.5, 0.25], "[0.9, 0.5, 0.25]"),  # a short list as the list
+        ([8, 8, 1], "[8, 8, 1]"),  # an input shape
+        ([0.9, 0.5, 0.25, 0.2, 0.1], "5 values, last 0.1 (0.1–0.9)"),
+        (1143.6, "1144"),  # as the throughput beside it reads, never 1140
         ([round(1 / (i + 1), 4) for i in range(40)], "40 values, last 0.025 (0.025–1)"),  # a loss list: one short pill
         ([7], "7"),
         ([], "none"),
