@@ -363,19 +363,23 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery: Redis when REDIS_URL is set, otherwise kombu's filesystem transport (no server needed).
+# Celery: Redis when REDIS_URL is set, otherwise the embedded broker (no server needed): kombu's filesystem transport
+# with an atomic put and a get that sets an unreadable message aside (fc2/broker.py; kombu's own races itself).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 # The filesystem transport ignores the host; naming one keeps kombu from warning "No hostname was supplied" at every
 # connection, a warning nobody could act on.
 CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost/"
 if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT = "fc2.broker:Transport"
+    # One filesystem for all of them: messages move between them by rename.
     _broker_dir = VAR_DIR / "broker"
-    for _folder in ("queue", "processed", "control"):
+    for _folder in ("queue", "processed", "rejected", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "rejected_folder": str(_broker_dir / "rejected"),  # messages that could not be decoded, kept to be looked at
         "control_folder": str(_broker_dir / "control"),  # the worker's broadcast exchanges; default: ./control
         "store_processed": False,
     }
