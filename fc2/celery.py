@@ -1,11 +1,80 @@
-"""The Celery application: configured from Django settings (CELERY_*), tasks found in every installed app."""
+"""The Celery application: configured from Django settings (CELERY_*), tasks found in every installed app; and each
+worker's heartbeat (WorkerBeat), which tells pages, the API and the CLI whether any worker is taking jobs.
 
+Django's settings and models are imported where they are used: this module is imported (fc2/__init__.py) before
+Django is set up."""
+
+import logging
 import os
 
-from celery import Celery
+from celery import Celery, bootsteps, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
+
+logger = logging.getLogger(__name__)
 
 app = Celery("fc2")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+class WorkerBeat(bootsteps.StartStopStep):
+    """A step of the worker's consumer: writes the worker's heartbeat (fc2/services/workers.py) when the consumer
+    starts consuming and every third of FC2_WORKER_SILENCE_S after, on the worker's timer. It starts after the task
+    consumer (Tasks) and, like it, is stopped when the consumer loses the broker and started again once it is back:
+    a worker that cannot take jobs — dead, stopped, or without its broker — does not beat."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, consumer, **kwargs):
+        super().__init__(consumer, **kwargs)
+        self.timer_entry = None
+        # Before the pool starts its processes, which run the tasks and so send task_prerun.
+        signals.task_prerun.connect(_task_started, weak=False, dispatch_uid="fc2.celery.task_started")
+
+    def start(self, consumer) -> None:
+        from django.conf import settings
+
+        from fc2.services import workers
+
+        self.beat(consumer)
+        interval = settings.FC2_WORKER_SILENCE_S / workers.BEATS_PER_SILENCE
+        self.timer_entry = consumer.timer.call_repeatedly(interval, self.beat, (consumer,))
+
+    def stop(self, consumer) -> None:
+        if self.timer_entry is not None:
+            self.timer_entry.cancel()
+            self.timer_entry = None
+
+    def shutdown(self, consumer) -> None:
+        """The worker is stopping: it says so, rather than look alive until its beats go stale."""
+        from fc2.services import workers
+
+        self.stop(consumer)
+        _unless_database_down("its shutdown", workers.stopped, consumer.hostname)
+
+    def beat(self, consumer) -> None:
+        from fc2.services import workers
+
+        queues = sorted(queue.name for queue in consumer.task_consumer.queues)
+        _unless_database_down("a heartbeat", workers.beat, consumer.hostname, queues)
+
+
+def _task_started(task=None, **kwargs) -> None:
+    from fc2.services import workers
+
+    _unless_database_down("a task's start", workers.task_started, task.request.hostname)
+
+
+def _unless_database_down(what: str, write, *args) -> None:
+    """A write of the worker's status; with the database down, a warning: the worker goes on, the next beat will
+    tell, and the status must never stop a worker or a task."""
+    from django.db import DatabaseError
+
+    try:
+        write(*args)
+    except DatabaseError as error:
+        logger.warning("the worker's status could not be written (%s): %s", what, error)
+
+
+app.steps["consumer"].add(WorkerBeat)

@@ -1,5 +1,5 @@
 """Bundles, datasets and jobs: what a researcher submits and the job's state machine with its event log; the
-personal API tokens scripts use the jobs API with."""
+personal API tokens scripts use the jobs API with; the Celery workers' heartbeats."""
 
 from __future__ import annotations
 
@@ -755,3 +755,22 @@ class JobRecord(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} → record {self.record_id}"
+
+
+class CeleryWorker(models.Model):
+    """A Celery worker's heartbeat, one row per worker hostname: its consumer writes `beat_at` every third of
+    FC2_WORKER_SILENCE_S while it is connected to the broker and consuming (fc2/celery.py's WorkerBeat step), so a
+    worker that died, hangs or lost its broker stops beating. Whether any worker is taking jobs is decided when read
+    (fc2/services/workers.py)."""
+
+    hostname = models.CharField(max_length=255, unique=True, help_text="Celery's node name, e.g. celery@host")
+    queues = models.JSONField(default=list, help_text="The queues it consumes from")
+    beat_at = models.DateTimeField(help_text="When it last said it was up and consuming")
+    task_started_at = models.DateTimeField(null=True, blank=True, help_text="When it last started a task")
+    stopped_at = models.DateTimeField(null=True, blank=True, help_text="When it last shut down (until its next beat)")
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname

@@ -179,6 +179,9 @@ FC2_NODE_UNREACHABLE_S = envint("FC2_NODE_UNREACHABLE_S", 40)
 FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)
 FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
+# Each Celery worker beats every third of FC2_WORKER_SILENCE_S while it consumes (fc2/celery.py); when none has
+# beaten for that long, pages, the API and the CLI say that no worker is taking jobs (fc2/services/workers.py).
+FC2_WORKER_SILENCE_S = envint("FC2_WORKER_SILENCE_S", 30)
 FC2_SAMPLE_FULL_DAYS = envint("FC2_SAMPLE_FULL_DAYS", 7)  # node samples kept whole this long after a job ends
 FC2_STEP_RESENDS = envint("FC2_STEP_RESENDS", 2)
 # Sweeps in a row that may fail on one job (an error looking after it, e.g. a result it cannot apply) before the job
