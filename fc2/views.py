@@ -16,7 +16,7 @@ import provisioner
 from fc2 import query
 from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
-from fc2.services import monitoring, pipeline
+from fc2.services import monitoring, pipeline, profiling
 from monitor import series
 from monitor.models import NodeSample
 
@@ -79,7 +79,16 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _visible_job(request, job_id)
+    try:
+        job = _visible_job(request, job_id)
+    except Http404:
+        # The site's own page, DEBUG on too (Django's debug 404 would list every URL pattern): a job that does not
+        # exist and one that is someone else's read the same.
+        context = {
+            "heading": f"No job {job_id}",
+            "explanation": f"There is no job {job_id} among the jobs you can see.",
+        }
+        return render(request, "404.html", context, status=404)
     return render(request, "fc2/job_detail.html", _job_context(job))
 
 
@@ -98,8 +107,11 @@ def _job_context(job: Job) -> dict:
     nodes = list(job.nodes.prefetch_related(latest))
     for node in nodes:
         node.latest, node.sent_mbps, node.recv_mbps = series.latest_reading(node.latest_samples)
+    asked = job.requested_strategy
     return {
         "job": job,
+        # A Manual job's cluster is its user's from the start: the page shows it before the recommend step copies it.
+        "asked_strategy": Job.Strategy(asked).label if asked in Job.Strategy.values else asked,
         "events": job.events.all(),
         "nodes": nodes,
         "logs": [node for node in nodes if node.log_tail],
@@ -107,7 +119,8 @@ def _job_context(job: Job) -> dict:
         "charts": job_charts(provisioner.PROVIDERS.get(job.provider)),
         "can_cancel": job.state in pipeline.CANCELLABLE,
         "provider": provisioner.PROVIDERS.get(job.provider),
-        "figures": monitoring.job_figures(job),
+        "figures": monitoring.page_figures(job),
+        "profiling": profiling.progress(job),
     }
 
 

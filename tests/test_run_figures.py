@@ -112,7 +112,10 @@ def running_lab_job(alice, bundle, digits, **fields) -> Job:
             for s in traffic(rates)
         )  # fmt: skip
         if role == "chief":
-            LossPoint.objects.bulk_create(LossPoint(node=node, step=i, loss=1.0 / i, printed_at=T0) for i in (1, 2))
+            # Two progress lines a few seconds apart: training has begun, so the page shows its figures.
+            LossPoint.objects.bulk_create(
+                LossPoint(node=node, step=i, loss=1.0 / i, printed_at=T0 + timedelta(seconds=4 * i)) for i in (1, 2)
+            )
     return job
 
 

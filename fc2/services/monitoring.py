@@ -3,7 +3,9 @@ job's nodes go to it as `WatchedNode`s made here from fc2's rows — as SkyPilot
 never its caller's ORM objects.
 
 - The job page's run figures: kept on the job once it ended (`Job.figures`, which pipeline.ended stores), computed —
-  at most every LIVE_CACHE_S, over its last hour — while it runs; with the nodes silent too long while it runs.
+  at most every LIVE_CACHE_S, over its last hour — while it runs; with the nodes silent too long while it runs. The
+  throughput in examples a second wherever the job's batch size is known, while it runs too; and what the page adds
+  to them (`page_figures`).
 - The job page's charts (monitor/series.py).
 - Retention: the samples of jobs that ended more than FC2_SAMPLE_FULL_DAYS days ago, compacted to one per node and
   minute (monitor/retention.py), for the daily beat task and `manage.py compact_samples`.
@@ -18,7 +20,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from fc2.models import Job, Node
+from fc2.models import Job, Node, batch_size_parameter
 from monitor import figures, retention, series
 from monitor.series import WatchedNode
 from provisioner.types import is_chief
@@ -56,9 +58,28 @@ def compute_figures(job: Job, since: datetime | None = None) -> dict:
     nodes = list(job.nodes.all())
     steps_per_epoch = job.steps // job.epochs if job.steps and job.epochs else None
     metrics = job.metrics or {}
-    return figures.compute(
+    computed = figures.compute(
         watched(job, nodes), job.catalog, metrics, silent_nodes(job, nodes), since, steps_per_epoch, job.is_terminal
     )
+    if computed["throughput"] is None and computed["steps_per_s"] is not None and (batch := global_batch(job)):
+        # Until metrics.json says it: the pace so far in the unit it will say it in.
+        computed["throughput"] = computed["steps_per_s"] * batch
+    return computed
+
+
+def global_batch(job: Job) -> int | None:
+    """The examples one training step takes (the bundle contract, examples/README.md "Batch and step"): `batch_size`
+    from every worker under all-reduce, `batch_size` on a parameter server; None where no batch size was asked.
+
+    >>> global_batch(Job(parameters={"batch_size": "32"}, strategy="mirrored", workers=3))
+    96
+    >>> global_batch(Job(parameters={"batch_size": "32"}, strategy="ps", workers=3)), global_batch(Job(workers=2))
+    (32, None)
+    """
+    batch = batch_size_parameter(job.parameters or {})
+    if batch is None or not job.workers:
+        return None
+    return batch * job.workers if job.strategy == Job.Strategy.MIRRORED else batch
 
 
 def job_figures(job: Job) -> dict:
@@ -73,6 +94,26 @@ def job_figures(job: Job) -> dict:
         cached = compute_figures(job, since=timezone.now() - LIVE_WINDOW)
         cache.set(key, cached, LIVE_CACHE_S)
     return cached
+
+
+def page_figures(job: Job) -> dict:
+    """job_figures with what the job page adds: `training`, whether there are figures of training yet (it has ended,
+    or the chief's progress lines give its pace; before, a node's traffic is its start-up's), and
+    `workers_mean_mbps`, the workers' bandwidth as the page's table gives it, the mean of their rows. The record's
+    `worker_bandwidth_mbps` counts only a worker that communicated long enough to tell its link (MIN_BUSY_S)."""
+    shown = job_figures(job)
+    nodes = shown.get("nodes") or []
+    has_ps = any(n.get("role") == "ps" for n in nodes)
+    rows = [
+        n["mean_mbps"]
+        for n in nodes
+        if (n.get("role") == "worker" or (n.get("role") == "chief" and not has_ps)) and n.get("mean_mbps") is not None
+    ]
+    return {
+        **shown,
+        "training": job.is_terminal or shown.get("steps_per_s") is not None,
+        "workers_mean_mbps": sum(rows) / len(rows) if rows else None,
+    }
 
 
 def job_series(job: Job, since: datetime | None = None, limit: int = series.MAX_POINTS) -> dict:

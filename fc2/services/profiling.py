@@ -8,7 +8,8 @@ job's release tears it down like any of its clusters). Its agents report to nobo
 node (provisioner.kept_samples), and the worker's are read every few seconds until it has communicated for
 FC2_PROFILE_BUSY_S, its training has ended, or FC2_PROFILE_S has passed since its start. b_t is the worker's mean
 bandwidth as the job page defines it (monitor/figures.py: the busier direction, over the seconds it communicated).
-The run's time and $/h are kept on the job (Job.profiling_runs): its cost is part of the job's.
+The run's time and $/h are kept on the job (Job.profiling_runs): its cost is part of the job's; so are its place among
+the job's runs and when its window closes, which the job page shows while it runs (`progress`).
 
 How long the job's code trains is the job's parameters' business (its epochs), and a job of a few seconds would leave
 nothing to measure: the run's nodes are told to train for the run's whole window whatever their epochs say
@@ -25,8 +26,8 @@ import logging
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -54,7 +55,33 @@ def measure(job: Job, missing: Sequence[MissingProfile], run: RunSpec) -> list[P
     nodes would run (its report URL and token are not used: the profiling run reports to nobody)."""
     if reason := cannot_profile(job.provider, missing):
         raise ProvisionError(reason)
-    return [_profile(job, profile, run) for profile in missing]
+    return [_profile(job, profile, run, (number, len(missing))) for number, profile in enumerate(missing, start=1)]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a job's profiling is, as its page says it: "profiling 2 of 3", and how long the run may still take."""
+
+    number: int  # the run under way, from 1
+    runs: int  # how many this recommend step makes
+    worker_type: str  # the type whose bandwidth it measures
+    seconds_left: float | None  # until its window (FC2_PROFILE_S of training) closes; None while its cluster starts
+
+
+def progress(job: Job, now: datetime | None = None) -> Progress | None:
+    """The profiling run under way for the job, None when there is none (not recommending, or between runs)."""
+    if job.state != Job.State.RECOMMENDING:
+        return None
+    under_way = [run for run in job.profiling_runs or [] if isinstance(run, dict) and not run.get("ended_at")]
+    if not under_way:
+        return None
+    run = under_way[-1]
+    number, runs = run.get("number") or len(job.profiling_runs), run.get("runs") or len(job.profiling_runs)
+    seconds_left = None
+    if window_ends_at := run.get("window_ends_at"):
+        now = now or timezone.now()
+        seconds_left = max(0.0, (datetime.fromisoformat(window_ends_at) - now).total_seconds())
+    return Progress(number, runs, str(run.get("worker_type", "")), seconds_left)
 
 
 def cannot_profile(provider: str, missing: Sequence[MissingProfile]) -> str | None:
@@ -79,16 +106,20 @@ def plan_text(missing: Sequence[MissingProfile]) -> str:
     )
 
 
-def _profile(job: Job, profile: MissingProfile, run: RunSpec) -> PerformanceRecord:
+def _profile(job: Job, profile: MissingProfile, run: RunSpec, place: tuple[int, int]) -> PerformanceRecord:
     name = f"fc2-{job.pk}-{secrets.token_hex(4)}"
     hourly = service.cluster_price(job.catalog, 1, profile.worker_type, profile.ps_type)
+    number, runs = place
     entry = {
+        "number": number,
+        "runs": runs,
         "worker_type": profile.worker_type,
         "ps_type": profile.ps_type,
         "batch_size": profile.batch_size,
         "cluster": name,
         "hourly_cost": float(hourly),
         "started_at": timezone.now().isoformat(),
+        "window_ends_at": None,  # set once its nodes train: what _watch waits for at the latest
         "ended_at": None,
         "bandwidth_mbps": None,
     }
@@ -115,6 +146,7 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec) -> PerformanceReco
         _update(job, entry, cluster=cluster.to_dict())
         run = replace(run, report_url="", token="", train_seconds=settings.FC2_PROFILE_S)
         cluster = provisioner.bootstrap(cluster, run)
+        entry["window_ends_at"] = (timezone.now() + timedelta(seconds=settings.FC2_PROFILE_S)).isoformat()
         _update(job, entry, cluster=cluster.to_dict())
         samples, ended_after = _watch(job, cluster)
         figures = node_figures(WORKER, "worker", profile.worker_type, samples)
