@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import IsAuthenticated
 
@@ -33,6 +34,8 @@ api_urls = [
     # Any signed-in user (a session or a personal token): the API's shapes hold no secret, but they map the private
     # API, which anonymous visitors have no use for.
     path("schema", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
+    # The reference's page lives outside the API's prefix (a page, not JSON); its address under the API leads there.
+    path("docs", RedirectView.as_view(pattern_name="api-docs"), name="api-docs-redirect"),
     re_path(r"^(?P<rest>.*)$", rest.no_such_endpoint),
 ]
 
@@ -40,9 +43,14 @@ urlpatterns = [
     path("api/", include(api_urls)),
     path("", home.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
-    # The API reference, readable in a browser (Swagger UI from the platform's own static files): a page, so a
-    # visitor who is not signed in is sent to the login page rather than answered with the API's JSON 401.
-    path("api-docs/", login_required(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),
+    # The API reference, readable in a browser (Swagger UI from the platform's own static files, under a bar back to
+    # the site): a page, so a visitor who is not signed in is sent to the login page rather than answered with the
+    # API's JSON 401.
+    path(
+        "api-docs/",
+        login_required(SpectacularSwaggerView.as_view(url_name="api-schema", template_name="fc2/api_docs.html")),
+        name="api-docs",
+    ),
     # Before Django's own: the login page offers password reset only where mail can deliver a link (fc2.accounts).
     path("accounts/login/", accounts.LoginView.as_view(), name="login"),
     path("accounts/password_reset/", accounts.PasswordResetView.as_view(), name="password_reset"),
