@@ -1,5 +1,6 @@
 """Template helpers of the site's pages: numbers for people (money, estimated costs, prices, rates, capacities,
-memory, elapsed time) and a pager that keeps the page's other filters and pages."""
+memory, elapsed time, measured times), text written with `code` spans, and a pager that keeps the page's other
+filters and pages."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 from django import template
 from django.template.defaulttags import querystring
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from common import numbers
 from fc2 import results
@@ -147,6 +150,35 @@ def duration(seconds) -> str:
         return f"{minutes} min {seconds:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+@register.filter
+@_dash_when_missing
+def seconds(value) -> str:
+    """A measured time given in seconds (an epoch's): milliseconds below a second, each to three significant digits
+    but never fewer than its whole part (fc2.results.figure), so that a short epoch never reads "0.0 s".
+
+    >>> seconds(0.0412), seconds(0.5), seconds(0.00004), seconds(2.345), seconds(503.2), seconds(1143.6), seconds(0)
+    ('41.2 ms', '500 ms', '0.04 ms', '2.35 s', '503 s', '1144 s', '0 s')
+    """
+    value = float(value)
+    if 0 < abs(value) < 1:
+        return f"{results.figure(value * 1000)} ms"
+    return f"{results.figure(value)} s"
+
+
+@register.filter
+def inline_code(text) -> SafeString:
+    """Text whose `backticked` spans are code (a catalogue's source names the command that rebuilds it), as HTML:
+    the text escaped, each span in <code>.
+
+    >>> inline_code("run `manage.py refresh_catalog` <now>")
+    'run <code>manage.py refresh_catalog</code> &lt;now&gt;'
+    """
+    parts = escape(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick is a character, not the start of code
+        return mark_safe("`".join(parts))
+    return mark_safe("".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts)))
 
 
 def _link(context, anchor: str, **changes) -> str:
