@@ -128,7 +128,8 @@ def test_scala_opts_profiling_says_which_run_and_how_long_it_may_take(
 ):
     now = timezone.now()
     runs = [
-        {"number": 1, "runs": 3, "worker_type": "lab-w-1g", "hourly_cost": 0.1, "started_at": (now - timedelta(minutes=3)).isoformat(),
+        {"number": 1, "runs": 3, "worker_type": "lab-w-1g", "hourly_cost": 0.1,
+         "started_at": (now - timedelta(minutes=3)).isoformat(),
          "window_ends_at": (now - timedelta(minutes=1)).isoformat(), "ended_at": now.isoformat()},
         {"number": 2, "runs": 3, "worker_type": "lab-w-100", "hourly_cost": 0.1, "started_at": now.isoformat(),
          "window_ends_at": None if window_ends_in is None else (now + window_ends_in).isoformat(), "ended_at": None},
