@@ -1,8 +1,10 @@
-"""Datasets: the built-in sets (materialised once as .npz files), registering URLs, and uploads (an .npz described
-from its .npy headers, never loaded).
+"""Datasets: the built-in sets (materialised once as .npz files), registering URLs, and uploads (an .npz checked
+against the dataset contract from its .npy headers, never loaded).
 
-Every built-in is stored as an .npz with `x_train`, `y_train`, `x_test`, `y_test`: images as float32 in [0, 1]
-shaped (n, height, width, channels) and integer labels — the format the example bundles read from FC2_DATA.
+The dataset contract (examples/README.md, "Dataset"): an .npz with `x_train`, `y_train`, `x_test`, `y_test` — the
+examples as numbers, one row per example (images shaped (n, height, width[, channels])), the labels as whole numbers,
+one per example. Every built-in is stored so; an upload that is not is refused when it is uploaded, with what it
+lacks, rather than failing its job on the nodes after the cluster was paid for.
 """
 
 from __future__ import annotations
@@ -129,8 +131,15 @@ def ready(dataset: Dataset) -> Dataset:
             dataset.path = str(path)
             dataset.size_mb = round(path.stat().st_size / 2**20, 3)
             dataset.save(update_fields=["path", "size_mb"])
-    elif dataset.kind == Dataset.Kind.UPLOAD and not Path(dataset.path).is_file():
-        raise DatasetError(f"the uploaded file of dataset {dataset.name!r} is missing")
+    elif dataset.kind == Dataset.Kind.UPLOAD:
+        if not Path(dataset.path).is_file():
+            raise DatasetError(f"the uploaded file of dataset {dataset.name!r} is missing")
+        # Again: it may have been stored before the contract was checked at upload.
+        with open(dataset.path, "rb") as stored:
+            try:
+                describe_npz(stored)
+            except DatasetError as exc:
+                raise DatasetError(f"dataset {dataset.name!r} cannot be used: {exc}") from exc
     elif dataset.kind == Dataset.Kind.URL:
         check_url(dataset.url)  # again: it may have been stored before the rules, or its name resolve elsewhere now
     return dataset
@@ -191,7 +200,27 @@ def check_url(url: str) -> None:
     try:
         safe_fetch.check_url(url, settings.FC2_DATASET_ALLOWED_NETWORKS)
     except safe_fetch.FetchError as exc:
-        raise DatasetError(f"dataset URL refused: {exc}") from exc
+        said = str(exc)
+        # Refused for its address alone: say which setting admits it (safe_fetch names it for some refusals itself).
+        if ALLOWED_NETWORKS_SETTING not in said and _admitted_by_a_network(url):
+            said += (
+                f"; the platform's administrator may admit that address's network with the setting "
+                f"{ALLOWED_NETWORKS_SETTING} (a comma-separated list of CIDR networks, e.g. 10.1.0.0/16)"
+            )
+        raise DatasetError(f"dataset URL refused: {said}") from exc
+
+
+ALLOWED_NETWORKS_SETTING = "FC2_DATASET_ALLOWED_NETWORKS"
+# Every address: a URL these admit is refused for its address alone, which the setting can change.
+EVERY_NETWORK = ("0.0.0.0/0", "::/0")
+
+
+def _admitted_by_a_network(url: str) -> bool:
+    try:
+        safe_fetch.check_url(url, EVERY_NETWORK)
+    except safe_fetch.FetchError:
+        return False
+    return True
 
 
 # np.save writes version 1.0, or 2.0 for a header above 64 KB (3.0 only for structured types with non-Latin-1 names).
@@ -204,32 +233,66 @@ NPZ_RATIO_MIN_BYTES = 2**20
 NPZ_MAX_COUNT = 2**31 - 1
 
 
-def describe_npz(fileobj) -> tuple[int | None, int | None]:
-    """(rows, features) of an .npz in the built-ins' format, or (None, None) for an .npz of other arrays.
+# The arrays of the dataset contract, each with what it holds, as a refusal names them.
+CONTRACT_ARRAYS = {
+    "x_train": "the training examples",
+    "y_train": "their labels",
+    "x_test": "the test examples",
+    "y_test": "their labels",
+}
+CONTRACT = (
+    "a dataset is an .npz (numpy.savez) with x_train, y_train, x_test and y_test: the examples as numbers, one row "
+    "per example (images shaped (n, height, width[, channels])), and the labels as whole numbers, one per example"
+)
+
+
+def describe_npz(fileobj) -> tuple[int, int]:
+    """(rows, features) of an .npz that keeps the dataset contract (CONTRACT), else DatasetError saying what it lacks.
 
     Judged from the zip's central directory and each member's .npy header, never by loading an array: a small file
-    can declare arrays of any size. DatasetError if a member is not an .npy array, holds Python objects (which the
-    nodes will not unpickle), declares more or less data than it holds, or unpacks suspiciously well (a zip bomb).
+    can declare arrays of any size. DatasetError also if a member is not an .npy array, holds Python objects (which
+    the nodes will not unpickle), declares more or less data than it holds, or unpacks suspiciously well (a zip bomb).
     The file is left rewound.
     """
     try:
         with _open_npz(fileobj) as zf:
-            shapes = {
-                PurePosixPath(info.filename).stem: _npy_shape(zf, info) for info in zf.infolist() if not info.is_dir()
+            arrays = {
+                PurePosixPath(info.filename).stem: _npy_header(zf, info) for info in zf.infolist() if not info.is_dir()
             }
     finally:
         fileobj.seek(0)
-    examples = [(key, shapes[key]) for key in ("x_train", "x_test") if key in shapes]
-    if not examples:
-        return None, None
-    for key, shape in examples:
-        if not shape:
-            raise DatasetError(f"{key} in the .npz is a single value, not one row per example")
-    rows = sum(shape[0] for _, shape in examples)
-    features = math.prod(examples[0][1][1:])
+    if missing := [f"{key} ({what})" for key, what in CONTRACT_ARRAYS.items() if key not in arrays]:
+        held = f"it holds {', '.join(sorted(arrays))}" if arrays else "it holds no array"
+        raise DatasetError(f"the .npz lacks {', '.join(missing)}; {held}. The contract: {CONTRACT}")
+    for part in ("train", "test"):
+        _check_part(part, arrays[f"x_{part}"], arrays[f"y_{part}"])
+    if arrays["x_train"][0][1:] != arrays["x_test"][0][1:]:
+        raise DatasetError(
+            f"x_train's examples are shaped {arrays['x_train'][0][1:]} but x_test's {arrays['x_test'][0][1:]}: a "
+            "model trained on the one cannot be tested on the other"
+        )
+    shapes = (arrays["x_train"][0], arrays["x_test"][0])
+    rows, features = sum(shape[0] for shape in shapes), math.prod(shapes[0][1:])
     if rows > NPZ_MAX_COUNT or features > NPZ_MAX_COUNT:
         raise DatasetError(f"the .npz declares {rows} rows of {features} features, more than the platform counts")
     return rows, features
+
+
+def _check_part(part: str, x: tuple[tuple[int, ...], np.dtype], y: tuple[tuple[int, ...], np.dtype]) -> None:
+    """x_<part> holds examples of numbers, y_<part> one whole-number label for each (`_npy_header`'s shapes, dtypes)."""
+    (x_shape, x_type), (y_shape, y_type) = x, y
+    if len(x_shape) < 2:
+        raise DatasetError(f"x_{part} is shaped {x_shape}: it needs one row per example, each of one or more values")
+    if x_type.kind not in "biuf":
+        raise DatasetError(f"x_{part} holds {x_type} values: the examples must be numbers")
+    if x_shape[0] < 1:
+        raise DatasetError(f"x_{part} holds no example")
+    if len(y_shape) != 1 and not (len(y_shape) == 2 and y_shape[1] == 1):
+        raise DatasetError(f"y_{part} is shaped {y_shape}: it needs one label per example, shaped (n,)")
+    if y_type.kind not in "iu":
+        raise DatasetError(f"y_{part} holds {y_type} values: the labels must be whole numbers (class indices)")
+    if y_shape[0] != x_shape[0]:
+        raise DatasetError(f"x_{part} holds {x_shape[0]} examples but y_{part} {y_shape[0]} labels")
 
 
 def _open_npz(fileobj) -> zipfile.ZipFile:
@@ -241,8 +304,8 @@ def _open_npz(fileobj) -> zipfile.ZipFile:
         raise DatasetError(f"the .npz file's zip directory cannot be read ({exc})") from None
 
 
-def _npy_shape(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[int, ...]:
-    """The shape an .npz member's .npy header declares, refused unless its data is exactly what it holds."""
+def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype an .npz member's .npy header declares, refused unless its data is exactly what it holds."""
     name = info.filename
     if info.file_size > NPZ_RATIO_MIN_BYTES and info.file_size > NPZ_MAX_RATIO * max(info.compress_size, 1):
         raise DatasetError(
@@ -266,12 +329,13 @@ def _npy_shape(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[int, ...]:
             f"{name} in the .npz declares {format_bytes(max(declared, 0))} of data but holds "
             f"{format_bytes(max(info.file_size - header_bytes, 0))}"
         )
-    return shape
+    return shape, dtype
 
 
 def store_upload(owner, upload, name: str = "") -> Dataset:
-    """A dataset from an uploaded file (size-limited); .npz files in the built-ins' format get rows and features. Its
-    name is `name`, or the file's without its extension (as `fc2 submit` names it: a workload reads `dist:mydata`)."""
+    """A dataset from an uploaded file (size-limited) that keeps the dataset contract (`describe_npz`: refused, and
+    nothing stored, when it does not), with its rows and features. Its name is `name`, or the file's without its
+    extension (as `fc2 submit` names it: a workload reads `dist:mydata`)."""
     limit = settings.FC2_MAX_DATASET_MB * 2**20
     if upload.size == 0:
         raise DatasetError("the dataset file is empty")
@@ -281,7 +345,9 @@ def store_upload(owner, upload, name: str = "") -> Dataset:
     max_name = Dataset._meta.get_field("name").max_length
     if len(name) > max_name:
         raise DatasetError(f"the dataset's name is longer than {max_name} characters: rename the file")
-    rows, features = describe_npz(upload) if upload.name.lower().endswith(".npz") else (None, None)
+    if not upload.name.lower().endswith(".npz"):
+        raise DatasetError(f"{PurePosixPath(upload.name).name} is not an .npz file: {CONTRACT}")
+    rows, features = describe_npz(upload)
     dataset = Dataset(
         owner=owner,
         kind=Dataset.Kind.UPLOAD,
