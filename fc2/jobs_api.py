@@ -45,7 +45,7 @@ from fc2.rest import (
     refusals,
     too_many_submissions,
 )
-from fc2.services import datasets, jobs, library, pipeline, submissions
+from fc2.services import datasets, jobs, library, pipeline, submissions, workers
 from fc2.services.bundles import store_bundle
 from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
@@ -204,6 +204,18 @@ class RequestOutput(serializers.Serializer):
     parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
 
 
+class WorkerOutput(serializers.Serializer):
+    """fc2.services.workers.WorkerStatus: whether any Celery worker is taking jobs."""
+
+    taking_jobs = serializers.BooleanField()
+    since = serializers.DateTimeField(
+        allow_null=True, help_text="Not taking jobs: since when a worker was last seen; null if none ever started"
+    )
+    message = serializers.CharField(
+        allow_blank=True, help_text='e.g. "No worker is taking jobs since 13:24 UTC"; empty while one is'
+    )
+
+
 class JobOutput(JobSummary):
     request = RequestOutput(allow_null=True, help_text="What was asked; the job's own fields are what was chosen")
     parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
@@ -213,16 +225,24 @@ class JobOutput(JobSummary):
     cost = CostOutput(source="cost_summary")
     artifacts = ArtifactOutput(source="artifacts.all", many=True)
     url = serializers.SerializerMethodField(help_text="The job's page")
+    worker = serializers.SerializerMethodField(
+        help_text="Whether a worker is taking jobs, on a job that waits on one (not ended, not run --inline); else null"
+    )
 
     class Meta(JobSummary.Meta):
         fields = [*JobSummary.Meta.fields, "request", "requested_strategy", "parameters", "workload", "region"]
         fields += ["latency_ms"]
         fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
-        fields += ["recommendation", "artifacts", "url"]
+        fields += ["recommendation", "artifacts", "url", "worker"]
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, job: Job) -> str:
         return self.context["request"].build_absolute_uri(job.get_absolute_url())
+
+    @extend_schema_field(WorkerOutput(allow_null=True))
+    def get_worker(self, job: Job) -> dict | None:
+        found = workers.for_job(job)
+        return None if found is None else WorkerOutput(found).data
 
 
 class JobPage(serializers.Serializer):
