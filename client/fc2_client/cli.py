@@ -4,7 +4,8 @@ its job, read its logs, cancel it, download its results.
 Every command takes `--json` and then prints exactly one JSON object on stdout, an error too (`{"ok": false,
 "error": …}`); without it, results go to stdout and progress (an upload's bar, a followed job's live line) to stderr,
 on a terminal only. Exit codes: 0 success (for `submit --follow` and `status`: the job succeeded), 1 an error or a
-job that failed or was cancelled, 2 a usage error, 3 `status` of a job that has not ended, 130 interrupted.
+job that failed or was cancelled, 2 a usage error, 3 `status` of a job that has not ended, 130 interrupted, 141 the
+reader of its output went away (`fc2 status 5 | head -1`), quietly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from fc2_client.api import ApiError, Client, Progress
 from fc2_client.config import ConfigError, Login
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_ENDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a command SIGPIPE ended: its output's reader went away (`| head`)
 POLL_S = 2.0  # between two looks at a followed job or log
 PATIENCE_S = 120.0  # how long following rides out an unreachable platform (a restart) before giving up
 RELEASE_WAIT_S = 120.0  # how long following waits, once a job has ended, for its cluster to be torn down
@@ -126,7 +128,7 @@ def build_parser() -> Parser:
         prog="fc2",
         description="Submit training jobs to an FC² platform, follow them and download their results.",
         epilog="Exit codes: 0 success (submit --follow, status: the job succeeded), 1 error or the job failed or was "
-        "cancelled, 2 usage error, 3 status: the job has not ended, 130 interrupted.",
+        "cancelled, 2 usage error, 3 status: the job has not ended, 130 interrupted, 141 output's reader went away.",
     )
     parser.add_argument("--version", action="version", version=f"fc2-client {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -641,6 +643,22 @@ def inside(root: Path, folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `fc2` command; ends quietly (EXIT_BROKEN_PIPE) when the reader of its output goes away, as `head -1`
+    does after its line: no traceback, as with any command a shell pipes into `head`."""
+    try:
+        try:
+            return _run(argv)
+        finally:  # (argparse's --help and --version exit from within): now, not as the interpreter exits
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout (and stderr) once more as it exits, into the same closed pipe: /dev/null takes it.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            os.dup2(devnull, stream.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     terminal = Terminal(as_json="--json" in argv)
     try:
@@ -655,6 +673,8 @@ def main(argv: list[str] | None = None) -> int:
         return _print_error(terminal, str(exc), EXIT_ERROR, exc.as_dict())
     except Failure as exc:
         return _print_error(terminal, str(exc), exc.code, exc.data)
+    except BrokenPipeError:
+        raise  # our output's reader went away (main): not an error of the command's to report
     except (ConfigError, OSError) as exc:  # OSError: a local file (a wheel, a download's folder) that cannot be used
         return _print_error(terminal, str(exc), EXIT_ERROR, {})
     except KeyboardInterrupt:

@@ -101,6 +101,9 @@ def job_line(job: dict) -> str:
     'job 7 running · epoch 1/3 · step 20/60 · loss 0.412 · ≈ $0.0012 so far'
     >>> job_line({"id": 7, "state": "queued"})
     'job 7 queued'
+    >>> job_line({"id": 7, "state": "queued", "worker": {"taking_jobs": False,
+    ...           "message": "No worker is taking jobs since 13:24 UTC"}})
+    'job 7 queued · No worker is taking jobs since 13:24 UTC'
     """
     parts = [f"job {job['id']} {job['state']}"]
     progress = job.get("progress") or {}
@@ -113,6 +116,9 @@ def job_line(job: dict) -> str:
     cost = job.get("cost") or {}
     if cost.get("cost_so_far") is not None:
         parts.append(f"≈ {usd(cost['cost_so_far'])} so far")
+    worker = job.get("worker") or {}  # (null on a job no worker has to move on; absent from older platforms)
+    if worker.get("taking_jobs") is False:
+        parts.append(str(worker.get("message")))
     return " · ".join(parts)
 
 
