@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 import provisioner
 from fc2.bundles import BundleError
 from fc2.models import Job
-from fc2.services import datasets, inline, jobs, submissions
+from fc2.services import datasets, inline, jobs, submissions, workers
 from fc2.templatetags.fc2_ui import estimate, usd
 from recommender.management.base import ContractCommand
 from recommender.types import ALGORITHMS
@@ -168,9 +168,10 @@ class Command(ContractCommand):
         elif options["wait"]:
             # Until the job has ended and its cluster is gone (its last artifacts — logs, a late worker's outputs —
             # are stored on the way): a teardown that keeps failing is the sweep's to retry, not a reason to hang.
-            released_by = None
+            released_by, said = None, ""
             while True:
                 job.refresh_from_db()
+                said = self._say_workers(job, said)
                 if job.is_terminal:
                     released_by = released_by or time.monotonic() + RELEASE_WAIT_S
                     if job.cluster is None or time.monotonic() > released_by:
@@ -179,6 +180,15 @@ class Command(ContractCommand):
         self._print(job, as_json)
         if (options["wait"] or options["inline"]) and job.state != Job.State.SUCCEEDED:
             sys.exit(1)
+
+    def _say_workers(self, job: Job, said: str) -> str:
+        """On stderr, when no worker is taking jobs while the job waits on one (and again each time that changes):
+        rather than a wait that says nothing. Returns the message now ("" while a worker takes jobs)."""
+        found = workers.for_job(job)
+        message = found.message if found is not None else ""
+        if message and message != said:
+            self.stderr.write(f"job {job.pk} {job.state}: {message}; it waits until a worker is started")
+        return message
 
     def _print(self, job: Job, as_json: bool) -> None:
         result = {
