@@ -383,9 +383,39 @@ def _measured(
 def _epoch_time(
     records: Collection[PerfRecord], request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, n: int
 ) -> float | None:
-    """The measured epoch time of n workers of this type at the request's batch size and latency, if any."""
+    """The measured epoch time of n workers of this type at the request's batch size and latency, if any — from runs
+    of the cluster's own strategy only (a PS, or all-reduce): one strategy's time is no measure of the other's."""
+    return _measured(
+        _of_cluster_strategy(records, ps),
+        "epoch_time_s",
+        request,
+        worker.name,
+        ps.name if ps else "",
+        workers=n,
+        latency_ms=request.latency_ms,
+    )
+
+
+def _of_cluster_strategy(records: Collection[PerfRecord], ps: InstanceSpec | None) -> list[PerfRecord]:
+    """The runs of the strategy of a cluster with this PS (None: all-reduce)."""
+    return [record for record in records if runs_through_ps(record) == (ps is not None)]
+
+
+def _epoch_time_text(
+    records: Collection[PerfRecord], request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec, n: int
+) -> str:
+    """The explanation's tail on the chosen cluster's epoch time: the measured one, or why none is quoted."""
+    if (epoch := _epoch_time(records, request, ps, worker, n)) is not None:
+        return f"; measured epoch time {_fmt(epoch)} s"
+    other = [record for record in records if runs_through_ps(record) != (ps is not None)]
     ps_type = ps.name if ps else ""
-    return _measured(records, "epoch_time_s", request, worker.name, ps_type, workers=n, latency_ms=request.latency_ms)
+    if _measured(other, "epoch_time_s", request, worker.name, ps_type, workers=n, latency_ms=request.latency_ms):
+        ran, runs = ("all-reduce", "a parameter server") if ps else ("a parameter server", "all-reduce")
+        return (
+            f"; epoch time unknown: this cluster was measured with {ran} only, and a run with {ran} is no measure of "
+            f"one with {runs}"
+        )
+    return ""
 
 
 def _rule_answer(
@@ -404,7 +434,7 @@ def _rule_answer(
     ps, ps_why = ps
     epoch = _epoch_time(records, request, ps, chosen, n)
     cost = _hourly_cost(n, chosen.hourly_price, ps)
-    tail = f"; measured epoch time {_fmt(epoch)} s" if epoch is not None else ""
+    tail = _epoch_time_text(records, request, ps, chosen, n)
     candidates = tuple(
         Candidate(
             t.name, count, _epoch_time(records, request, ps, t, count), _hourly_cost(count, t.hourly_price, ps), RULE
@@ -431,17 +461,30 @@ def _rule_answer(
 def _by_price(
     algorithm: str, request: RecommendRequest, catalog: Collection[InstanceSpec], records: Collection[PerfRecord]
 ) -> Recommendation:
-    """Cost-Opt (the cheapest type of L^w) or Time-Opt (the most expensive), n from the limit."""
+    """Cost-Opt (the cheapest type of L^w) or Time-Opt (the most expensive), n from the limit. With a budget, Time-Opt
+    takes the most expensive type the budget still buys one of beside its PS (chosen first, FC²'s rule): the fastest
+    cluster it can buy, rather than a refusal while types that fit exist."""
     _check_limit(request, required=True)
     types = _considered(request.worker_types, _index(catalog), "worker")
     ordered = sorted(types, key=_price_order)
-    chosen = ordered[0] if algorithm == "cost-opt" else ordered[-1]
-    ps, ps_why = choose_ps(request, catalog, records, [chosen.name])
+    too_dear: list[str] = []
+    if algorithm == "time-opt" and request.budget is not None:
+        ps, ps_why = choose_ps(request, catalog, records)  # leaves the budget one of the cheapest type, at least
+        affordable = [t for t in ordered if _count(request, ps, t) >= 1]
+        if not affordable:  # (a PS of the user's own choosing may leave too little)
+            raise _cannot_buy(request, ps, ordered[0])
+        too_dear = [t.name for t in ordered if t not in affordable]
+        chosen = affordable[-1]
+    else:
+        chosen = ordered[0] if algorithm == "cost-opt" else ordered[-1]
+        ps, ps_why = choose_ps(request, catalog, records, [chosen.name])
     n = workers_from_limit(request, ps, chosen)
     counts = [(t, _count(request, ps, t)) for t in types]
     label, rank = ("Cost-Opt", "cheapest") if algorithm == "cost-opt" else ("Time-Opt", "most expensive")
+    among = ", ".join(t.name for t in types if t.name not in too_dear)
+    beyond = f" the budget buys beside the PS (it buys no {', '.join(too_dear)})" if too_dear else ""
     why = (
-        f"{label}: {chosen.name} is the {rank} of {', '.join(t.name for t in types)} "
+        f"{label}: {chosen.name} is the {rank} of {among}{beyond} "
         f"(${_fmt(chosen.hourly_price)}/h); {n} workers from {_limit_text(request, ps, chosen, n)}"
     )
     counts = [(t, c) for t, c in counts if c >= 1]

@@ -21,7 +21,17 @@ DEFAULT_CATALOG = "fc2-2018"
 
 
 class RecommendationError(ValueError):
-    """The request cannot be answered (infeasible budget, unknown type, no data); the message says why."""
+    """The request cannot be answered (infeasible budget, unknown type, no data); the message says why.
+
+    The message is shown as it is, a sentence of its own — in the wizard, in the API's 400, on the CLI's stderr — so
+    it starts with a capital however the algorithm that refused put it together:
+
+    >>> str(RecommendationError("the budget of $1/h cannot buy a PS"))
+    'The budget of $1/h cannot buy a PS'
+    """
+
+    def __init__(self, message: str, *args: object):
+        super().__init__(message[:1].upper() + message[1:], *args)
 
 
 @dataclass(frozen=True)

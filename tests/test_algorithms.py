@@ -214,6 +214,10 @@ BUDGET_SCENARIOS = [
     ("scala-opt", 1.0, "m4.large", CPU_GPU, 128, "m4.large", "c4.xlarge", 3, 0.818),
     # §8.3's list at $2/h: only m4.large leaves room for a g3.4xlarge (m4.2xlarge + g3.4xlarge = $2.17/h).
     ("time-opt", 2.0, None, HIGH, None, "m4.large", "c4.8xlarge", 1, 1.973),
+    # Time-Opt buys the fastest cluster the budget can: at $1.9/h, m4.large leaves $1.775/h, less than a c4.8xlarge
+    # ($1.848/h), so the dearest type it buys, p2.xlarge; at $1/h (the issue's), m4.2xlarge leaves $0.5/h: m4.xlarge.
+    ("time-opt", 1.9, None, HIGH, None, "m4.large", "p2.xlarge", 1, 1.843),
+    ("time-opt", 1.0, None, CPU_GPU, None, "m4.2xlarge", "m4.xlarge", 2, 1.0),
 ]
 
 
@@ -415,6 +419,41 @@ def test_rule_answers_carry_measured_epoch_times_when_there_are_some():
     assert scala_opt(replace(request, algorithm="scala-opt"), CATALOG, records).predicted_epoch_time_s == 90.0
 
 
+# The cluster a rule chose (Cost-Opt, 6 c4.xlarge with max 6 workers), the strategy asked, the runs on record of
+# that very cluster → the epoch time it quotes as measured, and a piece of its explanation.
+STRATEGY_SCENARIOS = [
+    (True, [("ps", "m4.large", 100.0)], 100.0, "measured epoch time 100 s"),
+    (False, [("mirrored", "", 80.0)], 80.0, "measured epoch time 80 s"),
+    # The issue's case: All-Reduce asked, only a parameter-server run of the type on record — no figure quoted.
+    (False, [("ps", "m4.large", 100.0)], None, "epoch time unknown: this cluster was measured with a parameter "
+     "server only, and a run with a parameter server is no measure of one with all-reduce"),
+    (True, [("mirrored", "", 80.0)], None, "epoch time unknown: this cluster was measured with all-reduce only"),
+    (False, [("ps", "m4.large", 100.0), ("mirrored", "", 80.0)], 80.0, "measured epoch time 80 s"),
+    (False, [], None, "$1.386/h in all."),  # nothing measured: nothing said
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("through_ps, runs, want_time, want_text", STRATEGY_SCENARIOS)
+def test_a_rule_quotes_only_runs_of_its_own_strategy_as_measured(through_ps, runs, want_time, want_text):
+    records = tuple(
+        PerfRecord(CIFAR, "c4.xlarge", ps_type, workers=6, batch_size=64, epoch_time_s=time_s, strategy=strategy)
+        for strategy, ps_type, time_s in runs
+    )
+    request = ask("cost-opt", max_workers=6, ps_type="m4.large" if through_ps else None, worker_types=CPU,
+                  batch_size=64, parameter_server=through_ps)  # fmt: skip
+    answer = cost_opt(request, CATALOG, records)
+    assert (answer.worker_type, answer.workers) == ("c4.xlarge", 6)
+    assert answer.predicted_epoch_time_s == want_time
+    assert [c.epoch_time_s for c in answer.candidates if c.worker_type == "c4.xlarge"] == [want_time]
+    assert want_text in answer.explanation
+
+
+def test_time_opt_names_the_types_the_budget_cannot_buy():
+    answer = time_opt(ask("time-opt", budget=1.0, worker_types=CPU_GPU), CATALOG)
+    assert answer.explanation.startswith("Time-Opt: m4.xlarge is the most expensive of t2.xlarge, m4.xlarge, ")
+    assert "the budget buys beside the PS (it buys no p2.xlarge)" in answer.explanation
+
+
 def test_bandwidth_prefers_runs_against_the_same_ps_type():
     records = (
         profile("c4.xlarge", "m4.large", 128, 100),  # ⌊427.5 / 100⌋ = 4
@@ -463,33 +502,33 @@ def test_scala_opt_missing_profiles_for_an_unprofiled_batch_size_and_for_scala_o
 ERRORS = [
     # algorithm, request fields → a piece of the message.
     ("cost-opt", {"budget": 0.2, "ps_type": "m4.large", "worker_types": ("c4.xlarge",)},
-     "the budget of $0.2/h cannot buy the m4.large PS ($0.125/h) and one c4.xlarge worker ($0.231/h)"),
+     "The budget of $0.2/h cannot buy the m4.large PS ($0.125/h) and one c4.xlarge worker ($0.231/h)"),
     ("cost-opt", {"budget": 0.2, "worker_types": ("c4.xlarge",)},
-     "the budget of $0.2/h cannot buy a PS plus one worker: the cheapest PS, m4.large, costs $0.125/h and the "
+     "The budget of $0.2/h cannot buy a PS plus one worker: the cheapest PS, m4.large, costs $0.125/h and the "
      "cheapest worker, c4.xlarge, $0.231/h ($0.356/h together)"),
-    ("time-opt", {"budget": 1.9, "worker_types": HIGH},  # m4.large leaves $1.775/h, a c4.8xlarge costs $1.848/h
-     "cannot buy the m4.large PS ($0.125/h) and one c4.8xlarge worker ($1.848/h)"),
+    ("time-opt", {"budget": 0.3, "ps_type": "m4.2xlarge", "worker_types": CPU},  # the user's PS leaves nothing
+     "The budget of $0.3/h cannot buy the m4.2xlarge PS ($0.5/h) and one c4.xlarge worker ($0.231/h)"),
     ("scala-opt", {"budget": 0.3, "ps_type": "m4.large", "worker_types": CPU, "batch_size": 64},
      "cannot buy the m4.large PS ($0.125/h) and one c4.xlarge worker ($0.231/h)"),
     ("cost-opt", {"budget": 2.0, "max_workers": 6}, "not both"),
-    ("cost-opt", {}, "cost-opt needs a budget in $/h or a maximum number of workers"),
+    ("cost-opt", {}, "Cost-opt needs a budget in $/h or a maximum number of workers"),
     ("scala-opt", {"batch_size": 64}, "needs a budget"),
-    ("cost-opt", {"budget": 0.0}, "the budget must be a positive number"),
-    ("cost-opt", {"budget": -1.0}, "the budget must be a positive number"),
-    ("cost-opt", {"budget": float("nan")}, "the budget must be a positive number"),
+    ("cost-opt", {"budget": 0.0}, "The budget must be a positive number"),
+    ("cost-opt", {"budget": -1.0}, "The budget must be a positive number"),
+    ("cost-opt", {"budget": float("nan")}, "The budget must be a positive number"),
     ("time-opt", {"max_workers": 0}, "at least 1"),
     ("lookup", {"budget": 1.0, "max_workers": 2}, "not both"),
     ("cost-opt", {"max_workers": 6, "ps_type": "m5.large"},
-     "unknown PS type m5.large; the catalogue's PS types are m4.large, m4.2xlarge, m4.10xlarge"),
+     "Unknown PS type m5.large; the catalogue's PS types are m4.large, m4.2xlarge, m4.10xlarge"),
     ("time-opt", {"max_workers": 6, "worker_types": ("c4.xlarge", "c5.xlarge", "p3.2xlarge")},
-     "unknown worker types c5.xlarge, p3.2xlarge; the catalogue's worker types are m4.xlarge"),
-    ("lookup", {"worker_types": ("t3.micro",)}, "unknown worker type t3.micro"),
-    ("cost-opt", {"max_workers": 6, "ps_types": ("m4.large", "r5.large")}, "unknown PS type r5.large"),
+     "Unknown worker types c5.xlarge, p3.2xlarge; the catalogue's worker types are m4.xlarge"),
+    ("lookup", {"worker_types": ("t3.micro",)}, "Unknown worker type t3.micro"),
+    ("cost-opt", {"max_workers": 6, "ps_types": ("m4.large", "r5.large")}, "Unknown PS type r5.large"),
     ("scala-opt-m", {"max_workers": 6}, "Scala-Opt-M needs your worker type"),
-    ("scala-opt-m", {"max_workers": 6, "worker_type": "c5.xlarge"}, "unknown worker type c5.xlarge"),
-    ("simplex", {"max_workers": 6}, "unknown algorithm 'simplex'; choose one of " + ", ".join(ALGORITHMS)),
+    ("scala-opt-m", {"max_workers": 6, "worker_type": "c5.xlarge"}, "Unknown worker type c5.xlarge"),
+    ("simplex", {"max_workers": 6}, "Unknown algorithm 'simplex'; choose one of " + ", ".join(ALGORITHMS)),
     ("model", {"max_workers": 6}, "needs a fitted performance model"),
-    ("scala-opt", {"max_workers": 6, "saturation": 1.5}, "the saturation margin p must be above 0 and at most 1"),
+    ("scala-opt", {"max_workers": 6, "saturation": 1.5}, "The saturation margin p must be above 0 and at most 1"),
 ]  # fmt: skip
 
 
@@ -497,6 +536,13 @@ ERRORS = [
 def test_errors(algorithm, fields, message):
     with pytest.raises(RecommendationError, match=re.escape(message)):
         recommend(ask(algorithm, **fields), CATALOG, BANDWIDTHS)
+
+
+@pytest.mark.parametrize("algorithm, fields, message", ERRORS, ids=[row[2][:40] for row in ERRORS])
+def test_every_refusal_starts_with_a_capital(algorithm, fields, message):
+    with pytest.raises(RecommendationError) as caught:
+        recommend(ask(algorithm, **fields), CATALOG, BANDWIDTHS)
+    assert str(caught.value)[0].isupper()
 
 
 def test_scala_opt_needs_a_workload_and_a_ps_capacity():
@@ -702,7 +748,7 @@ def test_lookup_without_a_match_or_a_model_says_what_exists():
     with pytest.raises(RecommendationError) as caught:
         lookup(request, anwar_records(), CATALOG)
     assert str(caught.value) == (
-        "no measured epoch time for anwar2021-mnist at batch size 64000 and 20 ms latency, and no performance model "
+        "No measured epoch time for anwar2021-mnist at batch size 64000 and 20 ms latency, and no performance model "
         "to predict it; anwar2021-mnist has measured batch sizes 2560, 6400, 32000, 64000 and latencies 0, 20 ms"
     )
 
@@ -710,7 +756,7 @@ def test_lookup_without_a_match_or_a_model_says_what_exists():
 def test_lookup_with_no_data_for_the_workload_is_an_error_even_with_a_model():
     model = FakeModel()
     request = RecommendRequest("lookup", workload="imagenet-resnet50", batch_size=64000, latency_ms=0)
-    message = "no performance records for workload 'imagenet-resnet50'; records exist for 'anwar2021-mnist'"
+    message = "No performance records for workload 'imagenet-resnet50'; records exist for 'anwar2021-mnist'"
     with pytest.raises(RecommendationError, match=message):
         lookup(request, anwar_records(), CATALOG, predict=model)
     assert model.asked == []
