@@ -26,6 +26,7 @@ from fc2.services import workers as service
 from tests.conftest import make_job
 from tests.helpers import Api
 from tests.test_client import FC2, Researcher
+from tests.test_outages import REDIS_SERVER, Redis
 
 NOW = datetime(2026, 11, 28, 13, 30, tzinfo=UTC)
 QUEUE = "fc2"
@@ -138,6 +139,29 @@ def test_a_worker_that_shuts_down_says_so_at_once(workers, settings):
     assert stopped.stopped_at is not None and stopped.stopped_at >= stopped.beat_at
     found = fresh_status()
     assert not found.taking_jobs and found.since == stopped.stopped_at
+
+
+@pytest.mark.heavy  # a Redis of its own, stopped and started again
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_lost_its_broker_stops_beating_until_it_is_back(workers, settings):
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server)")
+    redis = Redis()
+    try:
+        settings.FC2_WORKER_SILENCE_S = SILENCE_S
+        workers.start(REDIS_URL=redis.url, FC2_WORKER_SILENCE_S=str(SILENCE_S))
+        wait_until(lambda: CeleryWorker.objects.exists() and fresh_status().taking_jobs, f"a beat\n{workers.logs()}")
+
+        redis.stop()
+        wait_until(lambda: not fresh_status().taking_jobs, f"the beats stop\n{workers.logs()}")
+        last = CeleryWorker.objects.get().beat_at
+        time.sleep(SILENCE_S)
+        assert CeleryWorker.objects.get().beat_at == last, "beat without its broker"
+
+        redis.start()  # on the same port: the worker connects again
+        wait_until(lambda: fresh_status().taking_jobs, f"the beats come back\n{workers.logs()}")
+    finally:
+        redis.close()
 
 
 # --- where it shows ---------------------------------------------------------------------------------------------------
