@@ -30,7 +30,9 @@ setup: $(BIN)/.installed examples sandbox
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py setup_platform
 
-# The platform on 127.0.0.1:8000 with a Celery worker beside it (SQLite, embedded broker, local provider by default).
+# The platform on 127.0.0.1:8000 with a Celery worker beside it (SQLite, embedded broker, local provider by default),
+# both started and watched by `manage.py serve` (fc2/management/commands/serve.py): a child that dies is started again
+# after a backoff, said in the log, and Ctrl-C or TERM stops both within seconds (FC2_SERVE_STOP_S).
 # The worker also runs Celery beat (-B), whose sweep moves on or fails the jobs of a lost worker
 # (fc2/services/sweep.py); its schedule file is var/celerybeat-schedule. DEBUG=1 (for `setup` too): this is the
 # development server, and settings refuse to run with DEBUG off and no SECRET_KEY.
@@ -47,9 +49,7 @@ run: setup
 		echo "The demo accounts' passwords: $$passwords (\`manage.py changepassword USERNAME\` changes one)"
 	@export FC2_PUBLIC_URL=$${FC2_PUBLIC_URL:-http://$(HOST):$(PORT)}; \
 	PYTHONWARNINGS="ignore:You're running the worker with superuser privileges" \
-	$(BIN)/celery -A fc2 worker -B -Q fc2 --loglevel INFO --concurrency 2 & worker=$$!; \
-	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	exec $(BIN)/python manage.py serve $(HOST):$(PORT)
 
 # Local jobs run sandboxed (provisioner/sandbox.py): bubblewrap, setpriv and nsenter (util-linux), ip (iproute2).
 # Installed when the platform runs as root and they are missing; otherwise the platform says at start why local jobs
