@@ -385,6 +385,9 @@ if not REDIS_URL:
         "rejected_folder": str(_broker_dir / "rejected"),  # messages that could not be decoded, kept to be looked at
         "control_folder": str(_broker_dir / "control"),  # the worker's broadcast exchanges; default: ./control
         "store_processed": False,
+        # How often an idle worker looks at the folder (kombu's default: every second). A worker at its prefetch
+        # limit also waits this long before it takes the next message, so it bounds the worker's pace too.
+        "polling_interval": 0.2,
     }
 # JSON only, never pickle: the worker runs as root (the job sandbox needs it; see the Makefile's `run`).
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -420,11 +423,45 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0)
     X_FRAME_OPTIONS = "DENY"
 
+# Quiet where nobody would act (fc2/logfilters.py): Celery's lines about the periodic tasks (the sweep's three every
+# FC2_SWEEP_INTERVAL_S; a failing one still logs its error), and the server's warning for a node's late report
+# answered 409.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "periodic_tasks": {
+            "()": "fc2.logfilters.PeriodicTasks",
+            "tasks": sorted({entry["task"] for entry in CELERY_BEAT_SCHEDULE.values()}),
+        },
+        "late_reports": {"()": "fc2.logfilters.LateReports"},
+    },
+    # Django's own formatter and handler for its server's request lines (django.utils.log.DEFAULT_LOGGING), named
+    # again here because configuring the logger below replaces its handlers.
+    "formatters": {
+        "django.server": {"()": "django.utils.log.ServerFormatter", "format": "[{server_time}] {message}", "style": "{"}
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        "django.server": {"class": "logging.StreamHandler", "formatter": "django.server"},
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    # paramiko says at INFO every connection and SFTP session it opens: the nodes' bootstrap logs say what matters.
-    "loggers": {name: {"level": "WARNING"} for name in ("botocore", "boto3", "paramiko")},
+    "loggers": {
+        # Without Django's console handler on "django": its lines reach the root's console once, not twice.
+        "django": {"level": "INFO"},
+        # paramiko says at INFO every connection and SFTP session it opens: the nodes' bootstrap logs say what matters.
+        **{name: {"level": "WARNING"} for name in ("botocore", "boto3", "paramiko")},
+        # beat's "Sending due task", the worker's "received" and the task's "succeeded in"
+        **{
+            name: {"filters": ["periodic_tasks"]}
+            for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+        },
+        # Django's server logger keeps its own handler (its request-line format); only the filter is added.
+        "django.server": {
+            "handlers": ["django.server"],
+            "level": "INFO",
+            "propagate": False,
+            "filters": ["late_reports"],
+        },
+    },
 }
