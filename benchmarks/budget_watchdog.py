@@ -88,7 +88,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
 
     import provisioner
     from fc2.models import Job
-    from fc2.services import datasets, inline, jobs, pipeline, sweep
+    from fc2.services import datasets, inline, jobs, pipeline, pricing, sweep
     from fc2.services.bundles import store_bundle
     from recommender.catalog import load_catalog
     from tests.wheels import sleeper_wheel
@@ -136,7 +136,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
             Job.objects.filter(pk=job.pk).update(driver=Job.Driver.CELERY, lease_until=None)
             job.refresh_from_db()
             hourly = float(job.hourly_cost)
-            ahead = sweep.teardown_s(args.provider)  # what the watchdog expects this teardown to take
+            ahead = pricing.teardown_s(args.provider)  # what the watchdog expects this teardown to take
             budget = Decimal(str(round(job.cost_so_far + hourly * (args.margin + ahead) / 3600, 4)))
             Job.objects.filter(pk=job.pk).update(total_budget=budget)
             crossed = job.launched_at + timedelta(seconds=float(budget) / hourly * 3600)

@@ -20,7 +20,7 @@ from django.utils import timezone
 import provisioner
 from fc2.celery import app as celery_app
 from fc2.models import Job, Node
-from fc2.services import inline, jobs, pipeline, sweep
+from fc2.services import inline, jobs, pipeline, pricing, sweep
 from fc2.services.bundles import store_bundle
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
@@ -172,7 +172,8 @@ def measured(db, bundle):
 
 
 def test_submit_is_refused_when_the_plan_already_exceeds_the_budget(alice, bundle, digits, measured):
-    cluster = {**measured, "parameters": {"epochs": "10"}}  # $1.511/h × 360 s × 10 = $1.51
+    # $1.511/h × (30 s start-up + 360 s × 10 + 1 s teardown, the local provider's defaults) = $1.524.
+    cluster = {**measured, "parameters": {"epochs": "10"}}
 
     with pytest.raises(jobs.SubmitError) as refused:
         make_job(alice, bundle, digits, total_budget=Decimal("1.50"), **cluster)
@@ -180,10 +181,12 @@ def test_submit_is_refused_when_the_plan_already_exceeds_the_budget(alice, bundl
     assert refused.value.field == "total_budget"
     assert (
         str(refused.value)
-        == "the cluster's projected total cost, $1.51 for 10 epochs, exceeds the job's total budget of $1.50"
+        == "the cluster's projected total cost, $1.52 for 10 epochs, exceeds the job's total budget of $1.50. Billed "
+        "from launch to teardown: 30 s start-up + 3600 s training + 1 s teardown (start-up and teardown: the local "
+        "provider's defaults, until a job of it has run here)."
     )
     assert not Job.objects.exists()
-    assert make_job(alice, bundle, digits, total_budget=Decimal("1.52"), **cluster).total_budget == Decimal("1.52")
+    assert make_job(alice, bundle, digits, total_budget=Decimal("1.53"), **cluster).total_budget == Decimal("1.53")
 
 
 def test_submit_job_takes_a_budget_for_the_whole_job_and_shows_it(alice, example_wheel):
@@ -252,14 +255,14 @@ def test_the_watchdog_looks_ahead_by_what_the_providers_teardowns_take(job, sett
     """A cluster costs until its teardown has ended: the job is stopped that much earlier — the median of the
     provider's latest teardowns here, or the provider's own figure before any was measured."""
     settings.FC2_SWEEP_INTERVAL_S = 5
-    assert sweep.teardown_s("aws") == provisioner.get("aws").teardown_s == 90.0
+    assert pricing.teardown_s("aws") == provisioner.get("aws").teardown_s == 90.0
     for number, taken in enumerate([30, 40, 200]):
         ended = make_job(job.owner, job.bundle, job.dataset)
         Job.objects.filter(pk=ended.pk).update(
             provider="aws", state=State.SUCCEEDED, finished_at=at(number * 1000), torn_down_at=at(number * 1000 + taken)
         )
-    assert sweep.teardown_s("aws") == 40.0
-    assert sweep.teardown_s("lab") == 3.0
+    assert pricing.teardown_s("aws") == 40.0
+    assert pricing.teardown_s("lab") == 3.0
 
     # $3.6/h is $0.001 a second: $0.046 spent; the next look in 5 s, a teardown of 40 s: $0.091 by its end.
     Job.objects.filter(pk=job.pk).update(

@@ -27,7 +27,9 @@ WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 WORKLOAD_NAME_HELP = (
     "The name this code and data's performance records are looked up (Model, Scala-Opt) and stored under; by "
     "default the wheel's distribution name, a colon and the dataset's name, e.g. fc2-digits-cnn:digits. Name another "
-    "workload to use its records; add records with: manage.py import_perf_data PATH --format csv --workload NAME."
+    "workload to use its records; add records with: manage.py import_perf_data PATH --workload NAME, with --format "
+    "anwar2021 for headerless rows of that one workload (as Anwar et al. give them) or --format csv for rows under a "
+    "header naming their columns."
 )
 
 
@@ -65,6 +67,8 @@ def validate(request: JobRequest) -> None:
         )
     if reason := provider_unavailable(request.provider):
         raise SubmitError(reason, "provider")
+    if reason := algorithm_unavailable(request.provider, request.algorithm):
+        raise SubmitError(reason, "algorithm")
     if len(request.workload_name) > WORKLOAD_NAME_MAX:
         raise SubmitError(f"a workload name has at most {WORKLOAD_NAME_MAX} characters", "workload_name")
     check_workers(request.provider, request.workers)
@@ -101,6 +105,26 @@ def strategy_unavailable(strategy: str, algorithm: str) -> str | None:
     if strategy == Job.Strategy.AUTO and algorithm != "model":
         return STRATEGY_LEFT_OPEN_REASON
     return None
+
+
+# Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
+SIZED_BY_THE_PS = ("scala-opt", "scala-opt-m")
+
+
+def algorithm_unavailable(provider: str, algorithm: str) -> str | None:
+    """Why `algorithm` can never choose a cluster on `provider`, or None. Scala-Opt counts the workers one PS's link
+    carries, from the bandwidth each worker was measured to send: a provider whose nodes share the machine's network
+    (local) has no such link, and no profile can be measured there, nor would one measured elsewhere describe it."""
+    if algorithm not in SIZED_BY_THE_PS or provider not in provisioner.PROVIDERS:
+        return None
+    entry = provisioner.get(provider)
+    if entry.own_network:
+        return None
+    return (
+        f"Scala-Opt sizes the cluster by its parameter server's network link, and {entry.label}'s nodes share the "
+        "machine's network, with no link of their own to size by or to measure a worker's bandwidth on: choose "
+        f"Manual, Cost-Opt, Time-Opt or the model for a {provider} job, or run it on the lab or AWS"
+    )
 
 
 def provider_unavailable(provider: str) -> str | None:
@@ -153,13 +177,15 @@ def check_budget_amount(total_budget: Decimal) -> None:
 
 
 def check_budget(request: JobRequest, plan: Plan) -> None:
-    """The whole-job budget covers the plan's own projected total cost, when the plan has one: a job that could
-    only be stopped for its budget is refused now, with the figures."""
-    total = plan.total_cost(request.epochs)
-    if request.total_budget is not None and total is not None and total > request.total_budget:
+    """The whole-job budget covers the plan's own estimate of the whole job's cost (`Plan.estimate`: start-up,
+    training and teardown), when the plan has one: a job that could only be stopped for its budget is refused now,
+    with the figures."""
+    estimate = plan.estimate(request.epochs)
+    if request.total_budget is not None and estimate is not None and estimate.total > request.total_budget:
         raise SubmitError(
-            f"the cluster's projected total cost, {usd(total)} for {request.epochs} epoch"
-            f"{'s' if request.epochs != 1 else ''}, exceeds the job's total budget of {usd(request.total_budget)}",
+            f"the cluster's projected total cost, {usd(estimate.total)} for {request.epochs} epoch"
+            f"{'s' if request.epochs != 1 else ''}, exceeds the job's total budget of {usd(request.total_budget)}. "
+            f"{estimate.basis}",
             "total_budget",
         )
 
@@ -215,13 +241,18 @@ class Plan:
     source: str  # "manual", or the recommender's "measured", "predicted" or "rule"
     explanation: str  # why this cluster, in the recommender's words
     recommendation: dict | None  # recommender.service.as_dict of the answer; None for Manual
+    provider: str  # where it runs: its start-up and teardown are billed too (pricing.overheads)
     epoch_time_note: str = ""  # why there is no epoch time, where the plan can say more than "none is known yet"
 
+    def estimate(self, epochs: int | None) -> pricing.Estimate | None:
+        """What the whole job will cost (`pricing.estimate`: start-up + epochs × epoch time + teardown, at its $/h);
+        None when the $/h, the epoch time or the epochs is unknown."""
+        return pricing.estimate(self.hourly_cost, self.predicted_epoch_time_s, epochs, self.provider)
+
     def total_cost(self, epochs: int | None) -> Decimal | None:
-        """$ of the whole training: $/h × epoch time × epochs / 3600; None when the epoch time or epochs is unknown."""
-        if self.predicted_epoch_time_s is None or self.hourly_cost is None or not epochs:
-            return None
-        return self.hourly_cost * Decimal(str(self.predicted_epoch_time_s)) * epochs / 3600
+        """$ of the whole job (`estimate`), or None."""
+        estimate = self.estimate(epochs)
+        return estimate.total if estimate else None
 
 
 def plan(request: JobRequest, owner=None) -> Plan:
@@ -244,6 +275,7 @@ def plan(request: JobRequest, owner=None) -> Plan:
             explanation=f"Manual: the {request.workers} {where}workers{ps} you chose."
             + (f" {note}" if epoch_time_s is not None else ""),
             recommendation=None,
+            provider=request.provider,
             epoch_time_note="" if epoch_time_s is not None else note,
         )
     try:
@@ -261,6 +293,7 @@ def plan(request: JobRequest, owner=None) -> Plan:
             source="profiling",
             explanation=profiling.plan_text(missing.missing),
             recommendation=None,
+            provider=request.provider,
         )
     try:
         check_workers(request.provider, answer.workers)
@@ -283,7 +316,19 @@ def plan(request: JobRequest, owner=None) -> Plan:
         source=answer.source,
         explanation=answer.explanation,
         recommendation=service.as_dict(answer),
+        provider=request.provider,
+        epoch_time_note="" if answer.predicted_epoch_time_s is not None else _no_run_yet(request),
     )
+
+
+def _no_run_yet(request: JobRequest) -> str:
+    """Why a cluster has no epoch time where nothing was measured or predicted of it: its own run will measure it."""
+    if not provisioner.get(request.provider).typed_nodes:
+        return (
+            f"a {request.provider} cluster is no instance type, so no performance record describes it — the job's own "
+            "run will measure this machine"
+        )
+    return f"no run of {request.workload} on this cluster yet — the job's own run will measure it"
 
 
 def measured_epoch_time(request: JobRequest, ps_type: str, owner=None) -> tuple[float | None, str]:
@@ -292,12 +337,9 @@ def measured_epoch_time(request: JobRequest, ps_type: str, owner=None) -> tuple[
     comes from; or None and why there is none."""
     provider = provisioner.get(request.provider)
     if not provider.typed_nodes:
-        return None, (
-            f"no epoch time: a {request.provider} cluster is no instance type, so no performance record describes it "
-            "(a run on it measures this machine)"
-        )
+        return None, _no_run_yet(request)
     if not request.worker_type:
-        return None, "no epoch time: choose a worker type to look up its measured runs"
+        return None, "choose a worker type to look up its measured runs"
     batch_size = batch_size_parameter(request.parameters)
     latency = request.latency_ms if provider.latency else 0.0
     runs = [
@@ -312,13 +354,14 @@ def measured_epoch_time(request: JobRequest, ps_type: str, owner=None) -> tuple[
     sizes = {r.batch_size for r in runs}
     if not runs:
         return None, (
-            f"no epoch time: {request.workload} has no measured run of {request.workers} × {request.worker_type} "
+            f"{request.workload} has no measured run of {request.workers} × {request.worker_type} "
             f"({request.strategy}{f', PS {ps_type}' if ps_type else ''}) at {latency:g} ms"
             + (f" and batch size {batch_size}" if batch_size else "")
+            + " yet — the job's own run will measure it"
         )
     if len(sizes) > 1:
         listed = ", ".join(str(size) for size in sorted(sizes, key=lambda size: size or 0))
-        return None, f"no epoch time: its measured runs differ in batch size ({listed}): give a batch_size parameter"
+        return None, f"its measured runs differ in batch size ({listed}): give a batch_size parameter"
     mean = sum(r.epoch_time_s for r in runs) / len(runs)
     return mean, (
         f"Its epoch time, {significant(mean)} s, is the mean of {len(runs)} measured run{'s' if len(runs) != 1 else ''}"

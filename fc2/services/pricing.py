@@ -1,12 +1,19 @@
 """What a job's (or a job request's) cluster costs and what the recommender is asked for it — shared by the job
-service (planning, before a job exists) and the pipeline (its recommend step)."""
+service (planning, before a job exists) and the pipeline (its recommend step) — and the one estimate of a whole job's
+cost: its cluster is billed from the start of its launch to the end of its teardown, so the estimate is the training
+(epochs × epoch time) plus the provider's start-up and teardown, as this platform measured them."""
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from decimal import Decimal
 
+from django.db.models import F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
+
 import provisioner
-from fc2.models import Job, batch_size_parameter
+from fc2.models import Job, JobEvent, batch_size_parameter
 from fc2.services.requests import JobRequest
 from recommender import service
 from recommender.types import Recommendation, RecommendRequest
@@ -54,3 +61,117 @@ def chosen_strategy(request: JobRequest, answer: Recommendation) -> str:
     if chosen not in (Job.Strategy.PS, Job.Strategy.MIRRORED):
         raise ValueError(f"the {answer.algorithm} recommender did not choose a strategy for a job that left it open")
     return chosen
+
+
+# The jobs a provider's overheads are the medians of: its latest, so that they follow the cloud (a slow start or
+# teardown among them moves a median little).
+OVERHEADS_MEASURED = 20
+# Seconds from the start of a cluster's launch until its job runs, per provider, until a job of it ran here: making
+# the nodes and bootstrapping them (copying the wheel and the dataset, installing, starting TensorFlow, ~5 s to import
+# on each). Local: sandboxed processes on this machine; lab: network namespaces reached over SSH; aws: EC2 instances
+# booting (about a minute) and installing TensorFlow (~80 s) before anything runs. The first job of a provider
+# measures its own, and from then on the estimate says so.
+DEFAULT_STARTUP_S = {"local": 30.0, "lab": 90.0, "aws": 300.0}
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What a provider's cluster is billed for beyond the training, each the median of its latest jobs' here, or
+    the provider's default while none has one."""
+
+    provider: str
+    startup_s: float  # from the start of the launch to the job running (launched_at → started_at)
+    teardown_s: float  # from the end of the training (or of the job) to the end of the teardown
+    startups: int  # jobs the start-up is the median of; 0: the default
+    teardowns: int  # jobs the teardown is the median of; 0: the provider's own figure
+
+    @property
+    def source(self) -> str:
+        """Where the figures come from, in a clause a page or a refusal can quote."""
+        if self.startups == self.teardowns:
+            return "start-up and teardown: " + (
+                f"the medians of this platform's latest {self.startups} {self.provider} job"
+                f"{'s' if self.startups != 1 else ''}"
+                if self.startups
+                else f"the {self.provider} provider's defaults, until a job of it has run here"
+            )
+        return f"start-up: {self._said(self.startups)}; teardown: {self._said(self.teardowns)}"
+
+    def _said(self, count: int) -> str:
+        if not count:
+            return f"the {self.provider} provider's default, until a job of it has run here"
+        return f"the median of this platform's latest {count} {self.provider} job{'s' if count != 1 else ''}"
+
+
+def overheads(provider: str) -> Overheads:
+    """The provider's start-up — the median of its latest OVERHEADS_MEASURED jobs that ran, from the start of the
+    launch to running, else DEFAULT_STARTUP_S — and teardown (`teardown_s`)."""
+    ran = Job.objects.filter(provider=provider, started_at__gte=F("launched_at")).order_by("-started_at")
+    startups = [
+        (running - launched).total_seconds()
+        for launched, running in ran.values_list("launched_at", "started_at")[:OVERHEADS_MEASURED]
+    ]
+    teardown, teardowns = _teardown(provider)
+    return Overheads(
+        provider=provider,
+        startup_s=statistics.median(startups) if startups else DEFAULT_STARTUP_S.get(provider, 0.0),
+        teardown_s=teardown,
+        startups=len(startups),
+        teardowns=teardowns,
+    )
+
+
+def teardown_s(provider: str) -> float:
+    """Seconds a cluster of the provider is billed for after its job's training ended: the median of its latest
+    OVERHEADS_MEASURED jobs whose cluster is gone — from the end of its training (the chief's completion; the job's
+    end where it never completed) to the end of its teardown — else the provider's own figure (`Provider.teardown_s`).
+    What the estimate adds, and what the budget watchdog (fc2/services/sweep.py) stops a job that much earlier for."""
+    return _teardown(provider)[0]
+
+
+def _teardown(provider: str) -> tuple[float, int]:
+    completed = JobEvent.objects.filter(job=OuterRef("pk"), state=Job.State.COLLECTING).order_by("at").values("at")
+    gone = (
+        Job.objects.filter(provider=provider, finished_at__isnull=False, torn_down_at__isnull=False)
+        .annotate(trained_at=Coalesce(Subquery(completed[:1]), F("finished_at")))
+        .filter(torn_down_at__gte=F("trained_at"))
+        .order_by("-torn_down_at")
+    )
+    taken = [
+        (torn_down - trained).total_seconds()
+        for trained, torn_down in gone.values_list("trained_at", "torn_down_at")[:OVERHEADS_MEASURED]
+    ]
+    if not taken:
+        known = provisioner.PROVIDERS.get(provider)
+        return (known.teardown_s if known else 0.0), 0
+    return statistics.median(taken), len(taken)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a whole job will cost: its cluster's $/h over the time it is billed for — the provider's start-up, the
+    training (epochs × epoch time) and the provider's teardown. At the catalogue's prices: an estimate, not a bill."""
+
+    total: Decimal  # $
+    training_s: float  # epochs × epoch time
+    overheads: Overheads  # the start-up and teardown it adds, and where they come from
+
+    @property
+    def basis(self) -> str:
+        """How it was reckoned, in one sentence."""
+        o = self.overheads
+        return (
+            f"Billed from launch to teardown: {o.startup_s:.0f} s start-up + {self.training_s:.0f} s training + "
+            f"{o.teardown_s:.0f} s teardown ({o.source})."
+        )
+
+
+def estimate(hourly: Decimal | None, epoch_time_s: float | None, epochs: int | None, provider: str) -> Estimate | None:
+    """The whole job's estimated cost — the wizard's, the review's, submit's budget check's — or None when its $/h,
+    its epoch time or its epochs is not known."""
+    if hourly is None or epoch_time_s is None or not epochs:
+        return None
+    taken = overheads(provider)
+    training_s = epoch_time_s * epochs
+    billed = Decimal(str(taken.startup_s)) + Decimal(str(training_s)) + Decimal(str(taken.teardown_s))
+    return Estimate(total=hourly * billed / 3600, training_s=training_s, overheads=taken)

@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import logging
 import re
-import statistics
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -72,7 +71,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node, ReapedCluster
-from fc2.services import limits, monitoring, pipeline, reports, submissions
+from fc2.services import limits, monitoring, pipeline, pricing, reports, submissions
 from fc2.services.pipeline import Lease
 from provisioner import ClusterInfo
 
@@ -326,27 +325,8 @@ def _limit_crossed(job: Job, now: datetime | None = None) -> str | None:
         hourly_cost=None if job.hourly_cost is None else float(job.hourly_cost),
         budget=None if job.total_budget is None else float(job.total_budget),
         interval_s=settings.FC2_SWEEP_INTERVAL_S,
-        teardown_s=teardown_s(job.provider) if job.total_budget is not None else 0.0,
+        teardown_s=pricing.teardown_s(job.provider) if job.total_budget is not None else 0.0,
     )
-
-
-# The teardowns a provider's expected teardown time is measured over: the latest, so that it follows the cloud.
-TEARDOWNS_MEASURED = 20
-
-
-def teardown_s(provider: str) -> float:
-    """Seconds a teardown of the provider's clusters takes: the median of its latest jobs' (from the job's end to
-    the end of its cluster's teardown), else what the provider says before anything was measured here."""
-    ended = Job.objects.filter(provider=provider, finished_at__isnull=False, torn_down_at__gte=F("finished_at"))
-    taken = [
-        (torn_down - finished).total_seconds()
-        for finished, torn_down in ended.order_by("-torn_down_at").values_list("finished_at", "torn_down_at")[
-            :TEARDOWNS_MEASURED
-        ]
-    ]
-    if not taken:
-        return provisioner.get(provider).teardown_s if provider in provisioner.PROVIDERS else 0.0
-    return statistics.median(taken)
 
 
 def _enforce_limits(now: datetime) -> None:

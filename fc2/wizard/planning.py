@@ -12,7 +12,8 @@ __all__ = ["planned", "preview"]
 
 
 def preview(wizard: Wizard, form: ResourceForm) -> dict:
-    """The live recommendation for the resource fields of `form`: the plan and its total cost, or why there is none."""
+    """The live recommendation for the resource fields of `form`: the plan and its estimate of the whole job's cost
+    (pricing.estimate, as submit's budget check reckons it), or why there is none."""
     if not form.is_valid():
         return {"invalid": form}
     if not wizard.reachable("resource"):
@@ -26,5 +27,5 @@ def preview(wizard: Wizard, form: ResourceForm) -> dict:
         "plan": plan,
         "job_request": request,
         "epochs": request.epochs,
-        "total_cost": plan.total_cost(request.epochs),
+        "estimate": plan.estimate(request.epochs),
     }
