@@ -413,6 +413,11 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# `make run` (manage.py serve) starts a web server or worker that died again, with backoff; one more end than
+# FC2_SERVE_RESTARTS_PER_HOUR in an hour stops the platform. Stopping, it waits FC2_SERVE_STOP_S for them to exit
+# before it kills what is left.
+FC2_SERVE_RESTARTS_PER_HOUR = envint("FC2_SERVE_RESTARTS_PER_HOUR", 10)
+FC2_SERVE_STOP_S = envint("FC2_SERVE_STOP_S", 5)
 
 if not DEBUG:
     SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", "true")

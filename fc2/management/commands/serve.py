@@ -32,8 +32,6 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from fc2.settings import envint
-
 logger = logging.getLogger(__name__)
 
 MANAGE_PY = Path(__file__).resolve().parents[3] / "manage.py"
@@ -88,8 +86,8 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2, help="the worker's processes")
 
     def handle(self, *args, addrport: str, concurrency: int, **options) -> None:
-        self.restarts_per_hour = envint("FC2_SERVE_RESTARTS_PER_HOUR", 10)
-        self.stop_s = envint("FC2_SERVE_STOP_S", 5)
+        self.restarts_per_hour = settings.FC2_SERVE_RESTARTS_PER_HOUR
+        self.stop_s = settings.FC2_SERVE_STOP_S
         self.stopping: str | None = None
         python = sys.executable
         self.children = [
@@ -97,24 +95,9 @@ class Command(BaseCommand):
             # broadcast over the broker at start and stop.
             Child(
                 "Celery worker",
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "fc2",
-                    "worker",
-                    "-B",
-                    "-Q",
-                    settings.CELERY_TASK_DEFAULT_QUEUE,
-                    "--loglevel",
-                    "INFO",
-                    "--concurrency",
-                    str(concurrency),
-                    "--without-mingle",
-                    "--without-gossip",
-                ],
-            ),  # fmt: skip
+                [python, "-m", "celery", "-A", "fc2", "worker", "-B", "-Q", settings.CELERY_TASK_DEFAULT_QUEUE]
+                + f"--loglevel INFO --concurrency {concurrency} --without-mingle --without-gossip".split(),
+            ),
             Child("web server", [python, str(MANAGE_PY), "runserver", addrport]),
         ]
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -156,8 +139,9 @@ class Command(BaseCommand):
                     child.restarts.popleft()
                 if len(child.restarts) >= self.restarts_per_hour:
                     logger.error(
-                        "fc2 serve: the %s %s, its %d. end in the last hour; stopping the platform",
-                        child.name, ended(returncode), len(child.restarts) + 1,
+                        "fc2 serve: the %s %s, its end number %d in the last hour (FC2_SERVE_RESTARTS_PER_HOUR=%d); "
+                        "stopping the platform",
+                        child.name, ended(returncode), len(child.restarts) + 1, self.restarts_per_hour,
                     )  # fmt: skip
                     return 1
                 if up_s >= STEADY_S:
