@@ -140,12 +140,14 @@ def _install(machine: Machine, run: RunSpec) -> str:
     wheel = base / Path(run.wheel_path).name
     runner.run(["mkdir", "-p", str(base)])
     runner.put(Path(run.wheel_path), str(wheel))
-    # A venv that also sees the machine's packages: a .pth file naming the machine Python's site-packages. Made
-    # afresh: an env whose install did not finish may hold half of the wheel, whose code would then run as root.
+    # A venv that also sees the machine's packages: a .pth file naming the machine Python's site-packages, as real
+    # paths (a virtualenv reached through a symlink is mounted in the sandbox where it really is). Made afresh: an env
+    # whose install did not finish may hold half of the wheel, whose code would then run as root.
     layered = (
         "import site, sys, sysconfig, pathlib; "
         "pathlib.Path(sysconfig.get_path('purelib', vars={'base': sys.argv[1], 'platbase': sys.argv[1]}))"
-        ".joinpath('fc2-platform.pth').write_text(chr(10).join(site.getsitepackages()) + chr(10))"
+        ".joinpath('fc2-platform.pth')"
+        ".write_text(''.join(str(pathlib.Path(p).resolve()) + chr(10) for p in site.getsitepackages()))"
     )
     runner.run(["rm", "-rf", str(env)])
     runner.run([machine.python, "-m", "venv", "--without-pip", str(env)])
