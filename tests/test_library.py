@@ -2,7 +2,6 @@
 
 import pytest
 from django.conf import settings
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from fc2.models import CodeBundle, Dataset, Job
@@ -11,7 +10,7 @@ from fc2.services.bundles import store_bundle
 from fc2.wizard import DataForm
 from monitor.agent import DATASET_FETCH_FAILED
 from tests.conftest import make_job
-from tests.helpers import code_form, post_report, resource_form, start_running
+from tests.helpers import code_form, good_npz, post_report, resource_form, start_running
 
 
 def test_same_wheel_twice_is_one_bundle(alice, bundle, example_wheel):
@@ -34,7 +33,7 @@ def test_same_wheel_by_another_owner_is_their_own(bob, bundle, example_wheel):
 
 @pytest.fixture
 def upload(alice):
-    return datasets.store_upload(alice, SimpleUploadedFile("points.csv", b"x,y\n1,2\n"))
+    return datasets.store_upload(alice, good_npz())
 
 
 def page(client, user, item):

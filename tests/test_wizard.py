@@ -25,7 +25,7 @@ from fc2.bundles import MB
 from fc2.celery import app as celery_app
 from fc2.management.commands.submit_job import Command as SubmitJob
 from fc2.models import CodeBundle, Dataset, Job
-from fc2.services import datasets, jobs, pipeline
+from fc2.services import datasets, jobs, pipeline, pricing
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm, planned
@@ -771,11 +771,15 @@ def test_resource_page_has_a_live_accessible_recommendation(client, alice, bundl
     [
         pytest.param(
             {"limit": "budget", "budget": "0.2"},
-            "the budget of $0.2/h cannot buy a PS plus one worker",
+            "The budget of $0.2/h cannot buy a PS plus one worker",
             id="infeasible",
         ),
-        # On the local provider, whose nodes share the machine's network, no profiling run can measure them.
-        pytest.param({"algorithm": "scala-opt"}, "and nothing has measured it", id="no-profiles"),
+        # On the local provider, whose nodes share the machine's network, Scala-Opt can never answer.
+        pytest.param(
+            {"algorithm": "scala-opt"},
+            "Scala-Opt sizes the cluster by its parameter server's network link",
+            id="scala-opt-on-local",
+        ),  # fmt: skip
         pytest.param({"max_workers": "12"}, "the local provider runs at most 8 workers", id="too-many"),
     ],
 )
@@ -800,7 +804,7 @@ def test_infeasible_budget_is_refused_beside_the_budget(client, alice, bundle, f
 
     assert response.status_code == 400
     (error,) = response.context["form"].errors["budget"]
-    assert error.startswith("the budget of $0.3/h cannot buy the m4.large PS ($0.125/h) and one c4.xlarge worker")
+    assert error.startswith("The budget of $0.3/h cannot buy the m4.large PS ($0.125/h) and one c4.xlarge worker")
     assert "resource" not in wizard_state(client)
 
 
@@ -860,7 +864,8 @@ def test_planned_leaves_the_request_as_it_was(alice, bundle, fc2_2018):
 
 
 def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, alice, bundle, fc2_2018):
-    """$/h × predicted epoch time × epochs / 3600, with a measured epoch time for this code and data."""
+    """$/h × (start-up + predicted epoch time × epochs + teardown) / 3600, with a measured epoch time for this code
+    and data."""
     from recommender.models import PerformanceRecord
 
     client.force_login(alice)
@@ -874,8 +879,12 @@ def test_review_estimates_the_total_cost_when_the_epoch_time_is_known(client, al
     response = client.get(step_url("review"))
 
     assert response.context["plan"].predicted_epoch_time_s == 360.0
-    assert float(response.context["total_cost"]) == pytest.approx(1.511 * 360 * 10 / 3600)
-    assert "≈ $1.51" in response.content.decode() and "for 10 epochs" in response.content.decode()
+    # Billed from launch to teardown: the local provider's start-up and teardown (its defaults: no job ran yet) too.
+    overheads = pricing.overheads("local")
+    assert overheads.startups == 0 and overheads.startup_s == pricing.DEFAULT_STARTUP_S["local"]
+    billed_s = overheads.startup_s + 360 * 10 + overheads.teardown_s
+    assert float(response.context["estimate"].total) == pytest.approx(1.511 * billed_s / 3600)
+    assert "≈ $1.52" in response.content.decode() and "for 10 epochs" in response.content.decode()
     assert escape(ESTIMATE_NOTE) in response.content.decode()  # what the ≈ means, in the words of every other page
 
 
@@ -922,10 +931,14 @@ def test_a_cluster_whose_projected_total_exceeds_the_budget_is_refused_beside_it
     response = client.post(step_url("resource"), cost_opt_8_1(total_budget="1"))
 
     assert response.status_code == 400
+    # $1.511/h × (30 s start-up + 3,600 s training + 1 s teardown, the local provider's defaults) = $1.524.
     assert response.context["form"].errors["total_budget"] == [
-        "the cluster's projected total cost, $1.51 for 10 epochs, exceeds the job's total budget of $1.00"
+        "the cluster's projected total cost, $1.52 for 10 epochs, exceeds the job's total budget of $1.00. Billed "
+        "from launch to teardown: 30 s start-up + 3600 s training + 1 s teardown (start-up and teardown: the local "
+        "provider's defaults, until a job of it has run here)."
     ]
-    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.52")).status_code == 302
+    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.52")).status_code == 400
+    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.53")).status_code == 302
 
 
 def algorithm_disabled(page: str, value: str) -> bool:
@@ -941,19 +954,27 @@ def test_resource_step_shows_the_workload_and_disables_algorithms_without_its_re
 
     page = response.content.decode()
     assert f'name="workload_name" value="{workload}"' in page
-    # Scala-Opt measures the bandwidth it lacks in a profiling run first: never disabled for want of records.
-    assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == ["model", "lookup"]
-    how = f"add them with: manage.py import_perf_data PATH --format csv --workload {workload}"
+    # Scala-Opt measures the bandwidth it lacks in a profiling run first: never disabled for want of records, only on
+    # Local, where it can never answer (tests/test_estimates.py).
+    disabled = ["scala-opt", "scala-opt-m", "model", "lookup"]
+    assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == disabled
+    how = (
+        f"add them with: manage.py import_perf_data PATH --workload {workload} and --format anwar2021 for headerless "
+        "rows of this one workload (as Anwar et al. give them), or --format csv for rows under a header naming their "
+        "columns (types, workload…)"
+    )
     model_reason = f"no performance records with an epoch time for workload {workload!r}: {how}"
     assert f"<strong>Model</strong> cannot answer: {escape(model_reason)}." in page
-    assert "<strong>Scala-Opt</strong> cannot answer" not in page
+    assert "<strong>Scala-Opt</strong> cannot answer: Scala-Opt sizes the cluster by its parameter server" in page
+    lab = client.get(step_url("resource"), {"provider": "lab"}).content.decode()
+    assert [value for value, _ in ALGORITHMS if algorithm_disabled(lab, value)] == ["model", "lookup"]
 
 
 @pytest.mark.parametrize("algorithm", ["scala-opt", "scala-opt-m"])
 def test_scala_opt_with_all_reduce_is_refused_beside_the_algorithm(client, alice, bundle, fc2_2018, algorithm):
     client.force_login(alice)
     through_data(client, bundle)
-    form = resource_form(algorithm=algorithm, strategy="mirrored", catalog="fc2-2018", worker_type="c4.xlarge")
+    form = resource_form(algorithm=algorithm, strategy="mirrored", provider="lab", worker_type="lab-w-1g")
 
     response = client.post(step_url("resource"), form)
 
@@ -977,7 +998,7 @@ def test_a_workload_with_records_makes_model_available_and_is_what_the_job_is_fi
     with mock.patch.object(celery_app, "send_task"):
         client.post(step_url("review"))
 
-    assert not algorithm_disabled(shown, "model") and not algorithm_disabled(shown, "scala-opt")
+    assert not algorithm_disabled(shown, "model") and not algorithm_disabled(shown, "lookup")
     assert "no performance records" not in recommendation.content.decode()
     assert recommendation.context["plan"].source == "predicted"
     assert saved.status_code == 302 and wizard_state(client) == {}

@@ -29,14 +29,16 @@ ALGORITHMS = [
     ("model", "Model"),
     ("lookup", "Lookup"),
 ]
-# Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
-SIZED_BY_THE_PS = ("scala-opt", "scala-opt-m")
 SIZED_BY_THE_PS_REASON = (
     "Scala-Opt sizes the cluster by its parameter server's network and an All-Reduce cluster has none: choose the "
     "Parameter server strategy, or another algorithm."
 )
 # Plain text (no markup): it is shown inside an <option>.
-HOW_TO_ADD_RECORDS = "add them with: manage.py import_perf_data PATH --format csv --workload {workload}"
+HOW_TO_ADD_RECORDS = (
+    "add them with: manage.py import_perf_data PATH --workload {workload} and --format anwar2021 for headerless rows "
+    "of this one workload (as Anwar et al. give them), or --format csv for rows under a header naming their "
+    "columns (types, workload…)"
+)
 
 
 class UnavailableChoices:
@@ -229,10 +231,7 @@ class DataForm(StepForm):
         field = self.fields["dataset"]
         field.queryset = Dataset.objects.visible_to(self.user).exclude(kind=Dataset.Kind.BUILTIN)
         field.label_from_instance = self._dataset_label
-        self.fields["file"].help_text = (
-            f"Up to {settings.FC2_MAX_DATASET_MB} MB. An .npz with x_train, y_train, x_test and y_test gets its rows "
-            "and features filled in."
-        )
+        self.fields["file"].help_text = f"Up to {settings.FC2_MAX_DATASET_MB} MB; {datasets.CONTRACT}."
 
     @staticmethod
     def _dataset_label(dataset: Dataset) -> str:
@@ -397,17 +396,25 @@ class ResourceForm(StepForm):
         self.fields["provider"].widget.unavailable = {
             name: reason for name in provisioner.PROVIDERS if (reason := jobs.provider_unavailable(name))
         }
+        unavailable: dict[str, str] = {}
         if workload := self.workload:
             how = HOW_TO_ADD_RECORDS.format(workload=workload)
-            self.fields["algorithm"].widget.unavailable = {
+            unavailable = {
                 algorithm: f"{lacking}: {how}"
                 for algorithm, lacking in service.lacking_records(workload, self.user).items()
                 if algorithm in dict(ALGORITHMS)
             }
-            if model := self.fields["algorithm"].widget.unavailable.get("model"):
-                self.fields["strategy"].widget.unavailable = {
-                    Job.Strategy.AUTO: f"only Model chooses the strategy, and it cannot answer yet ({model})"
-                }
+        # An algorithm the provider shown can never run beats one that merely lacks records: its reason is shown.
+        unavailable |= {
+            algorithm: reason
+            for algorithm in jobs.SIZED_BY_THE_PS
+            if (reason := jobs.algorithm_unavailable(provider or self.fields["provider"].initial, algorithm))
+        }
+        self.fields["algorithm"].widget.unavailable = unavailable
+        if model := unavailable.get("model"):
+            self.fields["strategy"].widget.unavailable = {
+                Job.Strategy.AUTO: f"only Model chooses the strategy, and it cannot answer yet ({model})"
+            }
         if not self.is_bound:  # types the catalogue shown does not offer are forgotten, not refused
             self.initial = dict(self.initial)
             for name, offered in (("ps_type", ps_types), ("worker_type", worker_types)):
@@ -472,7 +479,9 @@ class ResourceForm(StepForm):
             self.add_error(
                 "catalog", "No instance catalogue is loaded; an administrator loads them with setup_platform."
             )
-        if algorithm in SIZED_BY_THE_PS and cleaned.get("strategy") == Job.Strategy.MIRRORED:
+        if algorithm and provider and (reason := jobs.algorithm_unavailable(provider, algorithm)):
+            self.add_error("algorithm", f"{reason}.")
+        elif algorithm in jobs.SIZED_BY_THE_PS and cleaned.get("strategy") == Job.Strategy.MIRRORED:
             self.add_error("algorithm", SIZED_BY_THE_PS_REASON)
         if algorithm and (reason := jobs.strategy_unavailable(cleaned.get("strategy", ""), algorithm)):
             self.add_error("strategy", reason)
