@@ -16,6 +16,7 @@ MODULES = [
     "fc2.results",
     "fc2.services.artifacts",
     "fc2.services.limits",
+    "fc2.services.monitoring",
     "fc2.services.noderecords",
     "fc2.templatetags.fc2_ui",
     "fc2_client.api",
