@@ -5,14 +5,16 @@ to the site."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
+from playwright.sync_api import expect
 
-from fc2.models import Job
+from fc2.models import Artifact, Job, Node
 from tests.browser.conftest import log_in, to_resource_step
 from tests.helpers import job_row, make_bundle, make_dataset
 
@@ -98,3 +100,38 @@ def test_no_select_cuts_its_text(laptop, shot, alice, example_wheel, path):
     shot(re.sub(r"[^a-z]+", "-", path).strip("-"))
 
     assert cut_selects(laptop) == []
+
+
+def test_a_profiling_job_and_an_ended_jobs_figures_read_as_people_read_them(laptop, shot, alice, bundle, digits):
+    now = timezone.now()
+    profiling = job_row(alice, bundle, digits, algorithm="scala-opt", provider="lab", state=Job.State.RECOMMENDING)
+    Job.objects.filter(pk=profiling.pk).update(
+        profiling_runs=[
+            {
+                "number": 2,
+                "runs": 3,
+                "worker_type": "lab-w-100",
+                "hourly_cost": 0.1,
+                "started_at": now.isoformat(),
+                "window_ends_at": (now + timedelta(seconds=95)).isoformat(),
+                "ended_at": None,
+            },
+        ]  # fmt: skip
+    )
+    metrics = {"examples_per_s": 1143.6, "input_shape": [8, 8, 1], "epoch_time_s": 0.6, "test_accuracy": 0.97}
+    ended = job_row(alice, bundle, digits, state=Job.State.SUCCEEDED, metrics=metrics, strategy="ps", workers=1)
+    Node.objects.create(job=ended, name="chief-0", role="chief", index=0, status=Node.Status.SUCCEEDED)
+    Artifact.objects.create(job=ended, name="metrics.json", size_bytes=10, not_kept="kept nowhere in this test")
+    log_in(laptop, "alice", "alice-password-1")
+
+    laptop.goto(profiling.get_absolute_url())
+    expect(laptop.locator("#job-profiling")).to_contain_text("profiling 2 of 3")
+    expect(laptop.locator("#job-profiling")).to_contain_text(re.compile(r"at most 1 min \d\d s left"))
+    shot("profiling")
+    laptop.goto(ended.get_absolute_url())
+
+    expect(laptop.locator("#figure-throughput")).to_have_text("1144 examples/s")
+    expect(laptop.locator("#figure-epoch-time")).to_have_text("600 ms")
+    expect(laptop.locator(".badge", has_text="examples_per_s")).to_have_text("examples_per_s: 1144")
+    expect(laptop.locator(".badge", has_text="input_shape")).to_have_text("input_shape: [8, 8, 1]")
+    shot("ended")
