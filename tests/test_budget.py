@@ -172,7 +172,7 @@ def measured(db, bundle):
 
 
 def test_submit_is_refused_when_the_plan_already_exceeds_the_budget(alice, bundle, digits, measured):
-    # $1.511/h × (30 s start-up + 360 s × 10 + 1 s teardown, the local provider's defaults) = $1.524.
+    # $1.511/h × (15 s start-up + 360 s × 10 + 1 s teardown, the local provider's defaults) = $1.518.
     cluster = {**measured, "parameters": {"epochs": "10"}}
 
     with pytest.raises(jobs.SubmitError) as refused:
@@ -182,7 +182,7 @@ def test_submit_is_refused_when_the_plan_already_exceeds_the_budget(alice, bundl
     assert (
         str(refused.value)
         == "the cluster's projected total cost, $1.52 for 10 epochs, exceeds the job's total budget of $1.50. Billed "
-        "from launch to teardown: 30 s start-up + 3600 s training + 1 s teardown (start-up and teardown: the local "
+        "from launch to teardown: 15 s start-up + 3600 s training + 1 s teardown (start-up and teardown: the local "
         "provider's defaults, until a job of it has run here)."
     )
     assert not Job.objects.exists()

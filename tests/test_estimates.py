@@ -38,12 +38,14 @@ def fc2_2018(db):
 
 
 def finished(job: Job, provider: str, start: float, startup_s: float, training_s: float, teardown_s: float) -> None:
-    """Make `job` one that ran on `provider`: launched at `start`, running after `startup_s`, its training done after
-    `training_s` (the chief's completion: the job goes to collecting), its cluster gone `teardown_s` later."""
-    running, trained = start + startup_s, start + startup_s + training_s
+    """Make `job` one that ran on `provider`: launched at `start`, its 10 epochs (of training_s / 10 each, as it
+    measured them) done `startup_s` + `training_s` later (the chief's completion: the job goes to collecting), its
+    cluster gone `teardown_s` after that."""
+    trained = start + startup_s + training_s
     Job.objects.filter(pk=job.pk).update(
-        provider=provider, state=State.SUCCEEDED, launched_at=at(start), started_at=at(running),
-        finished_at=at(trained + 1), torn_down_at=at(trained + teardown_s),
+        provider=provider, state=State.SUCCEEDED, launched_at=at(start), started_at=at(start + startup_s / 2),
+        finished_at=at(trained + 1), torn_down_at=at(trained + teardown_s), epochs=10,
+        figures={"epoch_time_s": training_s / 10},
     )  # fmt: skip
     JobEvent.objects.create(job=job, at=at(trained), state=State.COLLECTING, message="the chief finished training")
 
@@ -65,7 +67,7 @@ def test_the_overheads_are_the_medians_of_the_providers_finished_jobs(alice, bun
     for number, (startup, training, teardown) in enumerate([(40, 15, 4), (55, 20, 6), (400, 10, 90)]):
         finished(make_job(alice, bundle, digits), "lab", number * 1000, startup, training, teardown)
     finished(make_job(alice, bundle, digits), "aws", 5000, 300, 10, 100)  # another provider's
-    failed = make_job(alice, bundle, digits)  # failed while provisioning: no start-up; its teardown from its end
+    failed = make_job(alice, bundle, digits)  # failed while provisioning: no training; its teardown from its end
     Job.objects.filter(pk=failed.pk).update(
         provider="lab", state=State.FAILED, launched_at=at(6000), finished_at=at(6010), torn_down_at=at(6015)
     )
@@ -92,10 +94,10 @@ def test_only_the_latest_jobs_count(alice, bundle, digits):
     assert taken.source == "start-up and teardown: the medians of this platform's latest 20 lab jobs"
 
 
-# $/h, epoch time s, epochs → None, or $ with the local defaults (30 s start-up, 1 s teardown).
+# $/h, epoch time s, epochs → None, or $ with the local defaults (15 s start-up, 1 s teardown).
 ESTIMATES = [
-    (Decimal("0.587"), 1.48, 10, Decimal("0.587") * Decimal("45.8") / 3600),
-    (Decimal("1.511"), 360.0, 10, Decimal("1.511") * 3631 / 3600),
+    (Decimal("0.587"), 1.48, 10, Decimal("0.587") * Decimal("30.8") / 3600),
+    (Decimal("1.511"), 360.0, 10, Decimal("1.511") * 3616 / 3600),
     (Decimal("0"), 360.0, 10, Decimal("0")),  # a local cluster of no types spends nothing
     (None, 360.0, 10, None),
     (Decimal("1.511"), None, 10, None),
@@ -110,7 +112,7 @@ def test_the_estimate_is_the_hourly_cost_from_launch_to_teardown(db, hourly, epo
     assert (estimate.total if estimate else None) == total
     if estimate:
         assert estimate.basis == (
-            f"Billed from launch to teardown: 30 s start-up + {epoch_time_s * epochs:.0f} s training + 1 s teardown "
+            f"Billed from launch to teardown: 15 s start-up + {epoch_time_s * epochs:.0f} s training + 1 s teardown "
             "(start-up and teardown: the local provider's defaults, until a job of it has run here)."
         )
 

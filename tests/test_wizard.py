@@ -931,14 +931,14 @@ def test_a_cluster_whose_projected_total_exceeds_the_budget_is_refused_beside_it
     response = client.post(step_url("resource"), cost_opt_8_1(total_budget="1"))
 
     assert response.status_code == 400
-    # $1.511/h × (30 s start-up + 3,600 s training + 1 s teardown, the local provider's defaults) = $1.524.
+    # $1.511/h × (15 s start-up + 3,600 s training + 1 s teardown, the local provider's defaults) = $1.518.
     assert response.context["form"].errors["total_budget"] == [
         "the cluster's projected total cost, $1.52 for 10 epochs, exceeds the job's total budget of $1.00. Billed "
-        "from launch to teardown: 30 s start-up + 3600 s training + 1 s teardown (start-up and teardown: the local "
+        "from launch to teardown: 15 s start-up + 3600 s training + 1 s teardown (start-up and teardown: the local "
         "provider's defaults, until a job of it has run here)."
     ]
-    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.52")).status_code == 400
-    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.53")).status_code == 302
+    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.51")).status_code == 400
+    assert client.post(step_url("resource"), cost_opt_8_1(total_budget="1.52")).status_code == 302
 
 
 def algorithm_disabled(page: str, value: str) -> bool:

@@ -66,12 +66,13 @@ def chosen_strategy(request: JobRequest, answer: Recommendation) -> str:
 # The jobs a provider's overheads are the medians of: its latest, so that they follow the cloud (a slow start or
 # teardown among them moves a median little).
 OVERHEADS_MEASURED = 20
-# Seconds from the start of a cluster's launch until its job runs, per provider, until a job of it ran here: making
-# the nodes and bootstrapping them (copying the wheel and the dataset, installing, starting TensorFlow, ~5 s to import
-# on each). Local: sandboxed processes on this machine; lab: network namespaces reached over SSH; aws: EC2 instances
-# booting (about a minute) and installing TensorFlow (~80 s) before anything runs. The first job of a provider
-# measures its own, and from then on the estimate says so.
-DEFAULT_STARTUP_S = {"local": 30.0, "lab": 90.0, "aws": 300.0}
+# Seconds of a job's cluster before its epochs, per provider, until a job of it ran here: making the nodes and
+# bootstrapping them (copying the wheel and the dataset, installing), then each node's own start (a Python process,
+# TensorFlow's ~5 s import, the strategy's set-up, the first trace). Local: measured here, 10.8–25.7 s (median 13.2 s)
+# over three 2-epoch digits jobs on a busy 2-core machine; lab: network namespaces reached over SSH (the issue's lab
+# jobs were billed 70–130 s beyond their epochs); aws: EC2 instances booting (about a minute) and installing
+# TensorFlow (~80 s). The first job of a provider measures its own, and from then on the estimate says so.
+DEFAULT_STARTUP_S = {"local": 15.0, "lab": 90.0, "aws": 300.0}
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,9 @@ class Overheads:
     the provider's default while none has one."""
 
     provider: str
-    startup_s: float  # from the start of the launch to the job running (launched_at → started_at)
+    # From the start of the launch to the end of the training, less its epochs (epochs × its epoch time): the nodes'
+    # making and bootstrapping, and each run's own start, which its steady epoch time leaves out.
+    startup_s: float
     teardown_s: float  # from the end of the training (or of the job) to the end of the teardown
     startups: int  # jobs the start-up is the median of; 0: the default
     teardowns: int  # jobs the teardown is the median of; 0: the provider's own figure
@@ -104,12 +107,22 @@ class Overheads:
 
 
 def overheads(provider: str) -> Overheads:
-    """The provider's start-up — the median of its latest OVERHEADS_MEASURED jobs that ran, from the start of the
-    launch to running, else DEFAULT_STARTUP_S — and teardown (`teardown_s`)."""
-    ran = Job.objects.filter(provider=provider, started_at__gte=F("launched_at")).order_by("-started_at")
+    """The provider's start-up — the median of its latest OVERHEADS_MEASURED jobs that trained and measured their
+    epoch time: from the start of the launch to the end of the training (the chief's completion) less epochs × that
+    epoch time; else DEFAULT_STARTUP_S — and its teardown (`teardown_s`). Launch → running alone would leave out each
+    run's own start (on local, ~10 s of a 2-epoch digits job whose epochs take 0.35 s)."""
+    trained = (
+        Job.objects.filter(provider=provider, launched_at__isnull=False, epochs__isnull=False)
+        .annotate(trained_at=Subquery(_completed()[:1]))
+        .filter(trained_at__gte=F("launched_at"), figures__epoch_time_s__isnull=False)
+        .order_by("-trained_at")
+    )
     startups = [
-        (running - launched).total_seconds()
-        for launched, running in ran.values_list("launched_at", "started_at")[:OVERHEADS_MEASURED]
+        spent
+        for launched, done, epochs, epoch_s in trained.values_list(
+            "launched_at", "trained_at", "epochs", "figures__epoch_time_s"
+        )[:OVERHEADS_MEASURED]
+        if (spent := (done - launched).total_seconds() - epochs * float(epoch_s)) >= 0
     ]
     teardown, teardowns = _teardown(provider)
     return Overheads(
@@ -121,6 +134,11 @@ def overheads(provider: str) -> Overheads:
     )
 
 
+def _completed():
+    """When a job's training ended: its chief's completion (the move to collecting)."""
+    return JobEvent.objects.filter(job=OuterRef("pk"), state=Job.State.COLLECTING).order_by("at").values("at")
+
+
 def teardown_s(provider: str) -> float:
     """Seconds a cluster of the provider is billed for after its job's training ended: the median of its latest
     OVERHEADS_MEASURED jobs whose cluster is gone — from the end of its training (the chief's completion; the job's
@@ -130,10 +148,9 @@ def teardown_s(provider: str) -> float:
 
 
 def _teardown(provider: str) -> tuple[float, int]:
-    completed = JobEvent.objects.filter(job=OuterRef("pk"), state=Job.State.COLLECTING).order_by("at").values("at")
     gone = (
         Job.objects.filter(provider=provider, finished_at__isnull=False, torn_down_at__isnull=False)
-        .annotate(trained_at=Coalesce(Subquery(completed[:1]), F("finished_at")))
+        .annotate(trained_at=Coalesce(Subquery(_completed()[:1]), F("finished_at")))
         .filter(torn_down_at__gte=F("trained_at"))
         .order_by("-torn_down_at")
     )

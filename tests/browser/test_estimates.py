@@ -5,6 +5,7 @@ dataset is refused beside the file field, before anything is stored."""
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 import pytest
 from playwright.sync_api import expect
@@ -31,8 +32,8 @@ def test_the_wizard_s_estimate_counts_start_up_and_teardown(page, shot, alice, e
     page.get_by_label("PS type").select_option("m4.large")
     page.get_by_label("Worker types").select_option(["c4.xlarge"])
 
-    # $0.587/h (m4.large + 2 × c4.xlarge) × (30 s + 3,600 s + 1 s, the local provider's defaults) = $0.592.
-    estimate = pricing.estimate(pricing.Decimal("0.587"), 360.0, 10, "local")
+    # $0.587/h (m4.large + 2 × c4.xlarge) × (15 s + 3,600 s + 1 s, the local provider's defaults) = $0.590.
+    estimate = pricing.estimate(Decimal("0.587"), 360.0, 10, "local")
     expect(page.locator("#plan-total-cost")).to_contain_text("≈ $0.59")
     expect(page.locator("#plan-total-cost")).to_contain_text("start-up and teardown included")
     expect(page.locator("#plan-estimate-basis")).to_have_text(estimate.basis)
