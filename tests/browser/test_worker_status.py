@@ -15,16 +15,9 @@ from fc2.models import CeleryWorker, Job
 from fc2.services import workers as workers_service
 from tests.browser.conftest import log_in
 from tests.conftest import make_job
+from tests.test_worker_status import SILENCE_S, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-SILENCE_S = 3  # FC2_WORKER_SILENCE_S here and in the workers: they beat every second
-
-
-def wait_until(predicate, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.2)
 
 
 def test_the_job_page_and_the_dashboard_say_no_worker_is_taking_jobs(
