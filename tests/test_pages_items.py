@@ -185,3 +185,15 @@ def test_the_records_show_short_epochs_in_milliseconds_and_the_catalogue_its_cod
 
     assert "41.2 ms" in records and "0.0 s" not in records
     assert "<code>manage.py refresh_catalog --region us-east-1</code>" in catalogue and "`manage.py" not in catalogue
+
+
+def test_any_other_missing_page_is_the_sites_own_404_with_debug_off(client, settings, alice):
+    settings.DEBUG = False
+    client.force_login(alice)
+
+    response = client.get("/no-such-page/")
+
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert "<h1>Not found</h1>" in page and "There is nothing at <code>/no-such-page/</code>." in page
+    assert 'href="/jobs/">Your jobs</a>' in page
