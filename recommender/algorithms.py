@@ -140,7 +140,7 @@ def _check_point(request: RecommendRequest) -> None:
     >>> _check_point(RecommendRequest("lookup", batch_size=64, latency_ms=float("nan")))
     Traceback (most recent call last):
     ...
-    recommender.types.RecommendationError: the latency must be a number of ms from 0 to 60000, not nan
+    recommender.types.RecommendationError: The latency must be a number of ms from 0 to 60000, not nan
     """
     batch, latency = request.batch_size, request.latency_ms
     if batch is not None and not (isinstance(batch, int) and 1 <= batch <= MAX_BATCH_SIZE):
@@ -303,7 +303,7 @@ def workers_from_limit(request: RecommendRequest, ps: InstanceSpec | None, worke
     >>> workers_from_limit(RecommendRequest("cost-opt", budget=0.2), m4_large, c4_xlarge)
     Traceback (most recent call last):
     ...
-    recommender.types.RecommendationError: the budget of $0.2/h cannot buy the m4.large PS ($0.125/h) and one \
+    recommender.types.RecommendationError: The budget of $0.2/h cannot buy the m4.large PS ($0.125/h) and one \
 c4.xlarge worker ($0.231/h)
     """
     _check_limit(request, required=True)

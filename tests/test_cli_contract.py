@@ -50,7 +50,7 @@ def refused(command: str, *args: str) -> tuple[dict, str]:
 USER_ERRORS = [
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "no-such-set"], "no dataset named 'no-such-set'"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--algorithm", "model"],
-     "no performance records for workload 'fc2-digits-cnn:digits'"),
+     "No performance records for workload 'fc2-digits-cnn:digits'"),
     ("submit_job", ["--bundle", "{dir}/missing.whl", "--dataset", "digits"], "missing.whl does not exist"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--param", "epochs"], "not KEY=VALUE"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--param", "a b=1"], "must be letters, digits"),
@@ -58,7 +58,7 @@ USER_ERRORS = [
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--strategy", "auto"],
      "A strategy left open is chosen by the Model algorithm"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--strategy", "auto", "--algorithm", "model"],
-     "no performance records for workload 'fc2-digits-cnn:digits'"),
+     "No performance records for workload 'fc2-digits-cnn:digits'"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--main", "train.py"], "train.py"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--user", "nobody"], "no user 'nobody'"),
     ("submit_job", ["--bundle", "{wheel}", "--dataset", "digits", "--latency-ms", "20"],
@@ -84,14 +84,14 @@ USER_ERRORS = [
     ("api_token", ["revoke", "alice", "--name", "laptop"], "alice has no live token with name 'laptop'"),
     ("check_bundle", ["{dir}/missing.whl"], "no such file"),
     ("check_bundle", ["{dir}"], "is a directory, not a wheel"),
-    ("recommend", ["--algorithm", "model", "--workload", "nothing"], "no performance records for workload 'nothing'"),
+    ("recommend", ["--algorithm", "model", "--workload", "nothing"], "No performance records for workload 'nothing'"),
     ("recommend", ["--algorithm", "cost-opt", "--budget", "0.01"], "cannot buy a PS plus one worker"),
     ("recommend", ["--algorithm", "cost-opt", "--max-workers", "2", "--strategy", "auto"],
-     "only the model chooses between a parameter server and all-reduce"),
+     "Only the model chooses between a parameter server and all-reduce"),
     ("recommend", ["--algorithm", "cost-opt", "--max-workers", "2", "--catalog", "nope"], "nope"),
     ("import_perf_data", ["{dir}/missing.csv", "--format", "csv"], "cannot read"),
     ("import_perf_data", ["{readme}", "--format", "csv"], "unknown column"),
-    ("model_report", ["--workload", "nothing"], "workload 'nothing' has no performance records"),
+    ("model_report", ["--workload", "nothing"], "Workload 'nothing' has no performance records"),
 ]  # fmt: skip
 
 

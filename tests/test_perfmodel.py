@@ -421,7 +421,7 @@ def test_ps_records_choose_a_ps_as_design_says():
     [
         ({"budget": 0.2}, "cannot buy"),
         ({"budget": 2.0, "max_workers": 4}, "not both"),
-        ({"budget": 2.0, "workload": "nobody"}, "no performance records"),
+        ({"budget": 2.0, "workload": "nobody"}, "No performance records"),
         ({"max_workers": 4, "alpha": -1.0}, "non-negative"),
     ],
 )
@@ -455,7 +455,7 @@ def test_recommend_model_with_too_few_records_to_fit_answers_from_the_measuremen
     answer = recommend_model(model_request(budget=2.0), CATALOG, records)
     assert (answer.worker_type, answer.workers, answer.candidates[0].basis) == ("c4.xlarge", 1, "measured")
     assert len(answer.candidates) == 1 and "no model to extrapolate with" in answer.explanation
-    with pytest.raises(RecommendationError, match="no model to extrapolate with: too few performance records"):
+    with pytest.raises(RecommendationError, match="no model to extrapolate with: Too few performance records"):
         recommend_model(model_request(budget=2.0, batch_size=4096), CATALOG, records)
 
 
@@ -481,7 +481,7 @@ def test_calibration_with_a_single_group_skips_it():
         {
             "group": 0.0,
             "records": len(grid(latencies=(0.0,))),
-            "reason": "too few performance records to fit a model: 0 with an epoch time, at least 4 needed",
+            "reason": "Too few performance records to fit a model: 0 with an epoch time, at least 4 needed",
         }
     ]
 
@@ -557,5 +557,5 @@ def test_only_the_model_takes_an_open_strategy():
     from recommender import algorithms
 
     request = RecommendRequest("cost-opt", workload="w", max_workers=2, parameter_server=None)
-    with pytest.raises(RecommendationError, match="only the model chooses between a parameter server and all-reduce"):
+    with pytest.raises(RecommendationError, match="Only the model chooses between a parameter server and all-reduce"):
         algorithms.recommend(request, CATALOG, [])

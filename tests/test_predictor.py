@@ -394,10 +394,10 @@ def test_any_records_give_an_answer_or_a_refusal_with_its_reason(
 
 def test_without_a_model_the_predictor_answers_only_within_the_runs():
     model = predictor(SPARSE["three runs"], cross_validate=False)
-    assert model.model is None and "too few performance records" in model.model_error
+    assert model.model is None and "Too few performance records" in model.model_error
     inside, beyond = model.estimate_many([("", 2, 96, 0.0), ("", 8, 64, 0.0)])
     assert inside is not None and beyond is None
-    with pytest.raises(RecommendationError, match="no performance record with an epoch time"):
+    with pytest.raises(RecommendationError, match="No performance record with an epoch time"):
         predictor(SPARSE["failed runs only"])
 
 

@@ -123,7 +123,7 @@ def test_only_the_model_takes_a_strategy_left_open(alice, bundle, digits, algori
 def test_left_open_with_records_of_neither_strategy_is_refused_with_the_reason(alice, bundle, digits):
     PerformanceRecord.objects.create(workload=WORKLOAD, instance_type="c4.xlarge", workers=1, epoch_time_s=None)
 
-    with pytest.raises(jobs.SubmitError, match="neither strategy can be estimated") as refused:
+    with pytest.raises(jobs.SubmitError, match="Neither strategy can be estimated") as refused:
         jobs.submit(alice, jobs.JobRequest(bundle=bundle, dataset=digits, **left_open()), plan_first=True)
 
     assert refused.value.field == "algorithm" and not Job.objects.exists()
