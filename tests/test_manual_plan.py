@@ -44,7 +44,7 @@ def test_a_manual_lab_cluster_gets_its_measured_epoch_time_and_a_total_cost(lab_
 
     assert plan.predicted_epoch_time_s == pytest.approx(sum(runs) / len(runs))
     assert f"the mean of {len(runs)} measured run" in plan.explanation and not plan.epoch_time_note
-    assert plan.total_cost(2) is not None
+    assert plan.estimate(2) is not None
 
 
 @pytest.mark.parametrize(
@@ -59,5 +59,5 @@ def test_a_manual_lab_cluster_gets_its_measured_epoch_time_and_a_total_cost(lab_
 def test_a_manual_plan_says_why_it_has_no_epoch_time(lab_grid, bundle, digits, fields, why):
     plan = jobs.plan(request_for(bundle, digits, **fields))
 
-    assert plan.predicted_epoch_time_s is None and plan.total_cost(2) is None
+    assert plan.predicted_epoch_time_s is None and plan.estimate(2) is None
     assert why in plan.epoch_time_note

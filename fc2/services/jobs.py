@@ -249,11 +249,6 @@ class Plan:
         None when the $/h, the epoch time or the epochs is unknown."""
         return pricing.estimate(self.hourly_cost, self.predicted_epoch_time_s, epochs, self.provider)
 
-    def total_cost(self, epochs: int | None) -> Decimal | None:
-        """$ of the whole job (`estimate`), or None."""
-        estimate = self.estimate(epochs)
-        return estimate.total if estimate else None
-
 
 def plan(request: JobRequest, owner=None) -> Plan:
     """The cluster `request` would run on for `owner`, from the platform's records and theirs (None: the platform's
