@@ -285,8 +285,9 @@ def test_npz_shapes_come_from_the_headers_alone():
     assert upload.tell() == 0
 
 
-def test_npz_of_other_arrays_is_taken_undescribed():
-    assert datasets.describe_npz(npz_file({"weights.npy": npy(np.ones(3))})) == (None, None)
+def test_npz_of_other_arrays_is_refused():  # (the dataset contract: tests/test_dataset_contract.py)
+    with pytest.raises(datasets.DatasetError, match="^the .npz lacks x_train"):
+        datasets.describe_npz(npz_file({"weights.npy": npy(np.ones(3))}))
 
 
 HOSTILE_NPZ = [
@@ -317,8 +318,15 @@ HOSTILE_NPZ = [
         id="pickled-objects",
     ),
     pytest.param(
-        lambda: npz_file({"x_train.npy": npy(np.float32(1.0))}),
-        "x_train in the .npz is a single value, not one row per example",
+        lambda: npz_file(
+            {
+                "x_train.npy": npy(np.float32(1.0)),
+                "y_train.npy": npy(np.arange(1)),
+                "x_test.npy": npy(np.ones((1, 2))),
+                "y_test.npy": npy(np.arange(1)),
+            }
+        ),
+        "x_train is shaped (): it needs one row per example",
         id="scalar",
     ),
     pytest.param(
