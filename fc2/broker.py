@@ -28,7 +28,7 @@ import uuid
 from contextlib import suppress
 from pathlib import Path
 from queue import Empty
-from time import monotonic
+from time import monotonic, time
 from typing import Any
 
 from kombu.exceptions import ChannelError
@@ -39,8 +39,32 @@ from kombu.utils.json import dumps, loads
 logger = logging.getLogger(__name__)
 
 
+# A put's temporary file or a claimed message this old belongs to a process that died mid-way (a put takes
+# milliseconds, a claim is read at once): removed when a channel opens. A lost message is the sweep's to resend.
+LEFT_BEHIND_S = 3600
+
+
 class Channel(filesystem.Channel):
     """kombu's filesystem channel with an atomic put and a get that sets an unreadable message aside."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._remove_left_behind()
+
+    def _remove_left_behind(self) -> None:
+        """Remove what a process killed during a put (`.part`) or a get (a claimed message) left, once it is
+        LEFT_BEHIND_S old, with one log line each; claimed messages only where processed ones are not kept."""
+        places = [(Path(self.data_folder_out), ".part")]
+        if not self.store_processed:
+            places.append((Path(self.processed_folder), ".msg"))
+        cutoff = time() - LEFT_BEHIND_S
+        for folder, suffix in places:
+            with suppress(OSError):
+                for entry in os.scandir(folder):
+                    with suppress(OSError):
+                        if entry.name.endswith(suffix) and entry.stat().st_mtime < cutoff:
+                            os.unlink(entry.path)
+                            logger.warning("broker: removed %s, left behind by a process that died", entry.path)
 
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
         # kombu's own name: the millisecond stamp first, so that a sorted listing is the queue's order.

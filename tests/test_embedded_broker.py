@@ -170,3 +170,23 @@ def test_a_put_is_never_seen_half_written(tmp_path, monkeypatch):
     assert seen == [[]]
     [name] = os.listdir(tmp_path / "queue")
     assert json.loads((tmp_path / "queue" / name).read_text())["body"]
+
+
+def test_what_a_dead_process_left_is_removed_when_a_channel_opens(tmp_path, caplog):
+    """A put killed before its rename leaves a `.part`, a worker killed before reading a claimed message leaves it in
+    processed/: removed once an hour old; a fresh one (a put in progress) is left alone."""
+    transport_options(tmp_path)  # makes the folders
+    old = time.time() - broker.LEFT_BEHIND_S - 60
+    stale = [tmp_path / "queue" / ".a.part", tmp_path / "processed" / f"1_{uuid.uuid4()}.q.msg"]
+    fresh = tmp_path / "queue" / ".b.part"
+    for path in (*stale, fresh):
+        path.write_bytes(b"{")
+    for path in stale:
+        os.utime(path, (old, old))
+
+    with connection(tmp_path) as conn:
+        conn.channel().close()
+
+    assert [path.exists() for path in stale] == [False, False] and fresh.exists()
+    removed = [r.getMessage() for r in caplog.records if r.name == "fc2.broker"]
+    assert len(removed) == 2 and all("left behind by a process that died" in line for line in removed)
