@@ -45,7 +45,7 @@ from fc2.rest import (
     refusals,
     too_many_submissions,
 )
-from fc2.services import datasets, jobs, library, pipeline, submissions, workers
+from fc2.services import datasets, jobs, library, pipeline, pricing, submissions, workers
 from fc2.services.bundles import store_bundle
 from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
@@ -142,7 +142,7 @@ class NodeOutput(serializers.ModelSerializer):
 
 
 class CostOutput(serializers.Serializer):
-    """Job.cost_summary: $ at the catalogue's prices (estimates, not bills)."""
+    """pricing.cost_summary: $ at the catalogue's prices (estimates, not bills)."""
 
     hourly_cost = serializers.FloatField(allow_null=True)
     budget = serializers.FloatField(allow_null=True, help_text="$/h: the recommender's budget C")
@@ -222,7 +222,7 @@ class JobOutput(JobSummary):
     progress = ProgressOutput(source="*")
     events = EventOutput(source="events.all", many=True)
     nodes = NodeOutput(source="nodes.all", many=True)
-    cost = CostOutput(source="cost_summary")
+    cost = serializers.SerializerMethodField()
     artifacts = ArtifactOutput(source="artifacts.all", many=True)
     url = serializers.SerializerMethodField(help_text="The job's page")
     worker = serializers.SerializerMethodField(
@@ -238,6 +238,10 @@ class JobOutput(JobSummary):
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, job: Job) -> str:
         return self.context["request"].build_absolute_uri(job.get_absolute_url())
+
+    @extend_schema_field(CostOutput)
+    def get_cost(self, job: Job) -> dict:
+        return pricing.cost_summary(job)
 
     @extend_schema_field(WorkerOutput(allow_null=True))
     def get_worker(self, job: Job) -> dict | None:

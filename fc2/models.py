@@ -163,7 +163,7 @@ def _whole_parameter(parameters: dict, name: str) -> int | None:
 
 
 class Projection(NamedTuple):
-    """What a job will have cost once its cluster is gone (`Job.projection`)."""
+    """What a job will have cost once its cluster is gone (`Job.projection`, `pricing.projection`)."""
 
     total: float  # $ at the catalogue's prices: the cost so far and the cost of the time still to come
     basis: str  # what the time to come is taken from: "prediction", "pace", "time limit" (an upper bound) or "ended"
@@ -406,11 +406,12 @@ class Job(models.Model):
         """Where its time limit (FC2_JOB_TIMEOUT_S) counts from: the start of its run, or its submission before it."""
         return self.started_at or self.created_at
 
-    @property
-    def projection(self) -> Projection | None:
-        """What the job will have cost once its cluster is gone: the cost so far plus its $/h over the training still
-        to come — the recommender's predicted epoch time × the epochs not done yet (by the progress reported), else
-        the pace measured so far — and never past its time limit, which bounds it when neither is known. An ended
+    def projection(self, startup_s: float = 0.0, teardown_s: float = 0.0) -> Projection | None:
+        """What the job will have cost once its cluster is gone: the cost so far plus its $/h over the time still to
+        be billed — the start-up not spent yet (`startup_s` from the launch until the training's first progress), the
+        training to come (the recommender's predicted epoch time × the epochs not done yet, else the pace measured so
+        far, and never past its time limit, which bounds it when neither is known) and the teardown (`teardown_s`).
+        The overheads are the provider's, as the estimate before the job took them (fc2/services/pricing.py). An ended
         job's is its cost so far. None until it is priced."""
         if self.hourly_cost is None:
             return None
@@ -423,7 +424,10 @@ class Job(models.Model):
         to_come_s, basis = self._training_to_come_s(now)
         if to_come_s is None or to_come_s > left_s:
             to_come_s, basis = left_s, "time limit"
-        return Projection(so_far + float(self.hourly_cost) * to_come_s / 3600, basis)
+        if not self.progress:
+            spent_s = (now - self.launched_at).total_seconds() if self.launched_at else 0.0
+            to_come_s += max(0.0, startup_s - spent_s)
+        return Projection(so_far + float(self.hourly_cost) * (to_come_s + teardown_s) / 3600, basis)
 
     def _training_to_come_s(self, now: datetime) -> tuple[float | None, str]:
         done = self.progress or 0.0
@@ -435,14 +439,13 @@ class Job(models.Model):
             return (now - self.started_at).total_seconds() * (1 - done) / done, "pace"
         return None, ""
 
-    def cost_summary(self) -> dict:
-        """Its costs as its JSON gives them: $ at the catalogue's prices (estimates, not bills), and when its
-        cluster's billing began and ended."""
+    def cost_summary(self, projection: Projection | None) -> dict:
+        """Its costs as its JSON gives them: $ at the catalogue's prices (estimates, not bills), its `projection`
+        (`pricing.projection`), and when its cluster's billing began and ended."""
 
         def dollars(value) -> float | None:
             return None if value is None else round(float(value), 6)
 
-        projection = self.projection
         return {
             "hourly_cost": dollars(self.hourly_cost),
             "budget": dollars(self.budget),

@@ -16,7 +16,7 @@ import provisioner
 from fc2 import query
 from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
-from fc2.services import monitoring, pipeline, profiling
+from fc2.services import monitoring, pipeline, pricing, profiling
 from monitor import series
 from monitor.models import NodeSample
 
@@ -121,6 +121,7 @@ def _job_context(job: Job) -> dict:
         "provider": provisioner.PROVIDERS.get(job.provider),
         "figures": monitoring.page_figures(job),
         "profiling": profiling.progress(job),
+        "projection": pricing.projection(job),
     }
 
 
@@ -147,7 +148,7 @@ def job_series(request: HttpRequest, job_id: int) -> JsonResponse:
                 "percent": job.progress_percent,
                 **{key: getattr(job, key) for key in ("epoch", "epochs", "step", "steps", "loss")},
             },
-            "cost": job.cost_summary(),
+            "cost": pricing.cost_summary(job),
             "figures": monitoring.job_figures(job),
         }
     )

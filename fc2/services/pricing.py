@@ -9,11 +9,12 @@ import statistics
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.core.cache import cache
 from django.db.models import F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
 import provisioner
-from fc2.models import Job, JobEvent, batch_size_parameter
+from fc2.models import Job, JobEvent, Projection, batch_size_parameter
 from fc2.services.requests import JobRequest
 from recommender import service
 from recommender.types import Recommendation, RecommendRequest
@@ -192,3 +193,22 @@ def estimate(hourly: Decimal | None, epoch_time_s: float | None, epochs: int | N
     training_s = epoch_time_s * epochs
     billed = Decimal(str(taken.startup_s)) + Decimal(str(training_s)) + Decimal(str(taken.teardown_s))
     return Estimate(total=hourly * billed / 3600, training_s=training_s, overheads=taken)
+
+
+# How stale a job page's overheads may be: they are medians of the provider's latest jobs, which one more job moves
+# little, and the page polls every few seconds.
+OVERHEADS_CACHE_S = 60
+
+
+def projection(job: Job) -> Projection | None:
+    """What the job will have cost once its cluster is gone (`Job.projection`), with its provider's start-up and
+    teardown, the overheads its estimate took before it ran: a queued job's projection is its estimate."""
+    if job.hourly_cost is None or job.is_terminal:
+        return job.projection()
+    taken = cache.get_or_set(f"fc2:overheads:{job.provider}", lambda: overheads(job.provider), OVERHEADS_CACHE_S)
+    return job.projection(startup_s=taken.startup_s, teardown_s=taken.teardown_s)
+
+
+def cost_summary(job: Job) -> dict:
+    """The job's costs as its JSON gives them (`Job.cost_summary`), projected with its provider's overheads."""
+    return job.cost_summary(projection(job))

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 import provisioner
 from fc2.bundles import BundleError
 from fc2.models import Job
-from fc2.services import datasets, inline, jobs, submissions, workers
+from fc2.services import datasets, inline, jobs, pricing, submissions, workers
 from fc2.templatetags.fc2_ui import estimate, usd
 from recommender.management.base import ContractCommand
 from recommender.types import ALGORITHMS
@@ -207,7 +207,7 @@ class Command(ContractCommand):
                 for a in job.artifacts.all()
             ],  # fmt: skip
             "metrics": job.metrics,
-            "cost": job.cost_summary(),
+            "cost": pricing.cost_summary(job),
         }
         if job.failure_reason:
             result["error"] = job.failure_reason
