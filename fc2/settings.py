@@ -17,8 +17,27 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+BOOLEAN_WORDS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
 def envbool(name: str, default: str) -> bool:
-    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
+    """NAME as a boolean, any case; unset or blank is `default`. Any other word stops the start: a typo such as
+    DEBUG=ture must not quietly mean false."""
+    value = os.environ.get(name, "").strip() or default
+    try:
+        return BOOLEAN_WORDS[value.lower()]
+    except KeyError:
+        accepted = "/".join(BOOLEAN_WORDS)
+        raise ImproperlyConfigured(f"{name} must be one of {accepted} (any case), got {value!r}") from None
 
 
 def envint(name: str, default: int) -> int:

@@ -70,6 +70,68 @@ def test_debug_on_takes_the_development_key(tmp_path, value):
     assert shown["SECRET_KEY"] == "dev-only-insecure-key"
 
 
+@pytest.mark.parametrize(
+    ("env", "debug"),
+    [
+        ({"DEBUG": "TRUE"}, True),
+        ({"DEBUG": " On "}, True),
+        ({"DEBUG": "No", "SECRET_KEY": "a-real-key"}, False),
+        ({"DEBUG": "0", "SECRET_KEY": "a-real-key"}, False),
+        ({"DEBUG": "OFF", "SECRET_KEY": "a-real-key"}, False),
+        ({"DEBUG": "", "SECRET_KEY": "a-real-key"}, False),  # blank: the default
+        ({"DEBUG": "  ", "SECRET_KEY": "a-real-key"}, False),
+    ],
+)
+def test_a_boolean_takes_its_words_in_any_case(tmp_path, env, debug):
+    assert loaded(tmp_path, **env)["DEBUG"] is debug
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DEBUG", "ture"),
+        ("DEBUG", "2"),
+        ("DEBUG", "y"),
+        ("FC2_UNSANDBOXED_LOCAL_JOBS", "enabled"),
+        ("FC2_AWS_PLACEMENT_GROUPS", "-1"),
+        ("SECURE_COOKIES", "fasle"),
+        ("SECURE_SSL_REDIRECT", "true!"),
+    ],
+)
+def test_a_boolean_with_a_typo_stops_the_start(tmp_path, name, value):
+    """A typo must not quietly mean false (DEBUG=ture would serve production settings to a developer, and
+    SECURE_COOKIES=fasle would turn secure cookies off): the message names the variable, the value and the words."""
+    env = {"DEBUG": "false", "SECRET_KEY": "a-real-key", name: value}
+
+    assert refused(tmp_path, **env).endswith(
+        f"{name} must be one of 1/true/yes/on/0/false/no/off (any case), got {value!r}"
+    )
+
+
+def test_a_boolean_mail_setting_with_a_typo_stops_the_start(tmp_path):
+    env = {"SECRET_KEY": "a-real-key", "EMAIL_HOST": "smtp.example.org", "EMAIL_USE_TLS": "tru"}
+
+    assert refused(tmp_path, **env).endswith(
+        "EMAIL_USE_TLS must be one of 1/true/yes/on/0/false/no/off (any case), got 'tru'"
+    )
+
+
+def test_manage_py_says_a_boolean_typo_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env={"PATH": os.environ["PATH"], "FC2_VAR_DIR": str(tmp_path / "var"), "DEBUG": "ture"},
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: DEBUG must be one of 1/true/yes/on/0/false/no/off (any case), got 'ture'"
+    ]
+
+
 def test_without_debug_a_key_is_required(tmp_path):
     message = refused(tmp_path)
 
