@@ -41,8 +41,8 @@ from django.core.management import call_command  # noqa: E402
 
 from common import awsapi  # noqa: E402
 from fc2.services import sweep  # noqa: E402
+from harness.ec2lab import REGION, MotoServer  # noqa: E402
 from provisioner import ClusterSpec, aws  # noqa: E402
-from tests.ec2lab import REGION, MotoServer  # noqa: E402
 
 
 def measured(what: str, call) -> object:

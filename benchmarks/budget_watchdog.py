@@ -1,9 +1,9 @@
 """Budget watchdog: seconds from a job's budget being crossed to the last node of its cluster gone.
 
-Each run is a real job whose code sleeps (tests/wheels.py's sleeper: a cluster that costs this machine nothing but
+Each run is a real job whose code sleeps (harness/wheels.py's sleeper: a cluster that costs this machine nothing but
 its processes), on a cluster priced from the catalogue (local and aws: fc2-2018's c4.xlarge workers, lab: its own
 lab-w-1g), its nodes reporting to a private server as under `submit_job --inline`. On aws the EC2 API is moto's
-server and its instances are lab hosts at the addresses moto gave them (tests/ec2lab.py): the launch, the SSH
+server and its instances are lab hosts at the addresses moto gave them (harness/ec2lab.py): the launch, the SSH
 bootstrap and the teardown (terminate, wait for terminated, then the network) are the provider's own, but moto
 terminates at once where EC2 takes about a minute — the provider's figure for its teardowns (provisioner.PROVIDERS)
 until this installation has measured its own. Once it runs, nobody drives it but the sweep
@@ -62,7 +62,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, scratch, ignore_errors=True)
         if args.provider == "aws":
-            from tests import ec2lab
+            from harness import ec2lab
 
             moto = ec2lab.MotoServer(scratch / "moto.log")
             stack.callback(moto.stop)
@@ -90,8 +90,8 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
     from fc2.models import Job
     from fc2.services import datasets, inline, jobs, pipeline, pricing, sweep
     from fc2.services.bundles import store_bundle
+    from harness.wheels import sleeper_wheel
     from recommender.catalog import load_catalog
-    from tests.wheels import sleeper_wheel
 
     call_command("migrate", verbosity=0)
     for name in ("fc2-2018", "lab"):
@@ -118,7 +118,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> None:
         with contextlib.ExitStack() as stack:
             url = stack.enter_context(inline.report_server())
             if args.provider == "aws":  # the platform at the subnet's gateway, as its instances see it
-                from tests.ec2lab import Ec2Lab
+                from harness.ec2lab import Ec2Lab
 
                 port = urlsplit(url).port
                 hosts = stack.enter_context(

@@ -33,11 +33,11 @@ import provisioner
 from fc2.models import Job, JobEvent, Node
 from fc2.services import datasets, inline, jobs, sweep
 from fc2.services.bundles import store_bundle
+from harness.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
+from harness.wheels import GOOD, make_wheel
 from provisioner import ClusterInfo, ClusterSpec, aws, local
 from recommender import service
 from recommender.catalog import load_catalog
-from tests.ec2lab import LOGIN_USER, REGION, Ec2Lab, MotoServer, free_vpc_cidr
-from tests.wheels import GOOD, make_wheel
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -273,7 +273,7 @@ def call_json(command: str, *args: str) -> tuple[int, dict, str]:
     return code, json.loads(out.getvalue()), err.getvalue()
 
 
-# --- aws: moto's EC2 API, and its instances as lab hosts (tests/ec2lab.py) -----------------------------------------
+# --- aws: moto's EC2 API, and its instances as lab hosts (harness/ec2lab.py) ---------------------------------------
 
 
 @pytest.fixture(scope="session")

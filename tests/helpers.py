@@ -23,9 +23,9 @@ import provisioner
 from fc2.models import CodeBundle, Dataset, Job, Node
 from fc2.services import tokens
 from fc2.services.requests import REQUEST_FIELDS, JobRequest
+from harness.wheels import GOOD, make_wheel
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local
 from tests.conftest import PROJECT_DIR, _database_url
-from tests.wheels import GOOD, make_wheel
 
 
 class Api:

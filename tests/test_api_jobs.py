@@ -18,10 +18,10 @@ from fc2.bundles import MB
 from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
 from fc2.services import artifacts, datasets, jobs, pipeline
 from fc2.wizard import Wizard
+from harness.wheels import FILENAME, GOOD, make_wheel
 from recommender.catalog import load_catalog
 from tests.conftest import launch_cluster, make_job
 from tests.helpers import Api, good_npz, wheel_upload
-from tests.wheels import FILENAME, GOOD, make_wheel
 
 
 @pytest.fixture

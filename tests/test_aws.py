@@ -1,6 +1,6 @@
 """The aws provider against moto's EC2 server (the only part that is not real): launch, idempotence, capacity
 failover, teardown to nothing, the reaper — and, with the instances brought up as lab hosts at the addresses moto
-gave them (tests/ec2lab.py), a real job bootstrapped over SSH and trained with TensorFlow."""
+gave them (harness/ec2lab.py), a real job bootstrapped over SSH and trained with TensorFlow."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from common import awsapi
 from fc2.models import Job, ReapedCluster
 from fc2.services import jobs, sweep
 from fc2.services.requests import JobRequest
+from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 from provisioner import ClusterSpec, aws
 from provisioner.errors import CapacityError, ProvisionError
 from recommender.catalog import load_catalog
 from tests.conftest import call_json
-from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 

@@ -22,11 +22,11 @@ from fc2.celery import app as celery_app
 from fc2.models import Job, Node
 from fc2.services import inline, jobs, pipeline, pricing, sweep
 from fc2.services.bundles import store_bundle
+from harness.ec2lab import NOTHING, REGION, everything_tagged
+from harness.wheels import sleeper_wheel
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from tests.conftest import call_json, cluster_processes, make_job
-from tests.ec2lab import NOTHING, REGION, everything_tagged
-from tests.wheels import sleeper_wheel
 
 State = Job.State
 T0 = dt.datetime(2026, 11, 3, 10, 0, tzinfo=dt.UTC)
@@ -311,7 +311,7 @@ def test_the_watchdog_looks_ahead_by_what_the_providers_teardowns_take(job, sett
 def test_a_running_job_about_to_exceed_its_budget_is_stopped_and_its_cluster_torn_down(
     provider, alice, digits, tmp_path, sent, request
 ):
-    """On aws: moto's EC2, its instances as lab hosts (tests/ec2lab.py); the instances are terminated."""
+    """On aws: moto's EC2, its instances as lab hosts (harness/ec2lab.py); the instances are terminated."""
     region = ""
     if provider == "aws":
         request.getfixturevalue("ec2_hosts")

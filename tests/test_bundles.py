@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from fc2.bundles import MB, BundleError, WheelInfo, ZipLimits, check_members, validate_wheel
 from fc2.models import CodeBundle
-from tests.wheels import DIST_INFO, FILENAME, GOOD, make_wheel
+from harness.wheels import DIST_INFO, FILENAME, GOOD, make_wheel
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 

@@ -24,8 +24,8 @@ from fc2_client.api import ApiError, Client, Multipart
 
 from fc2.models import ApiToken, Artifact, CodeBundle, Job, Node
 from fc2.services.artifacts import store_outputs
+from harness.wheels import GOOD, make_wheel
 from tests.helpers import job_row
-from tests.wheels import GOOD, make_wheel
 
 FC2 = Path(sys.executable).with_name("fc2")  # the console script the project's install put beside its Python
 

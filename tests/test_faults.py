@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from fc2.models import Job
 from fc2.services import jobs, pipeline, sweep
+from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 from recommender.catalog import load_catalog
 from tests.conftest import (
     Outage,
@@ -27,7 +28,6 @@ from tests.conftest import (
     sweeping,
     wait_for,
 )
-from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 # Real TensorFlow jobs, with fault timings asserted: `make test`'s heavy part.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]

@@ -22,11 +22,11 @@ from django.urls import reverse
 import provisioner
 from fc2.models import Artifact, Job, Node
 from fc2.services import pipeline, sweep
+from harness.wheels import GOOD, make_wheel
 from monitor.models import LossPoint, NodeSample
 from provisioner import lab
 from recommender.catalog import load_catalog
 from tests.conftest import call_json, cluster_processes, lab_leftovers, launch_cluster, nothing_left
-from tests.wheels import GOOD, make_wheel
 
 State = Job.State
 

@@ -17,12 +17,12 @@ from django.core.management import call_command
 import provisioner
 from fc2.models import Job, ReapedCluster
 from fc2.services import inline, jobs
+from harness.wheels import GOOD, make_wheel
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, nodes
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from recommender.perfdata import parse_csv
 from tests.conftest import call_json, lab_leftovers, nothing_left
-from tests.wheels import GOOD, make_wheel
 
 pytestmark = [
     pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab"))),

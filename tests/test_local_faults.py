@@ -23,9 +23,9 @@ import provisioner
 from fc2.models import Job
 from fc2.services import jobs
 from fc2.services.bundles import store_bundle
+from harness.wheels import GOOD, make_wheel
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
 from tests.conftest import cluster_processes, ended_and_released, sweeping, wait_for
-from tests.wheels import GOOD, make_wheel
 
 pytestmark = [
     pytest.mark.skipif(bool(sandbox.unavailable()), reason=str(sandbox.unavailable())),

@@ -29,6 +29,7 @@ import provisioner
 from fc2.models import Job
 from fc2.services import jobs, sweep
 from fc2.services.bundles import store_bundle
+from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, aws, lab
 from provisioner.lab import net as labnet
 from recommender.catalog import load_catalog
@@ -41,7 +42,6 @@ from tests.conftest import (
     trainer_wheel,
     wait_for,
 )
-from tests.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 
 pytestmark = [
     pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab"))),

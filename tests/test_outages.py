@@ -36,8 +36,8 @@ from django.db import InterfaceError, OperationalError
 import provisioner
 from fc2 import outage
 from fc2.models import Job
+from harness.ec2lab import free_port
 from tests.conftest import PROJECT_DIR, trainer_wheel
-from tests.ec2lab import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 REDIS_SERVER = shutil.which("redis-server")

@@ -16,9 +16,9 @@ from django.urls import reverse
 
 from fc2.models import Artifact, Job, Node
 from fc2.services import artifacts, inline, jobs, pipeline, sweep
+from harness.wheels import GOOD, make_wheel
 from monitor import agent
 from tests.conftest import cluster_processes, launch_cluster
-from tests.wheels import GOOD, make_wheel
 
 State = Job.State
 

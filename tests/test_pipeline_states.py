@@ -23,12 +23,12 @@ from fc2 import tasks
 from fc2.celery import app as celery_app
 from fc2.models import Job, JobEvent, Node
 from fc2.services import inline, jobs, pipeline
+from harness.wheels import GOOD, make_wheel
 from monitor import agent
 from provisioner import local
 from provisioner.errors import TransientProvisionError
 from tests.conftest import launch_cluster
 from tests.helpers import plan_as_asked
-from tests.wheels import GOOD, make_wheel
 
 State = Job.State
 CANCELLABLE = [s for s in State.values if s not in Job.TERMINAL and s != State.COLLECTING]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.heavy  # the lab's and aws's nodes are network namespac
 @pytest.fixture(params=sorted(provisioner.PROVIDERS))
 def provider(request, settings, tmp_path):
     name = request.param
-    if name == "aws":  # moto's EC2 API, its instances brought up as lab hosts (tests/ec2lab.py)
+    if name == "aws":  # moto's EC2 API, its instances brought up as lab hosts (harness/ec2lab.py)
         request.getfixturevalue("ec2_hosts")
     if reason := provisioner.unavailable(name):
         pytest.skip(reason)

@@ -24,10 +24,10 @@ from django.conf import settings
 import provisioner
 from fc2.models import Job
 from fc2.services import datasets, inline, jobs
+from harness.wheels import DIST_INFO, GOOD, make_wheel, sleeper_wheel
 from monitor import agent
 from provisioner import ClusterInfo, ClusterSpec, RunSpec, local, sandbox
 from tests.conftest import PROJECT_DIR, cluster_processes, make_job
-from tests.wheels import DIST_INFO, GOOD, make_wheel, sleeper_wheel
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import provisioner
+from harness.wheels import GOOD
 from provisioner import ClusterInfo, RunSpec, local, sandbox
 from tests.helpers import code_wheel, start_cluster, wait_result
-from tests.wheels import GOOD
 
 pytestmark = [
     pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"),

@@ -26,8 +26,8 @@ from fc2.models import Artifact, CodeBundle, Dataset, Job, Node
 from fc2.services import datasets
 from fc2.services.artifacts import artifact_name
 from fc2.services.reports import Report, apply_report
+from harness.wheels import FILENAME, GOOD, make_wheel
 from monitor.models import LossPoint, NodeSample
-from tests.wheels import FILENAME, GOOD, make_wheel
 
 GIB = 1024 * MB
 BOUNDARY = "fc2testboundary"

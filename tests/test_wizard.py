@@ -30,12 +30,12 @@ from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import ESTIMATE_NOTE
 from fc2.wizard import ALGORITHMS, SESSION_KEY, ResourceForm, planned
 from fc2.wizard.forms import SIZED_BY_THE_PS_REASON
+from harness.wheels import FILENAME, GOOD, make_wheel
 from provisioner import local, sandbox
 from recommender.catalog import load_catalog
 from recommender.perfdata import import_samples
 from tests.conftest import call_json, make_job
 from tests.helpers import Api, code_form, resource_form, step_url, through_data
-from tests.wheels import FILENAME, GOOD, make_wheel
 
 CPU = ("m4.xlarge", "t2.xlarge", "c4.xlarge")  # FC² §8.1's inexpensive CPU worker types
 

@@ -15,11 +15,11 @@ import pytest
 from playwright.sync_api import expect
 
 from fc2.models import CodeBundle, Job
+from harness.ec2lab import NOTHING, REGION, everything_tagged
+from harness.wheels import FILENAME, GOOD, make_wheel
 from recommender.catalog import load_catalog
 from tests.browser.conftest import log_in, redrawn, to_resource_step
 from tests.conftest import aws_worker_env, cluster_processes, make_job, start_worker, worker_env
-from tests.ec2lab import NOTHING, REGION, everything_tagged
-from tests.wheels import FILENAME, GOOD, make_wheel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
