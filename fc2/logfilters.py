@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 
-REPORT_LINE = re.compile(r"^POST /api/jobs/\d+/report[?\s]")
+REPORT_LINE = re.compile(r"^POST /api/(?:v1/)?jobs/\d+/report[?\s]")  # v1, or its alias (older agents)
 
 
 class PeriodicTasks(logging.Filter):

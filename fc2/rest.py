@@ -133,3 +133,9 @@ class SubmitThrottle(BaseThrottle):
 
     def wait(self) -> int | None:
         return self.limited.wait if self.limited else None
+
+
+def v1_endpoints(endpoints, **kwargs):
+    """The schema's endpoints (drf-spectacular's preprocessing hook): the API as /api/v1/ serves it, each route once;
+    the same routes at the unversioned /api/ are v1's aliases (fc2/urls.py)."""
+    return [endpoint for endpoint in endpoints if endpoint[0].startswith("/api/v1/")]

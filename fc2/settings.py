@@ -375,6 +375,10 @@ SPECTACULAR_SETTINGS = {
     "recommendations (FC² and Anwar et al.). docs/API.md describes it.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The paths of /api/v1/ (docs/API.md), each route once; what follows the prefix names an operation's tag (its
+    # resource: jobs, bundles, …) and the operation ids the views do not name themselves (me_retrieve).
+    "PREPROCESSING_HOOKS": ["fc2.rest.v1_endpoints"],
+    "SCHEMA_PATH_PREFIX": "/api/v1",
     # The API reference page (/api/docs) runs Swagger UI from the platform's own static files, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -9,8 +9,10 @@ from fc2 import accounts, api, dashboard, home, jobs_api, library, rest, views, 
 from recommender import api as recommender_api
 from recommender import views as recommender_views
 
-# The REST API (docs/API.md), under one prefix resolved first: a request to it is matched against the API's routes
-# alone, and a page's request never against them.
+# The REST API (docs/API.md), under its prefixes resolved first: a request to them is matched against the API's routes
+# alone, and a page's request never against them. One route table, served as version 1 at /api/v1/ and, as v1's
+# aliases, at the unversioned /api/ that clients and node agents of earlier releases still call. A change of a field's
+# meaning makes a v2 with a table of its own; v1 keeps answering as it did.
 api_urls = [
     path("jobs/<int:job_id>/report", api.ReportView.as_view(), name="api-job-report"),
     path("me", api.MeView.as_view(), name="api-me"),
@@ -36,11 +38,15 @@ api_urls = [
     path("schema", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
     # The reference's page lives outside the API's prefix (a page, not JSON); its address under the API leads there.
     path("docs", RedirectView.as_view(pattern_name="api-docs"), name="api-docs-redirect"),
-    re_path(r"^(?P<rest>.*)$", rest.no_such_endpoint),
 ]
 
 urlpatterns = [
+    # The aliases first: Django's reverse() names the last of the routes that share a name, so the URLs the platform
+    # writes (an artifact's download link, the schema's link) are v1's. No route of the table matches "v1/…", so a
+    # versioned path passes the aliases by; the API's 404 comes after both.
     path("api/", include(api_urls)),
+    path("api/v1/", include(api_urls)),
+    re_path(r"^api/(?P<rest>.*)$", rest.no_such_endpoint),
     path("", home.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     # The API reference, readable in a browser (Swagger UI from the platform's own static files, under a bar back to

@@ -583,7 +583,7 @@ def test_artifacts_are_listed_and_downloaded(api, job):
 
     assert listed == [
         {"id": model.pk, "name": "model.keras", "original_name": "", "size_bytes": 7, "node": None, "not_kept": "",
-         "url": f"http://testserver/api/jobs/{job.pk}/artifacts/{model.pk}"}
+         "url": f"http://testserver/api/v1/jobs/{job.pk}/artifacts/{model.pk}"}
     ]  # fmt: skip
     assert download.status_code == 200 and download.body == b"weights"
     assert download["Content-Disposition"] == 'attachment; filename="model.keras"'
@@ -682,7 +682,7 @@ def test_without_a_token_every_endpoint_is_401(client, alices):
 def test_the_schema_describes_the_jobs_api(api):
     schema = api.get("/api/schema", format="json").json()
 
-    assert {"/api/jobs", "/api/jobs/{job_id}/logs", "/api/bundles", "/api/datasets"} <= set(schema["paths"])
+    assert {"/api/v1/jobs", "/api/v1/jobs/{job_id}/logs", "/api/v1/bundles", "/api/v1/datasets"} <= set(schema["paths"])
     assert schema["components"]["securitySchemes"]["apiToken"]["name"] == "Authorization"
     assert "basicAuth" not in schema["components"]["securitySchemes"]
     assert Artifact.objects.count() == 0

@@ -225,10 +225,11 @@ def test_a_late_report_s_409_is_an_info_line_and_other_refusals_stay_warnings(ke
     server = logging.getLogger("django.server")
     for line, status in [
         ("POST /api/jobs/7/report HTTP/1.1", "409"),
+        ("POST /api/v1/jobs/7/report HTTP/1.1", "409"),
         ("POST /api/jobs/7/report HTTP/1.1", "403"),
         ("POST /api/jobs/7/cancel HTTP/1.1", "409"),
         ("GET /api/jobs/7/report HTTP/1.1", "409"),
     ]:
         server.warning('"%s" %s %s', line, status, 30, extra={"status_code": int(status)})
 
-    assert [r.levelname for r in kept] == ["INFO", "WARNING", "WARNING", "WARNING"]
+    assert [r.levelname for r in kept] == ["INFO", "INFO", "WARNING", "WARNING", "WARNING"]

@@ -310,7 +310,7 @@ def test_schema_documents_the_report_api(client, alice):
     client.force_login(alice)
     document = schema(client)
 
-    operation = document["paths"]["/api/jobs/{job_id}/report"]["post"]
+    operation = document["paths"]["/api/v1/jobs/{job_id}/report"]["post"]
     assert operation["security"] == [{"jobToken": []}]
     assert document["components"]["securitySchemes"]["jobToken"] == {
         "type": "http",
@@ -336,7 +336,8 @@ def test_schema_says_budget_and_max_workers_exclude_each_other(client, alice):
     assert recommend["not"] == {"required": ["budget", "max_workers"]}
     for method in ("get", "post"):
         assert (
-            "budget and max_workers" in document["paths"]["/api/recommend"][method]["responses"]["400"]["description"]
+            "budget and max_workers"
+            in document["paths"]["/api/v1/recommend"][method]["responses"]["400"]["description"]
         )
 
 
