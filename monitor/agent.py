@@ -8,7 +8,7 @@ no Django. It:
 - reports `started`, then `running` with progress, every progress line since the previous report (`progress_log`, so
   a chief printing many lines a second loses none of its losses) and the resource samples taken since (one a second by
   default; kept, up to an hour's, while the platform cannot be reached — see Sampler), to
-  `POST <url>/api/jobs/<job>/report` with the job-scoped token (read from a file only the agent can read: never on
+  `POST <url>/api/v1/jobs/<job>/report` with the job-scoped token (read from a file only the agent can read: never on
   the command line, never in the environment of the node's command);
 - when the command exits, keeps its final report — `succeeded` or `failed` with the exit code, the log tail — and the
   files of the output directory in its result directory (a command that exited 0 but whose output directory cannot
@@ -67,7 +67,9 @@ class Reporter:
     """POSTs reports (JSON, or multipart with files) to the platform, retrying transient failures."""
 
     def __init__(self, url: str, job: int, node: str, token: str, timeout: float = 10.0):
-        self.url = f"{url.rstrip('/')}/api/jobs/{job}/report"
+        # v1 of the API; agents of an earlier release, on clusters started before an upgrade, post to the unversioned
+        # /api/jobs/<job>/report, v1's alias, which keeps answering.
+        self.url = f"{url.rstrip('/')}/api/v1/jobs/{job}/report"
         self.node = node
         self.token = token
         self.timeout = timeout

@@ -125,13 +125,13 @@ def test_a_file_that_changes_while_it_is_sent_is_an_error(tmp_path):
 
 
 def test_an_upload_reports_its_progress(stub, tmp_path):
-    stub.routes["POST /api/bundles"] = (201, {"id": 1})
+    stub.routes["POST /api/v1/bundles"] = (201, {"id": 1})
     wheel = tmp_path / "w.whl"
     wheel.write_bytes(os.urandom(200_000))
     calls = []
 
     answer = Client(stub.url, "tok").upload(
-        "/api/bundles", {"main": "main.py"}, "file", wheel, lambda *a: calls.append(a)
+        "/api/v1/bundles", {"main": "main.py"}, "file", wheel, lambda *a: calls.append(a)
     )
 
     assert answer == {"id": 1}
@@ -247,17 +247,17 @@ def test_what_is_in_the_way_on_disk_is_left_alone(tmp_path):
 
 
 def test_download_renames_what_is_unsafe_and_keeps_going(stub, logged_in, tmp_path, capsys):
-    stub.routes["GET /api/jobs/4/artifacts"] = (200, {"results": [
+    stub.routes["GET /api/v1/jobs/4/artifacts"] = (200, {"results": [
         {"id": 1, "name": "model.keras", "url": "u"},
         {"id": 2, "name": "../../.bashrc", "url": "u"},
         {"id": 3, "name": "big.bin", "url": None, "not_kept": "3.0 GB, over the 200 MB limit"},
         {"id": 4, "name": "gone.txt", "url": "u"},
         {"id": 5, "name": "/abs/CON", "url": "u"},
     ]})  # fmt: skip
-    stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
-    stub.routes["GET /api/jobs/4/artifacts/2"] = (200, b"echo pwned")
-    stub.routes["GET /api/jobs/4/artifacts/4"] = (404, {"error": "the file of artifact gone.txt is missing"})
-    stub.routes["GET /api/jobs/4/artifacts/5"] = (200, b"device")
+    stub.routes["GET /api/v1/jobs/4/artifacts/1"] = (200, b"model")
+    stub.routes["GET /api/v1/jobs/4/artifacts/2"] = (200, b"echo pwned")
+    stub.routes["GET /api/v1/jobs/4/artifacts/4"] = (404, {"error": "the file of artifact gone.txt is missing"})
+    stub.routes["GET /api/v1/jobs/4/artifacts/5"] = (200, b"device")
     out = tmp_path / "deep" / "out"
 
     code = cli.main(["download", "4", "--dir", str(out), "--json"])
@@ -279,14 +279,14 @@ def test_download_renames_what_is_unsafe_and_keeps_going(stub, logged_in, tmp_pa
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "deep", "deep/out", "deep/out/.bashrc", "deep/out/abs", "deep/out/abs/_CON", "deep/out/model.keras"
     ]  # fmt: skip
-    assert "/api/jobs/4/artifacts/3" not in [r["path"] for r in stub.requests]
+    assert "/api/v1/jobs/4/artifacts/3" not in [r["path"] for r in stub.requests]
 
 
 def test_download_says_what_it_renamed_and_skipped(stub, logged_in, tmp_path, capsys):
-    stub.routes["GET /api/jobs/4/artifacts"] = (200, {"results": [
+    stub.routes["GET /api/v1/jobs/4/artifacts"] = (200, {"results": [
         {"id": 1, "name": "a\nb", "url": "u"}, {"id": 2, "name": "big", "url": None, "not_kept": "too big"},
     ]})  # fmt: skip
-    stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"x")
+    stub.routes["GET /api/v1/jobs/4/artifacts/1"] = (200, b"x")
 
     assert cli.main(["download", "4", "--dir", str(tmp_path / "out")]) == 1
 
@@ -299,11 +299,11 @@ def test_download_says_what_it_renamed_and_skipped(stub, logged_in, tmp_path, ca
 
 
 def test_download_does_not_follow_a_symlinked_folder_out(stub, logged_in, tmp_path, capsys):
-    stub.routes["GET /api/jobs/4/artifacts"] = (200, {"results": [
+    stub.routes["GET /api/v1/jobs/4/artifacts"] = (200, {"results": [
         {"id": 1, "name": "worker-0/model.keras", "url": "u"}, {"id": 2, "name": "metrics.json", "url": "u"},
     ]})  # fmt: skip
-    stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
-    stub.routes["GET /api/jobs/4/artifacts/2"] = (200, b"{}")
+    stub.routes["GET /api/v1/jobs/4/artifacts/1"] = (200, b"model")
+    stub.routes["GET /api/v1/jobs/4/artifacts/2"] = (200, b"{}")
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     out.mkdir()
     elsewhere.mkdir()
@@ -318,24 +318,24 @@ def test_download_does_not_follow_a_symlinked_folder_out(stub, logged_in, tmp_pa
 
 
 def test_a_download_never_writes_through_a_symlink_left_at_its_temporary_name(stub, logged_in, tmp_path):
-    stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
+    stub.routes["GET /api/v1/jobs/4/artifacts/1"] = (200, b"model")
     victim = tmp_path / "victim"
     victim.write_text("mine")
     (tmp_path / ".model.keras.part").symlink_to(victim)
 
     with pytest.raises(OSError):
-        Client(stub.url, "t").download("/api/jobs/4/artifacts/1", tmp_path / "model.keras")
+        Client(stub.url, "t").download("/api/v1/jobs/4/artifacts/1", tmp_path / "model.keras")
 
     assert victim.read_text() == "mine"
 
 
 def test_download_keeps_folders(stub, logged_in, tmp_path, capsys):
-    stub.routes["GET /api/jobs/4/artifacts"] = (
+    stub.routes["GET /api/v1/jobs/4/artifacts"] = (
         200,
         {"results": [{"id": 1, "name": "model.keras", "url": "u"}, {"id": 2, "name": "worker-1/log.txt", "url": "u"}]},
     )
-    stub.routes["GET /api/jobs/4/artifacts/1"] = (200, b"model")
-    stub.routes["GET /api/jobs/4/artifacts/2"] = (200, b"log")
+    stub.routes["GET /api/v1/jobs/4/artifacts/1"] = (200, b"model")
+    stub.routes["GET /api/v1/jobs/4/artifacts/2"] = (200, b"log")
 
     assert cli.main(["download", "4", "--dir", str(tmp_path / "out"), "--json"]) == 0
 
@@ -478,18 +478,18 @@ def logged_in(stub, monkeypatch):
 REFUSALS = [
     ((401, {"error": "this API token is revoked"}), "this API token is revoked: run `fc2 login {url}`"),
     ((404, {"error": "no job 4"}), "no job 4"),
-    ((404, b"<html>Not Found</html>"), "GET {url}/api/jobs/4: not found (HTTP 404); is {url} an FC"),
+    ((404, b"<html>Not Found</html>"), "GET {url}/api/v1/jobs/4: not found (HTTP 404); is {url} an FC"),
     ((429, {"error": "too many submissions"}, {"Retry-After": "60"}), "too many submissions (try again in 60 s)"),
-    ((500, b"<html>Server Error</html>"), "GET {url}/api/jobs/4 failed: HTTP 500"),
-    ((302, b"", {"Location": "https://fc2.example.org/api/jobs/4"}),
-     "redirects to https://fc2.example.org/api/jobs/4: log in with the platform's own address"),
+    ((500, b"<html>Server Error</html>"), "GET {url}/api/v1/jobs/4 failed: HTTP 500"),
+    ((302, b"", {"Location": "https://fc2.example.org/api/v1/jobs/4"}),
+     "redirects to https://fc2.example.org/api/v1/jobs/4: log in with the platform's own address"),
     ((200, b"<html>a login page</html>"), "did not answer with a JSON object"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("answer", "message"), REFUSALS)
 def test_refusals_say_what_to_do(answer, message, stub, logged_in, capsys):
-    stub.routes["GET /api/jobs/4"] = answer
+    stub.routes["GET /api/v1/jobs/4"] = answer
 
     assert cli.main(["status", "4", "--json"]) == 1
 
@@ -499,7 +499,7 @@ def test_refusals_say_what_to_do(answer, message, stub, logged_in, capsys):
 
 
 def test_invalid_fields_are_listed(stub, logged_in, capsys):
-    stub.routes["POST /api/recommend"] = (400, {"error": "invalid request", "fields": {"budget": ["too small"]}})
+    stub.routes["POST /api/v1/recommend"] = (400, {"error": "invalid request", "fields": {"budget": ["too small"]}})
 
     assert cli.main(["recommend", "--algorithm", "cost-opt", "--budget", "0.001"]) == 1
 
@@ -525,7 +525,7 @@ def test_an_unreachable_platform_is_named(monkeypatch, capsys):
     ("state", "code"), [("succeeded", 0), ("failed", 1), ("cancelled", 1), ("running", 3), ("queued", 3)]
 )
 def test_status_exit_codes(state, code, stub, logged_in, capsys):
-    stub.routes["GET /api/jobs/4"] = (
+    stub.routes["GET /api/v1/jobs/4"] = (
         200,
         {"id": 4, "state": state, "failure_reason": "boom" if state == "failed" else ""},
     )
@@ -544,7 +544,7 @@ def test_following_logs_reads_on_from_its_offset(stub, logged_in, capsys):
         {"node": "worker-0", "nodes": ["worker-0", "worker-1"], "offset": 6, "text": "", "complete": False},
         {"node": "worker-0", "nodes": ["worker-0", "worker-1"], "offset": 11, "text": "done\n", "complete": True},
     ])  # fmt: skip
-    stub.routes["GET /api/jobs/4/logs"] = lambda query: (200, next(pages))
+    stub.routes["GET /api/v1/jobs/4/logs"] = lambda query: (200, next(pages))
 
     assert cli.main(["logs", "4", "--follow"]) == 0
 
@@ -561,7 +561,7 @@ def test_following_a_job_draws_its_line_until_it_ends(stub, logged_in, capsys):
         {"id": 4, "state": "succeeded", "progress": {"epoch": 2, "epochs": 2, "step": 6, "loss": 0.25},
          "cost": {"cost_so_far": 0.0021, "launched_at": "t0", "torn_down_at": "t1"}},
     ])  # fmt: skip
-    stub.routes["GET /api/jobs/4"] = lambda query: (200, next(states))
+    stub.routes["GET /api/v1/jobs/4"] = lambda query: (200, next(states))
 
     assert cli.main(["status", "4", "--follow"]) == 0
 
@@ -575,7 +575,7 @@ def test_following_a_job_draws_its_line_until_it_ends(stub, logged_in, capsys):
 
 
 def test_interrupting_a_follow_says_the_job_goes_on(stub, logged_in, monkeypatch, capsys):
-    stub.routes["GET /api/jobs/4"] = (200, {"id": 4, "state": "running"})
+    stub.routes["GET /api/v1/jobs/4"] = (200, {"id": 4, "state": "running"})
 
     def interrupt(seconds):
         raise KeyboardInterrupt
@@ -594,15 +594,15 @@ def submitting(stub, logged_in, tmp_path, monkeypatch) -> tuple[Path, list[float
     """A wheel to submit (the platform stores it as bundle 7), and the pauses the client makes between tries."""
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"
     wheel.write_bytes(b"a wheel")
-    stub.routes["GET /api/bundles"] = (200, {"results": []})
-    stub.routes["POST /api/bundles"] = (201, {"id": 7})
+    stub.routes["GET /api/v1/bundles"] = (200, {"results": []})
+    stub.routes["POST /api/v1/bundles"] = (201, {"id": 7})
     pauses: list[float] = []
     monkeypatch.setattr(api_module.time, "sleep", pauses.append)
     return wheel, pauses
 
 
 def job_posts(stub) -> list[dict]:
-    return [r for r in stub.requests if r["method"] == "POST" and r["path"] == "/api/jobs"]
+    return [r for r in stub.requests if r["method"] == "POST" and r["path"] == "/api/v1/jobs"]
 
 
 def idempotency_key(request: dict) -> str:
@@ -619,7 +619,7 @@ def test_submit_sends_a_fresh_key_and_the_same_one_when_it_tries_again(stub, sub
         (201, {"id": 11, "state": "queued"}),
         (201, {"id": 12, "state": "queued"}),
     ])  # fmt: skip
-    stub.routes["POST /api/jobs"] = lambda query: next(answers)
+    stub.routes["POST /api/v1/jobs"] = lambda query: next(answers)
 
     assert cli.main(["submit", str(wheel), "--dataset", "digits", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["job"]["id"] == 11
@@ -635,7 +635,7 @@ def test_submit_sends_a_fresh_key_and_the_same_one_when_it_tries_again(stub, sub
 
 def test_submit_tries_again_a_bounded_number_of_times(stub, submitting, capsys):
     wheel, pauses = submitting
-    stub.routes["POST /api/jobs"] = (503, b"down for maintenance")
+    stub.routes["POST /api/v1/jobs"] = (503, b"down for maintenance")
 
     assert cli.main(["submit", str(wheel), "--dataset", "digits"]) == 1
 
@@ -656,7 +656,7 @@ def test_submit_tries_again_a_bounded_number_of_times(stub, submitting, capsys):
 )
 def test_submit_does_not_try_again_what_would_fail_again(stub, submitting, capsys, answer, message):
     wheel, pauses = submitting
-    stub.routes["POST /api/jobs"] = answer
+    stub.routes["POST /api/v1/jobs"] = answer
 
     assert cli.main(["submit", str(wheel), "--dataset", "digits", "--json"]) == 1
 

@@ -19,6 +19,9 @@ from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 from fc2_client import __version__
 
+# The version of the API this client speaks: its paths' prefix (docs/API.md). A platform keeps serving v1 when a v2
+# comes, so this client keeps working against a newer platform.
+API = "/api/v1"
 CHUNK = 64 * 1024  # bytes read, sent and written at a time
 Progress = Callable[[int, int], None]  # called with (bytes done, bytes in all) after each chunk
 

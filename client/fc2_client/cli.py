@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from urllib.parse import urlsplit
 
 from fc2_client import __version__, config, display
-from fc2_client.api import ApiError, Client, Progress
+from fc2_client.api import API, ApiError, Client, Progress
 from fc2_client.config import ConfigError, Login
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_ENDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -149,7 +149,7 @@ def build_parser() -> Parser:
     )
     command("logout", cmd_logout, "Forget the stored token.")
 
-    recommend = command("recommend", cmd_recommend, "Ask the recommender for a cluster (POST /api/recommend).")
+    recommend = command("recommend", cmd_recommend, "Ask the recommender for a cluster (POST /api/v1/recommend).")
     recommend.add_argument("--algorithm", required=True, metavar="NAME", help=", ".join(ALGORITHMS))
     recommend.add_argument("--workload", metavar="NAME", help="the workload whose performance records to use")
     limit = recommend.add_mutually_exclusive_group()
@@ -276,7 +276,7 @@ def cmd_login(args: argparse.Namespace, terminal: Terminal) -> Outcome:
     if not token:
         raise Failure("no token given (--token, FC2_TOKEN or the prompt)")
     try:
-        me = Client(url, token).get("/api/me")
+        me = Client(url, token).get(f"{API}/me")
     except ApiError as exc:
         if exc.status in (401, 403):
             raise Failure(f"{url} refused this token: {exc.reason}", data=exc.as_dict()) from None
@@ -305,7 +305,7 @@ def cmd_logout(args: argparse.Namespace, terminal: Terminal) -> Outcome:
 
 
 def cmd_recommend(args: argparse.Namespace, terminal: Terminal) -> Outcome:
-    answer = client().post("/api/recommend", recommend_payload(args))
+    answer = client().post(f"{API}/recommend", recommend_payload(args))
     return Outcome({"recommendation": answer}, display.recommendation(answer))
 
 
@@ -322,7 +322,7 @@ def cmd_submit(args: argparse.Namespace, terminal: Terminal) -> Outcome:
         terminal.say(f"submitting: {error} (trying again in {pause:g} s)")
 
     job = api.post(
-        "/api/jobs",
+        f"{API}/jobs",
         job_payload(args, bundle["id"], dataset),
         idempotency_key=key,
         retries=SUBMIT_RETRIES,
@@ -341,7 +341,7 @@ def _dataset(api: Client, given: str, terminal: Terminal) -> str:
     path = Path(given)
     if not path.is_file():
         return given
-    dataset = api.upload("/api/datasets", {"name": path.stem}, "file", path, _progress(terminal, path))
+    dataset = api.upload(f"{API}/datasets", {"name": path.stem}, "file", path, _progress(terminal, path))
     terminal.say(f"{path.name} uploaded as dataset {dataset['id']}")
     return str(dataset["id"])
 
@@ -354,13 +354,13 @@ def _bundle(api: Client, wheel: Path, main: str | None, terminal: Terminal) -> d
         while block := file.read(1 << 20):
             digest.update(block)
     wanted = main or "main.py"  # a file name found anywhere in the wheel, or its path; the platform keeps the path
-    for stored in api.get("/api/bundles").get("results", []):
+    for stored in api.get(f"{API}/bundles").get("results", []):
         stored_main = str(stored.get("main") or "")
         if stored.get("sha256") == digest.hexdigest() and (stored_main == wanted or stored_main.endswith("/" + wanted)):
             terminal.say(f"{wheel.name} is stored already as bundle {stored['id']}")
             return stored
     fields = {"main": main} if main else {}
-    return api.upload("/api/bundles", fields, "file", wheel, _progress(terminal, wheel))
+    return api.upload(f"{API}/bundles", fields, "file", wheel, _progress(terminal, wheel))
 
 
 def _progress(terminal: Terminal, path: Path) -> Progress | None:
@@ -377,7 +377,7 @@ def follow(api: Client, job_id: int, terminal: Terminal) -> dict:
     try:
         while True:
             try:
-                job = api.get(f"/api/jobs/{job_id}")
+                job = api.get(f"{API}/jobs/{job_id}")
                 unreachable_since = None
             except ApiError as exc:
                 if exc.status is not None and exc.status < 500:
@@ -422,12 +422,12 @@ def _ended(job: dict, data: dict) -> Outcome:
 
 def cmd_status(args: argparse.Namespace, terminal: Terminal) -> Outcome:
     api = client()
-    job = follow(api, args.job, terminal) if args.follow else api.get(f"/api/jobs/{args.job}")
+    job = follow(api, args.job, terminal) if args.follow else api.get(f"{API}/jobs/{args.job}")
     return _ended(job, {"job": job})
 
 
 def cmd_jobs(args: argparse.Namespace, terminal: Terminal) -> Outcome:
-    page = client().get("/api/jobs", state=args.state, provider=args.provider, page=args.page)
+    page = client().get(f"{API}/jobs", state=args.state, provider=args.provider, page=args.page)
     jobs = page.get("results", [])
     text = display.jobs_table(jobs) if jobs else "no jobs"
     if page.get("next"):
@@ -440,7 +440,7 @@ def cmd_logs(args: argparse.Namespace, terminal: Terminal) -> Outcome:
     api = client()
     node, since, pieces = args.node, 0, []
     while True:
-        page = api.get(f"/api/jobs/{args.job}/logs", node=node, since=since)
+        page = api.get(f"{API}/jobs/{args.job}/logs", node=node, since=since)
         node, since, text = page.get("node") or node, page.get("offset", since), page.get("text") or ""
         if text:
             pieces.append(text)
@@ -456,7 +456,7 @@ def cmd_logs(args: argparse.Namespace, terminal: Terminal) -> Outcome:
 
 
 def cmd_cancel(args: argparse.Namespace, terminal: Terminal) -> Outcome:
-    job = client().post(f"/api/jobs/{args.job}/cancel")
+    job = client().post(f"{API}/jobs/{args.job}/cancel")
     return Outcome({"job": job}, display.job_line(job))
 
 
@@ -464,7 +464,7 @@ def cmd_download(args: argparse.Namespace, terminal: Terminal) -> Outcome:
     """Every artifact the job kept, each under its own name where that is safe on this machine, else under a safe
     one (renamed); one that cannot be written (not kept, or no safe place for it) is skipped and the rest go on."""
     api = client()
-    artifacts = api.get(f"/api/jobs/{args.job}/artifacts").get("results", [])
+    artifacts = api.get(f"{API}/jobs/{args.job}/artifacts").get("results", [])
     root = args.dir or Path(f"fc2-job-{args.job}")
     files, renamed, skipped = [], [], []
     # Every name is judged before the first byte is written: a job's files come from its (untrusted) training code.
@@ -481,7 +481,7 @@ def cmd_download(args: argparse.Namespace, terminal: Terminal) -> Outcome:
         line = terminal.bar()
         progress = display.ProgressBar(name, line) if line else None
         try:
-            size = api.download(f"/api/jobs/{args.job}/artifacts/{place.artifact['id']}", place.path, progress)
+            size = api.download(f"{API}/jobs/{args.job}/artifacts/{place.artifact['id']}", place.path, progress)
         except ApiError as exc:
             if exc.status != 404:  # (the platform or the connection: the next one would fail as well)
                 raise
