@@ -49,8 +49,8 @@ def test_api_reference_is_a_page_served_by_the_platform_itself(page, shot, live_
     page.goto("/api-docs/")
 
     expect(page.get_by_text("FC² platform API").first).to_be_visible()
-    expect(page.locator(".opblock-summary-path", has_text="/api/jobs").first).to_be_visible()
-    expect(page.locator(".opblock-summary-path", has_text="/api/recommend").first).to_be_visible()
+    expect(page.locator(".opblock-summary-path", has_text="/api/v1/jobs").first).to_be_visible()
+    expect(page.locator(".opblock-summary-path", has_text="/api/v1/recommend").first).to_be_visible()
     shot("swagger-ui")
     assert hosts == {urlsplit(live_server.url).netloc}, "every script and style comes from the platform (no CDN)"
     page.goto("/account/tokens/")
