@@ -1,10 +1,10 @@
 """The jobs API (docs/API.md): bundles, datasets and jobs over HTTP, for scripts, notebooks and the `fc2` client.
 
 Thin views over the services the wizard and `manage.py submit_job` use (fc2/services/: jobs, bundles, datasets,
-library, pipeline): the views check the shape of a request, the services judge it, and a service's refusal is a 400
-naming the field at fault. A researcher sees only their own objects — anyone else's is a 404, as one that does not
-exist — and admins see every one. Uploads obey the wizard's limits (fc2/uploads.py) and validation, and a refused
-upload stores nothing.
+library, pipeline): the views check the shape of a request through its serializers (fc2/jobs_serializers.py), the
+services judge it, and a service's refusal is a 400 naming the field at fault. A researcher sees only their own
+objects — anyone else's is a 404, as one that does not exist — and admins see every one. Uploads obey the wizard's
+limits (fc2/uploads.py) and validation, and a refused upload stores nothing.
 """
 
 from __future__ import annotations
@@ -17,24 +17,44 @@ import re
 
 from django.db.models import Count, Prefetch, QuerySet
 from django.http import FileResponse, QueryDict
-from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.utils import html
 from rest_framework.views import APIView
 
 import provisioner
-from fc2 import jsonbounds
-from fc2.api import JsonWhateverAccepted, UploadedFile
-from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH, BundleError
-from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
+from fc2.api import JsonWhateverAccepted
+from fc2.bundles import BundleError
+
+# settings' ENUM_NAME_OVERRIDES name the job enums here, where they were first defined: kept importable from here.
+from fc2.jobs_serializers import JOB_ALGORITHMS as JOB_ALGORITHMS
+from fc2.jobs_serializers import JOB_STRATEGIES as JOB_STRATEGIES
+from fc2.jobs_serializers import (
+    ArtifactList,
+    ArtifactOutput,
+    BundleList,
+    BundleOutput,
+    BundleUpload,
+    DatasetList,
+    DatasetOutput,
+    DatasetUpload,
+    DatasetUrlInput,
+    JobListQuery,
+    JobOutput,
+    JobPage,
+    JobSubmit,
+    JobSummary,
+    JobUpload,
+    LogOutput,
+    LogQuery,
+)
+from fc2.models import Artifact, CodeBundle, Dataset, Job
 from fc2.query import MAX_ID  # a larger id in a URL names nothing (and must not reach the database)
 from fc2.rest import (
     BoundedJSONParser,
@@ -45,364 +65,13 @@ from fc2.rest import (
     refusals,
     too_many_submissions,
 )
-from fc2.services import datasets, jobs, library, pipeline, pricing, submissions, workers
+from fc2.services import datasets, jobs, library, pipeline, submissions
 from fc2.services.bundles import store_bundle
-from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
 logger = logging.getLogger(__name__)
 
 # The most of a log one answer carries; a client asks again from the offset it was given.
 LOG_CHUNK_CHARS = 2**20
-
-
-# --- what the API answers with ---------------------------------------------------------------------------------------
-
-
-class Ref(serializers.Serializer):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-
-
-class BundleOutput(serializers.ModelSerializer):
-    owner = serializers.CharField(source="owner.username")
-    main = serializers.CharField(source="main_script", help_text="The main script's path inside the wheel")
-    jobs = serializers.IntegerField(source="job_count", help_text="How many jobs ran it (it is deletable at 0)")
-
-    class Meta:
-        model = CodeBundle
-        fields = ["id", "name", "distribution", "version", "main", "sha256", "size_bytes", "created_at", "jobs"]
-        fields += ["owner"]
-
-
-class BundleList(serializers.Serializer):
-    results = BundleOutput(many=True, help_text="The user's bundles, newest first (an admin's: everyone's)")
-
-
-class DatasetOutput(serializers.ModelSerializer):
-    owner = serializers.CharField(source="owner.username", allow_null=True, help_text="None for a built-in")
-
-    class Meta:
-        model = Dataset
-        fields = ["id", "name", "kind", "url", "size_mb", "features", "rows", "last_error", "created_at", "owner"]
-
-
-class BuiltinOutput(serializers.Serializer):
-    name = serializers.CharField(help_text="What a job's `dataset` names it by")
-    description = serializers.CharField()
-    ready = serializers.BooleanField(help_text="Materialised on this installation (else loaded on first use)")
-    features = serializers.IntegerField()
-    rows = serializers.IntegerField()
-
-
-class DatasetList(serializers.Serializer):
-    builtin = BuiltinOutput(many=True)
-    results = DatasetOutput(many=True, help_text="The user's own datasets (an admin's: everyone's)")
-
-
-class HeadlineOutput(serializers.Serializer):
-    label = serializers.CharField(help_text='e.g. "test accuracy"')
-    text = serializers.CharField(help_text='e.g. "97.3 %"')
-
-
-class JobSummary(serializers.ModelSerializer):
-    owner = serializers.CharField(source="owner.username")
-    active = serializers.SerializerMethodField(help_text="False once the job has ended")
-    bundle = Ref()
-    dataset = Ref()
-    headline = HeadlineOutput(allow_null=True, help_text="The figure its result is compared by, once there is one")
-
-    class Meta:
-        model = Job
-        fields = ["id", "state", "active", "owner", "bundle", "dataset", "provider", "algorithm", "strategy"]
-        fields += ["workers", "worker_type", "ps_type", "headline", "created_at", "finished_at"]
-
-    def get_active(self, job: Job) -> bool:
-        return not job.is_terminal
-
-
-class ProgressOutput(serializers.Serializer):
-    percent = serializers.IntegerField(source="progress_percent", allow_null=True)
-    epoch = serializers.IntegerField(allow_null=True)
-    epochs = serializers.IntegerField(allow_null=True)
-    step = serializers.IntegerField(allow_null=True)
-    steps = serializers.IntegerField(allow_null=True)
-    loss = serializers.FloatField(allow_null=True)
-
-
-class EventOutput(serializers.ModelSerializer):
-    class Meta:
-        model = JobEvent
-        fields = ["at", "state", "message"]
-
-
-class NodeOutput(serializers.ModelSerializer):
-    class Meta:
-        model = Node
-        fields = ["name", "role", "instance_type", "address", "status", "exit_code", "last_report_at"]
-
-
-class CostOutput(serializers.Serializer):
-    """pricing.cost_summary: $ at the catalogue's prices (estimates, not bills)."""
-
-    hourly_cost = serializers.FloatField(allow_null=True)
-    budget = serializers.FloatField(allow_null=True, help_text="$/h: the recommender's budget C")
-    total_budget = serializers.FloatField(allow_null=True, help_text="$ for the whole job")
-    cost_so_far = serializers.FloatField(allow_null=True)
-    projected_total = serializers.FloatField(allow_null=True)
-    projected_by = serializers.ChoiceField(
-        choices=["prediction", "pace", "time limit", "ended"],
-        allow_null=True,
-        help_text="What the time to come is from",
-    )
-    launched_at = serializers.DateTimeField(allow_null=True)
-    torn_down_at = serializers.DateTimeField(allow_null=True)
-
-
-class ArtifactOutput(serializers.ModelSerializer):
-    name = serializers.CharField(help_text="A safe name of its own in the job: a node's under `<node>/`")
-    original_name = serializers.CharField(
-        help_text="The output's path as its node wrote it, escaped to printable text; empty for the platform's own"
-    )
-    node = serializers.CharField(source="node.name", allow_null=True)
-    not_kept = serializers.CharField(
-        help_text="Why the output was not kept (e.g. over the size limit), with no file to download; empty if kept"
-    )
-    url = serializers.SerializerMethodField(help_text="Where to download it (with the same token); null if not kept")
-
-    class Meta:
-        model = Artifact
-        fields = ["id", "name", "original_name", "size_bytes", "node", "not_kept", "url"]
-
-    @extend_schema_field(serializers.URLField(allow_null=True))
-    def get_url(self, artifact: Artifact) -> str | None:
-        if artifact.not_kept or not artifact.file:
-            return None
-        url = reverse("api-job-artifact", args=[artifact.job_id, artifact.pk])
-        return self.context["request"].build_absolute_uri(url)
-
-
-class ArtifactList(serializers.Serializer):
-    results = ArtifactOutput(many=True)
-
-
-class RequestOutput(serializers.Serializer):
-    """What the job was submitted with (Job.request), as it came: what a re-run submits again."""
-
-    algorithm = serializers.CharField()
-    strategy = serializers.CharField(help_text="ps, mirrored, or auto: left open for the model to choose")
-    workers = serializers.IntegerField(help_text="manual: the count; an algorithm: the limit, unless a budget")
-    ps_type = serializers.CharField(allow_blank=True)
-    worker_type = serializers.CharField(allow_blank=True)
-    worker_types = serializers.ListField(child=serializers.CharField())
-    budget = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True, coerce_to_string=False)
-    total_budget = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True, coerce_to_string=False)
-    catalog = serializers.CharField()
-    provider = serializers.CharField()
-    region = serializers.CharField(allow_blank=True)
-    latency_ms = serializers.FloatField()
-    workload_name = serializers.CharField(allow_blank=True)
-    parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
-
-
-class WorkerOutput(serializers.Serializer):
-    """fc2.services.workers.WorkerStatus: whether any Celery worker is taking jobs."""
-
-    taking_jobs = serializers.BooleanField()
-    since = serializers.DateTimeField(
-        allow_null=True, help_text="Not taking jobs: since when a worker was last seen; null if none ever started"
-    )
-    message = serializers.CharField(
-        allow_blank=True, help_text='e.g. "No worker is taking jobs since 13:24 UTC"; empty while one is'
-    )
-
-
-class JobOutput(JobSummary):
-    request = RequestOutput(allow_null=True, help_text="What was asked; the job's own fields are what was chosen")
-    parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
-    progress = ProgressOutput(source="*")
-    events = EventOutput(source="events.all", many=True)
-    nodes = NodeOutput(source="nodes.all", many=True)
-    cost = serializers.SerializerMethodField()
-    artifacts = ArtifactOutput(source="artifacts.all", many=True)
-    url = serializers.SerializerMethodField(help_text="The job's page")
-    worker = serializers.SerializerMethodField(
-        help_text="Whether a worker is taking jobs, on a job that waits on one (not ended, not run --inline); else null"
-    )
-
-    class Meta(JobSummary.Meta):
-        fields = [*JobSummary.Meta.fields, "request", "requested_strategy", "parameters", "workload", "region"]
-        fields += ["latency_ms"]
-        fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
-        fields += ["recommendation", "artifacts", "url", "worker"]
-
-    @extend_schema_field(OpenApiTypes.URI)
-    def get_url(self, job: Job) -> str:
-        return self.context["request"].build_absolute_uri(job.get_absolute_url())
-
-    @extend_schema_field(CostOutput)
-    def get_cost(self, job: Job) -> dict:
-        return pricing.cost_summary(job)
-
-    @extend_schema_field(WorkerOutput(allow_null=True))
-    def get_worker(self, job: Job) -> dict | None:
-        found = workers.for_job(job)
-        return None if found is None else WorkerOutput(found).data
-
-
-class JobPage(serializers.Serializer):
-    count = serializers.IntegerField()
-    next = serializers.URLField(allow_null=True)
-    previous = serializers.URLField(allow_null=True)
-    results = JobSummary(many=True)
-
-
-class LogOutput(serializers.Serializer):
-    node = serializers.CharField(allow_null=True, help_text="Whose log this is; None while the job has no nodes")
-    nodes = serializers.ListField(child=serializers.CharField(), help_text="The job's nodes")
-    offset = serializers.IntegerField(help_text="Where the text ends: the next request's `since`")
-    text = serializers.CharField(allow_blank=True, help_text="The log from `since` to `offset`")
-    complete = serializers.BooleanField(help_text="The job has ended and its log is all here: nothing more will come")
-
-
-# --- what it takes -----------------------------------------------------------------------------------------------
-
-
-class Parameters(serializers.DictField):
-    """The script's parameters: a JSON object of strings (in a multipart body, that object as a JSON string)."""
-
-    # Bounded by fc2.services.jobs.check_parameters, as at the wizard's and submit_job's doors, in the same words.
-    child = serializers.CharField(allow_blank=True)
-
-    def get_value(self, dictionary):
-        if html.is_html_input(dictionary) and self.field_name in dictionary:
-            return dictionary.get(self.field_name)  # the object as one JSON string
-        return super().get_value(dictionary)
-
-    def to_internal_value(self, data):
-        if isinstance(data, str):
-            try:
-                data = jsonbounds.loads(data or "{}")
-            except ValueError as exc:
-                raise serializers.ValidationError(f"not a JSON object: {exc}") from None
-        return super().to_internal_value(data)
-
-
-class TypeList(serializers.ListField):
-    """Instance types: a JSON array, or one comma-separated string (as a multipart field)."""
-
-    child = serializers.CharField(max_length=40)
-
-    def to_internal_value(self, data):
-        if isinstance(data, str):
-            data = [name.strip() for name in data.split(",") if name.strip()]
-        elif isinstance(data, list) and all(isinstance(item, str) for item in data) and len(data) == 1:
-            data = [name.strip() for name in data[0].split(",") if name.strip()]
-        return super().to_internal_value(data)
-
-
-class BundleUpload(serializers.Serializer):
-    file = UploadedFile(help_text="The wheel (.whl)")
-    main = serializers.CharField(
-        default="main.py", max_length=MAIN_SCRIPT_MAX_LENGTH, help_text="A file name in the wheel, or its path"
-    )
-    name = serializers.CharField(required=False, max_length=200, help_text="Default: the wheel's distribution")
-
-
-class DatasetUrlInput(serializers.Serializer):
-    url = serializers.CharField(max_length=1000, help_text="An http(s) URL every node downloads")
-    name = serializers.CharField(required=False, max_length=200, help_text="Default: the URL's last part")
-
-
-class DatasetUpload(serializers.Serializer):
-    file = UploadedFile(help_text="The data, e.g. an .npz with x_train, y_train, x_test, y_test")
-    name = serializers.CharField(required=False, max_length=200, help_text="Default: the file's name")
-
-
-# What a job's cluster may be chosen by: by hand, or by one of the recommender's algorithms.
-JOB_ALGORITHMS = ("manual", *ALGORITHMS)
-JOB_STRATEGIES = Job.Strategy.choices
-# Dollars as the Job's columns hold them; a number in the schema (a string such as "1.50" is taken too).
-MONEY = {"max_digits": 10, "decimal_places": 4, "min_value": 0, "coerce_to_string": False}
-MONEY |= {"required": False, "allow_null": True}
-
-
-class JobInput(serializers.Serializer):
-    """What a job is submitted with: the wizard's and `submit_job`'s fields (fc2.services.jobs.JobRequest)."""
-
-    parameters = Parameters(default=dict, help_text="Passed to the script as --name=value")
-    dataset = serializers.CharField(max_length=1000, help_text="A built-in's name, a dataset's id, or an http(s) URL")
-    provider = serializers.ChoiceField(choices=sorted(provisioner.PROVIDERS), default="local")
-    region = serializers.CharField(default="", allow_blank=True, max_length=30, help_text="aws: the region")
-    latency_ms = serializers.FloatField(
-        default=0.0, min_value=0, max_value=jobs.MAX_NODE_DELAY_MS, help_text="lab: delay between the nodes, ms one way"
-    )
-    strategy = serializers.ChoiceField(choices=JOB_STRATEGIES, default=Job.Strategy.PS)
-    algorithm = serializers.ChoiceField(
-        choices=JOB_ALGORITHMS, default="manual", help_text="manual: the cluster given; else recommended"
-    )
-    workers = serializers.IntegerField(
-        default=2, min_value=1, max_value=MAX_WORKERS, help_text="manual: the count; an algorithm: the limit"
-    )
-    budget = serializers.DecimalField(
-        **MONEY, help_text="$/h: the algorithm's budget C, which then sets the worker count (not with manual)"
-    )
-    total_budget = serializers.DecimalField(
-        **MONEY, help_text="$ for the whole job: stopped before its cost would exceed it"
-    )
-    hourly_budget = serializers.DecimalField(
-        **MONEY,
-        help_text="Deprecated: the old name of `budget`. A request with it is read the old way, its `budget` being "
-        "the whole job's $ (answered with a Deprecation header)",
-    )
-    ps_type = serializers.CharField(default="", allow_blank=True, max_length=40)
-    worker_type = serializers.CharField(default="", allow_blank=True, max_length=40)
-    worker_types = TypeList(default=list, help_text="L^w: the worker types an algorithm considers")
-    catalog = serializers.CharField(default=DEFAULT_CATALOG, max_length=50)
-    workload_name = serializers.CharField(
-        default="", allow_blank=True, max_length=jobs.WORKLOAD_NAME_MAX, help_text=jobs.WORKLOAD_NAME_HELP
-    )
-
-    def validate(self, data: dict) -> dict:
-        """`budget` was the whole job's $ before it was $/h: a request naming `hourly_budget`, or sent by an `fc2`
-        client from before (OLD_CLIENT), is an old client's, read the old way (`deprecated`); `budget` with Manual,
-        which takes no $/h, is refused, naming `total_budget` — so that no total is ever read as $/h (docs/API.md,
-        *Budgets*)."""
-        request = self.context.get("request")
-        agent = request.headers.get("User-Agent", "") if request is not None else ""
-        self.deprecated = "hourly_budget" in self.initial_data or OLD_CLIENT.match(agent) is not None
-        if self.deprecated:
-            if "total_budget" in self.initial_data:
-                raise serializers.ValidationError(
-                    {"hourly_budget": "hourly_budget is the deprecated name of budget: not with total_budget"}
-                )
-            data["total_budget"], data["budget"] = data.get("budget"), data.pop("hourly_budget", None)
-        elif data.get("budget") is not None and data["algorithm"] == "manual":
-            raise serializers.ValidationError({"budget": jobs.BUDGET_WITHOUT_ALGORITHM})
-        return data
-
-
-class JobSubmit(JobInput):
-    bundle = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="The id of one of your bundles")
-
-
-class JobUpload(JobInput):
-    bundle_file = UploadedFile(help_text="The wheel, stored as a bundle with the job (or not at all)")
-    main = serializers.CharField(default="main.py", max_length=MAIN_SCRIPT_MAX_LENGTH)
-
-
-class JobListQuery(serializers.Serializer):
-    state = serializers.ChoiceField(choices=Job.State.values, required=False)
-    provider = serializers.ChoiceField(choices=sorted(provisioner.PROVIDERS), required=False)
-    page = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
-    page_size = serializers.IntegerField(min_value=1, max_value=100, required=False, help_text="Default 25")
-
-
-class LogQuery(serializers.Serializer):
-    node = serializers.CharField(required=False, max_length=50, help_text="Default: the chief")
-    since = serializers.IntegerField(default=0, min_value=0, help_text="The `offset` of the previous answer")
-
-
-# --- the views -------------------------------------------------------------------------------------------------------
 
 
 def _one(objects: QuerySet, pk: int, what: str):
@@ -627,8 +296,6 @@ class SubmitView(APIView):
         return response
 
 
-# The `fc2` client before 0.2 sent the whole job's $ as `budget` (and $/h as `hourly_budget`), whatever it was given.
-OLD_CLIENT = re.compile(r"fc2-client/0\.1\.")
 # What answers a submission in the old names (RFC 9745's Deprecation header, and a Warning that says which).
 BUDGET_DEPRECATION = {
     "Deprecation": "true",
