@@ -2,5 +2,5 @@
 (`ec2lab`: moto's EC2 server, its instances lab hosts).
 
 Not tests, so that a benchmark needs neither pytest's tree nor its conftest; not in an app, since the platform never
-runs them: nothing here is installed with it (pyproject.toml's packages), and no app may import it.
+runs them: nothing here is installed with it (pyproject.toml's packages), and no app imports it.
 """
