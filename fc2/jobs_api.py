@@ -31,10 +31,6 @@ from rest_framework.views import APIView
 import provisioner
 from fc2.api import JsonWhateverAccepted
 from fc2.bundles import BundleError
-
-# settings' ENUM_NAME_OVERRIDES name the job enums here, where they were first defined: kept importable from here.
-from fc2.jobs_serializers import JOB_ALGORITHMS as JOB_ALGORITHMS
-from fc2.jobs_serializers import JOB_STRATEGIES as JOB_STRATEGIES
 from fc2.jobs_serializers import (
     ArtifactList,
     ArtifactOutput,

@@ -384,8 +384,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     # Choice sets that several fields share under one name in the schema.
     "ENUM_NAME_OVERRIDES": {
-        "JobAlgorithmEnum": "fc2.jobs_api.JOB_ALGORITHMS",
-        "JobStrategyEnum": "fc2.jobs_api.JOB_STRATEGIES",
+        "JobAlgorithmEnum": "fc2.jobs_serializers.JOB_ALGORITHMS",
+        "JobStrategyEnum": "fc2.jobs_serializers.JOB_STRATEGIES",
     },
 }
 
