@@ -152,7 +152,7 @@ def paths(route: str, site: dict) -> list[tuple[str, list[str]]]:
         prefix, first = f"admin:{entry._meta.app_label}_{entry._meta.model_name}", entry.objects.order_by("pk").first()
         change = [(reverse(f"{prefix}_change", args=[first.pk]), ADMIN_CHANGE)] if first else []
         return [(reverse(f"{prefix}_changelist"), ADMIN_CHANGELIST), *change]
-    if route == "api/^(?P<rest>.*)$":  # the API's answer to a path it does not have
+    if route == "^api/(?P<rest>.*)$":  # the API's answer to a path it does not have
         return [("/api/nothing", [])]
     if route == "job-new-step":
         return [(reverse(route, args=[step]), []) for step in STEPS]

@@ -162,8 +162,8 @@ def test_openapi_schema_documents_recommend(client, alice):
 
     assert response.status_code == 200
     schema = json.loads(response.content)
-    assert "/api/recommend" in schema["paths"]
-    assert {"post", "get"} <= set(schema["paths"]["/api/recommend"])
+    assert "/api/v1/recommend" in schema["paths"]
+    assert {"post", "get"} <= set(schema["paths"]["/api/v1/recommend"])
     assert "RecommendationOutput" in schema["components"]["schemas"]
 
 
