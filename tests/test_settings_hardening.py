@@ -40,6 +40,18 @@ def load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def manage_py(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`manage.py ARGS` in a fresh shell: PATH, a data directory of its own, and `env`."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        env={"PATH": os.environ["PATH"], "FC2_VAR_DIR": str(tmp_path / "var"), **env},
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def loaded(tmp_path: Path, **env: str) -> dict:
     result = load_settings(tmp_path, **env)
     assert result.returncode == 0, result.stderr
@@ -117,14 +129,7 @@ def test_a_boolean_mail_setting_with_a_typo_stops_the_start(tmp_path):
 
 
 def test_manage_py_says_a_boolean_typo_in_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        env={"PATH": os.environ["PATH"], "FC2_VAR_DIR": str(tmp_path / "var"), "DEBUG": "ture"},
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = manage_py(tmp_path, "check", DEBUG="ture")
 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
@@ -151,14 +156,7 @@ def test_a_checkout_make_run_set_up_runs_its_commands_with_make_runs_defaults(tm
 
 def test_manage_py_says_a_missing_setting_in_one_line(tmp_path):
     """A newcomer's command in a shell with nothing set: one line saying what to set, never a traceback."""
-    result = subprocess.run(
-        [sys.executable, "manage.py", "recommend", "--algorithm", "cost-opt", "--budget", "2"],
-        env={"PATH": os.environ["PATH"], "FC2_VAR_DIR": str(tmp_path / "var")},
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = manage_py(tmp_path, "recommend", "--algorithm", "cost-opt", "--budget", "2")
 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
@@ -189,14 +187,7 @@ def test_blank_key_is_refused(tmp_path, debug, blank):
 def test_manage_py_runs_as_make_run_and_docker_start_it(tmp_path):
     """`make run` exports DEBUG=1 and nothing else; the image and docker-compose.yml give DEBUG=false and a key."""
     for env in ({"DEBUG": "1"}, {"DEBUG": "false", "SECRET_KEY": "from-compose"}):
-        result = subprocess.run(
-            [sys.executable, "manage.py", "check"],
-            env={"PATH": os.environ["PATH"], "FC2_VAR_DIR": str(tmp_path / "var"), **env},
-            cwd=PROJECT_DIR,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = manage_py(tmp_path, "check", **env)
         assert result.returncode == 0, result.stderr
 
 
