@@ -68,9 +68,12 @@ def _task_started(task=None, **kwargs) -> None:
 
 def _unless_database_down(what: str, write, *args) -> None:
     """A write of the worker's status; with the database down, a warning: the worker goes on, the next beat will
-    tell, and the status must never stop a worker or a task."""
-    from django.db import DatabaseError
+    tell, and the status must never stop a worker or a task. The beats run outside any task or request, so nothing
+    else drops a connection that a database restart broke: done here first (as Django does around a request), or
+    every beat after a restart would fail and the worker look dead while it works."""
+    from django.db import DatabaseError, close_old_connections
 
+    close_old_connections()
     try:
         write(*args)
     except DatabaseError as error:

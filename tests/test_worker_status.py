@@ -82,6 +82,34 @@ def test_a_beat_is_one_update_once_the_worker_has_its_row(django_assert_num_quer
     assert again.beat_at > first.beat_at and again.queues == [QUEUE, "other"] and again.stopped_at is None
 
 
+@pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql", reason="PostgreSQL")
+@pytest.mark.django_db(transaction=True)
+def test_beats_go_on_after_the_database_dropped_the_workers_connection():
+    """A PostgreSQL restart drops the worker's connection under its beats (which run outside any task): the beat that
+    meets it warns, the next reconnects, and the worker does not look dead while it works."""
+    import psycopg2
+    from django.db import connection
+
+    from fc2.celery import _unless_database_down
+
+    _unless_database_down("a heartbeat", service.beat, "celery@a", [QUEUE])
+    before = CeleryWorker.objects.get().beat_at
+    pid = connection.connection.get_backend_pid()
+    db = settings.DATABASES["default"]
+    other = psycopg2.connect(dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"])
+    try:
+        other.autocommit = True
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+
+    for _ in range(2):  # the first may meet the dropped connection (a warning, the worker goes on)
+        _unless_database_down("a heartbeat", service.beat, "celery@a", [QUEUE])
+
+    assert CeleryWorker.objects.get().beat_at > before
+
+
 # --- a real worker ----------------------------------------------------------------------------------------------------
 
 SILENCE_S = 3  # the test's FC2_WORKER_SILENCE_S: its workers beat every second
