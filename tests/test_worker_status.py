@@ -82,6 +82,30 @@ def test_a_beat_is_one_update_once_the_worker_has_its_row(django_assert_num_quer
     assert again.beat_at > first.beat_at and again.queues == [QUEUE, "other"] and again.stopped_at is None
 
 
+@pytest.mark.django_db
+def test_a_new_worker_forgets_the_workers_silent_for_a_week():
+    """Hostnames change with each container: the staff's list of workers keeps last week's, not every one ever."""
+    now = timezone.now()
+    CeleryWorker.objects.create(hostname="celery@gone", queues=[QUEUE], beat_at=now - timedelta(days=8))
+    CeleryWorker.objects.create(hostname="celery@stopped", queues=[QUEUE], beat_at=now - timedelta(days=6))
+
+    service.beat("celery@gone", [QUEUE])  # an old worker back: it keeps its row
+    service.beat("celery@new", [QUEUE])
+
+    assert sorted(CeleryWorker.objects.values_list("hostname", flat=True)) == [
+        "celery@gone",
+        "celery@new",
+        "celery@stopped",
+    ]
+    CeleryWorker.objects.filter(hostname="celery@gone").update(beat_at=now - timedelta(days=8))
+    service.beat("celery@newer", [QUEUE])
+    assert sorted(CeleryWorker.objects.values_list("hostname", flat=True)) == [
+        "celery@new",
+        "celery@newer",
+        "celery@stopped",
+    ]
+
+
 @pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql", reason="PostgreSQL")
 @pytest.mark.django_db(transaction=True)
 def test_beats_go_on_after_the_database_dropped_the_workers_connection():

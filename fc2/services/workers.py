@@ -27,6 +27,9 @@ CACHE_KEY = "fc2:worker-status"
 # Every page reads the status (the banner): a process reads the table at most once in this many seconds, so a page
 # says a worker was lost (or is back) at most this much later than the table does.
 CACHE_S = 5
+# A worker silent this long is forgotten when a new one first beats: hostnames change with every container or host, and
+# the staff's list of workers should not grow with each. The new worker's row keeps `since` right.
+FORGOTTEN_AFTER = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -121,10 +124,12 @@ def for_job(job: Job) -> WorkerStatus | None:
 
 
 def beat(hostname: str, queues: list[str]) -> None:
-    """The worker `hostname` is up and consuming `queues`: one UPDATE, and its row made on its first beat."""
+    """The worker `hostname` is up and consuming `queues`: one UPDATE, and on its first beat its row made and the
+    workers silent for FORGOTTEN_AFTER forgotten."""
     now = timezone.now()
     if not CeleryWorker.objects.filter(hostname=hostname).update(beat_at=now, queues=queues, stopped_at=None):
         CeleryWorker.objects.update_or_create(hostname=hostname, defaults={"beat_at": now, "queues": queues})
+        CeleryWorker.objects.filter(beat_at__lt=now - FORGOTTEN_AFTER).delete()
 
 
 def task_started(hostname: str) -> None:
