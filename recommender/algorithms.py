@@ -723,8 +723,10 @@ def lookup(
     predict: Predictor | None = None,
 ) -> Recommendation:
     """Anwar's lookup: among the workload's measured runs at the request's batch size and latency (either left empty
-    matches all), the worker count with the smallest epoch time (repeats averaged; ties: fewer workers), within
-    max_workers or the budget (an all-reduce cluster costs n·c_t, $0 when the records' type has no catalogue price).
+    matches all), the cluster with the smallest epoch time (repeats averaged; ties: fewer workers), within max_workers
+    or the budget. A cluster is a worker type and count and, for a parameter-server request, the PS type its runs
+    went through (the user's, when named: runs through another are not this cluster), priced with that PS: c_ps +
+    n·c_t ($0 for a type the catalogue does not price).
     One machine of an all-reduce workload sends nothing over the network: its runs at this batch size count at any
     latency. Failed runs (no epoch time) are information: a configuration with a failed run at this very point is
     never picked, and one with failed runs near it (`failure_risk`) is answered with a warning (`warnings`, and the
@@ -733,6 +735,10 @@ def lookup(
     records at all, RecommendationError."""
     _check_limit(request, required=False)
     index = _index(catalog)
+
+    def ps_of(record: PerfRecord) -> str:
+        return record.ps_type if request.parameter_server and runs_through_ps(record) else ""
+
     runs = [record for record in records if record.workload == request.workload]
     if not runs:
         workloads = sorted({record.workload for record in records})
@@ -746,24 +752,28 @@ def lookup(
         if _same(request.batch_size, record.batch_size)
         and _same(request.latency_ms, record.latency_ms)
         and record.workers is not None
+        and (not request.ps_type or not ps_of(record) or record.ps_type == request.ps_type)
     ]
     failed = sum(record.epoch_time_s is None for record in at_point)
-    failed_here = {(record.instance_type, record.workers) for record in at_point if record.epoch_time_s is None}
-    times: dict[tuple[str, int], list[float]] = {}
+    failed_here = {(r.instance_type, r.workers, ps_of(r)) for r in at_point if r.epoch_time_s is None}
+    times: dict[tuple[str, int, str], list[float]] = {}  # (worker type, n, PS type) -> its epoch times here
     for record in at_point:
-        if record.epoch_time_s is not None and (record.instance_type, record.workers) not in failed_here:
-            times.setdefault((record.instance_type, record.workers), []).append(record.epoch_time_s)
-    outcomes: dict[tuple[str, int], tuple[dict, dict]] = {}  # (type, n) -> (failed, succeeded) runs by point
+        key = (record.instance_type, record.workers, ps_of(record))
+        if record.epoch_time_s is not None and key not in failed_here:
+            times.setdefault(key, []).append(record.epoch_time_s)
+    outcomes: dict[tuple[str, int, str], tuple[dict, dict]] = {}  # cluster -> (failed, succeeded) runs by point
     for record in runs:
         if record.workers is not None:
-            failed_at, succeeded_at = outcomes.setdefault((record.instance_type, record.workers), ({}, {}))
+            failed_at, succeeded_at = outcomes.setdefault(
+                (record.instance_type, record.workers, ps_of(record)), ({}, {})
+            )
             counts = failed_at if record.epoch_time_s is None else succeeded_at
             point = (record.batch_size, float(record.latency_ms or 0.0))
             counts[point] = counts.get(point, 0) + 1
-    elsewhere: dict[tuple[str, int], list[PerfRecord]] = {}  # one latency-free machine, measured at other latencies
+    elsewhere: dict[tuple[str, int, str], list[PerfRecord]] = {}  # one latency-free machine, at other latencies
     if times and request.latency_ms is not None and one_machine_latency_free(runs):
         for record in runs:
-            key = (record.instance_type, 1)
+            key = (record.instance_type, 1, ps_of(record))
             if (
                 record.workers == 1
                 and record.epoch_time_s is not None
@@ -773,22 +783,23 @@ def lookup(
             ):
                 elsewhere.setdefault(key, []).append(record)
 
-    def candidate(key: tuple[str, int], seconds: list[float]) -> Candidate:
-        worker_type, n = key
+    def candidate(key: tuple[str, int, str], seconds: list[float]) -> Candidate:
+        worker_type, n, ps_type = key
         return Candidate(
             worker_type,
             n,
             float(sum(map(_dec, seconds)) / len(seconds)),
-            _hourly_cost(n, index[worker_type].hourly_price) if worker_type in index else 0.0,
+            _hourly_cost(n, index[worker_type].hourly_price, index.get(ps_type)) if worker_type in index else 0.0,
             MEASURED,
             basis=MEASURED,
             warning=failure_risk(*outcomes[key], request.batch_size, request.latency_ms),
+            ps_type=ps_type,
         )
 
     measured = sorted(
         [candidate(key, seconds) for key, seconds in times.items()]
         + [candidate(key, [r.epoch_time_s for r in found]) for key, found in elsewhere.items()],
-        key=lambda c: (c.worker_type, c.workers),
+        key=lambda c: (c.worker_type, c.workers, c.ps_type),
     )
     allowed = [c for c in measured if _within_limit(request, c, c.worker_type in index)]
     if not allowed:
@@ -801,16 +812,18 @@ def lookup(
             reason += f" ({_plural(failed, 'failed run')} there, skipped)"
         return _predicted(request, runs, predict, reason)
 
-    best = min(allowed, key=lambda c: (c.epoch_time_s, c.workers, c.hourly_cost, c.worker_type))
+    best = min(allowed, key=lambda c: (c.epoch_time_s, c.workers, c.hourly_cost, c.worker_type, c.ps_type))
     others = "".join(f"; {_plural(c.workers, 'worker')} {_fmt(c.epoch_time_s)} s" for c in allowed if c is not best)
-    of_type = f" of {best.worker_type}" if best.worker_type else ""
+    of_type = (f" of {best.worker_type}" if best.worker_type else "") + (
+        f" through a {best.ps_type} PS" if best.ps_type else ""
+    )
     why = (
         f"Lookup: of the measured runs of {request.workload} at {_point_text(request)}, "
         f"{_plural(best.workers, 'worker')}{of_type} train{'s' * (best.workers == 1)} an epoch fastest "
         f"({_fmt(best.epoch_time_s)} s{others})"
     )
-    for worker_type, n in sorted(elsewhere):
-        latencies = sorted({float(r.latency_ms or 0.0) for r in elsewhere[(worker_type, n)]})
+    for worker_type, n, ps_type in sorted(elsewhere):
+        latencies = sorted({float(r.latency_ms or 0.0) for r in elsewhere[(worker_type, n, ps_type)]})
         why += (
             f"; one machine{f' of {worker_type}' if worker_type else ''} counts as measured at "
             f"{', '.join(map(_fmt, latencies))} ms: it sends nothing over the network, so latency does not slow it"
@@ -821,19 +834,22 @@ def lookup(
         )
     if failed:
         why += f"; {_plural(failed, 'failed run')} skipped"
-        left_out = [(t, n) for t, n in sorted(failed_here) if (t, n) in outcomes and outcomes[(t, n)][1]]
+        left_out = [key for key in sorted(failed_here) if key in outcomes and outcomes[key][1]]
         if left_out:
-            names = ", ".join(f"{n} × {t}" if t else _plural(n, "worker") for t, n in left_out)
+            names = ", ".join(f"{n} × {t}" if t else _plural(n, "worker") for t, n, _ in left_out)
             why += f" ({names} never picked here: a run of it failed at this point)"
     if best.worker_type in index:
-        why += f"; ${_fmt(best.hourly_cost)}/h ({best.workers} × ${_fmt(index[best.worker_type].hourly_price)})"
+        each = f"{best.workers} × ${_fmt(index[best.worker_type].hourly_price)}"
+        if best.ps_type in index:
+            each += f" + the {best.ps_type} PS's ${_fmt(index[best.ps_type].hourly_price)}"
+        why += f"; ${_fmt(best.hourly_cost)}/h ({each})"
     else:
         named = best.worker_type or "the records' instance type (they name none)"
         why += f"; the price of {named} is unknown to the catalogue, so the cost is shown as $0/h"
     warnings = (warning_text(best, allowed),) if best.warning else ()
     return Recommendation(
         algorithm="lookup",
-        ps_type=None,
+        ps_type=best.ps_type or None,
         worker_type=best.worker_type,
         workers=best.workers,
         hourly_cost=best.hourly_cost,
@@ -889,10 +905,43 @@ def recommend(
             "strategy (ps or mirrored)"
         )
     if request.algorithm == "lookup":
-        return lookup(request, records, catalog, predict)
+        return with_its_ps(request, lookup(request, records, catalog, predict), catalog, records)
     if request.algorithm == "model":
         if predict is None:
             raise RecommendationError("the model algorithm needs a fitted performance model (recommender.perfmodel)")
         _check_limit(request, required=False)
-        return predict(request)
+        return with_its_ps(request, predict(request), catalog, records)
     return _RULES[request.algorithm](request, catalog, records)
+
+
+def with_its_ps(
+    request: RecommendRequest,
+    answer: Recommendation,
+    catalog: Collection[InstanceSpec],
+    records: Collection[PerfRecord] = (),
+) -> Recommendation:
+    """A parameter-server request's answer with its PS named and priced in: where the runs it answers from name no
+    PS type (or the model's records run none), the PS selection's choice for its workers (`choose_ps`), added to its
+    $/h and said in its explanation — never a PS left for someone else to pick and price.
+
+    >>> catalog = [InstanceSpec("ps", 0.125, "ps", network_mbps=500), InstanceSpec("w", 0.231, "worker")]
+    >>> bare = Recommendation("lookup", None, "w", 3, 0.693, 8.0, MEASURED, "Lookup: 3 w.")
+    >>> answer = with_its_ps(RecommendRequest("lookup", max_workers=4), bare, catalog)
+    >>> answer.ps_type, answer.hourly_cost
+    ('ps', 0.818)
+    """
+    if not request.parameter_server or answer.ps_type:
+        return answer
+    index = _index(catalog)
+    sized = replace(request, budget=None, max_workers=answer.workers)
+    ps, why = choose_ps(sized, catalog, records, [answer.worker_type] if answer.worker_type in index else None)
+    if ps is None:
+        return answer
+    cost = float(round(_dec(answer.hourly_cost) + _dec(ps.hourly_price), 4))
+    return replace(
+        answer,
+        ps_type=ps.name,
+        hourly_cost=cost,
+        explanation=f"{answer.explanation} The runs it answers from name no PS, and a parameter-server cluster has one: "
+        f"{_ps_text(ps, why)}; ${_fmt(cost)}/h in all.",
+    )

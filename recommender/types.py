@@ -123,15 +123,16 @@ class Candidate:
     judged_s: float | None = None  # the time the choice weighs (PredictorModel.judged); None: the interval's upper end
     warning: str = ""  # failed runs of this configuration near this point ("" when none)
     strategy: str = ""  # "ps" or "mirrored" where the model compared both (the strategy left open); else ""
+    ps_type: str = ""  # the PS its runs went through, where the lookup tells clusters apart by it; else ""
 
 
 @dataclass(frozen=True)
 class Recommendation:
     algorithm: str
-    ps_type: str | None  # None for PS-less (all-reduce) answers
+    ps_type: str | None  # None for PS-less (all-reduce) answers; a parameter-server request's answer always names it
     worker_type: str
     workers: int
-    hourly_cost: float
+    hourly_cost: float  # $/h of the whole cluster, its PS included: the price every page, the plan and the bill use
     predicted_epoch_time_s: float | None
     source: str  # "measured", "predicted" or "rule"
     explanation: str  # why, in a sentence or two a researcher can check

@@ -589,6 +589,41 @@ class FakeModel:
         return Recommendation("model", None, "", 3, 0.0, 350.0, "predicted", "Ernest fit over 9 runs.")
 
 
+def test_a_lookup_through_a_ps_answers_with_the_ps_its_runs_went_through_priced_in():
+    """The issue's three prices: 3 × c4.xlarge measured through an m4.large PS were answered with no PS ($0.693/h),
+    planned with a c4.xlarge PS ($0.924/h) and measured at $0.818/h. The answer is the cluster measured, priced whole;
+    runs through another PS type are another cluster, never averaged in."""
+    runs = [
+        PerfRecord("w", "c4.xlarge", "m4.large", 3, 64, 0.0, epoch_time_s=8.0, strategy="ps"),
+        PerfRecord("w", "c4.xlarge", "m4.large", 3, 64, 0.0, epoch_time_s=8.2, strategy="ps"),
+        PerfRecord("w", "c4.xlarge", "m4.2xlarge", 3, 64, 0.0, epoch_time_s=9.5, strategy="ps"),
+        PerfRecord("w", "c4.xlarge", "m4.large", 2, 64, 0.0, epoch_time_s=9.0, strategy="ps"),
+    ]
+    request = RecommendRequest("lookup", workload="w", batch_size=64, latency_ms=0.0, max_workers=3)
+
+    answer = recommend(request, CATALOG, runs)
+
+    assert (answer.ps_type, answer.worker_type, answer.workers) == ("m4.large", "c4.xlarge", 3)
+    assert answer.predicted_epoch_time_s == pytest.approx(8.1)
+    assert answer.hourly_cost == pytest.approx(3 * PRICE["c4.xlarge"] + PRICE["m4.large"]) == 0.818
+    assert "$0.818/h (3 × $0.231 + the m4.large PS's $0.125)" in answer.explanation
+    other = recommend(replace(request, ps_type="m4.2xlarge"), CATALOG, runs)  # the user's PS: its runs alone
+    assert (other.ps_type, other.predicted_epoch_time_s) == ("m4.2xlarge", 9.5)
+    assert other.hourly_cost == pytest.approx(3 * PRICE["c4.xlarge"] + PRICE["m4.2xlarge"])
+
+
+def test_a_ps_answer_from_runs_that_name_no_ps_names_one_and_prices_it():
+    """Runs with no PS type (Anwar's all-reduce table, asked for a parameter-server cluster): the answer still names
+    the PS the cluster will have, by the PS selection, and its $/h includes it, as the job is billed."""
+    request = RecommendRequest("lookup", workload=ANWAR, batch_size=6400, latency_ms=0, max_workers=4)
+    bare = recommend(replace(request, parameter_server=False), CATALOG, anwar_records("c4.xlarge"))
+    answer = recommend(request, CATALOG, anwar_records("c4.xlarge"))
+
+    assert bare.ps_type is None and answer.ps_type
+    assert answer.hourly_cost == pytest.approx(bare.hourly_cost + PRICE[answer.ps_type])
+    assert f"PS {answer.ps_type}" in answer.explanation and f"${answer.hourly_cost:g}/h in all" in answer.explanation
+
+
 LOOKUPS = [
     # batch size, latency → workers, epoch time s.
     (64000, 0, 4, 419),  # §7.1: "given a batch size of 64,000 and 0 latency, our model recommends ... 4"
@@ -602,7 +637,9 @@ LOOKUPS = [
 
 @pytest.mark.parametrize("batch_size, latency_ms, want_workers, want_time", LOOKUPS)
 def test_lookup_table_4(batch_size, latency_ms, want_workers, want_time):
-    request = RecommendRequest("lookup", workload=ANWAR, batch_size=batch_size, latency_ms=latency_ms)
+    request = RecommendRequest(
+        "lookup", workload=ANWAR, batch_size=batch_size, latency_ms=latency_ms, parameter_server=False
+    )  # Anwar's runs are all-reduce
     answer = recommend(request, CATALOG, anwar_records())
     assert (answer.workers, answer.predicted_epoch_time_s, answer.source) == (want_workers, want_time, "measured")
     assert answer.ps_type is None
