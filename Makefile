@@ -90,6 +90,7 @@ test: $(BIN)/.installed examples browser sandbox lab
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest -m "not heavy and not alone" -n $(TEST_PROCESSES); light=$$?; \
 	$(BIN)/pytest -m heavy -n $(HEAVY_PROCESSES) --dist worksteal; heavy=$$?; \
@@ -100,6 +101,7 @@ lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 format:
 	$(BIN)/ruff check --fix .

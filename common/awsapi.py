@@ -25,9 +25,15 @@ import logging
 import os
 import threading
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.retry import retry
+
+if TYPE_CHECKING:  # boto3 is imported lazily, and has no type hints of its own: these name what is meant
+    from boto3.session import Session
+    from botocore.client import BaseClient
+    from botocore.exceptions import ClientError
+    from botocore.model import OperationModel
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +102,7 @@ class AwsError(RuntimeError):
         self.credentials = credentials  # there were no credentials to sign the call with
 
 
-def _count(model, **_) -> None:
+def _count(model: OperationModel, **_: object) -> None:
     with _calls_lock:
         CALLS[model.name] += 1
 
@@ -124,7 +130,7 @@ def instance_profile_allowed() -> bool:
     return os.environ.get("FC2_AWS_INSTANCE_PROFILE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _session():
+def _session() -> Session:
     """A boto3 session whose credential chain reaches the instance-metadata and container endpoints only where
     `instance_profile_allowed`."""
     import boto3
@@ -138,7 +144,7 @@ def _session():
     return boto3.session.Session(botocore_session=core)
 
 
-def client(service: str, region: str):
+def client(service: str, region: str) -> BaseClient:
     """This thread's boto3 client for `service` in `region` (botocore's retries off: `call` retries). A change of
     endpoint or credentials in the environment gets a new session."""
     environment = _environment()
@@ -208,7 +214,7 @@ def _answer(service: str, region: str, operation: str, params: dict[str, Any]) -
         raise AwsError(f"AWS {operation} got no answer: {error}", transient=True, detail=str(error)) from None
 
 
-def classify(error, operation: str, params: dict[str, Any]) -> AwsError:
+def classify(error: ClientError, operation: str, params: dict[str, Any]) -> AwsError:
     """A botocore ClientError as the platform's error: capacity, retryable, credentials or anything else."""
     info = error.response.get("Error", {})
     code = info.get("Code", "")

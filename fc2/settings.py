@@ -71,12 +71,13 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 # image or a server set up for production has no such file.
 DEVELOPMENT_MARK = VAR_DIR / "development"
 DEBUG = envbool("DEBUG", "true" if DEVELOPMENT_MARK.exists() else "false")
-SECRET_KEY = envsecret("SECRET_KEY", "dev-only-insecure-key" if DEBUG else None)
-if SECRET_KEY is None:
+secret_key = envsecret("SECRET_KEY", "dev-only-insecure-key" if DEBUG else None)
+if secret_key is None:
     raise ImproperlyConfigured(
         "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off; for development, run `make run` once "
         "in this checkout, or set DEBUG=1"
     )
+SECRET_KEY = secret_key  # a str from here on, as every reader of the setting may take it
 if not SECRET_KEY.strip():
     # A blank key would still sign sessions and reset links, with a value anyone can guess.
     raise ImproperlyConfigured("SECRET_KEY (or the file SECRET_KEY_FILE names) is empty or only whitespace")

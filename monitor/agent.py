@@ -45,12 +45,14 @@ import urllib.error
 import urllib.request
 import uuid
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 try:
     import psutil
 except ImportError:  # a bare node still trains and reports progress, just without resource samples
-    psutil = None
+    psutil = None  # type: ignore[assignment]  # the module or None: every use asks `if psutil` first
 
 PROGRESS_PREFIX = b"FC2_PROGRESS "
 PROGRESS_KEYS = ("epoch", "epochs", "step", "steps", "loss")
@@ -273,7 +275,8 @@ def gpu_figures(out: str) -> dict:
     >>> gpu_figures("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
     {}
     """
-    utilisation, memory = [], []
+    utilisation: list[float] = []
+    memory: list[float] = []
     for line in out.splitlines():
         fields = line.split(",")
         if len(fields) != 2:
@@ -451,10 +454,13 @@ NOT_A_FILE = (
 )
 
 
-def _entries(dir_fd: int, prefix: str, leave, walked: bool = False):
+Leave = Callable[[str, int, str], None]  # told what is left out of the outputs: its path, its size and why
+
+
+def _entries(dir_fd: int, prefix: str, leave: Leave) -> Iterator[tuple[str, int, int]]:
     """(path under the output directory, descriptor, mode) of each regular file and directory in the directory open
     at `dir_fd`; the descriptor is closed once the caller moves on. Anything else is not opened at all (a FIFO would
-    block, a device answer): it is told to `leave(path, size, reason)`, unless `walked` (measuring, not collecting).
+    block, a device answer): it is told to `leave(path, size, reason)`.
     An entry swapped for a link between the look and the open fails to open (O_NOFOLLOW): left out too."""
     for name in sorted(os.listdir(dir_fd)):
         path = f"{prefix}/{escape_name(name)}" if prefix else escape_name(name)
@@ -464,19 +470,17 @@ def _entries(dir_fd: int, prefix: str, leave, walked: bool = False):
             if kind is None and not (stat.S_ISREG(seen.st_mode) or stat.S_ISDIR(seen.st_mode)):
                 kind = "not a regular file"
             if kind is not None:
-                if not walked:
-                    leave(path, 0 if stat.S_ISLNK(seen.st_mode) else seen.st_size, kind)
+                leave(path, 0 if stat.S_ISLNK(seen.st_mode) else seen.st_size, kind)
                 continue
             fd = _open_entry(dir_fd, name)
         except OSError as error:
-            if not walked:
-                leave(path, 0, f"cannot be read ({error.strerror})")
+            leave(path, 0, f"cannot be read ({error.strerror})")
             continue
         try:
             mode = os.fstat(fd).st_mode
             if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
                 yield path, fd, mode
-            elif not walked:
+            else:
                 leave(path, 0, "changed while it was read")
         finally:
             os.close(fd)
@@ -487,7 +491,7 @@ def _open_entry(dir_fd: int, name: str) -> int:
     return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
 
 
-def _tree_files(dir_fd: int, prefix: str, depth: int, leave):
+def _tree_files(dir_fd: int, prefix: str, depth: int, leave: Leave) -> Iterator[tuple[str, int]]:
     """(path under the output directory, open descriptor) of the regular files under the directory open at `dir_fd`
     (each descriptor is closed once the caller moves on); a member's name is its path with each part escaped
     (escape_name), so any name fits in the archive. What is not a file, and a folder deeper than MAX_OUTPUT_DEPTH, is
@@ -504,7 +508,7 @@ def _tree_files(dir_fd: int, prefix: str, depth: int, leave):
 def _tree_size(dir_fd: int, depth: int = 1) -> int:
     """Bytes of the regular files under the directory open at `dir_fd`, as _tree_files would read them."""
     total = 0
-    for _path, fd, mode in _entries(dir_fd, "", None, walked=True):
+    for _path, fd, mode in _entries(dir_fd, "", lambda *left: None):  # measuring, not collecting: nothing is left
         if stat.S_ISREG(mode):
             total += os.fstat(fd).st_size
         elif depth < MAX_OUTPUT_DEPTH:
@@ -559,8 +563,10 @@ class NodeRun:
         self.reader.start()
 
     def _read(self) -> None:
+        output = self.process.stdout
+        assert output is not None  # Popen(stdout=PIPE) always has one
         with self.log:
-            while line := self.process.stdout.readline(MAX_LINE_BYTES):
+            while line := output.readline(MAX_LINE_BYTES):
                 if self.log_room > 0:
                     self.log.write(line[: self.log_room])
                     self.log_room -= len(line)
@@ -595,7 +601,7 @@ def fetch_dataset(args: argparse.Namespace) -> str | None:
     if not args.fetch or args.fetch_to.exists():
         return None
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import safe_fetch  # beside the agent on every node
+    import safe_fetch  # type: ignore[import-not-found]  # beside the agent on every node; checked as monitor.safe_fetch
 
     args.fetch_to.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -644,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     reporter = Reporter(args.url, args.job, args.node, args.token_file.read_text().strip())
     reporter.send({"status": "started", "pid": os.getpid(), "host": socket.gethostname()})
 
-    def stop(signum, _frame):
+    def stop(signum: int, _frame: FrameType | None) -> None:
         reporter.stopping.set()
         if run is not None:
             run.process.terminate()

@@ -111,7 +111,7 @@ def node_figures(
         name=name,
         role=role,
         instance_type=instance_type,
-        mean_mbps=None if mean_sent is None else max(mean_sent, mean_recv),
+        mean_mbps=None if mean_sent is None or mean_recv is None else max(mean_sent, mean_recv),
         peak_mbps=peak if peak is not None else (0.0 if measured else None),
         mean_sent_mbps=mean_sent,
         mean_recv_mbps=mean_recv,
@@ -157,8 +157,9 @@ def run_figures(
     worker_mbps = [n.mean_mbps for n in workers if n.mean_mbps is not None and n.busy_s >= MIN_BUSY_S]
     epoch_s = epoch_time_s(metrics)
     so_far = epoch_s is None and rate is not None
-    if so_far and steps_per_epoch:
+    if so_far and steps_per_epoch and rate:
         epoch_s = steps_per_epoch / rate
+    idleness = statistics.fmean(idle) if idle else None
     figures = {
         "epoch_time_s": epoch_s,
         "throughput": throughput(metrics),
@@ -167,7 +168,7 @@ def run_figures(
         "ps": _node_dict(ps) if ps else None,
         "worker_bandwidth_mbps": statistics.fmean(worker_mbps) if worker_mbps else None,
         "worker_cpu_percent": _mean(n.cpu_percent for n in workers),
-        "worker_idleness": statistics.fmean(idle) if idle else None,
+        "worker_idleness": idleness,
         "nodes": [_node_dict(n) for n in nodes],
     }
     alerts = []
@@ -182,11 +183,11 @@ def run_figures(
                 "(Scala-Opt sizes the cluster to the PS's capacity).",
             )
         )
-    if figures["worker_idleness"] is not None and figures["worker_idleness"] >= IDLE:
+    if idleness is not None and idleness >= IDLE:
         alerts.append(
             Alert(
                 "workers-idle",
-                f"The workers were idle {percent(figures['worker_idleness'])} of the time they could compute: they "
+                f"The workers were idle {percent(idleness)} of the time they could compute: they "
                 "mostly wait on communication (the parameter server, the network, or each other). Fewer or "
                 "faster-linked workers, or a larger batch size, would cost less for about the same time.",
             )
@@ -231,8 +232,10 @@ def throughput(metrics: Mapping) -> float | None:
     """
     if isinstance(value := metrics.get("examples_per_s"), int | float) and value > 0:
         return float(value)
-    steps, batch, duration = (metrics.get(k) for k in ("steps", "global_batch_size", "duration_s"))
-    if all(isinstance(v, int | float) and v > 0 for v in (steps, batch, duration)):
+    keys = ("steps", "global_batch_size", "duration_s")
+    given = [v for k in keys if isinstance(v := metrics.get(k), int | float) and v > 0]
+    if len(given) == len(keys):
+        steps, batch, duration = given
         # In floats: PostgreSQL gives 1e308 back as an integer, whose products no float holds. Past a float (the
         # code's figures are anything), the throughput is unknown.
         value = float(steps) * float(batch) / float(duration)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import Model
 
 from monitor.models import LossPoint, NodeSample
 
 
-def finite_or_none(value):
+def finite_or_none(value: Any) -> Any:
     """A reading as a chart can draw it and JSON can carry it: NaN and ±inf (which json.loads reads, and a diverging
     run or a broken counter produces) are unknown; anything else is returned as it is.
 
@@ -24,7 +27,7 @@ READINGS = ("cpu_percent", "node_cpu_percent", "memory_mb", "gpu_percent", "gpu_
 CLOCK_SLACK = timedelta(days=1)
 
 
-def record_samples(node, samples: Sequence[dict], received: datetime) -> list[NodeSample]:
+def record_samples(node: Model, samples: Sequence[dict], received: datetime) -> list[NodeSample]:
     """Store resource samples of `node` (a fc2.Node) received at `received`, in one insert; each sample's `at` is
     the unix time the agent took it (never later than received)."""
     rows = []
@@ -36,7 +39,7 @@ def record_samples(node, samples: Sequence[dict], received: datetime) -> list[No
                 measured = received
         rows.append(
             NodeSample(
-                node=node,
+                node_id=node.pk,  # a fc2.Node, which the monitor does not import
                 at=received,
                 measured_at=measured,
                 **{name: finite_or_none(sample.get(name)) for name in READINGS},
@@ -47,12 +50,12 @@ def record_samples(node, samples: Sequence[dict], received: datetime) -> list[No
     return NodeSample.objects.bulk_create(rows)
 
 
-def record_losses(node, progress_lines: Iterable[dict]) -> list[LossPoint]:
+def record_losses(node: Model, progress_lines: Iterable[dict]) -> list[LossPoint]:
     """Store each progress line of `node` that has a step and a finite loss as a loss point; `at` in a line is the
     unix time the agent read it."""
     points = [
         LossPoint(
-            node=node,
+            node_id=node.pk,
             printed_at=datetime.fromtimestamp(line["at"], UTC) if line.get("at") is not None else None,
             epoch=line.get("epoch"),
             step=line["step"],

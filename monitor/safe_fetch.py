@@ -366,7 +366,7 @@ class _PinnedConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def _open_socket(addresses: tuple[IPAddress, ...], port: int, timeout: float) -> socket.socket:
+def _open_socket(addresses: tuple[IPAddress, ...], port: int, timeout: float | None) -> socket.socket:
     """A TCP connection to the first of `addresses` that answers (the socket made here: no name is looked up)."""
     failures = []
     for address in addresses:

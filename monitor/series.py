@@ -14,9 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import reduce
+from typing import TYPE_CHECKING, Any
 
-from django.db.models import Avg, Count, F, FloatField, Func, Max, Min, Q, Subquery, Value
+from django.db.models import Avg, Count, F, FloatField, Func, Max, Min, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Floor
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler, _AsSqlType
 
 from monitor.ingest import finite_or_none
 from monitor.models import LossPoint, NodeSample
@@ -164,8 +169,8 @@ def shape(samples: Sequence[Sample], since: datetime | None = None, limit: int =
     at or before `since`: it is the base the first new rate is measured from, and is itself not sent again.
     """
     per_node: dict[int, list[dict]] = {}
-    for node_id, group in itertools.groupby(samples, key=lambda s: s.node_id):
-        group = list(group)
+    for node_id, grouped in itertools.groupby(samples, key=lambda s: s.node_id):
+        group = list(grouped)
         points = resource_points(group)
         new = [p for s, p in zip(group, points, strict=True) if since is None or (s.received or s.at) > since]
         per_node[node_id] = downsample(new, limit)
@@ -191,7 +196,7 @@ def load_samples(
     return [Sample(*map(finite_or_none, row)) for row in rows]
 
 
-def _latest_received(node_id: int, moment: datetime):
+def _latest_received(node_id: int, moment: datetime) -> QuerySet[NodeSample, Any]:
     """The node's latest sample (by the time it was taken) received at or before `moment`, as a one-row subquery."""
     received = NodeSample.objects.filter(node_id=node_id, at__lte=moment)
     return received.order_by("-measured_at", "-pk").values("pk")[:1]
@@ -202,10 +207,10 @@ class Epoch(Func):
 
     output_field = FloatField()
 
-    def as_postgresql(self, compiler, connection, **extra):
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> _AsSqlType:
         return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)", **extra)
 
-    def as_sqlite(self, compiler, connection, **extra):
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> _AsSqlType:
         template = "((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
         return self.as_sql(compiler, connection, template=template, **extra)
 

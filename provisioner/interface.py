@@ -1,10 +1,12 @@
 """The provider interface, declared once: the primitives every provider module (`provisioner.local`,
 `provisioner.lab`, `provisioner.aws`) has under the same names, and the defaults for those where providers agree.
 
-`Primitives` is what the router (provisioner/registry.py, `primitives(name)`) hands out: the provider module's own
-function of each name, else the default below (SkyPilot's `sky/provision/__init__.py` is the model). A new provider
-is a module (a sub-package where it has more than one file) with these functions, and an entry in the registry.
-Inputs and outputs are the dataclasses of provisioner/types.py and the two below; no ORM object crosses in.
+`Primitives` is what the router (provisioner/registry.py, `primitives(name)`) hands out: the provider module itself
+(SkyPilot's `sky/provision/__init__.py` is the model), which mypy checks against this protocol (PEP 544: a module
+implements a protocol), so a provider lacking a primitive, or with one of another signature, fails `make test`. A
+provider that agrees with a default below imports it under the primitive's name. A new provider is a module (a
+sub-package where it has more than one file) with these functions, and an entry in the registry. Inputs and outputs
+are the dataclasses of provisioner/types.py and the two below; no ORM object crosses in.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from typing import Protocol
 
 from provisioner.runners import Runner
 from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo
+
+# The node agent and the module it downloads datasets with, under the names the agent runs by on a node (the
+# bootstrap copies them there; a provider may look for the agent's process by it).
+AGENT_FILES = {"agent.py": "fc2_agent.py", "safe_fetch.py": "safe_fetch.py"}
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ class Primitives(Protocol):
         ...
 
 
-# ---- defaults, where providers agree (the router uses them for a primitive a provider module lacks) ---------------
+# ---- defaults, where providers agree (a provider module imports one under the primitive's name) -------------------
 
 
 def regions() -> list[str]:
@@ -97,6 +103,3 @@ def regions() -> list[str]:
 
 def report_url(cluster: ClusterInfo, url: str) -> str:
     return url
-
-
-DEFAULTS: dict[str, Callable] = {"regions": regions, "report_url": report_url}

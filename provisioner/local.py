@@ -55,8 +55,9 @@ from django.conf import settings
 
 from provisioner import sandbox
 from provisioner.errors import NoRoomError, ProvisionError, TransientProvisionError
-from provisioner.interface import Machine, NodeCommand
-from provisioner.nodes import AGENT_FILES
+from provisioner.interface import AGENT_FILES, Machine, NodeCommand
+from provisioner.interface import regions as regions  # the default: no regions
+from provisioner.interface import report_url as report_url  # the default: the nodes reach the platform as it is
 from provisioner.runners import LocalRunner, reap
 from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, cluster_directory, node_layout
 
@@ -286,6 +287,8 @@ def sandboxed_command(
         read_only=read_only_mounts(env_dir),
         dataset=Path(dataset) if dataset else None,
     )
+    if cluster.sandbox_uid is None:  # launched without a sandbox (local.node_command runs such a node bare)
+        raise ProvisionError(f"cluster {cluster.cluster_id} has no sandbox uid for {node.name}")
     wrapped = sandbox.command(netns, cluster.sandbox_uid, node.name, mounts, argv, cgroup)
     data = sandbox.dataset_path(Path(dataset)) if dataset else ""
     # --memory-cgroup: to say why the command was killed, if the node ran out of memory.

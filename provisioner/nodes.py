@@ -30,12 +30,13 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from common.retry import retry
 from provisioner.errors import NodeError, ProvisionError, transient
-from provisioner.interface import Machine, NodeCommand, Primitives
+from provisioner.interface import AGENT_FILES, Machine, NodeCommand, Primitives
 from provisioner.registry import get, primitives
 from provisioner.runners import Result, run_parallel
 from provisioner.types import ClusterInfo, NodeInfo, NodeResult, RunSpec, is_chief
@@ -45,8 +46,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MONITOR_DIR = Path(__file__).resolve().parent.parent / "monitor"
-# The node agent and the module it downloads datasets with, under the names the agent runs by on a node.
-AGENT_FILES = {"agent.py": "fc2_agent.py", "safe_fetch.py": "safe_fetch.py"}
 # Environment passed through to the node's command; nothing else of the platform's (database URLs, secrets).
 PASSTHROUGH_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 INSTALL_TIMEOUT_S = 900
@@ -65,24 +64,24 @@ def bootstrap(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
     provider = primitives(cluster.provider)
     machines = {node.name: provider.machine(cluster, node) for node in cluster.nodes}
     try:
-        ready = {name: (lambda m=m: m.runner.wait_ready(READY_TIMEOUT_S)) for name, m in machines.items()}
+        ready = {name: partial(m.runner.wait_ready, READY_TIMEOUT_S) for name, m in machines.items()}
         run_parallel(ready, max_workers=PARALLEL_NODES)
         installs: dict[str, list[NodeInfo]] = {}
         for node in cluster.nodes:
             machine = machines[node.name]
             installs.setdefault(f"{machine.host}:{machine.install_dir}", []).append(node)
         # One install per machine, by its first node; the other nodes of that machine wait for it.
+        firsts = {nodes[0].name: machines[nodes[0].name] for nodes in installs.values()}
         python = run_parallel(
-            {
-                nodes[0].name: (lambda m=machines[nodes[0].name]: _step(m, "install the bundle", _install, m, run))
-                for nodes in installs.values()
-            },
+            {name: partial(_step, m, "install the bundle", _install, m, run) for name, m in firsts.items()},
             max_workers=PARALLEL_NODES,
         )
         env_python = {node.name: python[nodes[0].name] for nodes in installs.values() for node in nodes}
         started = run_parallel(
             {
-                node.name: (lambda n=node: _start_node(provider, cluster, n, machines[n.name], run, env_python[n.name]))
+                node.name: partial(
+                    _start_node, provider, cluster, node, machines[node.name], run, env_python[node.name]
+                )
                 for node in cluster.nodes
             },
             max_workers=PARALLEL_NODES,
@@ -104,7 +103,7 @@ def wait_ready(cluster: ClusterInfo, timeout_s: float = READY_TIMEOUT_S) -> None
         finally:
             machine.runner.close()
 
-    run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
+    run_parallel({node.name: partial(one, node) for node in cluster.nodes})
 
 
 def run_on(cluster: ClusterInfo, node_name: str, command: Sequence[str]) -> Result:
@@ -118,7 +117,7 @@ def run_on(cluster: ClusterInfo, node_name: str, command: Sequence[str]) -> Resu
         machine.runner.close()
 
 
-def _step(machine: Machine, what: str, action: Callable[..., T], *args) -> T:
+def _step(machine: Machine, what: str, action: Callable[..., T], *args: object) -> T:
     try:
         return retry(lambda: action(*args), retryable=transient, what=f"{machine.runner.node}: {what}")
     except NodeError:
@@ -204,8 +203,8 @@ def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand,
 
 def _start_node(
     provider: Primitives, cluster: ClusterInfo, node: NodeInfo, machine: Machine, run: RunSpec, python: str
-):
-    if node.pid and _agent_running(machine, node):
+) -> NodeInfo:
+    if node.pid and _agent_running(machine, node.pid):
         return node  # started before (a redelivered step)
     runner, root = machine.runner, PurePosixPath(machine.root)
 
@@ -250,10 +249,10 @@ def _start_node(
     return replace(node, pid=pid, workdir=str(root))
 
 
-def _agent_running(machine: Machine, node: NodeInfo) -> bool:
+def _agent_running(machine: Machine, pid: int) -> bool:
     """Whether the node's agent (pid, running our agent file from the node's directory) is still running."""
     agent = str(PurePosixPath(machine.root) / AGENT_FILES["agent.py"])
-    proc = f"/proc/{int(node.pid)}"
+    proc = f"/proc/{int(pid)}"
     check = f"grep -qaF {shlex.quote(agent)} {proc}/cmdline && ! grep -q '^State:.*Z' {proc}/status"
     return machine.runner.run(check, check=False).exit_status == 0
 
@@ -269,14 +268,14 @@ def alive(cluster: ClusterInfo) -> dict[str, bool | None]:
         try:
             machine = provider.machine(cluster, node)
             try:
-                return _agent_running(machine, node)
+                return _agent_running(machine, node.pid)
             finally:
                 machine.runner.close()
         except (ProvisionError, OSError) as error:
             logger.warning("%s cannot be reached: %s", node.name, error)
             return None
 
-    return run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
+    return run_parallel({node.name: partial(one, node) for node in cluster.nodes})
 
 
 def _read_nodes(
@@ -298,7 +297,7 @@ def _read_nodes(
             return None
 
     nodes = [node for node in cluster.nodes if only is None or node.name in only]
-    found = run_parallel({node.name: (lambda n=node: one(n)) for node in nodes})
+    found = run_parallel({node.name: partial(one, node) for node in nodes})
     return {name: value for name, value in found.items() if value is not None}
 
 
@@ -373,7 +372,7 @@ def stop_agents(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
             return
         machine = provider.machine(cluster, node)
         try:
-            if _agent_running(machine, node):
+            if _agent_running(machine, node.pid):
                 machine.runner.run(
                     f"kill -TERM {int(node.pid)}; for i in $(seq {int(grace_s * 10)}); do "
                     f"kill -0 {int(node.pid)} 2>/dev/null || exit 0; sleep 0.1; done",
@@ -382,4 +381,4 @@ def stop_agents(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
         finally:
             machine.runner.close()
 
-    run_parallel({node.name: (lambda n=node: one(n)) for node in cluster.nodes})
+    run_parallel({node.name: partial(one, node) for node in cluster.nodes})

@@ -1,14 +1,11 @@
 """The provider registry (name → label, limits, module) and the one router: `primitives(name)`, the provider's
-primitives as provisioner/interface.py declares them — the module's own function of each name, else the default.
+module, which implements provisioner/interface.py's `Primitives` (mypy checks each module against it).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any, cast
 
-from provisioner import interface
 from provisioner.errors import ProvisionError
 from provisioner.interface import Primitives
 
@@ -16,11 +13,10 @@ from provisioner.interface import Primitives
 @dataclass(frozen=True)
 class Provider:
     """A provider as the registry describes it: what the wizard, the API and the budget watchdog know of it; its
-    primitives are in `module` (provisioner/interface.py says which)."""
+    primitives are its module's (`modules()`; provisioner/interface.py says which)."""
 
     name: str  # as jobs, the CLI and the API name it
     label: str  # as the wizard shows it
-    module: str  # dotted path of the module with the provider's primitives
     max_workers: int  # the most workers one of its clusters may have
     regions: bool = False  # whether a cluster is made in a region the user chooses
     catalog: str = ""  # the instance catalogue its types come from, when only one can be (recommender/catalogs/)
@@ -43,7 +39,6 @@ PROVIDERS: dict[str, Provider] = {
     "local": Provider(
         "local",
         "Local (this machine)",
-        "provisioner.local",
         max_workers=8,  # each node is a TensorFlow process of ~600 MB, all on this machine
         teardown_s=1.0,
         description="processes on the platform's machine, each node sandboxed",
@@ -51,7 +46,6 @@ PROVIDERS: dict[str, Provider] = {
     "lab": Provider(
         "lab",
         "Lab (emulated cloud on this machine)",
-        "provisioner.lab",
         max_workers=8,  # a TensorFlow process of ~600 MB per node, all on this machine
         catalog="lab",
         latency=True,
@@ -63,7 +57,6 @@ PROVIDERS: dict[str, Provider] = {
     "aws": Provider(
         "aws",
         "AWS EC2",
-        "provisioner.aws",
         max_workers=64,
         regions=True,
         needs_worker_type=True,
@@ -83,22 +76,15 @@ def get(name: str) -> Provider:
         raise ProvisionError(f"unknown provider {name!r} (available: {', '.join(sorted(PROVIDERS))})") from None
 
 
-class _Routed:
-    """A provider module's primitives, each looked up when called (so a test's patch of the module is seen), the
-    interface's default standing in for one the module lacks."""
+def modules() -> dict[str, Primitives]:
+    """Each registered provider's module, as the `Primitives` it implements: mypy checks every module here against
+    the protocol. Imported when a provider is first routed to (the pages and the API read PROVIDERS without them);
+    a primitive is looked up on the module at each call, so a test's patch of the module is seen."""
+    from provisioner import aws, lab, local
 
-    def __init__(self, module_name: str):
-        self._module = importlib.import_module(module_name)
-
-    def __getattr__(self, primitive: str) -> Any:
-        found = getattr(self._module, primitive, None)
-        if found is not None:
-            return found
-        if primitive in interface.DEFAULTS:
-            return interface.DEFAULTS[primitive]
-        raise AttributeError(f"provider module {self._module.__name__} has no {primitive!r}")
+    return {"local": local, "lab": lab, "aws": aws}
 
 
 def primitives(name: str) -> Primitives:
     """The router: provider `name`'s primitives (ProvisionError for a provider not registered)."""
-    return cast(Primitives, _Routed(get(name).module))
+    return modules()[get(name).name]

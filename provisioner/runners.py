@@ -36,7 +36,10 @@ class Result:
 
 
 class Runner(Protocol):
-    node: str  # the node's name, for error messages
+    @property
+    def node(self) -> str:
+        """The node's name, for error messages."""
+        ...
 
     def wait_ready(self, timeout_s: float) -> None: ...
 

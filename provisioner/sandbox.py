@@ -62,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -223,7 +224,7 @@ LOCAL_CLUSTER = re.compile(r"fc2-[0-9a-f]{16}")  # a local cluster's memory cgro
 
 
 @contextlib.contextmanager
-def admission_lock():
+def admission_lock() -> Iterator[None]:
     """Held while a cluster is admitted: by one launch at a time on this machine, of any installation."""
     parent = memory_cgroup("admission").parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -360,7 +361,7 @@ def remove_disks(directory: Path) -> None:
 
 def mounts_under(directory: Path) -> list[Path]:
     """The mount points of this mount namespace inside `directory`."""
-    found = []
+    found: list[Path] = []
     if not os.path.exists("/proc/self/mounts"):  # not Linux: no sandbox, nothing mounted
         return found
     with open("/proc/self/mounts") as mounts:

@@ -26,16 +26,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, TypeVar
 
 import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from paramiko.hostkeys import HostKeyEntry
 
 from common.retry import retry
 from provisioner.errors import NodeError, transient
 from provisioner.runners import Result
+from provisioner.types import NodeInfo
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class _PinOnFirstUse(paramiko.MissingHostKeyPolicy):
                 if pinned.get(key.get_name()) != key:
                     raise paramiko.BadHostKeyException(hostname, key, next(iter(pinned.values())))
                 return
-            file.write(HostKeyEntry([hostname], key).to_line())
+            file.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")  # as HostKeyEntry.to_line writes it
             file.flush()
             os.fsync(file.fileno())
         self.recorded = key
@@ -252,7 +252,7 @@ class SSHRunner:
         try:
             with self._sftp_client().open(remote, "rb") as file:
                 size = file.stat().st_size
-                if max_bytes is not None and size > max_bytes:
+                if max_bytes is not None and size is not None and size > max_bytes:
                     raise NodeError(self.endpoint.node, f"{remote} is {size} bytes, more than the {max_bytes} allowed")
                 file.prefetch(size)
                 # Read one byte more than allowed: a file growing while it is read must not get past the limit.
@@ -281,9 +281,13 @@ class SSHRunner:
                 self.endpoint.node, f"`{_shorten(program)}` started but gave no pid: {result.stdout!r}"
             ) from None
 
-    def _connected(self) -> bool:
+    def _transport(self) -> paramiko.Transport | None:
+        """The connection's transport while it is up."""
         transport = self._client.get_transport() if self._client is not None else None
-        return transport is not None and transport.is_active()
+        return transport if transport is not None and transport.is_active() else None
+
+    def _connected(self) -> bool:
+        return self._transport() is not None
 
     def _connect(self, timeout_s: float) -> None:
         """One attempt at a connection: a NodeError, transient when trying again may help."""
@@ -291,7 +295,8 @@ class SSHRunner:
         endpoint = self.endpoint
         started = time.monotonic()
         try:
-            key = paramiko.PKey.from_path(endpoint.key_path, password=endpoint.key_passphrase)
+            password = endpoint.key_passphrase.decode() if endpoint.key_passphrase is not None else None
+            key = paramiko.PKey.from_path(endpoint.key_path, password=password)
         except (OSError, paramiko.SSHException) as error:
             raise NodeError(endpoint.node, f"cannot read the SSH key {endpoint.key_path}: {error}") from error
         client = paramiko.SSHClient()
@@ -336,7 +341,9 @@ class SSHRunner:
             if not self._connected():
                 self._connect(self.connect_timeout_s)
             try:
-                return self._client.get_transport().open_session(timeout=self.connect_timeout_s)
+                if (transport := self._transport()) is None:  # dropped as soon as it was made
+                    raise EOFError("the connection closed")
+                return transport.open_session(timeout=self.connect_timeout_s)
             except (paramiko.SSHException, EOFError, OSError) as error:
                 self.close()
                 if attempt == 2:
@@ -350,7 +357,7 @@ class SSHRunner:
             self._sftp = paramiko.SFTPClient(channel)
         return self._sftp
 
-    def _upload(self, file: io.BufferedIOBase, remote: str, mode: int) -> None:
+    def _upload(self, file: IO[bytes], remote: str, mode: int) -> None:
         """Write `file` to `remote` through a private directory beside it: the file is whole and has its mode before it
         is renamed into place, and nobody can open it before (SFTP creates files with the server's umask)."""
         staging = posixpath.join(posixpath.dirname(remote), f".{posixpath.basename(remote)}.{secrets.token_hex(4)}")
@@ -426,7 +433,7 @@ def _tail(text: str) -> str:
 
 
 def cluster_runner(
-    workdir: Path, node, passphrase: bytes | None = None, tcp_connect_s: float | None = None
+    workdir: Path, node: NodeInfo, passphrase: bytes | None = None, tcp_connect_s: float | None = None
 ) -> SSHRunner:
     """The runner of a remote node of a cluster whose platform-side directory is `workdir`: its key (id_ed25519,
     encrypted with `passphrase` when given), its pinned host keys (known_hosts) and the node's bootstrap log;

@@ -131,7 +131,10 @@ def _tag(resource: dict, key: str) -> str:
     return next((tag["Value"] for tag in resource.get("Tags") or [] if tag["Key"] == key), "")
 
 
-def _node_types(spec: ClusterSpec) -> list[tuple[str, int, str]]:
+NodeTypes = list[tuple[str, int, str]]  # each node's role, index and instance type
+
+
+def _node_types(spec: ClusterSpec) -> NodeTypes:
     if not spec.worker_type:
         raise ProvisionError("an aws cluster needs a worker instance type")
     ps_type = spec.ps_type or spec.worker_type
@@ -394,7 +397,17 @@ def _terminate(region: str, ids: list[str], *, wait: bool = True) -> None:
         awsapi.wait(region, "instance_terminated", timeout_s=READY_TIMEOUT_S, InstanceIds=ids)
 
 
-def _launch_in_some_zone(region, spec, nodes_of, zones, network, group, placement, image, notify) -> dict[str, dict]:
+def _launch_in_some_zone(
+    region: str,
+    spec: ClusterSpec,
+    nodes_of: NodeTypes,
+    zones: list[str],
+    network: _Network,
+    group: str,
+    placement: str,
+    image: str,
+    notify: Callable[[str], None],
+) -> dict[str, dict]:
     """Every node's instance, all in one zone: where the cluster already has instances first, then the others."""
     present = {instance["Placement"]["AvailabilityZone"] for instance in _instances(region, spec.cluster_id)}
     ordered = sorted(zones, key=lambda zone: zone not in present)
@@ -415,7 +428,17 @@ def _launch_in_some_zone(region, spec, nodes_of, zones, network, group, placemen
     )
 
 
-def _ensure_instances(region, spec, nodes_of, zone, network, group, placement, image, notify) -> dict[str, dict]:
+def _ensure_instances(
+    region: str,
+    spec: ClusterSpec,
+    nodes_of: NodeTypes,
+    zone: str,
+    network: _Network,
+    group: str,
+    placement: str,
+    image: str,
+    notify: Callable[[str], None],
+) -> dict[str, dict]:
     """Node name -> its instance in `zone`: found by tag, run for the nodes that have none, duplicates terminated."""
     wanted = {f"{role}-{index}": instance_type for role, index, instance_type in nodes_of}
     by_node: dict[str, list[dict]] = {}
@@ -472,7 +495,9 @@ def _ensure_instances(region, spec, nodes_of, zone, network, group, placement, i
     return found
 
 
-def _cluster_info(spec, region, workdir: Path, nodes_of, instances: list[dict]) -> ClusterInfo:
+def _cluster_info(
+    spec: ClusterSpec, region: str, workdir: Path, nodes_of: NodeTypes, instances: list[dict]
+) -> ClusterInfo:
     by_node = {_tag(instance, "fc2:node"): instance for instance in instances}
     user = settings.FC2_AWS_SSH_USER
     nodes = []
@@ -612,7 +637,7 @@ GONE = (".NotFound", ".Unknown", "NotAttached")
 DEPENDENCY_WAIT_S = 120
 
 
-def _quietly(function, *args, **kwargs) -> None:
+def _quietly(function: Callable[..., object], *args: object, **kwargs: object) -> None:
     """A removal whose target is already gone is done; one whose target is still in use (a security group whose
     instances' network interfaces are still being released) is tried again every 2 s for a while."""
     try:

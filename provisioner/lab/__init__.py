@@ -44,6 +44,7 @@ from django.conf import settings
 from provisioner import sandbox, ssh
 from provisioner.errors import ProvisionError, TransientProvisionError
 from provisioner.interface import Machine, NodeCommand
+from provisioner.interface import regions as regions  # the default: no regions
 from provisioner.lab import net as labnet
 from provisioner.lab import sshd
 from provisioner.local import sandboxed_command

@@ -229,10 +229,10 @@ def _used_networks() -> list[ipaddress.IPv4Network]:
     used = []
     for link in _json(["ip", "-j", "-4", "addr", "show"]):
         for info in link.get("addr_info", []):
-            used.append(ipaddress.ip_interface(f"{info['local']}/{info['prefixlen']}").network)
+            used.append(ipaddress.IPv4Interface(f"{info['local']}/{info['prefixlen']}").network)
     for route in _json(["ip", "-j", "-4", "route", "show", "table", "all"]):
         if route.get("dst") not in (None, "default"):
-            used.append(ipaddress.ip_network(route["dst"], strict=False))
+            used.append(ipaddress.IPv4Network(route["dst"], strict=False))
     return used
 
 
@@ -250,7 +250,7 @@ def _pick_subnet(pool: str) -> ipaddress.IPv4Network:
 def _bridge_subnet(bridge: str) -> ipaddress.IPv4Network | None:
     for link in _json(["ip", "-j", "-4", "addr", "show", "dev", bridge]):
         for info in link.get("addr_info", []):
-            return ipaddress.ip_interface(f"{info['local']}/{info['prefixlen']}").network
+            return ipaddress.IPv4Interface(f"{info['local']}/{info['prefixlen']}").network
     return None
 
 
@@ -650,7 +650,7 @@ def _clusters(tag: str) -> dict[str, str]:
 
 def _orphan_hashes(tag: str) -> set[str]:
     """Hashes of installation `tag` that still name a namespace, cgroup, veth or iptables rule."""
-    found = set()
+    found: set[str] = set()
     pattern = re.compile(rf"^fc2lab-{tag}-([0-9a-f]{{8}})-\d+$")
     names = _namespaces() + ([group.name for group in CGROUP_ROOT.iterdir()] if CGROUP_ROOT.is_dir() else [])
     found.update(match[1] for name in names if (match := pattern.match(name)))
