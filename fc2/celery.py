@@ -6,8 +6,11 @@ Django is set up."""
 
 import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
-from celery import Celery, bootsteps, signals
+from celery import Celery, Task, bootsteps, signals
+from celery.worker.consumer import Consumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
 
@@ -26,13 +29,13 @@ class WorkerBeat(bootsteps.StartStopStep):
 
     requires = ("celery.worker.consumer.tasks:Tasks",)
 
-    def __init__(self, consumer, **kwargs):
+    def __init__(self, consumer: Consumer, **kwargs: Any) -> None:
         super().__init__(consumer, **kwargs)
         self.timer_entry = None
         # Before the pool starts its processes, which run the tasks and so send task_prerun.
         signals.task_prerun.connect(_task_started, weak=False, dispatch_uid="fc2.celery.task_started")
 
-    def start(self, consumer) -> None:
+    def start(self, consumer: Consumer) -> None:
         from django.conf import settings
 
         from fc2.services import workers
@@ -41,32 +44,33 @@ class WorkerBeat(bootsteps.StartStopStep):
         interval = settings.FC2_WORKER_SILENCE_S / workers.BEATS_PER_SILENCE
         self.timer_entry = consumer.timer.call_repeatedly(interval, self.beat, (consumer,))
 
-    def stop(self, consumer) -> None:
+    def stop(self, consumer: Consumer) -> None:
         if self.timer_entry is not None:
             self.timer_entry.cancel()
             self.timer_entry = None
 
-    def shutdown(self, consumer) -> None:
+    def shutdown(self, consumer: Consumer) -> None:
         """The worker is stopping: it says so, rather than look alive until its beats go stale."""
         from fc2.services import workers
 
         self.stop(consumer)
         _unless_database_down("its shutdown", workers.stopped, consumer.hostname)
 
-    def beat(self, consumer) -> None:
+    def beat(self, consumer: Consumer) -> None:
         from fc2.services import workers
 
-        queues = sorted(queue.name for queue in consumer.task_consumer.queues)
+        # task_consumer: set by the Tasks step this one requires; celery-types does not declare it.
+        queues = sorted(queue.name for queue in consumer.task_consumer.queues)  # type: ignore[attr-defined]
         _unless_database_down("a heartbeat", workers.beat, consumer.hostname, queues)
 
 
-def _task_started(task=None, **kwargs) -> None:
+def _task_started(task: Task, **kwargs: object) -> None:
     from fc2.services import workers
 
     _unless_database_down("a task's start", workers.task_started, task.request.hostname)
 
 
-def _unless_database_down(what: str, write, *args) -> None:
+def _unless_database_down(what: str, write: Callable[..., object], *args: object) -> None:
     """A write of the worker's status; with the database down, a warning: the worker goes on, the next beat will
     tell, and the status must never stop a worker or a task. The beats run outside any task or request, so nothing
     else drops a connection that a database restart broke: done here first (as Django does around a request), or

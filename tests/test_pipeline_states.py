@@ -552,7 +552,7 @@ def test_a_transient_failure_is_retried_by_celery_with_the_lease_handed_on(job, 
         mock.patch.object(celery_app, "send_task") as send_task,
         django_capture_on_commit_callbacks(execute=True),
     ):
-        tasks.provision.apply(args=[job.pk])
+        tasks.STEP_TASKS["provision"].apply(args=[job.pk])
 
     assert [call.get("resume", False) for call in run.calls] == [False, True, True]
     messages = [message for _, message in events(job)]
@@ -568,7 +568,7 @@ def test_a_step_failing_transiently_past_its_attempts_fails_the_job(job, setting
     celery_job(set_state(job, State.RECOMMENDING))
 
     with step_runs("provision", flaky(failures=5)), mock.patch.object(celery_app, "send_task"):
-        tasks.provision.apply(args=[job.pk])
+        tasks.STEP_TASKS["provision"].apply(args=[job.pk])
 
     job.refresh_from_db()
     assert job.state == State.FAILED

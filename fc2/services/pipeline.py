@@ -507,6 +507,13 @@ FIRST_STEP = "recommend"
 STEP_OF = {state: name for name, step in STEPS.items() for state in step.owns}  # a state -> the step that owns it
 
 
+def task_name(step: str) -> str:
+    """The Celery task that runs `step` (one of STEPS, or `release`): fc2/tasks.py registers one under this name for
+    each, and `enqueue` sends by it. The names are those the tasks had when they were written by hand, so that a
+    message an older installation left in the queue still finds its task."""
+    return f"fc2.tasks.{step}"
+
+
 class TryAgain(Exception):
     """A resumable step failed transiently (a cloud API throttling, a node not answering yet): its driver runs it
     again in `delay_s` — the Celery chain through its task's retry, with the job's lease handed to that message
@@ -597,7 +604,7 @@ def _send(job_id: int, step: str, kwargs: dict) -> None:
     from fc2.celery import app
 
     try:
-        app.send_task(f"fc2.tasks.{step}", args=[job_id], kwargs=kwargs, queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+        app.send_task(task_name(step), args=[job_id], kwargs=kwargs, queue=settings.CELERY_TASK_DEFAULT_QUEUE)
     except (KombuError, OSError) as exc:
         logger.warning("job %s: %s could not be sent: %s", job_id, step, exc)
         after = "its cluster is torn down" if step == "release" else f"{step} is sent again"
