@@ -156,7 +156,7 @@ def test_no_capacity_in_any_zone_is_a_capacity_error_and_the_launch_removes_what
 def test_the_pipeline_answers_no_capacity_with_the_recommenders_next_worker_type(aws_env, monkeypatch, job):
     """Cost-Opt picks the cheapest worker type; with none of it in the region, the next cheapest, within budget, each
     attempt on the job's timeline."""
-    from fc2.services import pipeline
+    from fc2.services import pipeline, planning
 
     load_catalog("fc2-2018")
     asked = {"provider": "aws", "algorithm": "cost-opt", "budget": "2", "catalog": "fc2-2018", "ps_type": "m4.large"}
@@ -166,7 +166,7 @@ def test_the_pipeline_answers_no_capacity_with_the_recommenders_next_worker_type
         worker_types=asked["worker_types"], request={**job.request, **asked},
     )  # fmt: skip
     job.refresh_from_db()
-    pipeline._take_recommendation(job, JobRequest.of(job))
+    pipeline._store(job, planning.plan(JobRequest.of(job), job.owner_id))
     assert job.worker_type == "c4.xlarge"  # the cheapest of L^w
     inject_capacity_shortage(monkeypatch, {("c4.xlarge", f"{REGION}{zone}") for zone in "abc"})
 

@@ -18,7 +18,7 @@ from django.utils.html import escape
 
 import provisioner
 from fc2.models import Job, JobEvent
-from fc2.services import jobs, pricing
+from fc2.services import jobs, planning, pricing
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from tests.conftest import make_job
@@ -174,7 +174,7 @@ def test_a_plan_with_no_epoch_time_says_why(client, alice, bundle, digits, fc2_2
     through_data(client, bundle)
 
     local = client.get(reverse("job-new-recommendation"), cost_opt()).content.decode()
-    plan = jobs.plan(jobs.JobRequest(bundle=bundle, dataset=digits, algorithm="cost-opt", catalog="fc2-2018",
+    plan = planning.plan(jobs.JobRequest(bundle=bundle, dataset=digits, algorithm="cost-opt", catalog="fc2-2018",
                                      provider="aws", worker_types=["c4.xlarge"], workers=2))  # fmt: skip
 
     assert "not known yet" in local

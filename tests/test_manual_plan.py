@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from fc2.services import jobs
+from fc2.services import jobs, planning
 
 GRID = Path(__file__).resolve().parents[1] / "recommender" / "data" / "lab-digits-grid.csv"
 
@@ -40,7 +40,7 @@ def measured(workers: int, batch_size: int, latency_ms: float) -> list[float]:
 def test_a_manual_lab_cluster_gets_its_measured_epoch_time_and_a_total_cost(lab_grid, bundle, digits):
     runs = measured(2, 32, 0.0)
 
-    plan = jobs.plan(request_for(bundle, digits))
+    plan = planning.plan(request_for(bundle, digits))
 
     assert plan.predicted_epoch_time_s == pytest.approx(sum(runs) / len(runs))
     assert f"the mean of {len(runs)} measured run" in plan.explanation and not plan.epoch_time_note
@@ -57,7 +57,7 @@ def test_a_manual_lab_cluster_gets_its_measured_epoch_time_and_a_total_cost(lab_
     ],
 )
 def test_a_manual_plan_says_why_it_has_no_epoch_time(lab_grid, bundle, digits, fields, why):
-    plan = jobs.plan(request_for(bundle, digits, **fields))
+    plan = planning.plan(request_for(bundle, digits, **fields))
 
     assert plan.predicted_epoch_time_s is None and plan.estimate(2) is None
     assert why in plan.epoch_time_note

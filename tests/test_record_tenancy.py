@@ -13,7 +13,7 @@ from django.db import connection
 from django.urls import reverse
 
 from fc2.models import Job, JobRecord
-from fc2.services import feedback, jobs
+from fc2.services import feedback, jobs, planning
 from fc2.services.bundles import store_bundle
 from recommender import bounds
 from recommender.models import PerformanceRecord
@@ -143,11 +143,11 @@ def test_bobs_records_never_change_alices_plan(alice, bob):
         parameters={"batch_size": "6400"},
         workload_name="mnist",
     )
-    before = jobs.plan(request, alice)
+    before = planning.plan(request, alice)
     bob_measures(bob)
 
-    assert jobs.plan(request, alice).recommendation == before.recommendation
-    assert jobs.plan(request, bob).workers == 2
+    assert planning.plan(request, alice).recommendation == before.recommendation
+    assert planning.plan(request, bob).workers == 2
 
 
 @pytest.mark.parametrize(

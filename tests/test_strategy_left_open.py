@@ -16,7 +16,7 @@ from django.utils.html import escape
 
 from fc2.celery import app as celery_app
 from fc2.models import Job
-from fc2.services import jobs, pipeline
+from fc2.services import jobs, pipeline, planning
 from fc2.services.jobs import STRATEGY_LEFT_OPEN_REASON
 from recommender import service
 from recommender.catalog import load_catalog
@@ -71,7 +71,7 @@ def test_the_plan_runs_the_strategy_the_model_chose_and_pays_for_a_ps_only_when_
     records(ps, ring)
     request = jobs.JobRequest(bundle=bundle, dataset=digits, **left_open())
 
-    plan = jobs.plan(request)
+    plan = planning.plan(request)
 
     assert (plan.strategy, plan.ps_type, plan.worker_type, plan.workers) == (strategy, ps_type, "c4.xlarge", 2)
     assert plan.hourly_cost == 2 * PRICES["c4.xlarge"] + PRICES.get(ps_type, 0)
@@ -169,7 +169,7 @@ def test_a_workload_measured_one_way_answers_any_strategy_from_its_runs():
 
 def test_a_job_with_its_strategy_named_is_planned_from_that_strategy_s_runs(alice, bundle, digits):
     records(*CASES[1][:2])  # all-reduce scales, the PS saturates
-    plan = jobs.plan(jobs.JobRequest(bundle=bundle, dataset=digits, **left_open(strategy="ps", ps_type="m4.large")))
+    plan = planning.plan(jobs.JobRequest(bundle=bundle, dataset=digits, **left_open(strategy="ps", ps_type="m4.large")))
     assert plan.predicted_epoch_time_s == pytest.approx(90.0)  # the PS's 2 workers, not all-reduce's 52 s
 
 

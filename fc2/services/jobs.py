@@ -1,11 +1,11 @@
-"""Submitting jobs: the one path the wizard and `manage.py submit_job` both take; and the plan — the cluster a
-request gets, priced — that the wizard shows before the job exists."""
+"""Submitting jobs: the one path the wizard, the jobs API and `manage.py submit_job` all take — the request checked,
+planned where a budget or `plan_first` asks (fc2/services/planning.py, the planner the wizard's preview and the
+recommend step call too), and the job created with its pipeline started."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import BinaryIO
 
@@ -13,14 +13,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 import provisioner
-from common.numbers import significant, usd
-from fc2.models import Dataset, Job, batch_size_parameter
-from fc2.services import datasets, pipeline, pricing, profiling
+from common.numbers import usd
+from fc2.models import Dataset, Job
+from fc2.services import datasets, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
-from fc2.services.requests import JobRequest
-from recommender import service
-from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError
+from fc2.services.planning import Plan, check_workers, plan
+from fc2.services.requests import JobRequest, SubmitError
+from recommender.types import ALGORITHMS, RecommendationError
 
 WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
@@ -33,20 +33,10 @@ WORKLOAD_NAME_HELP = (
 )
 
 
-class SubmitError(ValueError):
-    """The job cannot be submitted as asked; `field` names the input at fault, when there is one."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
-
-
 # The most a job may ask the lab to delay each packet between its nodes, ms one way (a datacentre's latencies are a
 # few ms; Anwar et al. emulate up to 100). Not the recommender's bound on a latency it is asked about
 # (recommender.types.MAX_LATENCY_MS, a minute), which covers any network records were measured on.
 MAX_NODE_DELAY_MS = 1000
-# The algorithms that run one worker type the user picks; the others choose among the worker types (L^w).
-ONE_WORKER_TYPE = ("manual", "scala-opt-m")
 
 
 def validate(request: JobRequest) -> None:
@@ -132,14 +122,6 @@ def provider_unavailable(provider: str) -> str | None:
     return provisioner.unavailable(provider)
 
 
-def check_workers(provider: str, workers: int) -> None:
-    """A worker count (or limit) the provider can run."""
-    if workers < 1:
-        raise SubmitError("a cluster needs at least 1 worker", "workers")
-    if provider in provisioner.PROVIDERS and workers > (limit := provisioner.get(provider).max_workers):
-        raise SubmitError(f"the {provider} provider runs at most {limit} workers", "workers")
-
-
 def worker_type_missing(provider: str, algorithm: str, worker_type: str) -> str | None:
     """Why a cluster chosen by hand on `provider` cannot be made without a worker type, or None."""
     if algorithm == "manual" and not worker_type and (chosen := provisioner.get(provider)).needs_worker_type:
@@ -223,150 +205,6 @@ def check_parameters(parameters: dict[str, str]) -> None:
                 f"parameter {shown}: a value may not hold control characters (a NUL, a tab, a line break…)",
                 "parameters",
             )
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The cluster a job request gets, known before the job exists: the recommender's answer, or for Manual the
-    user's own choice, priced as the job will be."""
-
-    strategy: str  # what the cluster runs: the request's, or for a strategy left open the one the model chose
-    ps_type: str  # what the PS runs on (`pricing.ps_node_type`); "" with no PS, or a local cluster of no types
-    worker_type: str  # "" when none is chosen
-    workers: int  # number of workers
-    # $/h from the catalogue: the PS (parameter-server strategy) plus the workers; None where it is not known yet (no
-    # worker type chosen for Manual; Scala-Opt's types before their bandwidth is profiled)
-    hourly_cost: Decimal | None
-    predicted_epoch_time_s: float | None  # measured or predicted; None when nothing is known yet
-    source: str  # "manual", or the recommender's "measured", "predicted" or "rule"
-    explanation: str  # why this cluster, in the recommender's words
-    recommendation: dict | None  # recommender.service.as_dict of the answer; None for Manual
-    provider: str  # where it runs: its start-up and teardown are billed too (pricing.overheads)
-    epoch_time_note: str = ""  # why there is no epoch time, where the plan can say more than "none is known yet"
-
-    def estimate(self, epochs: int | None) -> pricing.Estimate | None:
-        """What the whole job will cost (`pricing.estimate`: start-up + epochs × epoch time + teardown, at its $/h);
-        None when the $/h, the epoch time or the epochs is unknown."""
-        return pricing.estimate(self.hourly_cost, self.predicted_epoch_time_s, epochs, self.provider)
-
-
-def plan(request: JobRequest, owner=None) -> Plan:
-    """The cluster `request` would run on for `owner`, from the platform's records and theirs (None: the platform's
-    alone) (RecommendationError when the algorithm cannot answer; SubmitError when the provider cannot run the
-    answer)."""
-    if request.algorithm == "manual":
-        where = f"{request.worker_type} " if request.worker_type else ""
-        ps_type = pricing.ps_node_type(request)
-        ps = f" and a {ps_type} PS" if ps_type else ""
-        epoch_time_s, note = measured_epoch_time(request, ps_type, owner)
-        return Plan(
-            strategy=request.strategy,
-            ps_type=ps_type,
-            worker_type=request.worker_type,
-            workers=request.workers,
-            hourly_cost=_trimmed(pricing.hourly_cost(request)) if request.worker_type else None,
-            predicted_epoch_time_s=epoch_time_s,
-            source="manual",
-            explanation=f"Manual: the {request.workers} {where}workers{ps} you chose."
-            + (f" {note}" if epoch_time_s is not None else ""),
-            recommendation=None,
-            provider=request.provider,
-            epoch_time_note="" if epoch_time_s is not None else note,
-        )
-    try:
-        answer = service.recommend(pricing.recommend_request(request), request.catalog, owner=owner)
-    except MissingProfilesError as missing:  # the job's recommend step measures them first (fc2/services/profiling.py)
-        if reason := profiling.cannot_profile(request.provider, missing.missing):
-            raise SubmitError(reason, "algorithm") from missing
-        return Plan(
-            strategy=request.strategy,
-            ps_type=missing.missing[0].ps_type,
-            worker_type=request.worker_type,
-            workers=request.workers,
-            hourly_cost=None,  # the types are chosen once their bandwidth is measured
-            predicted_epoch_time_s=None,
-            source="profiling",
-            explanation=profiling.plan_text(missing.missing),
-            recommendation=None,
-            provider=request.provider,
-        )
-    try:
-        check_workers(request.provider, answer.workers)
-    except SubmitError as exc:
-        raise SubmitError(f"the recommended {answer.workers} workers are too many: {exc}", exc.field) from exc
-    chosen = replace(
-        request,
-        strategy=pricing.chosen_strategy(request, answer),
-        ps_type=answer.ps_type or "",
-        worker_type=answer.worker_type,
-        workers=answer.workers,
-    )
-    return Plan(
-        strategy=chosen.strategy,
-        ps_type=pricing.ps_node_type(chosen),
-        worker_type=chosen.worker_type,
-        workers=chosen.workers,
-        hourly_cost=_trimmed(pricing.hourly_cost(chosen)),
-        predicted_epoch_time_s=answer.predicted_epoch_time_s,
-        source=answer.source,
-        explanation=answer.explanation,
-        recommendation=service.as_dict(answer),
-        provider=request.provider,
-        epoch_time_note="" if answer.predicted_epoch_time_s is not None else _no_run_yet(request),
-    )
-
-
-def _no_run_yet(request: JobRequest) -> str:
-    """Why a cluster has no epoch time where nothing was measured or predicted of it: its own run will measure it."""
-    if not provisioner.get(request.provider).typed_nodes:
-        return (
-            f"a {request.provider} cluster is no instance type, so no performance record describes it — the job's own "
-            "run will measure this machine"
-        )
-    return f"no run of {request.workload} on this cluster yet — the job's own run will measure it"
-
-
-def measured_epoch_time(request: JobRequest, ps_type: str, owner=None) -> tuple[float | None, str]:
-    """The mean epoch time of this workload's measured runs of the very cluster a Manual request asks for — its
-    worker type and count, strategy, PS type, the lab's latency and the batch size — and a sentence saying where it
-    comes from; or None and why there is none."""
-    provider = provisioner.get(request.provider)
-    if not provider.typed_nodes:
-        return None, _no_run_yet(request)
-    if not request.worker_type:
-        return None, "choose a worker type to look up its measured runs"
-    batch_size = batch_size_parameter(request.parameters)
-    latency = request.latency_ms if provider.latency else 0.0
-    runs = [
-        r
-        for r in service.workload_records(request.workload, owner)  # the platform's and the owner's, no one else's
-        if r.epoch_time_s is not None
-        and (r.instance_type, r.workers, r.strategy) == (request.worker_type, request.workers, request.strategy)
-        and (request.strategy != Job.Strategy.PS or r.ps_type == ps_type)
-        and float(r.latency_ms or 0.0) == float(latency)
-        and (batch_size is None or r.batch_size == batch_size)
-    ]
-    sizes = {r.batch_size for r in runs}
-    if not runs:
-        return None, (
-            f"{request.workload} has no measured run of {request.workers} × {request.worker_type} "
-            f"({request.strategy}{f', PS {ps_type}' if ps_type else ''}) at {latency:g} ms"
-            + (f" and batch size {batch_size}" if batch_size else "")
-            + " yet — the job's own run will measure it"
-        )
-    if len(sizes) > 1:
-        listed = ", ".join(str(size) for size in sorted(sizes, key=lambda size: size or 0))
-        return None, f"its measured runs differ in batch size ({listed}): give a batch_size parameter"
-    mean = sum(r.epoch_time_s for r in runs) / len(runs)
-    return mean, (
-        f"Its epoch time, {significant(mean)} s, is the mean of {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
-        f" of this cluster for {request.workload} at {latency:g} ms."
-    )
-
-
-def _trimmed(amount: Decimal) -> Decimal:
-    """The same amount as people write it: 0.231000 -> 0.231, 2.000000 -> 2 (never 2E+0)."""
-    return Decimal(format(amount.normalize(), "f"))
 
 
 def planned(request: JobRequest, owner=None) -> Plan:

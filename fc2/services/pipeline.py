@@ -21,7 +21,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -39,11 +39,11 @@ import provisioner
 from fc2 import jsonbounds
 from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import artifacts, datasets, feedback, monitoring, noderecords, pricing, profiling
+from fc2.services import artifacts, datasets, feedback, monitoring, noderecords, planning, profiling
 from fc2.services.requests import JobRequest
 from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
-from recommender.types import MissingProfilesError
+from recommender.types import RecommendationError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -167,9 +167,10 @@ def _hold(job: Job, state: str) -> None:
 
 
 def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
-    """Plan the cluster from the job's request: for Manual the one asked, else the recommender's answer — for
-    Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it (fc2/services/profiling.py).
-    Done again from the request when its worker was lost: a profiling cluster the lost step left is torn down first."""
+    """Plan the cluster from the job's request (`planning.plan`, as the wizard previewed it) and store the plan on
+    the job — for Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it
+    (fc2/services/profiling.py). Done again from the request when its worker was lost: a profiling cluster the lost
+    step left is torn down first."""
     job = _job(job_id)
     if not _begin(job, State.QUEUED, State.RECOMMENDING, "choosing the cluster", resume):
         return False
@@ -177,55 +178,28 @@ def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
     profiling.tear_down_stale(job)
     datasets.ready(job.dataset)
     asked = JobRequest.of(job)
-    if job.algorithm == "manual":
-        _plan(job, asked.strategy, asked.ps_type, asked.worker_type, asked.workers, recommendation=None)
-    else:
-        try:
-            _take_recommendation(job, asked)
-        except MissingProfilesError as missing:  # Scala-Opt without b_t: measure it, then ask again
-            profiling.measure(job, missing.missing, run_spec(job))
-            _take_recommendation(job, asked)
+    chosen = planning.plan(asked, job.owner_id)  # the platform's records and the owner's
+    if chosen.missing:  # Scala-Opt without b_t: measure it, then plan again
+        profiling.measure(job, chosen.missing, run_spec(job))
+        chosen = planning.plan(asked, job.owner_id)
+        if chosen.missing:
+            raise RecommendationError(f"the profiling run measured no bandwidth: {chosen.explanation}")
+    _store(job, chosen)
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
     )
-    chosen = " (left open: the model's choice)" if job.strategy_chosen else ""
-    job.log(f"{job.algorithm} cluster: {job.workers} workers{types}, strategy {job.get_strategy_display()}{chosen}")
+    left_open = " (left open: the model's choice)" if job.strategy_chosen else ""
+    job.log(f"{job.algorithm} cluster: {job.workers} workers{types}, strategy {job.get_strategy_display()}{left_open}")
     return True
 
 
-def _plan(job: Job, strategy: str, ps_type: str, worker_type: str, workers: int, recommendation: dict | None) -> None:
-    """Write the job's plan — the cluster it runs on, and its $/h — where the recommend step (or a relaunch out of
-    capacity) chose it."""
-    plan = {"strategy": strategy, "ps_type": ps_type, "worker_type": worker_type, "workers": workers}
-    for name, value in plan.items():
-        setattr(job, name, value)
-    Job.objects.filter(pk=job.pk).update(**plan, recommendation=recommendation, hourly_cost=pricing.hourly_cost(job))
+def _store(job: Job, plan: planning.Plan) -> None:
+    """Write the plan on the job — the cluster it runs on, its $/h as planned — where the recommend step (or a
+    relaunch out of capacity) chose it."""
+    Job.objects.filter(pk=job.pk).update(**plan.columns())
     job.refresh_from_db()
-
-
-def _take_recommendation(job: Job, asked: JobRequest, exclude: Collection[str] = ()) -> None:
-    """Ask the recommender for the cluster the request `asked` gets and plan it — with the strategy the model chose,
-    where the request left it open; `exclude`: worker types it may not choose (no capacity for them), which keeps
-    the strategy already planned (its nodes may be up)."""
-    from recommender import service
-    from recommender.models import InstanceType
-
-    request = pricing.recommend_request(asked)
-    if exclude:
-        considered = asked.worker_types or InstanceType.objects.filter(
-            catalog__name=job.catalog, role__in=("worker", "any")
-        ).values_list("name", flat=True)
-        remaining = tuple(t for t in considered if t not in exclude)
-        if not remaining:
-            raise ProvisionError(f"no worker type the job may use has capacity (tried {', '.join(exclude)})")
-        planned_ps = job.strategy == Job.Strategy.PS
-        request = replace(request, worker_types=remaining, worker_type=None, parameter_server=planned_ps)
-    answer = service.recommend(request, job.catalog, owner=job.owner_id)  # the platform's records and the owner's
-    if answer.workers > (limit := provisioner.get(job.provider).max_workers):
-        raise ValueError(f"the recommended {answer.workers} workers exceed the {job.provider} provider's {limit}")
-    strategy = job.strategy if exclude else pricing.chosen_strategy(asked, answer)
-    _plan(job, strategy, answer.ps_type or "", answer.worker_type, answer.workers, service.as_dict(answer))
-    job.log(f"recommendation: {answer.explanation}")
+    if plan.recommendation is not None:
+        job.log(f"recommendation: {plan.explanation}")
 
 
 def cluster_name(job: Job) -> str:
@@ -283,12 +257,16 @@ def _launch(job: Job) -> ClusterInfo:
         try:
             return provisioner.launch(spec, notify=job.log)
         except CapacityError as error:
-            chosen_by_hand = job.algorithm in ("manual", "scala-opt-m")
-            if chosen_by_hand or error.instance_type != job.worker_type:
+            if job.algorithm in planning.ONE_WORKER_TYPE or error.instance_type != job.worker_type:
                 raise
             unavailable.append(job.worker_type)
             job.log(f"{error}: asking the recommender for its next worker type")
-            _take_recommendation(job, JobRequest.of(job), exclude=unavailable)
+            # The strategy already planned is kept: its nodes may be up.
+            asked = replace(JobRequest.of(job), strategy=job.strategy)
+            try:
+                _store(job, planning.plan(asked, job.owner_id, blocked=unavailable))
+            except RecommendationError as refused:
+                raise ProvisionError(str(refused)) from error
 
 
 def run_spec(job: Job) -> RunSpec:

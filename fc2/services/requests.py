@@ -1,7 +1,8 @@
 """What a user asks for when submitting a job (the wizard, `submit_job`, the jobs API, a re-run): its code, data and
-resources, before anything is planned. Read by the job service (fc2/services/jobs.py), by pricing, which prices a
-request as it prices a job, and by the pipeline's recommend step, which plans a job from the request it keeps
-(`Job.request`, written once at submission by `as_json`, read back by `of`)."""
+resources, before anything is planned — and the refusal of one (`SubmitError`). Read by the job service
+(fc2/services/jobs.py), which checks it, and by the planner (fc2/services/planning.py), which plans it for the wizard,
+for submit and for the pipeline's recommend step (from the request a job keeps: `Job.request`, written once at
+submission by `as_json`, read back by `of`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from typing import Any
 import provisioner
 from fc2.models import CodeBundle, Dataset, Job, epochs_parameter, workload_name
 from recommender.types import DEFAULT_CATALOG
+
+
+class SubmitError(ValueError):
+    """The job cannot be submitted as asked; `field` names the input at fault, when there is one."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass

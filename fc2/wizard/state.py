@@ -13,12 +13,12 @@ from django.http import HttpRequest
 
 import provisioner
 from fc2.models import CodeBundle, Dataset, Job, workload_name
-from fc2.services import datasets, jobs
+from fc2.services import datasets, jobs, planning
 from recommender import service
 
 SESSION_KEY = "fc2_wizard"
 STEPS = {"code": "Code", "data": "Data", "resource": "Resource", "review": "Review"}
-ONE_WORKER_TYPE = jobs.ONE_WORKER_TYPE
+ONE_WORKER_TYPE = planning.ONE_WORKER_TYPE
 
 
 class Wizard:
