@@ -283,6 +283,32 @@ def test_a_running_job_costs_up_to_now(make, alice):
     assert job.cost == pytest.approx(6.0, abs=1e-5)
 
 
+def test_the_dashboard_counts_a_jobs_profiling_runs_as_its_job_page_does(staff_client, make, alice):
+    """One cost rule: the dashboard's cost of a job is its page's (`pricing.cost_summary`), profiling runs included —
+    one that ended, one cut off by its job's teardown — and a job that only profiled (it failed before its cluster)
+    costs its profiling."""
+    from fc2.services import pricing
+
+    ended = MONDAY + dt.timedelta(minutes=6)
+    runs = [
+        {"cluster": "p1", "hourly_cost": 0.356, "started_at": MONDAY.isoformat(), "ended_at": ended.isoformat()},
+        {"cluster": "p2", "hourly_cost": 0.5, "started_at": ended.isoformat(), "ended_at": None},
+    ]
+    started = MONDAY + dt.timedelta(minutes=10)
+    profiled = make(alice, started=started, hours=0.5, hourly_cost=Decimal("0.818"), profiling_runs=runs)
+    only = make(alice, Job.State.FAILED, finished_at=ended, torn_down_at=ended, profiling_runs=runs[:1])
+
+    annotated = {j.pk: j for j in dashboard.with_spend(Job.objects.all(), now=MONDAY + dt.timedelta(hours=2))}
+
+    for job in (profiled, only):
+        page = pricing.cost_summary(job)["cost_so_far"]
+        assert annotated[job.pk].cost == pytest.approx(page, abs=1e-5)
+    # 0.356 × 0.1 h + 0.5 × (6 → 40 min, its job's teardown) + 0.818 × 0.5 h
+    assert annotated[profiled.pk].cost == pytest.approx(0.0356 + 0.5 * 34 / 60 + 0.409, abs=1e-5)
+    totals = staff_client.get(URL).context["totals"]
+    assert totals["cost"] == pytest.approx(annotated[profiled.pk].cost + annotated[only.pk].cost, abs=1e-5)
+
+
 def test_burn_counts_only_clusters_that_are_up(staff_client, make, alice, bob):
     make(alice, Job.State.RUNNING, started=MONDAY, hourly_cost=Decimal("2.5"), cluster={"nodes": []})
     make(bob, Job.State.BOOTSTRAPPING, hourly_cost=Decimal("0.75"), cluster={"nodes": []})

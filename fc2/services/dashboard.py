@@ -2,7 +2,8 @@
 
 Duration and cost are database annotations (not Python properties) so that the job table can sort by them and the
 totals and charts can sum them without loading the rows. Each function that reads the database runs one query,
-however many jobs there are.
+however many jobs there are. The cost is the job page's (`pricing.cost_summary`'s `cost_so_far`, `Job.cost_between`)
+written in SQL: its cluster's and its profiling runs', each at its own $/h.
 """
 
 from __future__ import annotations
@@ -78,18 +79,57 @@ class SecondsBetween(Func):
         return super().as_sql(compiler, connection, template=template, arg_joiner=") - julianday(", **extra_context)
 
 
+class ProfilingCost(Func):
+    """$ of a job's profiling runs (`Job.profiling_runs`: each {"hourly_cost", "started_at", "ended_at"}) in SQL, by
+    `Job.cost_between`'s rule: each run's $/h over the time it was up, to its end, else its job's teardown, else
+    `now`. NULL for a job with none."""
+
+    output_field = FloatField()
+    POSTGRESQL = (
+        "(SELECT SUM((fc2_run->>'hourly_cost')::double precision * GREATEST(0, EXTRACT(EPOCH FROM ("
+        "COALESCE((fc2_run->>'ended_at')::timestamptz, %(end)s, %(now)s) - (fc2_run->>'started_at')::timestamptz"
+        "))::double precision)) / 3600.0 FROM jsonb_array_elements(%(runs)s) AS fc2_run)"
+    )
+    SQLITE = (
+        "(SELECT SUM(json_extract(fc2_run.value, '$.hourly_cost') * MAX(0, ROUND((julianday(COALESCE("
+        "json_extract(fc2_run.value, '$.ended_at'), %(end)s, %(now)s)) - julianday(json_extract(fc2_run.value, "
+        "'$.started_at'))) * 86400.0, 3))) / 3600.0 FROM json_each(%(runs)s) AS fc2_run)"
+    )
+
+    def __init__(self, now: dt.datetime, **extra):
+        super().__init__(F("profiling_runs"), F("torn_down_at"), Value(now, output_field=DateTimeField()), **extra)
+
+    def _sql(self, template: str, compiler, connection):
+        (runs, runs_params), (end, end_params), (now, now_params) = (
+            compiler.compile(expression) for expression in self.get_source_expressions()
+        )
+        # Each placeholder's parameters in the order the template uses them.
+        return template % {"end": end, "now": now, "runs": runs}, (*end_params, *now_params, *runs_params)
+
+    def as_sql(self, compiler, connection, **extra_context):
+        raise NotSupportedError(f"ProfilingCost is written for SQLite and PostgreSQL, not {connection.vendor}")
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self._sql(self.POSTGRESQL, compiler, connection)
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        return self._sql(self.SQLITE, compiler, connection)
+
+
 def with_spend(queryset: QuerySet[Job], now: dt.datetime) -> QuerySet[Job]:
     """Annotate `elapsed_s` (started → finished, or → `now` while it runs) and `cost` ($ = hourly_cost × the hours
-    its cluster was up: launched → torn down, or → `now` while it is up).
+    its cluster was up — launched → torn down, or → `now` while it is up — plus its profiling runs': `ProfilingCost`).
 
     Same rules as `Job.duration_s` / `Job.cost_so_far`: a job that never started has no duration, one whose cluster
-    was never launched no cost (NULL), and so adds nothing to any sum.
+    was never launched and that profiled nothing no cost (NULL), and so adds nothing to any sum.
     """
     at_now = Value(now, output_field=DateTimeField())
     up_s = SecondsBetween("launched_at", Coalesce("torn_down_at", at_now))
+    cluster = Cast("hourly_cost", FloatField()) * up_s / Value(3600.0)
+    profiling = ProfilingCost(now)
     return queryset.annotate(
         elapsed_s=SecondsBetween("started_at", Coalesce("finished_at", at_now)),
-        cost=Cast("hourly_cost", FloatField()) * up_s / Value(3600.0),
+        cost=Coalesce(cluster + Coalesce(profiling, Value(0.0)), profiling),
     )
 
 
@@ -213,12 +253,13 @@ def spend_by_user(queryset: QuerySet[Job], total: float, top: int = 12) -> list[
 def spend_by_week(queryset: QuerySet[Job]) -> list[dict]:
     """[{"week": Monday as ISO date, "cost"}] from the first to the last week with spend, weeks with none at 0.
 
-    A job's cost counts in the week its cluster was launched.
+    A job's cost counts in the week its cluster was launched, or, for one that only profiled (it ended before its
+    cluster), the week it was submitted.
     """
     rows = (
         queryset.filter(cost__isnull=False)
         .order_by()
-        .annotate(week=TruncWeekUTC("launched_at"))
+        .annotate(week=TruncWeekUTC(Coalesce("launched_at", "created_at")))
         .values("week")
         .annotate(spent=Sum("cost"))
         .order_by("week")
