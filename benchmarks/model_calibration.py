@@ -3,6 +3,9 @@ al.'s Table 4, and on data generated with a known formula — all in one run.
 
 Data sets, and what each is:
 
+0. **The frozen judging grid** — ``recommender/data/frozen-judging-grid.csv`` (its first line says so): a seeded
+   synthetic parameter-server grid whose network saturates from six workers (benchmarks/frozen_grid.py), generated
+   once and never tuned on, printed first with its regret also against its noise-free times.
 1. **Real grids, as shipped** — every grid CSV in recommender/data/ not marked constructed (format from samples.toml
    when listed there, else read from the file: a header row naming ``workload`` is the csv format, numbers are
    anwar2021). Today: ``anwar2021-table4.csv``, the nine rows Anwar et al. 2021 print as Table 4 (MNIST, all-reduce,
@@ -110,6 +113,7 @@ import numpy as np
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
 
+from benchmarks.frozen_grid import FROZEN_MARK, frozen_epoch_time  # noqa: E402
 from common.numbers import significant  # noqa: E402
 from recommender.perfmodel import calibration_report, fit  # noqa: E402
 from recommender.perfmodel.calibration import holdout_report  # noqa: E402
@@ -265,19 +269,22 @@ def read_grid(path: Path, fmt: str, workload: str | None = None) -> list[PerfRec
 
 
 def shipped_grids() -> list[tuple[Path, str, str | None, str]]:
-    """(path, format, workload, kind) of every grid CSV in recommender/data/: kind "constructed" when its first line
-    says so, else "real"; format and workload from samples.toml when it lists the file, else read from the file."""
+    """(path, format, workload, kind) of every grid CSV in recommender/data/: kind "constructed" or "frozen" (the
+    judging grid, benchmarks/frozen_grid.py) when its first line says so, else "real"; format and workload from
+    samples.toml when it lists the file, else read from the file."""
     manifest = tomllib.loads((DATA_DIR / "samples.toml").read_text()).get("sample", [])
     listed = {entry["file"]: entry for entry in manifest}
     grids = []
     for path in sorted(DATA_DIR.glob("*.csv")):
         text = path.read_text(encoding="utf-8-sig")
-        kind = "constructed" if text.startswith(CONSTRUCTED_MARK) else "real"
+        kind = (
+            "constructed" if text.startswith(CONSTRUCTED_MARK) else "frozen" if text.startswith(FROZEN_MARK) else "real"
+        )
         entry = listed.get(path.name, {})
         first = next((line for line in text.splitlines() if line.strip() and not line.startswith("#")), "")
         fmt = entry.get("format") or ("csv" if "workload" in first.lower() else "anwar2021")
         grids.append((path, fmt, entry.get("workload"), kind))
-    return sorted(grids, key=lambda g: (g[3] != "real", g[0].name))
+    return sorted(grids, key=lambda g: (g[3] != "frozen", g[3] != "real", g[0].name))
 
 
 def _percent(value: float | None) -> str:
@@ -672,7 +679,10 @@ def main() -> None:
         workloads = sorted({r.workload for r in records})
         for name in workloads:
             of = [r for r in records if r.workload == name]
-            report_grid(of, f"{kind} grid {path.name} ({fmt}{f', workload {name}' if len(workloads) > 1 else ''})")
+            truth = frozen_epoch_time if kind == "frozen" else None  # judged against its noise-free times too
+            report_grid(
+                of, f"{kind} grid {path.name} ({fmt}{f', workload {name}' if len(workloads) > 1 else ''})", truth
+            )
             if kind == "constructed" and not args.no_synthetic:
                 print()
                 report_grid(
