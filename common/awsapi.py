@@ -239,9 +239,10 @@ def classify(error: ClientError, operation: str, params: dict[str, Any]) -> AwsE
     return AwsError(f"AWS {operation} failed ({code or status}): {message}", code, transient=transient, detail=message)
 
 
-def pages(service: str, region: str, operation: str, key: str, **params: Any) -> list[dict]:
-    """Every item under `key` of every page of a paginated call (each page through `call`, so retried alike)."""
-    items: list[dict] = []
+def pages(service: str, region: str, operation: str, key: str, **params: Any) -> list[Any]:
+    """Every item under `key` of every page of a paginated call (each page through `call`, so retried alike): dicts,
+    or the Pricing API's JSON strings."""
+    items: list[Any] = []
     while True:
         page = call(service, region, operation, **params)
         items.extend(page.get(key, []))

@@ -2,6 +2,8 @@
 deletes or promotes (makes the platform's) a user's record."""
 
 from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from recommender import service
 from recommender.models import Catalog, InstanceType, PerformanceRecord
@@ -52,7 +54,7 @@ class PerformanceRecordAdmin(admin.ModelAdmin):
     actions = ["promote"]
 
     @admin.action(description="Promote to the platform's records (every user's answers read them)")
-    def promote(self, request, queryset):
+    def promote(self, request: HttpRequest, queryset: QuerySet[PerformanceRecord]) -> None:
         promoted, left = service.promote(queryset)
         self.message_user(request, f"{promoted} records promoted to the platform's.")
         if left:

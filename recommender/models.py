@@ -155,7 +155,7 @@ class PerformanceRecord(models.Model):
 
 
 @receiver([post_save, post_delete], sender=InstanceType)
-def _touch_catalog(sender, instance: InstanceType, **kwargs) -> None:
+def _touch_catalog(sender: type[InstanceType], instance: InstanceType, **kwargs: object) -> None:
     """Any change to a type (admin edit, refresh, removal) moves its catalogue's updated_at (the admin's list shows
     when a catalogue last changed)."""
     Catalog.objects.filter(pk=instance.catalog_id).update(updated_at=timezone.now())

@@ -16,18 +16,23 @@ import csv
 import hashlib
 import io
 import tomllib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from common.columns import max_length
 from recommender import service
 from recommender.bounds import BOUNDS
 from recommender.models import PerformanceRecord
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 FORMATS = ("anwar2021", "csv")
 DEFAULT_ANWAR_WORKLOAD = "anwar2021"
@@ -50,16 +55,12 @@ class ImportResult:
     owner: str  # whose records they are: a user's name, or "" for the platform's
 
 
-def _max_length(field: str) -> int:
-    return PerformanceRecord._meta.get_field(field).max_length
-
-
 class _Row(BaseModel):
     # NaN and ±inf are refused: a time or a bandwidth has to be a number the algorithms can compare.
     model_config = ConfigDict(allow_inf_nan=False, frozen=True)
 
 
-def _bounded(name: str, default=...) -> FieldInfo:
+def _bounded(name: str, default: Any = ...) -> Any:  # a FieldInfo, typed as pydantic's own Field is
     """A field bounded as recommender/bounds.py bounds the figure `name`: the one statement of what a record holds."""
     bound = BOUNDS[name]
     return Field(default, ge=bound.low, le=bound.high)
@@ -79,9 +80,9 @@ class AnwarRow(_Row):
 class CsvRow(_Row):
     """One row of the `csv` format: a run, a failed run (no epoch time) or a bandwidth profile (no workers)."""
 
-    workload: str = Field(max_length=_max_length("workload"))
-    instance_type: str = Field("", max_length=_max_length("instance_type"))
-    ps_type: str = Field("", max_length=_max_length("ps_type"))
+    workload: str = Field(max_length=max_length(PerformanceRecord, "workload"))
+    instance_type: str = Field("", max_length=max_length(PerformanceRecord, "instance_type"))
+    ps_type: str = Field("", max_length=max_length(PerformanceRecord, "ps_type"))
     workers: int | None = _bounded("workers", None)
     batch_size: int | None = _bounded("batch_size", None)
     latency_ms: float | None = _bounded("latency_ms", None)
@@ -134,7 +135,7 @@ def _number(bound: float) -> str:
     return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
-def to_csv(records) -> str:
+def to_csv(records: Iterable[PerformanceRecord]) -> str:
     """Records in the `csv` format, every column of CSV_COLUMNS (an absent value, or a failed run's time, empty):
     what `parse_csv` reads back, e.g. a `lab_sweep --csv` grid to ship in recommender/data/.
 
@@ -199,7 +200,7 @@ def parse_csv(text: str, workload: str | None = None) -> list[PerformanceRecord]
     return records
 
 
-def _rows(text: str):
+def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
     """(line number, stripped fields) of every non-blank, non-comment line."""
     for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         fields = [field.strip() for field in row]
@@ -208,7 +209,7 @@ def _rows(text: str):
         yield line, fields
 
 
-def import_file(path: Path, fmt: str, workload: str | None = None, owner=None) -> ImportResult:
+def import_file(path: Path, fmt: str, workload: str | None = None, owner: User | None = None) -> ImportResult:
     """Import the file's records as `owner`'s (a user: only their answers read them), else as the platform's (every
     user's answers read them: an operator's import, the shipped samples). Re-importing the same file for the same
     owner replaces what it imported before, and nothing of anyone else's."""

@@ -21,6 +21,7 @@ from pathlib import PurePosixPath
 from django.core.files.base import ContentFile
 from django.db import transaction
 
+from common.columns import max_length
 from fc2.models import Artifact, Job, Node
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def artifact_name(filename: str, node: str | None = None) -> str:
     (209, 'xxx-8d43f7c74e3.keras')
     """
     prefix = f"{node}/" if node else ""
-    max_chars = Artifact._meta.get_field("name").max_length - len(prefix)
+    max_chars = max_length(Artifact, "name") - len(prefix)
     if len(filename) <= max_chars and len(filename.encode()) <= ARTIFACT_FILE_NAME_BYTES:
         return prefix + filename
     return prefix + _marked(filename, filename, max_chars)
@@ -118,7 +119,7 @@ def _place(job: Job, node: Node, prefix: str | None, original: str, archive: boo
     name = artifact_name(safe_name(original, archive), prefix)
     if not Artifact.objects.filter(job=job, name=name).exists():
         return name
-    max_chars = Artifact._meta.get_field("name").max_length - len(f"{prefix}/" if prefix else "")
+    max_chars = max_length(Artifact, "name") - len(f"{prefix}/" if prefix else "")
     return artifact_name(_marked(safe_name(original, archive), original, max_chars), prefix)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from django.core.files import File
 
@@ -10,8 +10,11 @@ from fc2.bundles import validate_wheel
 from fc2.models import CodeBundle
 from fc2.services.files import atomic_with_files, track
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def store_bundle(owner, fileobj: BinaryIO, filename: str, main_script: str = "main.py") -> CodeBundle:
+
+def store_bundle(owner: User, fileobj: BinaryIO, filename: str, main_script: str = "main.py") -> CodeBundle:
     """Validate the wheel (BundleError if refused) and store it; within `atomic_with_files`, a later failure of the
     caller's transaction removes the file again. The same wheel (by sha256) with the same main script uploaded again by
     the same owner is the bundle already stored: one library entry, one file."""

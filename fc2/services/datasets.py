@@ -14,17 +14,26 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
 from django.core.validators import URLValidator
 from numpy.lib import format as npy_format
 
+from common.columns import max_length
 from fc2.bundles import ZIP_READ_ERRORS, format_bytes
 from fc2.models import Dataset
 from fc2.services.files import atomic_with_files, track
 from monitor import safe_fetch
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # x_train, x_test, y_train, y_test
 
 
 class DatasetError(ValueError):
@@ -37,10 +46,10 @@ class Builtin:
     title: str  # shown in the wizard
     features: int  # values per example
     rows: int  # examples, train + test
-    load: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # real loading code
+    load: Callable[[], Arrays]  # real loading code
 
 
-def _load_digits():
+def _load_digits() -> Arrays:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -49,13 +58,13 @@ def _load_digits():
     return train_test_split(x, digits.target.astype("int64"), test_size=0.2, random_state=0, stratify=digits.target)
 
 
-def _keras_images(loader_name: str):
-    def load():
-        import keras
+def _keras_images(loader_name: str) -> Callable[[], Arrays]:
+    def load() -> Arrays:
+        import keras  # type: ignore[import-untyped]  # (TensorFlow's Keras has no type hints)
 
         (x_train, y_train), (x_test, y_test) = getattr(keras.datasets, loader_name).load_data()
 
-        def images(x):
+        def images(x: np.ndarray) -> np.ndarray:
             x = x.astype("float32") / 255.0
             return x[..., None] if x.ndim == 3 else x
 
@@ -145,7 +154,7 @@ def ready(dataset: Dataset) -> Dataset:
     return dataset
 
 
-def resolve(user, name_or_url: str) -> Dataset:
+def resolve(user: User, name_or_url: str) -> Dataset:
     """The dataset a CLI or form argument names: a built-in, one of the user's datasets, or a URL dataset.
 
     A new URL dataset is returned unsaved: it is stored with the job that uses it, or not at all. Only http(s) URLs to
@@ -175,18 +184,18 @@ def resolve(user, name_or_url: str) -> Dataset:
     return match
 
 
-def store_url(owner, url: str, name: str = "") -> tuple[Dataset, bool]:
+def store_url(owner: User, url: str, name: str = "") -> tuple[Dataset, bool]:
     """The owner's dataset for an http(s) URL (refused as `resolve` refuses it), stored now rather than with its first
     job; True if it is new. `name` names it (default: the URL's last part)."""
     if not url.strip().lower().startswith(("http://", "https://")):
         raise DatasetError(f"not an http(s) URL: {url!r}")
-    if len(url.strip()) > (max_url := Dataset._meta.get_field("url").max_length):
+    if len(url.strip()) > (max_url := max_length(Dataset, "url")):
         raise DatasetError(f"a dataset URL has at most {max_url} characters")
     dataset = resolve(owner, url)
     created = dataset.pk is None
     if name.strip():
         dataset.name = name.strip()
-    max_name = Dataset._meta.get_field("name").max_length
+    max_name = max_length(Dataset, "name")
     if len(dataset.name) > max_name:
         raise DatasetError(f"a dataset's name has at most {max_name} characters")
     dataset.save()
@@ -246,7 +255,7 @@ CONTRACT = (
 )
 
 
-def describe_npz(fileobj) -> tuple[int, int]:
+def describe_npz(fileobj: IO[bytes]) -> tuple[int, int]:
     """(rows, features) of an .npz that keeps the dataset contract (CONTRACT), else DatasetError saying what it lacks.
 
     Judged from the zip's central directory and each member's .npy header, never by loading an array: a small file
@@ -295,7 +304,7 @@ def _check_part(part: str, x: tuple[tuple[int, ...], np.dtype], y: tuple[tuple[i
         raise DatasetError(f"x_{part} holds {x_shape[0]} examples but y_{part} {y_shape[0]} labels")
 
 
-def _open_npz(fileobj) -> zipfile.ZipFile:
+def _open_npz(fileobj: IO[bytes]) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(fileobj)
     except zipfile.BadZipFile:
@@ -332,32 +341,33 @@ def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, 
     return shape, dtype
 
 
-def store_upload(owner, upload, name: str = "") -> Dataset:
+def store_upload(owner: User, upload: UploadedFile, name: str = "") -> Dataset:
     """A dataset from an uploaded file (size-limited) that keeps the dataset contract (`describe_npz`: refused, and
     nothing stored, when it does not), with its rows and features. Its name is `name`, or the file's without its
     extension (as `fc2 submit` names it: a workload reads `dist:mydata`)."""
     limit = settings.FC2_MAX_DATASET_MB * 2**20
-    if upload.size == 0:
+    filename, size = upload.name or "", upload.size or 0  # an uploaded file has both
+    if size == 0:
         raise DatasetError("the dataset file is empty")
-    if upload.size > limit:
+    if size > limit:
         raise DatasetError(f"the dataset file is larger than {settings.FC2_MAX_DATASET_MB} MB")
-    name = name or PurePosixPath(upload.name).stem
-    max_name = Dataset._meta.get_field("name").max_length
+    name = name or PurePosixPath(filename).stem
+    max_name = max_length(Dataset, "name")
     if len(name) > max_name:
         raise DatasetError(f"the dataset's name is longer than {max_name} characters: rename the file")
-    if not upload.name.lower().endswith(".npz"):
-        raise DatasetError(f"{PurePosixPath(upload.name).name} is not an .npz file: {CONTRACT}")
+    if not filename.lower().endswith(".npz"):
+        raise DatasetError(f"{PurePosixPath(filename).name} is not an .npz file: {CONTRACT}")
     rows, features = describe_npz(upload)
     dataset = Dataset(
         owner=owner,
         kind=Dataset.Kind.UPLOAD,
         name=name,
-        size_mb=round(upload.size / 2**20, 3),
+        size_mb=round(size / 2**20, 3),
         rows=rows,
         features=features,
     )
     with atomic_with_files():
-        dataset.file.save(PurePosixPath(upload.name).name, upload, save=False)
+        dataset.file.save(PurePosixPath(filename).name, upload, save=False)
         track(dataset.file)
         dataset.path = dataset.file.path
         dataset.save()

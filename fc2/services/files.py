@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -19,7 +20,7 @@ def track(field_file: FieldFile) -> None:
 
 
 @contextmanager
-def atomic_with_files():
+def atomic_with_files() -> Iterator[None]:
     """transaction.atomic() that also deletes the files tracked inside it when it rolls back."""
     parent = _stored.get()
     stored: list[FieldFile] = []
@@ -29,7 +30,8 @@ def atomic_with_files():
             yield
     except BaseException:
         for field_file in stored:
-            field_file.storage.delete(field_file.name)
+            if field_file.name:
+                field_file.storage.delete(field_file.name)
         raise
     else:
         if parent is not None:  # nested: the outer transaction can still roll these back

@@ -9,7 +9,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 from fc2.models import Job
 from fc2.services import pipeline, sweep
@@ -74,11 +76,11 @@ class Interrupts:
                 self.previous[signum] = signal.signal(signum, self._interrupt)
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 
-    def _interrupt(self, signum: int, frame) -> None:
+    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.received = signum
         self.check()
 
@@ -98,13 +100,13 @@ def _interrupted(job_id: int) -> None:
 
 
 @contextmanager
-def report_server():
+def report_server() -> Iterator[str]:
     """The platform's WSGI app on a free 127.0.0.1 port in a background thread; yields its base URL."""
     from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
     from django.core.wsgi import get_wsgi_application
 
     class QuietHandler(WSGIRequestHandler):
-        def log_message(self, *args):
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadedWSGIServer(("127.0.0.1", 0), QuietHandler, allow_reuse_address=False)

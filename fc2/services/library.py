@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import ProtectedError
 
+from common.columns import max_length
 from fc2.models import CodeBundle, Dataset
 
 
@@ -16,9 +17,9 @@ def rename(item: CodeBundle | Dataset, name: str) -> None:
     name = name.strip()
     if not name:
         raise LibraryError("a name cannot be empty")
-    max_length = type(item)._meta.get_field("name").max_length
-    if len(name) > max_length:
-        raise LibraryError(f"a name has at most {max_length} characters")
+    longest = max_length(type(item), "name")
+    if len(name) > longest:
+        raise LibraryError(f"a name has at most {longest} characters")
     item.name = name
     item.save(update_fields=["name"])
 

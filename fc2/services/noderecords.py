@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, cast
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     PrivateAttr,
     ValidationError,
     model_validator,
@@ -93,7 +94,7 @@ def shortened(limit: int) -> BeforeValidator:
     'ab…gh'
     """
 
-    def shorten(value):
+    def shorten(value: object) -> object:
         if isinstance(value, str) and len(value) > limit:
             return f"{value[: (limit - 1) // 2]}…{value[-(limit // 2) :]}"
         return value
@@ -133,7 +134,7 @@ class Report(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _at_the_door(cls, data, handler):
+    def _at_the_door(cls, data: Any, handler: ModelWrapValidatorHandler[Report]) -> Report:
         """Whoever builds a report (the report API, a result fetched from a node) gets it cleaned (jsonbounds.clean).
         The progress is the node's code's own (its FC2_PROGRESS lines): a figure out of bounds there is left out, not
         a reason to refuse the report, which may carry the node's final status. Anything else wrong refuses it."""
@@ -152,7 +153,7 @@ class Report(BaseModel):
         return self._changes
 
 
-def _without_bad_progress(data, error: ValidationError) -> tuple[dict, list[str]]:
+def _without_bad_progress(data: Any, error: ValidationError) -> tuple[dict, list[str]]:
     """`data` without the progress figures `error` finds out of bounds, and a line for each kind left out; `error`
     itself when it finds anything else wrong."""
     bad = []
@@ -164,9 +165,9 @@ def _without_bad_progress(data, error: ValidationError) -> tuple[dict, list[str]
                 raise error
     left_out: dict[str, str] = {}
     for problem in bad:
-        where, *at, name = problem["loc"]
-        (data[where][at[0]] if at else data[where]).pop(name, None)
-        left_out.setdefault(f"{where}{'[]' if at else ''}.{name}", problem["msg"].lower())
+        where, *at, field = problem["loc"]
+        (data[where][at[0]] if at else data[where]).pop(field, None)
+        left_out.setdefault(f"{where}{'[]' if at else ''}.{field}", problem["msg"].lower())
     return data, [f"{path} left out ({why})" for path, why in left_out.items()]
 
 
@@ -223,15 +224,16 @@ def _store_outputs(job: Job, node: Node, report: Report, files: list[UploadedFil
     kept: dict[str, bytes] = {}
     not_kept = [entry.model_dump() for entry in report.not_kept or []]
     for upload in files:
-        output = named.get(upload.name)
-        path = output.path if output else jsonbounds.clean_text(upload.name)
-        if upload.size > room:
+        wire, size = upload.name or "", upload.size or 0  # a file of a multipart request has both
+        output = named.get(wire)
+        path = output.path if output else jsonbounds.clean_text(wire)
+        if size > room:
             reason = f"over the {settings.FC2_MAX_ARTIFACT_MB} MB limit on a node's outputs (FC2_MAX_ARTIFACT_MB)"
-            not_kept.append({"path": path + ("/" if output and output.archive else ""), "size": upload.size,
+            not_kept.append({"path": path + ("/" if output and output.archive else ""), "size": size,
                              "reason": reason})  # fmt: skip
             continue
-        room -= upload.size
-        kept[upload.name] = upload.read()
+        room -= size
+        kept[wire] = upload.read()
     manifest = {
         "outputs": [output.model_dump() for output in report.outputs or []],
         "not_kept": not_kept,
@@ -251,10 +253,11 @@ def job_metrics(data: bytes) -> tuple[dict, list[str]]:
     bounded (MAX_METRIC_STRING, MAX_METRICS_CHARS: past it, its first entries that fit) — and what was changed, one
     line each."""
     try:
-        data = jsonbounds.loads(data)
-        metrics, changes = jsonbounds.clean(
-            data if isinstance(data, dict) else {"value": data}, max_string=MAX_METRIC_STRING
+        loaded = jsonbounds.loads(data)
+        cleaned, changes = jsonbounds.clean(
+            loaded if isinstance(loaded, dict) else {"value": loaded}, max_string=MAX_METRIC_STRING
         )
+        metrics = cast(dict, cleaned)  # clean keeps a dict a dict
     except ValueError as exc:  # not JSON, not UTF-8, nested too deep, an integer of more digits than Python reads
         why = jsonbounds.clean_text(str(exc))[:200]
         return {"error": "metrics.json is not valid JSON"}, [f"not valid JSON ({why}): not shown"]

@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -128,7 +129,7 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec, place: tuple[int, 
     _update(job, entry, cluster=empty.to_dict())
     job.log(
         f"profiling run: 1 {profile.ps_type} PS + 1 {profile.worker_type} worker, to measure the bandwidth one "
-        f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {usd_per_hour(hourly)})"
+        f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {usd_per_hour(float(hourly))})"
     )
     spec = ClusterSpec(
         cluster_id=name,
@@ -231,17 +232,20 @@ def _samples(cluster: ClusterInfo) -> list[Sample]:
 
 
 def _sample(kept: dict) -> Sample:
-    counters = {k: v if isinstance(v := kept.get(k), int) else None for k in ("bytes_sent", "bytes_recv")}
+    def counter(name: str) -> int | None:
+        return value if isinstance(value := kept.get(name), int) else None
+
     cpu = kept.get("cpu_percent")
     return Sample(
         node_id=0,
         at=datetime.fromtimestamp(kept["at"], UTC),
         cpu_percent=float(cpu) if isinstance(cpu, int | float) else None,
-        **counters,
+        bytes_sent=counter("bytes_sent"),
+        bytes_recv=counter("bytes_recv"),
     )
 
 
-def _update(job: Job, entry: dict, **fields) -> None:
+def _update(job: Job, entry: dict, **fields: Any) -> None:
     """Keep the run's entry (and `fields`) on the job."""
     runs = [run for run in job.profiling_runs if run.get("cluster") != entry["cluster"]] + [dict(entry)]
     Job.objects.filter(pk=job.pk).update(profiling_runs=runs, **fields)

@@ -12,6 +12,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from pydantic import ValidationError
 
+from common.columns import max_length
 from fc2.models import Dataset, Job, Node
 from fc2.results import LOG_INTRO
 from fc2.services import noderecords, pipeline
@@ -65,9 +66,7 @@ def move_on(job: Job, node: Node) -> bool:
         tail = node.log_tail.strip()
         reason = f"{reason}{LOG_INTRO}{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
         if tail.startswith(DATASET_FETCH_FAILED):
-            Dataset.objects.filter(pk=job.dataset_id).update(
-                last_error=tail[: Dataset._meta.get_field("last_error").max_length]
-            )
+            Dataset.objects.filter(pk=job.dataset_id).update(last_error=tail[: max_length(Dataset, "last_error")])
         return pipeline.fail(job, reason, release_now=False)
     if node.status == Node.Status.SUCCEEDED and is_chief(job.strategy, node.role, node.index):
         Dataset.objects.filter(pk=job.dataset_id).exclude(last_error="").update(last_error="")

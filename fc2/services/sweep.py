@@ -65,7 +65,7 @@ import re
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -145,6 +145,7 @@ def orphans(provider: str, region: str = "", *, every: bool = False) -> list[str
     recorded = {
         cluster.get("cluster_id")
         for cluster in Job.objects.filter(cluster__isnull=False).values_list("cluster", flat=True)
+        if cluster
     }
     return [
         name
@@ -303,7 +304,7 @@ def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str
         job.refresh_from_db()
         if job.is_terminal:
             break
-        files = [SimpleUploadedFile(name, data) for name, data in result.files.items()]
+        files: list[UploadedFile] = [SimpleUploadedFile(name, data) for name, data in result.files.items()]
         try:
             reports.receive(job, {**result.report, "node": node.name}, files)
         except reports.ReportRejected as exc:

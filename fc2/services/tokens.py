@@ -4,7 +4,8 @@ secret, which is not kept (fc2.models.ApiToken keeps its SHA-256). The settings 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -12,7 +13,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from common.columns import max_length
 from fc2.models import ApiToken
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 # Longest life a token may be given, in days (a token that should never expire is given none).
 MAX_EXPIRY_DAYS = 3650
@@ -22,14 +27,14 @@ class TokenError(ValueError):
     """The token cannot be made as asked; the message says why."""
 
 
-def create(user, name: str, expires_days: int | None = None) -> tuple[ApiToken, str]:
+def create(user: User, name: str, expires_days: int | None = None) -> tuple[ApiToken, str]:
     """A new token for `user` named `name` and its secret, to show once; `expires_days` from now, or never."""
     name = name.strip()
-    max_length = ApiToken._meta.get_field("name").max_length
+    longest = max_length(ApiToken, "name")
     if not name:
         raise TokenError("a token needs a name (e.g. the machine or script that will use it)")
-    if len(name) > max_length:
-        raise TokenError(f"a token's name has at most {max_length} characters")
+    if len(name) > longest:
+        raise TokenError(f"a token's name has at most {longest} characters")
     if expires_days is not None and not 1 <= expires_days <= MAX_EXPIRY_DAYS:
         raise TokenError(f"a token expires after 1 to {MAX_EXPIRY_DAYS} days (or give no expiry)")
     now = timezone.now()
@@ -53,7 +58,7 @@ def create(user, name: str, expires_days: int | None = None) -> tuple[ApiToken, 
 def describe(token: ApiToken) -> dict:
     """What may be shown of a token: everything but its secret (which is not kept) and the secret's hash."""
 
-    def moment(value):
+    def moment(value: datetime | None) -> str | None:
         return value.isoformat() if value else None
 
     return {

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.cache import cache
@@ -21,6 +22,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from fc2.models import CeleryWorker, Job
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 BEATS_PER_SILENCE = 3  # a worker beats this often within FC2_WORKER_SILENCE_S: two lost beats are no outage
 CACHE_KEY = "fc2:worker-status"
@@ -110,7 +114,7 @@ def waits_on_workers(job: Job) -> bool:
     return job.driver == Job.Driver.CELERY and not job.is_terminal
 
 
-def jobs_waiting(user) -> QuerySet:
+def jobs_waiting(user: User) -> QuerySet[Job]:
     """The user's jobs that a worker has to move on (see waits_on_workers)."""
     return Job.objects.filter(owner=user, driver=Job.Driver.CELERY, state__in=Job.ACTIVE)
 

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import NoReturn
+from argparse import Namespace
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def user_named(username: str | None):
+
+def user_named(username: str | None) -> User | None:
     """The user a command acts for (`--user`, `--owner`), or None when not named; a CommandError when there is none
     of that name (the command's `error: …`)."""
     if username is None:
@@ -38,7 +43,9 @@ class ContractParser(CommandParser):
 
     wants_json = False
 
-    def parse_args(self, args=None, namespace=None):
+    def parse_args(  # type: ignore[override]  # one signature for argparse's overloads
+        self, args: Sequence[str] | None = None, namespace: Namespace | None = None
+    ) -> Namespace:
         self.wants_json = "--json" in (sys.argv[1:] if args is None else args)
         return super().parse_args(args, namespace)
 
@@ -48,7 +55,8 @@ class ContractParser(CommandParser):
             self.print_usage(sys.stderr)
             sys.stderr.write(f"error: {message}\n")
             sys.exit(2)
-        super().error(message)
+        super().error(message)  # raises CommandError, or exits
+        raise AssertionError("unreachable")  # (django-stubs does not say so)
 
 
 class ContractCommand(BaseCommand):
@@ -60,13 +68,13 @@ class ContractCommand(BaseCommand):
     --json it still leaves one JSON object on stdout, and its traceback goes to stderr.
     """
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> CommandParser:
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         # Django builds its CommandParser itself; this gives that parser the contract's error().
         parser.__class__ = ContractParser
         return parser
 
-    def execute(self, *args, **options):
+    def execute(self, *args: Any, **options: Any) -> str | None:
         try:
             return super().execute(*args, **options)
         except CommandError as exc:
@@ -79,7 +87,7 @@ class ContractCommand(BaseCommand):
                 self.stdout.write(json.dumps({"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}))
             raise
 
-    def fail(self, reason: str, as_json: bool, details: tuple[str, ...] = (), **extra) -> NoReturn:
+    def fail(self, reason: str, as_json: bool, details: tuple[str, ...] = (), **extra: object) -> NoReturn:
         if as_json:
             self.stdout.write(json.dumps({"ok": False, "error": reason, **extra}))
         self.stderr.write(f"error: {reason}")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from recommender.management.base import ContractCommand, user_named
 from recommender.perfdata import FORMATS, PerfDataError, import_file
@@ -14,7 +17,7 @@ class Command(ContractCommand):
     help = "Import performance records (all rows or none); re-importing a file replaces its earlier records."
     requires_system_checks = []
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", help="the CSV file")
         parser.add_argument(
             "--format",
@@ -37,7 +40,7 @@ class Command(ContractCommand):
         )
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         try:
             owner = user_named(options["owner"])
             result = import_file(Path(options["path"]), options["format"], options["workload"], owner)

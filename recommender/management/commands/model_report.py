@@ -6,6 +6,9 @@ alone: MAPE of epoch time and mean regret of the recommended worker count."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from recommender import algorithms, perfmodel, service
 from recommender.management.base import ContractCommand, user_named
@@ -17,7 +20,7 @@ class Command(ContractCommand):
     help = "Calibrate the performance model on a workload's records (leave one latency out by default)."
     requires_system_checks = []
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--workload", required=True, metavar="NAME", help="whose performance records to use")
         parser.add_argument(
             "--catalog", default="", metavar="NAME", help=CATALOG_HELP + " (default: the one of the records' types)"
@@ -41,7 +44,7 @@ class Command(ContractCommand):
         )
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         try:
             read = service.records_of(options["workload"], user_named(options["user"]))
             records = read.records
@@ -50,7 +53,7 @@ class Command(ContractCommand):
                     f"workload {options['workload']!r} has no performance records to read ({read.counts()['text']})"
                 )
             counts = service.strategy_counts(records)
-            strategy = options["strategy"] or max(counts, key=counts.get)
+            strategy = options["strategy"] or max(counts, key=lambda strategy: counts[strategy])
             if strategy not in counts:
                 raise RecommendationError(f"workload {options['workload']!r} has no records of the {strategy} strategy")
             catalog = options["catalog"] or service.records_catalog(records)

@@ -6,6 +6,9 @@ are, counted."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from recommender import service
 from recommender.management.base import ContractCommand, user_named
@@ -16,14 +19,14 @@ class Command(ContractCommand):
     help = "Make users' performance records the platform's, which every user's answers then read."
     requires_system_checks = []
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--owner", metavar="USERNAME", help="the records of this user")
         parser.add_argument("--id", type=int, nargs="+", default=[], metavar="N", help="the records of these ids")
         parser.add_argument("--workload", metavar="NAME", help="only this workload's")
         parser.add_argument("--dry-run", action="store_true", help="say what would be promoted, promote nothing")
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         if not options["owner"] and not options["id"]:  # (never every user's records at once by accident)
             self.fail("name the records to promote: --owner USERNAME or --id N …", options["json"])
         records = PerformanceRecord.objects.filter(owner__isnull=False)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from recommender import service
 from recommender.catalog import bundled_catalogs
@@ -23,7 +26,7 @@ class Command(ContractCommand):
     help = "Recommend a cluster: PS type, worker type and count, $/h, predicted epoch time, and why."
     requires_system_checks = []
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--algorithm",
             required=True,
@@ -66,7 +69,7 @@ class Command(ContractCommand):
         )
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         user = user_named(options["user"])
         request = RecommendRequest(
             algorithm=options["algorithm"],

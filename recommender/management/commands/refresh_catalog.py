@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 from django.core.management.base import CommandParser
 
@@ -29,7 +30,7 @@ class Command(ContractCommand):
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         as_json = options["json"]
         try:
             data = pricing.fetch_catalog(options["region"], name=options["name"])
