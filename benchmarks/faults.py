@@ -52,7 +52,7 @@ FAULTS = {
     "test_a_result_that_never_reached_the_platform_is_fetched_from_the_node": ("nodes cannot reach platform", "all"),
     "test_cancel_answers_before_the_teardown": ("cancel", "running"),
     "test_a_ps_job_does_not_wait_in_collecting_for_its_servers": ("PS servers never exit", "collecting"),
-    "test_the_web_server_down_at_the_end_of_training_loses_no_result": ("web server down 60 s", "end of run"),
+    "test_the_web_server_down_at_the_end_of_training_loses_no_result": ("web server down 20 s", "end of run"),
     "test_a_lab_node_lost_mid_training_ends_the_job_by_name_and_leaves_nothing": ("lab node:", "running"),
     "test_the_lab_teardown_after_each_loss_removes_everything": ("lab teardown alone:", "running"),
     "test_an_ec2_instance_terminated_behind_the_platforms_back_fails_the_job_and_leaves_nothing": (
