@@ -9,9 +9,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.core.cache import cache
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 import provisioner
@@ -85,7 +86,7 @@ def overheads(provider: str) -> Overheads:
         for launched, done, epochs, epoch_s in trained.values_list(
             "launched_at", "trained_at", "epochs", "figures__epoch_time_s"
         )[:OVERHEADS_MEASURED]
-        if (spent := (done - launched).total_seconds() - epochs * float(epoch_s)) >= 0
+        if (spent := (done - launched).total_seconds() - (epochs or 0) * float(epoch_s)) >= 0  # (filtered: epochs)
     ]
     teardown, teardowns = _teardown(provider)
     return Overheads(
@@ -97,7 +98,7 @@ def overheads(provider: str) -> Overheads:
     )
 
 
-def _completed():
+def _completed() -> QuerySet[JobEvent, Any]:
     """When a job's training ended: its chief's completion (the move to collecting)."""
     return JobEvent.objects.filter(job=OuterRef("pk"), state=Job.State.COLLECTING).order_by("at").values("at")
 
@@ -167,7 +168,8 @@ def projection(job: Job) -> Projection | None:
     teardown, the overheads its estimate took before it ran: a queued job's projection is its estimate."""
     if job.hourly_cost is None or job.is_terminal:
         return job.projection()
-    taken = cache.get_or_set(f"fc2:overheads:{job.provider}", lambda: overheads(job.provider), OVERHEADS_CACHE_S)
+    key = f"fc2:overheads:{job.provider}"
+    taken = cache.get_or_set(key, lambda: overheads(job.provider), OVERHEADS_CACHE_S) or overheads(job.provider)
     return job.projection(startup_s=taken.startup_s, teardown_s=taken.teardown_s)
 
 

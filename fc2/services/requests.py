@@ -42,7 +42,7 @@ class JobRequest:
     worker_types: list[str] = field(default_factory=list)
     workload_name: str = ""  # the records' name for this code and data; "" for the default (fc2.models.workload_name)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # A provider whose instance types are its own (the lab's) prices and recommends from its own catalogue.
         if self.provider in provisioner.PROVIDERS and (own := provisioner.get(self.provider).catalog):
             self.catalog = own
