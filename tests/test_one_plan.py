@@ -1,8 +1,8 @@
-"""One request, one plan, one price on every view: what the wizard previews (`jobs.planned`, its preview's call) is
-what the recommend step stores on the job, what the Recommender page, /api/v1/recommend and `manage.py recommend
---json` answer for the same question, and what the job page and the admin dashboard bill — across the algorithms and
-the providers' catalogues (no cluster is launched: the recommend step runs inline, and a cluster's hour is written
-on the job as its provision step would)."""
+"""One request, one plan, one price on every view: what the wizard's resource step previews for the answers (and
+submit's budget check plans, `jobs.planned`) is what the recommend step stores on the job, what the Recommender page,
+/api/v1/recommend and `manage.py recommend --json` answer for the same question, and what the job page and the admin
+dashboard bill — across the algorithms and the providers' catalogues (no cluster is launched: the recommend step runs
+inline, and a cluster's hour is written on the job as its provision step would)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from fc2.services import dashboard, jobs, pipeline, planning, pricing
 from recommender.models import PerformanceRecord
 from recommender.types import RecommendationError
 from tests.conftest import call_json
+from tests.helpers import resource_form, through_data
 
 GRID = "lab-digits-grid"  # the shipped lab samples: all-reduce and parameter-server runs of examples/digits_cnn
 POINT = {"epochs": "2", "batch_size": "32"}
@@ -150,6 +151,29 @@ def cli_args(fields: dict) -> list[str]:
     return args
 
 
+def wizard_preview(client, bundle, fields: dict, parameters: dict) -> planning.Plan:
+    """The plan the wizard's resource step shows (its live recommendation) for the same answers."""
+    through_data(client, bundle, params=tuple(parameters.items()))
+    budget = fields.get("budget")
+    form = resource_form(
+        provider=fields["provider"],
+        strategy=fields["strategy"],
+        algorithm=fields["algorithm"],
+        catalog=fields.get("catalog", ""),
+        worker_type=fields.get("worker_type", ""),
+        worker_types=fields.get("worker_types", []),
+        limit="workers" if budget is None else "budget",
+        max_workers=str(fields.get("workers", "")) if budget is None else "",
+        budget="" if budget is None else str(budget),
+        latency_ms=str(fields.get("latency_ms", 0)),
+        region=fields.get("region", ""),
+        workload_name=fields.get("workload_name", ""),
+    )
+    response = client.get(reverse("job-new-recommendation"), form)
+    assert "plan" in response.context, response.context.get("error") or response.context.get("invalid").errors
+    return response.context["plan"]
+
+
 def json_shape(data):
     """`data` as a JSON column gives it back (tuples as lists)."""
     return json.loads(json.dumps(data))
@@ -171,7 +195,9 @@ def test_the_previewed_plan_is_the_stored_plan_and_every_view_prices_it_alike(
     case, fields, parameters, platform, client, alice, bundle, digits
 ):
     request = jobs.JobRequest(bundle=bundle, dataset=digits, parameters=dict(parameters), **fields)
-    previewed = jobs.planned(request, alice)  # the wizard's preview and review, and submit's budget check
+    previewed = jobs.planned(request, alice)  # submit's budget check, and the wizard's review
+    client.force_login(alice)
+    assert wizard_preview(client, bundle, fields, parameters) == previewed
     assert previewed.hourly_cost is not None and previewed.source != "profiling"
     if previewed.strategy == Job.Strategy.PS and provisioner.get(request.provider).typed_nodes:
         assert previewed.ps_type, "a PS cluster's plan names its PS"
@@ -184,7 +210,6 @@ def test_the_previewed_plan_is_the_stored_plan_and_every_view_prices_it_alike(
     assert stored == {**previewed.columns(), "recommendation": json_shape(previewed.recommendation)}
 
     if request.algorithm != "manual":
-        client.force_login(alice)
         asked = api_fields(request)
         api = client.post("/api/v1/recommend", asked, content_type="application/json")
         assert api.status_code == 200, api.content
