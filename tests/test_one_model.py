@@ -36,7 +36,8 @@ def test_the_records_page_and_the_api_quote_the_same_error_figures(client, alice
     }
     error, coverage = error_text(quoted["cv_mape"]), coverage_text(quoted["cv_coverage_80"])
     assert shown == {"predictor-error": error, "predictor-coverage": coverage}
-    assert f"cross-validated error is {error}, its 80 % intervals holding {coverage}" in answer.json()["explanation"]
+    why = " ".join(answer.json()["extra"]["why"])  # the details behind the answer's one sentence
+    assert f"cross-validated error is {error}, its 80 % intervals holding {coverage}" in why
     assert page.context["report"]["pairs"], "the calibration chart draws the held-out estimates behind the figure"
     out = StringIO()
     call_command("model_report", "--workload", "lab-digits-grid", "--strategy", "mirrored", "--json", stdout=out)
@@ -44,6 +45,6 @@ def test_the_records_page_and_the_api_quote_the_same_error_figures(client, alice
     assert (report["predictor"]["cv_mape"], report["predictor"]["cv_coverage"]) == (error, coverage)
     # ... and how the choice judges a time: the sentence the answer carries, on the page and in the report.
     choice = html.unescape(re.search(r'id="predictor-choice">How it chooses among configurations: ([^<]+)<', text)[1])
-    assert choice.startswith("Each time is judged by") and choice in answer.json()["explanation"]
+    assert choice.startswith("Each time is judged by") and choice in why
     assert report["predictor"]["choice"] == choice
     assert report["strategy"] == "mirrored" and report["catalog"] == "lab"

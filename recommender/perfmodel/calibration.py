@@ -11,9 +11,9 @@ import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 from sklearn.model_selection import LeaveOneGroupOut
 
-from recommender.perfmodel.choice import _choose
+from recommender.perfmodel.choice import choose
 from recommender.perfmodel.fitting import GROUPINGS, _pattern, _usable, fit
-from recommender.perfmodel.predictor import _cell_key, _means, _runs, predictor
+from recommender.perfmodel.predictor import predictor
 from recommender.types import Candidate, InstanceSpec, PerfRecord, RecommendationError
 
 
@@ -90,7 +90,7 @@ def calibration_report(
     }
 
 
-def _pair(group, record: PerfRecord, predicted_s: float) -> dict:
+def _pair(group: object, record: PerfRecord, predicted_s: float) -> dict:
     """A held-out record beside its prediction, as the reports list them."""
     return {
         "group": _json(group),
@@ -98,7 +98,7 @@ def _pair(group, record: PerfRecord, predicted_s: float) -> dict:
         "workers": record.workers,
         "batch_size": record.batch_size,
         "latency_ms": float(record.latency_ms or 0.0),
-        "measured_s": float(record.epoch_time_s),
+        "measured_s": float(record.epoch_time_s or 0.0),  # (a held-out run has a time)
         "predicted_s": float(predicted_s),
     }
 
@@ -117,7 +117,7 @@ def _regrets(pairs: list[dict]) -> list[float]:
     return regrets
 
 
-def _json(value):
+def _json(value: object) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -132,7 +132,7 @@ def holdout_report(
     """One latency, batch size or worker count held out at a time and predicted from the rest (JSON-serialisable).
 
     method: ``predictor`` (recommender.perfmodel.predictor, rebuilt on each fold's records as the recommender builds
-    it: model and process refitted, its floors on uncertainty from its own cross-validation of the fold's records),
+    it: model and process refitted, its conformal interval from its own cross-validation of the fold's records),
     ``model`` (the fitted family alone, `fit` on each fold's records) or ``baseline`` — plain interpolation along the
     held-out axis with nothing fitted: linear between the two neighbouring measured values of that axis
     (latencies, batch sizes or worker counts) at the same worker type and other two coordinates; one machine of an
@@ -142,7 +142,7 @@ def holdout_report(
     their 80 % interval. The choice is scored as the recommender makes it from the fold's records: per (worker type,
     batch size, latency) cell with at least two measured worker counts, and per fold that holds out runs of it. The
     predictor chooses as `recommend --algorithm lookup` would from the fold (every measured count of the cell
-    estimated, the fold's runs measured, by choice._choose: each time judged as the fold's predictor judges it); the
+    estimated, the fold's runs measured, by choice.choose: each time judged by the upper end of its interval); the
     model and the baseline take the held-out counts' predicted times against the other counts' measured times in the
     fold.
     The cell is answered when every measured count is a candidate, and then regret = measured time of the chosen
@@ -159,7 +159,9 @@ def holdout_report(
     key = GROUPINGS[group_by]
     groups = sorted({key(r) for r in usable}, key=lambda g: (g is None, g))
     cells = _cells(usable)
-    pairs, skipped, choices = [], [], []
+    pairs: list[dict] = []
+    skipped: list[dict] = []
+    choices: list[tuple[object, tuple, tuple[float, bool, int] | None]] = []
     for group in groups:
         train = [r for r in records if r.epoch_time_s is None or key(r) != group]
         held_out = [r for r in usable if key(r) == group]
@@ -213,27 +215,30 @@ def holdout_report(
     }
 
 
-def _fold_times(method, group_by, train, held_out, catalog) -> tuple[list[tuple], Callable | None]:
+def _fold_times(
+    method: str, group_by: str, train: list[PerfRecord], held_out: list[PerfRecord], catalog: Sequence[InstanceSpec]
+) -> tuple[list[tuple], Callable | None]:
     """Each held-out run's (predicted time or None, basis, its 80 % run interval or None), and how the method chooses
     in a cell (None: the held-out counts' times against the fold's measured ones)."""
-    points = [(r.instance_type, r.workers, r.batch_size, float(r.latency_ms or 0.0)) for r in held_out]
+    points = [(r.instance_type, r.workers or 1, r.batch_size, float(r.latency_ms or 0.0)) for r in held_out]
     if method == "predictor":
         fold = predictor(train, catalog)  # cross-validated on the fold's own runs, as the recommender's is
         times = [
-            (None, "", None) if e is None else (e.epoch_time_s, e.basis, list(e.run_interval))
+            (None, "", None) if e is None else (e.epoch_time_s, e.basis, list(e.interval))
             for e in fold.estimate_many(points)
         ]
 
         def chooser(cell: tuple, counts: Sequence[int]) -> int | None:
             worker_type, batch, latency = cell
             estimates = fold.estimate_many([(worker_type, n, batch, latency) for n in counts])
-            if any(e is None for e in estimates):
+            known = [e for e in estimates if e is not None]
+            if len(known) < len(estimates):
                 return None
             candidates = [
                 Candidate(worker_type, n, e.epoch_time_s, 0.0, e.basis, interval_s=e.interval, judged_s=fold.judged(e))
-                for n, e in zip(counts, estimates, strict=True)
+                for n, e in zip(counts, known, strict=True)
             ]
-            return _choose(candidates, 1.0, 0.0).workers
+            return choose(candidates, 1.0, 0.0).workers
 
         return times, chooser
     if method == "model":
@@ -260,14 +265,14 @@ def interpolation_baseline(train: Sequence[PerfRecord], at: PerfRecord, axis: st
     field = axes[axis]
     if at.workers == 1 and _pattern(usable) != "ps":
         same = [
-            r.epoch_time_s
+            r.epoch_time_s or 0.0
             for r in usable
             if (r.instance_type, r.workers, r.batch_size) == (at.instance_type, 1, at.batch_size)
         ]
         if same:
             return float(np.mean(same)), "measured"
     others = [name for name in ("instance_type", "workers", "batch_size", "latency_ms") if name != field]
-    line = defaultdict(list)
+    line: dict = defaultdict(list)
     for r in usable:
         if all(_coordinate(r, name) == _coordinate(at, name) for name in others) and _coordinate(r, field) is not None:
             line[_coordinate(r, field)].append(r.epoch_time_s)
@@ -281,9 +286,27 @@ def interpolation_baseline(train: Sequence[PerfRecord], at: PerfRecord, axis: st
     return t_lo + (x - lo) / (hi - lo) * (t_hi - t_lo), "interpolated"
 
 
-def _coordinate(record: PerfRecord, name: str):
+def _coordinate(record: PerfRecord, name: str) -> object:
     value = getattr(record, name)
     return float(value or 0.0) if name == "latency_ms" else value
+
+
+def _cell_key(record: PerfRecord) -> tuple:
+    """Where a choice of worker count is made: (worker type, batch size, latency)."""
+    return (record.instance_type, record.batch_size, float(record.latency_ms or 0.0))
+
+
+def _runs(usable: Sequence[PerfRecord]) -> dict:
+    """(worker type, batch size, latency) -> {workers: [measured times]}."""
+    times: dict = defaultdict(lambda: defaultdict(list))
+    for r in usable:
+        times[_cell_key(r)][r.workers].append(r.epoch_time_s)
+    return times
+
+
+def _means(counts: dict) -> dict:
+    """{workers: [times]} -> {workers: their mean}."""
+    return {n: float(np.mean(times)) for n, times in counts.items()}
 
 
 def _cells(usable: Sequence[PerfRecord]) -> dict:
@@ -301,12 +324,16 @@ def _as_fast(runs: dict) -> set:
     [1]
     """
     means = _means(runs)
-    slowest = max(runs[min(means, key=means.get)])
+    slowest = max(runs[min(means, key=lambda n: means[n])])
     return {n for n, times in runs.items() if min(times) <= slowest}
 
 
 def _fold_choices(
-    cells: dict, train, held_out, fold: list[dict], chooser=None
+    cells: dict,
+    train: Sequence[PerfRecord],
+    held_out: Sequence[PerfRecord],
+    fold: list[dict],
+    chooser: Callable | None = None,
 ) -> dict[tuple, tuple[float, bool, int] | None]:
     """One fold's choice in each cell it holds runs of: cell -> (regret, best, the count chosen), or None when some
     measured count has neither a prediction nor a measurement in the fold. chooser(cell, counts): the method's own
@@ -322,7 +349,7 @@ def _fold_choices(
     >>> _fold_choices(cells, runs[:1], runs[1:], [])  # the held-out count not answered
     {('', 64, 0.0): None}
     """
-    predicted = defaultdict(lambda: defaultdict(list))
+    predicted: dict = defaultdict(lambda: defaultdict(list))
     for p in fold:
         predicted[(p["worker_type"], p["batch_size"], p["latency_ms"])][p["workers"]].append(p["predicted_s"])
     kept = _runs(_usable(train))

@@ -1,23 +1,40 @@
-"""The explanation texts: where a pick's epoch time came from, what it is worth, the conditions it assumes, where it
-leaves the measured ranges, the configurations the data cannot tell from it and those that cannot be estimated, and
-why nothing could be (the warning of failed runs near it is recommender.algorithms.warning_text)."""
+"""The explanation of a pick: one plain sentence (the pick, its time with its 80 % interval — the one error figure —
+and its cost), and the details behind a "why", a list the pages fold away, with the answer's other details as JSON;
+and the refusal when nothing can be estimated (the warning of failed runs near a pick is
+recommender.algorithms.warning_text)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from recommender.algorithms import configuration_text
-from recommender.perfmodel.predictor import BOUND, ESTIMATE, PredictorModel
+from recommender.perfmodel.predictor import PredictorModel
 from recommender.types import Candidate, RecommendationError, RecommendRequest
 
+ALIKE_NAMED = 3  # the why names this many of the configurations the data cannot tell from the pick
 KNEE_SEARCH = 64  # the largest worker count at which a roofline's knee is looked for
-_UNNAMED_TYPES = " Hourly cost leaves out the workers: the records name no worker type."
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an explanation says of a pick besides the pick itself."""
+
+    request: RecommendRequest
+    model: PredictorModel  # the predictor that estimated it
+    detail: str  # where the pick's time came from
+    configurations: int  # how many were estimated
+    refused: Counter  # why the others within the limit were not (guards: reason -> how many)
+    left: int  # runs through other PS types left out (0: none)
+    unpriced_workers: bool  # the records name no worker type: hourly costs leave the workers out
+    priced: bool  # the catalogue prices the pick's type
+    fallback: bool = False  # the lookup's fallback, not the model algorithm
 
 
 def error_text(fraction: float) -> str:
-    """A cross-validated error as every door writes it (the explanation here, the Records page).
+    """A cross-validated error as every door writes it.
 
     >>> error_text(0.0904)
     '9.0%'
@@ -34,228 +51,182 @@ def coverage_text(fraction: float) -> str:
     return f"{fraction:.0%}"
 
 
-def explain_model(
-    model: PredictorModel,
-    request: RecommendRequest,
-    pick: Candidate,
-    configurations: int,
-    detail: str,
-    *,
-    unpriced_workers: bool,
-) -> str:
-    """The `model` algorithm's explanation of its pick among `configurations` estimated ones (detail: where its time
-    came from); unpriced_workers: the records name no worker type, so hourly costs leave the workers out."""
-    batch_text, latency_text = _conditions(model, request)
-    if request.budget is not None:
-        within = f" costing at most ${request.budget:g}/h"
-    elif request.max_workers is not None:
-        within = f" of at most {request.max_workers} workers"
-    else:
-        within = " up to the largest measured worker count (no budget or limit given)"
-    return (
-        f"{configuration_text(pick)} at {batch_text} and {latency_text}: {pick.epoch_time_s:.3g} s per epoch, "
-        f"{_source(pick, detail)}; it minimises α·time/best time + β·cost/best cost (α = {request.alpha:g}, "
-        f"β = {request.beta:g}) over {_configurations(configurations)}{within}. {choice_rule_text(model)} "
-        f"{_predictor_text(model)}"
-        + _saturation(model, request, pick)
-        + _extrapolation(model, pick, request)
-        + _one_machine(model)
-        + (_UNNAMED_TYPES if unpriced_workers else "")
+def sentence(context: Context, pick: Candidate, ps_type: str | None) -> str:
+    """The answer in one sentence, e.g. "4 × c4.xlarge with a m4.large PS: 42.1 s per epoch (80 %: 38–47.5 s),
+    $1.05/h."."""
+    low, high = pick.interval_s or (pick.epoch_time_s, pick.epoch_time_s)
+    cluster = f"{configuration_text(pick)} {f'with a {ps_type} PS' if ps_type else 'and no PS'}"
+    cost = (
+        "hourly cost unknown (the records name no worker type)"
+        if context.unpriced_workers
+        else (
+            f"${pick.hourly_cost:g}/h" if context.priced else f"hourly cost unknown (no price for {pick.worker_type})"
+        )
     )
-
-
-def explain_fallback(
-    model: PredictorModel, request: RecommendRequest, pick: Candidate, configurations: int, detail: str, *, priced: bool
-) -> str:
-    """The lookup's explanation when the predictor answers for it (detail: where the pick's time came from); priced:
-    the catalogue prices the pick's type."""
-    batch_text, latency_text = _conditions(model, request)
-    if priced:
-        no_price = ""
-    elif pick.worker_type:
-        no_price = f" Hourly cost leaves out {pick.worker_type}: the catalogue has no price for it."
-    else:
-        no_price = _UNNAMED_TYPES
-    return (
-        f"No measured record matches {batch_text} and {latency_text}, so the predictor answers: "
-        f"{configuration_text(pick)}, {pick.epoch_time_s:.3g} s per epoch, {_source(pick, detail)} — the fastest of "
-        f"{_configurations(configurations)}. {choice_rule_text(model)} {_predictor_text(model)}"
-        + _extrapolation(model, pick, request)
-        + _one_machine(model)
-        + no_price
-    )
-
-
-def _configurations(count: int) -> str:
-    return f"{count} configuration{'s' * (count != 1)}"
-
-
-def judged_text(model: PredictorModel) -> str:
-    """What the choice weighs of each configuration's time (PredictorModel.judged), in words."""
-    return "the upper end of its 80 % interval" if model.rule == BOUND else "its estimate"
+    time = f"{pick.epoch_time_s:.3g} s per epoch ({pick.basis}; 80 %: {low:.3g}–{high:.3g} s)"
+    lead = f"No run matches {_conditions(context)}; the model answers " if context.fallback else ""
+    return f"{lead}{cluster}: {time}, {cost}."
 
 
 def choice_rule_text(model: PredictorModel) -> str:
-    """How the choice judged each configuration's time, and the held-out choices that set it (PredictorModel.rule)."""
-    judged = judged_text(model)
-    regret = model.rule_regret
-    if not regret:
-        return (
-            f"Each time is judged by {judged}: a configuration the data know little about must be better by its "
-            "uncertainty (no held-out choice could tell that from trusting the estimates)."
-        )
-    other, other_name = (ESTIMATE, "the estimates") if model.rule == BOUND else (BOUND, "the intervals' upper ends")
-    close = ""
-    if model.rule == BOUND and regret[ESTIMATE] < regret[BOUND]:
-        error = "" if regret["error"] is None else f", {regret['error']:.1%}"
-        close = f", less by no more than the standard error of the difference{error}"
+    """How every answer chooses (choice.choose), as the Records page and `model_report` quote it."""
     return (
-        f"Each time is judged by {judged}: on the workload's {regret['choices']} held-out choices that lost "
-        f"{regret[model.rule]:.1%} of time on average, judging by {other_name} {regret[other]:.1%}{close}."
+        "Each time is judged by the upper end of its 80 % interval, so a configuration the data know little about "
+        "must be better by its uncertainty; ties go to the cheaper, then by name."
     )
 
 
-def _one_machine(model: PredictorModel) -> str:
-    """Why one machine is no candidate, where it is not (PredictorModel.one_machine_unknown)."""
-    if not model.one_machine_unknown:
-        return ""
-    return (
-        " One machine is no candidate: no run measured one, and the runs of several cannot tell its computing apart "
-        "from the collectives they pay on every step."
-    )
-
-
-def _source(c: Candidate, detail: str) -> str:
-    """Where a candidate's time came from, its 80 % interval and expected error, e.g. "predicted: … (80 %: 40.1–44 s,
-    expected error 3.1%)"."""
-    worth = [f"80 %: {c.interval_s[0]:.3g}–{c.interval_s[1]:.3g} s"] if c.interval_s else []
-    worth += [] if c.expected_error is None else [f"expected error {c.expected_error:.1%}"]
-    worth_text = f" ({', '.join(worth)})" if worth else ""
-    return f"{detail if detail.startswith(c.basis) else f'{c.basis}: {detail}'}{worth_text}"
-
-
-def _predictor_text(model: PredictorModel) -> str:
-    """What the predictor is and what it is worth: its cross-validation, its mean and the process on its residuals."""
-    if model.cv:
-        worth = (
-            f"The predictor's cross-validated error is {error_text(model.overall_error)}, its 80 % intervals holding "
-            f"{coverage_text(model.cv_coverage)} of the held-out runs ({model.cv})"
-        )
-    elif model.overall_error is not None:
-        worth = f"The predictor's error is taken as the model's own, {model.overall_error:.1%}"
+def why(context: Context, pick: Candidate, ps_type: str | None, alike: Sequence[Candidate]) -> list[str]:
+    """The details behind the sentence, one plain line each."""
+    model, request = context.model, context.request
+    if request.budget is not None:
+        within = f"costing at most ${request.budget:g}/h"
+    elif request.max_workers is not None:
+        within = f"of at most {request.max_workers} workers"
     else:
-        worth = "The predictor's error is unknown"
-    least, most = (f"{math.exp(noise) - 1:.1%}" for noise in model.noise)
-    noise = f"a run's noise ±{most}" if least == most else f"a run's noise ±{least} to ±{most}, the more it computes"
-    fitted = model.model
-    if fitted is None:
-        return (
-            f"{worth}; a Gaussian process over the runs' log times ({noise}) answers within their ranges, and there "
-            f"is no model to extrapolate with ({model.model_error})."
-        )
+        within = "up to the largest measured worker count (no budget or limit given)"
+    lines = [
+        f"Chosen among {context.configurations} configuration{'s' * (context.configurations != 1)} {within} at "
+        f"{_conditions(context)}: the least α·U/U_best + β·cost/cost_best (α = {request.alpha:g}, β = "
+        f"{request.beta:g}). {choice_rule_text(model)}",
+        f"Its time: {context.detail}.",
+        _worth(model),
+    ]
+    if alike:
+        named = "; ".join(f"{configuration_text(c)}, {_span(c.interval_s)}" for c in alike[:ALIKE_NAMED])
+        more = f" and {len(alike) - ALIKE_NAMED} more" if len(alike) > ALIKE_NAMED else ""
+        lines.append(f"The data cannot tell it from {len(alike)} other{'s' * (len(alike) != 1)}: {named}{more}.")
+    if context.refused:
+        lines.append(f"Not estimated: {_reasons(context.refused)} (measure a run there to compare).")
+    if context.left:
+        lines.append(f"From the runs through {ps_type} only: the {context.left} through other PS types say nothing of "
+                     "its capacity.")  # fmt: skip
+    lines += _knee(model, request, pick) + _outside(model, pick, request)
+    if context.unpriced_workers:
+        lines.append("Hourly cost leaves out the workers: the records name no worker type.")
+    return lines
+
+
+def _span(interval: tuple[float, float] | None) -> str:
+    return "" if interval is None else f"{interval[0]:.3g}–{interval[1]:.3g} s"
+
+
+def _worth(model: PredictorModel) -> str:
+    """What the predictor is and what it is worth."""
+    if model.cv_mape is not None and model.cv_coverage is not None:
+        worth = (f"The predictor's cross-validated error is {error_text(model.cv_mape)}, its 80 % intervals holding "
+                 f"{coverage_text(model.cv_coverage)} of the held-out runs ({model.cv})")  # fmt: skip
+    else:
+        worth = "The predictor is not cross-validated: too few values of any axis to hold one out"
+    mean = model.mean_choice or (f"the {model.model.family} model" if model.model else
+                                 f"the runs' mean ({model.model_error})")  # fmt: skip
+    noise = f"{math.exp(model.noise_log) - 1:.1%}"
     return (
-        f"{worth}; its mean is the performance model {fitted.family} ({fitted.speed} speed; its own cross-validated "
-        f"error {fitted.cv_mape:.1%}, {fitted.cv}), corrected near the runs by a Gaussian process on its log "
-        f"residuals ({noise})."
+        f"{worth}. Its mean is {mean}; a Gaussian process on the log residuals corrects it near the runs (a "
+        f"run's noise ±{noise})."
     )
 
 
-def _saturation(model: PredictorModel, request: RecommendRequest, pick: Candidate) -> str:
-    """Where a roofline's server bounds the epoch for the pick's type, e.g. " … saturates from 3 workers …"; nothing
-    when the pick has more workers than that (its own estimates then say more than the model's knee)."""
-    if model.model is None:
-        return ""
-    knee = model.model.saturates_from(pick.worker_type, request.batch_size, request.latency_ms, KNEE_SEARCH)
+def _knee(model: PredictorModel, request: RecommendRequest, pick: Candidate) -> list[str]:
+    """Where a roofline's server bounds the epoch for the pick's type (none when the pick has more workers than that:
+    its own estimates then say more than the model's knee)."""
+    knee = model.model.saturates_from(pick.worker_type, request.batch_size, request.latency_ms, KNEE_SEARCH) if (
+        model.model) else None  # fmt: skip
     if knee is None or pick.workers > knee:
-        return ""
-    measured = model.coverage["workers"][1]
-    beyond = f", beyond the {measured} workers measured" if knee > measured else ""
-    return (
-        f" The parameter server bounds the epoch from {knee} worker{'s' * (knee != 1)}"
-        f"{f' of {pick.worker_type}' if pick.worker_type else ''} at these conditions (the model's roofline{beyond}): "
-        "more workers than that train no faster."
-    )
+        return []
+    of = f" of {pick.worker_type}" if pick.worker_type else ""
+    return [f"The parameter server bounds the epoch from {knee} worker{'s' * (knee != 1)}{of} at these conditions (the "
+            "model's roofline): more workers than that train no faster."]  # fmt: skip
 
 
-def _conditions(model: PredictorModel, request: RecommendRequest) -> tuple[str, str]:
+def _conditions(context: Context) -> str:
+    model, request = context.model, context.request
     batch = request.batch_size or model.batch_ref
-    batch_text = f"batch size {batch:g}" if batch else "the measured batch size"
-    if request.batch_size is None and batch:
-        batch_text += " (the records' most common)"
     latency = model.latency_ref if request.latency_ms is None else request.latency_ms
-    latency_text = f"{latency:g} ms latency" + (" (the records' most common)" if request.latency_ms is None else "")
-    return batch_text, latency_text
+    usual = " (the records' most common)"
+    batch_text = f"batch size {batch:g}{usual * (request.batch_size is None)}" if batch else "the measured batch size"
+    return f"{batch_text} and {latency:g} ms latency{usual * (request.latency_ms is None)}"
 
 
-def _extrapolation(model: PredictorModel, pick: Candidate, request: RecommendRequest) -> str:
-    """Where the answer leaves the measured ranges, said plainly."""
+def _outside(model: PredictorModel, pick: Candidate, request: RecommendRequest) -> list[str]:
+    """Where the pick leaves the measured ranges, said plainly."""
     coverage, notes = model.coverage, []
     low, high = coverage["workers"]
     if not low <= pick.workers <= high:
         notes.append(f"{pick.workers} workers lies outside the measured {low}–{high}")
     if pick.worker_type not in coverage["worker_types"]:
-        notes.append(f"{pick.worker_type} has no records and is priced from its catalogue speed")
+        notes.append(f"{pick.worker_type} has no runs and is priced from its catalogue speed")
     for name, value, measured, unit in (
         ("batch size", request.batch_size, coverage["batch_sizes"], ""),
         ("latency", request.latency_ms, coverage["latencies_ms"], " ms"),
     ):
-        if value is None or (name == "latency" and pick.workers == 1 and model.latency_free):
+        if value is None or not measured or (name == "latency" and pick.workers == 1 and model.facts.latency_free):
             continue  # one machine of an all-reduce workload: latency does not reach it
-        if not measured:  # one measured value and another asked is no candidate (PredictorModel.unmeasured)
-            notes.append(f"the records measure no {name}, so the effect of {name} {value:g}{unit} is unknown")
-        elif not measured[0] <= value <= measured[-1]:
+        if not measured[0] <= value <= measured[-1]:
             notes.append(f"{name} {value:g}{unit} lies outside the measured {measured[0]:g}–{measured[-1]:g}{unit}")
-    return f" Extrapolated: {'; '.join(notes)}." if notes else ""
+    if model.one_machine_unknown:
+        notes.append("one machine is no candidate: no run measured one, and the runs of several cannot tell its "
+                     "computing from the collectives they pay on every step")  # fmt: skip
+    return [f"Extrapolated: {'; '.join(notes)}."] if notes else []
 
 
-ALIKE_NAMED = 3  # the explanation names this many of the configurations the data cannot tell from the pick
+def _reasons(refused: Counter) -> str:
+    return "; ".join(f"{count} because {reason}" for reason, count in sorted(refused.items()))
 
 
-def alike_text(alike: Sequence[Candidate]) -> str:
-    """The sentence on the configurations the data cannot tell from the pick ("" when there are none)."""
-    if not alike:
-        return ""
-    named = "; ".join(
-        f"{configuration_text(c)}, {c.interval_s[0]:.3g}–{c.interval_s[1]:.3g} s" if c.interval_s else
-        f"{configuration_text(c)}, {c.epoch_time_s:.3g} s"
-        for c in alike[:ALIKE_NAMED]
-    )  # fmt: skip
-    more = f" and {len(alike) - ALIKE_NAMED} more" if len(alike) > ALIKE_NAMED else ""
-    return (
-        f" The data cannot tell it apart from {len(alike)} other configuration{'s' * (len(alike) != 1)} (80 % "
-        f"intervals overlapping its own): {named}{more}."
-    )
-
-
-def unmeasured_text(unmeasured: Counter) -> str:
-    """The sentence on the configurations within the limit that could not be estimated at all ("" when none)."""
-    if not unmeasured:
-        return ""
-    count = sum(unmeasured.values())
-    return (
-        f" {count} other configuration{'s' * (count != 1)} within the limit cannot be estimated: "
-        f"{_unmeasured_reasons(unmeasured)} (measure a run there to compare)."
-    )
-
-
-def _unmeasured_reasons(unmeasured: Counter) -> str:
-    """Why configurations could not be estimated (PredictorModel.unmeasured's reasons), in one clause."""
-    return f"{'; '.join(sorted(unmeasured))}, and nothing in them tells what another value costs"
-
-
-def nothing_estimated(model: PredictorModel, skip: set, unmeasured: Counter) -> RecommendationError:
+def nothing_estimated(refused: Counter) -> RecommendationError:
     """Why no configuration within the limit has an epoch time."""
-    if unmeasured:
-        return RecommendationError(
-            f"no configuration within the limit can be estimated: {_unmeasured_reasons(unmeasured)} (measure a run "
-            "there, or ask at the measured value)"
-        )
-    if model.model is None:
-        failed = f"; {len(skip)} only ever failed" if skip else ""
-        return RecommendationError(
-            f"no configuration within the limit lies within the measured ranges{failed}, and there is no model "
-            f"to extrapolate with: {model.model_error}"
-        )
-    if skip:
-        return RecommendationError("every configuration within the limit has only failed runs on record")
-    return RecommendationError("no configuration within the limit can be predicted (none affordable)")
+    if not refused:
+        return RecommendationError("no configuration within the limit can be predicted (none affordable)")
+    return RecommendationError(
+        f"no configuration within the limit can be estimated: {_reasons(refused)} (measure a run there, or ask at "
+        "the measured values)"
+    )
+
+
+def strategies_text(chosen: str, best: dict[str, dict], left_out: Sequence[str]) -> str:
+    """The strategy left open: each one's best, and those not compared."""
+    compared = "; ".join(
+        f"{label}: {b['workers']} × {b['worker_type'] or 'workers'} at {b['epoch_time_s']:.3g} s, "
+        f"${b['hourly_cost']:.4g}/h" + (f" with its {b['ps_type']} PS" if b["ps_type"] else "")
+        for label, b in best.items()
+    )
+    missing = f"; not compared: {'; '.join(left_out)} (run it once to compare)" if left_out else ""
+    return f"Strategy left open, {chosen} chosen: each strategy's best ({compared}){missing}."
+
+
+def details(
+    context: Context, pick: Candidate, ps_type: str | None, alike: Sequence[Candidate], warnings: Sequence[str]
+) -> dict:
+    """The answer's details as JSON (`extra`): its why, the pick's interval, the predictor's figures, the mean."""
+    model, request, fitted = context.model, context.request, context.model.model
+    return {
+        "why": why(context, pick, ps_type, alike),
+        "detail": context.detail,
+        "basis": pick.basis,
+        "expected_error": pick.expected_error,
+        "interval_s": pick.interval_s,
+        "indistinguishable": [
+            {"worker_type": c.worker_type, "workers": c.workers, "interval_s": c.interval_s} for c in alike
+        ],
+        "predictor": {
+            "cv": model.cv,
+            "cv_mape": model.cv_mape,
+            "cv_coverage_80": model.cv_coverage,
+            "conformal_q": model.q,
+            "kernel": model.kernel,
+            "run_noise": model.noise_log,
+            "mean": model.mean_choice,
+            "choice": choice_rule_text(model),
+        },
+        "family": fitted.family if fitted else None,
+        "cv": fitted.cv if fitted else model.model_error,
+        "model_cv_mape": fitted.cv_mape if fitted else None,
+        "coefficients": fitted.coefficients if fitted else {},
+        "batch_size": request.batch_size or model.batch_ref,
+        "latency_ms": model.latency_ref if request.latency_ms is None else request.latency_ms,
+        "epoch_cost": round(pick.hourly_cost * (pick.epoch_time_s or 0.0) / 3600.0, 6),  # $ per epoch of the pick
+        "coverage": model.coverage,
+        "not_estimated": dict(context.refused),
+        "warnings": list(warnings),
+    }

@@ -196,7 +196,7 @@ def _work(scaling: str, b: np.ndarray) -> np.ndarray:
     return np.ones_like(b) if scaling in ("replica", "pass") else b
 
 
-def _shared_features(form: _Form, n, b, lat) -> tuple[tuple[str, ...], np.ndarray]:
+def _shared_features(form: _Form, n: np.ndarray, b: np.ndarray, lat: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
     """The type-independent columns of a form (the compute column is added per speed mode)."""
     s = _steps(form.scaling, b, n)
     if form.roofline:
@@ -279,7 +279,9 @@ class _Fit:
     def roofline(self) -> bool:
         return self.pieces is not None
 
-    def bounds(self, types, shared_features: np.ndarray, work_per_worker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def bounds(
+        self, types: Sequence[str], shared_features: np.ndarray, work_per_worker: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """A roofline's two pieces: the workers' own time and the server's (beyond the common columns)."""
         worker = shared_features[:, self.pieces == WORKER] @ self.shared[self.pieces == WORKER]
         server = shared_features[:, self.pieces == SERVER] @ self.shared[self.pieces == SERVER]
@@ -290,7 +292,9 @@ class _Fit:
         return np.array([per_type[t] for t in types], dtype=float) * work_per_worker
 
 
-def _design(form: _Form, data: _Data, speeds: dict[str, float], measured: tuple[str, ...]):
+def _design(
+    form: _Form, data: _Data, speeds: dict[str, float], measured: tuple[str, ...]
+) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
     names, shared = _shared_features(form, data.workers, data.batch, data.latency)
     work = _work(form.scaling, data.batch) / data.workers
     if form.speed == "catalogue":

@@ -13,8 +13,9 @@ reads them: recommender.perfmodel.predictor).
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
@@ -74,7 +75,10 @@ class _System:
     record reaches a fold's fit: not its time, nor its columns' scale, nor a split some fit on it made (starting each
     fold from the split of the fit on every record would be faster, but would lend it what that fit learnt)."""
 
-    def __init__(self, matrix: np.ndarray, time: np.ndarray, loss: str, pieces=None, workers=None):
+    def __init__(
+        self, matrix: np.ndarray, time: np.ndarray, loss: str, pieces: np.ndarray | None = None,
+        workers: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
         weight = 1.0 / time if loss == "relative" else np.ones_like(time)
         self.a, self.b = matrix * weight[:, None], time * weight
         self.pieces, self.workers = pieces, workers
@@ -88,18 +92,18 @@ class _System:
         a, b = self.a[rows] / scale, self.b[rows]
         if self.pieces is None:
             return self._nnls(a, b) / scale
-        workers = self.workers[rows]
+        workers = np.asarray(self.workers)[rows]  # (a roofline's system is given its workers)
         counts = np.unique(workers)[1:]
         if len(counts) > ROOFLINE_KNEES:
             counts = counts[np.linspace(0, len(counts) - 1, ROOFLINE_KNEES).round().astype(int)]
         starts = [np.zeros(len(rows), dtype=bool)] + [workers >= k for k in counts]
-        seen = set()  # splits already fitted from an earlier start: going on from one again finds nothing new
+        seen: set[bytes] = set()  # splits fitted from an earlier start: going on from one again finds nothing new
         fits = [self._alternate(a, b, split, seen) for split in starts]
         return min(fits, key=lambda fit: fit[0])[1] / scale
 
-    def _alternate(self, a: np.ndarray, b: np.ndarray, split: np.ndarray, seen: set) -> tuple[float, np.ndarray]:
-        """A roofline's alternation from one split: its least squared error and that fit."""
-        best = (np.inf, None)
+    def _alternate(self, a: np.ndarray, b: np.ndarray, split: np.ndarray, seen: set) -> tuple[float, np.ndarray | None]:
+        """A roofline's alternation from one split: its least squared error and that fit (None: no new split)."""
+        best: tuple[float, np.ndarray | None] = (np.inf, None)
         for _ in range(ROOFLINE_ROUNDS):
             if (key := split.tobytes()) in seen:
                 break
@@ -124,7 +128,10 @@ class _System:
         return a[:, self.common] @ coef[self.common], np.maximum(by_worker, by_server), by_server > by_worker
 
 
-def _fit_rows(form, system: _System, k: int, rows: np.ndarray, present: set, measured, speeds) -> _Fit:
+def _fit_rows(
+    form: _Form, system: _System, k: int, rows: np.ndarray, present: set, measured: tuple[str, ...],
+    speeds: dict[str, float],
+) -> _Fit:  # fmt: skip
     """The form fitted to these rows of its system (shared columns first, k of them; then compute); present: the
     worker types of those rows."""
     coef = system.solve(rows)
@@ -144,9 +151,9 @@ def _pattern(records: Sequence[PerfRecord]) -> str:
     return "all-reduce" if one_machine_latency_free(records) else "ps"
 
 
-def _most_common(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return float(Counter(values).most_common(1)[0][0]) if values else None
+def _most_common(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(Counter(present).most_common(1)[0][0]) if present else None
 
 
 def _folds(records: list[PerfRecord], cv: str) -> tuple[list[np.ndarray], str]:
@@ -168,18 +175,21 @@ def _folds(records: list[PerfRecord], cv: str) -> tuple[list[np.ndarray], str]:
     return folds, f"{FOLDS}-fold over {count} records{fallback}"
 
 
-def fit(records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec] = (), *, cv: str = "loo") -> PerfModel:
+def fit(
+    records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec] = (), *, cv: str = "loo", form: _Form | None = None
+) -> PerfModel:
     """Fit every candidate form, keep the one with the best cross-validated MAPE (module docstring).
 
-    cv: "loo", or "latency" / "workers" / "batch_size" / "type" for leave-one-group-out. The same records and catalogue
-    (they are frozen, so hashable) give the same model: fits are memoised, since a request recommends from a workload
-    whose records rarely change between requests.
+    cv: "loo", or "latency" / "workers" / "batch_size" / "type" for leave-one-group-out. form: refit this form alone
+    (a chosen model's `form`, on other records: the predictor's hold-out keeps the family it chose on every run). The
+    same records and catalogue (they are frozen, so hashable) give the same model: fits are memoised, since a request
+    recommends from a workload whose records rarely change between requests.
     """
-    return _fit(tuple(records), tuple(catalog), cv)
+    return _fit(tuple(records), tuple(catalog), cv, form)
 
 
-@functools.lru_cache(maxsize=64)
-def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv: str) -> PerfModel:
+@functools.lru_cache(maxsize=256)
+def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv: str, only: _Form | None) -> PerfModel:
     if cv != "loo" and cv not in GROUPINGS:
         raise ValueError(f"unknown cross-validation {cv!r}: use 'loo' or one of {', '.join(GROUPINGS)}")
     usable = _usable(records)
@@ -200,16 +210,19 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
     )
     measured = tuple(sorted(set(data.types)))
     pattern = _pattern(usable)
-    folds, cv_text = _folds(usable, cv)
+    folds, cv_text = ([], "refitted in the form chosen before") if only else _folds(usable, cv)
     everything = np.arange(len(usable))
     # Each fold's training rows and their worker types, the same for every form.
     splits = [(train := np.setdiff1d(everything, test), test, {data.types[i] for i in train}) for test in folds]
 
     scored = []  # (coverage, mape, parameters, order, form, (names, shared columns, system))
-    for order, form in enumerate(_forms(measured, speeds, pattern)):
+    for order, form in enumerate([only] if only else _forms(measured, speeds, pattern)):
         names, shared, compute = _design(form, data, speeds, measured)
         pieces = np.concatenate([_pieces(names), np.full(compute.shape[1], WORKER)]) if form.roofline else None
         system = _System(np.hstack([shared, compute]), data.time, form.loss, pieces, data.workers)
+        if only:  # its form chosen already: nothing to cross-validate
+            scored.append((1.0, math.nan, 0, order, form, (names, shared, system)))
+            continue
         predicted = np.full(len(usable), np.nan)
         for train, test, present in splits:
             fold_fit = _fit_rows(form, system, shared.shape[1], train, present, measured, speeds)
@@ -225,14 +238,7 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
         raise RecommendationError(
             "cannot cross-validate a model: every worker type has a single record and the catalogue gives no speed"
         )
-    coverage = max(s[0] for s in scored)
-    complete = [s for s in scored if s[0] == coverage]
-    best = min(s[1] for s in complete)
-    band = [s for s in complete if s[1] <= best + PARSIMONY_MAPE]
-    fewest = min(s[2] for s in band)
-    smallest = [s for s in band if s[2] == fewest]
-    closest = min(s[1] for s in smallest)
-    chosen = min((s for s in smallest if s[1] <= closest + SAME_FIT_MAPE), key=lambda s: s[3])
+    coverage, chosen = _choice(scored)
     _, mape, _, _, form, (names, shared, system) = chosen
     if coverage < 1:
         cv_text += f"; {coverage:.0%} of held-out records could be priced"
@@ -240,7 +246,7 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
     final = _fit_rows(form, system, shared.shape[1], everything, set(measured), measured, speeds)
     coefficients = {name: float(c) for name, c in zip(names, final.shared, strict=True)}
     if form.speed == "catalogue":
-        coefficients["compute_s_x_speed"] = float(final.compute_per_speed)
+        coefficients["compute_s_x_speed"] = float(final.compute_per_speed or 0.0)
     else:
         coefficients.update({f"compute_s[{t or 'unnamed type'}]": c for t, c in final.compute_s.items()})
     return PerfModel(
@@ -264,6 +270,21 @@ def _fit(records: tuple[PerfRecord, ...], catalog: tuple[InstanceSpec, ...], cv:
         form=form,
         terms=final,
     )
+
+
+def _choice(scored: list) -> tuple[float, tuple]:
+    """The share of held-out records priced, and the form chosen (module docstring): of those pricing the most, the
+    fewest coefficients within PARSIMONY_MAPE of the best MAPE, then the best MAPE, then the one listed first."""
+    coverage = max(s[0] for s in scored)
+    complete = [s for s in scored if s[0] == coverage]
+    if len(complete) == 1:  # (a form refitted: its MAPE not measured)
+        return coverage, complete[0]
+    best = min(s[1] for s in complete)
+    band = [s for s in complete if s[1] <= best + PARSIMONY_MAPE]
+    fewest = min(s[2] for s in band)
+    smallest = [s for s in band if s[2] == fewest]
+    closest = min(s[1] for s in smallest)
+    return coverage, min((s for s in smallest if s[1] <= closest + SAME_FIT_MAPE), key=lambda s: s[3])
 
 
 def _forms(measured: tuple[str, ...], speeds: dict[str, float], pattern: str) -> list[_Form]:
