@@ -28,9 +28,9 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from django.conf import settings
-from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
 from django.db import DatabaseError, OperationalError, connections, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from kombu.exceptions import KombuError
 from pydantic import ValidationError
@@ -91,7 +91,7 @@ class Lease:
         return cls._take(jobs, job_id, timezone.now())
 
     @classmethod
-    def _take(cls, jobs, job_id: int, now: datetime) -> Lease | None:
+    def _take(cls, jobs: QuerySet[Job], job_id: int, now: datetime) -> Lease | None:
         until = now + timedelta(seconds=settings.FC2_LEASE_S)
         return cls(job_id, until) if jobs.update(lease_until=until) else None
 
@@ -166,7 +166,7 @@ def _hold(job: Job, state: str) -> None:
         time.sleep(pause)
 
 
-def recommend(job_id: int, *, resume: bool = False, **_) -> bool:
+def recommend(job_id: int, *, resume: bool = False, **_: object) -> bool:
     """Plan the cluster from the job's request (`planning.plan`, as the wizard previewed it) and store the plan on
     the job — for Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it
     (fc2/services/profiling.py). Done again from the request when its worker was lost: a profiling cluster the lost
@@ -211,7 +211,7 @@ def cluster_name(job: Job) -> str:
     return job.cluster_name
 
 
-def provision(job_id: int, *, resume: bool = False, **_) -> bool:
+def provision(job_id: int, *, resume: bool = False, **_: object) -> bool:
     """Launch the cluster. Launching is idempotent by the cluster's name, so a lost provision is simply done again."""
     job = _job(job_id)
     if not _begin(job, State.RECOMMENDING, State.PROVISIONING, f"launching the cluster on {job.provider}", resume):
@@ -241,6 +241,8 @@ def provision(job_id: int, *, resume: bool = False, **_) -> bool:
 def _launch(job: Job) -> ClusterInfo:
     """Launch the job's cluster. A cloud out of capacity for the worker type in every zone (the provider tries them
     all) has the recommender choose again without that type, within the same budget, until one launches."""
+    if job.workers is None:  # planned by the recommend step, which runs before
+        raise ProvisionError("the job has no planned cluster to launch")
     unavailable: list[str] = []
     while True:
         spec = ClusterSpec(
@@ -285,7 +287,7 @@ def run_spec(job: Job) -> RunSpec:
     )
 
 
-def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
+def bootstrap(job_id: int, report_url: str | None = None, **_: object) -> bool:
     """Install the bundle and start the nodes. Not resumable: nodes a lost bootstrap started hold a report token that
     nobody knows any more, so the sweep fails such a job rather than run the user's code twice."""
     job = _job(job_id)
@@ -296,7 +298,9 @@ def bootstrap(job_id: int, report_url: str | None = None, **_) -> bool:
     if not Job.objects.filter(pk=job.pk, state=State.BOOTSTRAPPING).update(token_hash=job.token_hash):
         return False  # cancelled before anything started
     run = replace(run_spec(job), report_url=report_url or settings.FC2_PUBLIC_URL, token=token)
-    cluster = provisioner.bootstrap(cluster_info(job), run)
+    if (launched := cluster_info(job)) is None:  # recorded by the provision step, which runs before
+        raise ProvisionError("the job has no launched cluster to bootstrap")
+    cluster = provisioner.bootstrap(launched, run)
     _hold(job, State.BOOTSTRAPPING)  # nodes started, not yet recorded
     # Recorded whatever happened meanwhile, with the processes just started: a job cancelled during the start is torn
     # down by this step's runner (it holds the lease, so no teardown ran meanwhile) and must find them.
@@ -320,7 +324,7 @@ def complete(job: Job) -> bool:
     return True
 
 
-def collect(job_id: int, **_) -> bool:
+def collect(job_id: int, **_: object) -> bool:
     """Keep the nodes' logs beside the chief's stored results: the job has succeeded. The cluster is torn down after
     (release, by the same runner), so that the job does not wait in `collecting` while its servers stop. Done again
     as it is when its worker was lost."""
@@ -404,7 +408,7 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             own.end()
 
 
-def _guarded(job: Job, what: str, action: Callable[..., T], *args) -> T | None:
+def _guarded(job: Job, what: str, action: Callable[..., T], *args: object) -> T | None:
     """Do what an ending job keeps (its logs, late outputs) and return what it gave; a failure becomes a line on its
     timeline (or, if even that cannot be written, the log) and None, instead of stopping the caller — which goes on to
     tear the cluster down."""
@@ -454,7 +458,7 @@ def _keep_late_reports(job: Job, cluster: ClusterInfo) -> None:
         except ValidationError as exc:
             job.log(f"{name}: the result kept on the node is no valid report ({exc.error_count()} errors); not kept")
             continue
-        files = [SimpleUploadedFile(wire, data) for wire, data in result.files.items()]
+        files: list[UploadedFile] = [SimpleUploadedFile(wire, data) for wire, data in result.files.items()]
         for line in noderecords.record(job, late[name], report, files).lines:
             job.log(line)
 
@@ -531,7 +535,7 @@ def advance(step: str, job_id: int, lease: str | None = None, resume: bool = Fal
     held.end()
 
 
-def run_step(step: str, job_id: int, attempt: int = 1, **kwargs) -> bool:
+def run_step(step: str, job_id: int, attempt: int = 1, **kwargs: object) -> bool:
     """Run a step (`attempt` counts from 1); one that raises fails its job — unless the database could not be
     reached, which is not the job's fault: that is left to the task's retry, or to the sweep once the lease has
     expired. A transient provisioning error has a resumable step tried again, FC2_STEP_ATTEMPTS times in all with
@@ -566,11 +570,11 @@ def enqueue(job: Job, step: str, *, lease: Lease | None = None, resume: bool = F
         return
     kwargs: dict = {"resume": True} if resume else {}
     if step != "release":
-        if lease is None:
-            until = pickup_deadline()
-            Job.objects.filter(pk=job.pk).update(lease_until=until)
-        elif (until := lease.hand_over()) is None:
+        until = pickup_deadline() if lease is None else lease.hand_over()
+        if until is None:
             return  # the lease was lost: whoever took the job over decides what comes next
+        if lease is None:
+            Job.objects.filter(pk=job.pk).update(lease_until=until)
         kwargs["lease"] = until.isoformat()
     transaction.on_commit(lambda: _send(job.pk, step, kwargs))
 
