@@ -72,20 +72,40 @@ class HeadlineOutput(serializers.Serializer):
     text = serializers.CharField(help_text='e.g. "97.3 %"')
 
 
+class WorkerOutput(serializers.Serializer):
+    """fc2.services.workers.WorkerStatus: whether any Celery worker is taking jobs."""
+
+    taking_jobs = serializers.BooleanField()
+    since = serializers.DateTimeField(
+        allow_null=True, help_text="Not taking jobs: since when a worker was last seen; null if none ever started"
+    )
+    message = serializers.CharField(
+        allow_blank=True, help_text='e.g. "No worker is taking jobs since 13:24 UTC"; empty while one is'
+    )
+
+
 class JobSummary(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     active = serializers.SerializerMethodField(help_text="False once the job has ended")
     bundle = Ref()
     dataset = Ref()
     headline = HeadlineOutput(allow_null=True, help_text="The figure its result is compared by, once there is one")
+    worker = serializers.SerializerMethodField(
+        help_text="Whether a worker is taking jobs, on a job that waits on one (not ended, not run --inline); else null"
+    )
 
     class Meta:
         model = Job
         fields = ["id", "state", "active", "owner", "bundle", "dataset", "provider", "algorithm", "strategy"]
-        fields += ["workers", "worker_type", "ps_type", "headline", "created_at", "finished_at"]
+        fields += ["workers", "worker_type", "ps_type", "headline", "created_at", "finished_at", "worker"]
 
     def get_active(self, job: Job) -> bool:
         return not job.is_terminal
+
+    @extend_schema_field(WorkerOutput(allow_null=True))
+    def get_worker(self, job: Job) -> dict | None:
+        found = workers.for_job(job)
+        return None if found is None else WorkerOutput(found).data
 
 
 class ProgressOutput(serializers.Serializer):
@@ -172,18 +192,6 @@ class RequestOutput(serializers.Serializer):
     parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
 
 
-class WorkerOutput(serializers.Serializer):
-    """fc2.services.workers.WorkerStatus: whether any Celery worker is taking jobs."""
-
-    taking_jobs = serializers.BooleanField()
-    since = serializers.DateTimeField(
-        allow_null=True, help_text="Not taking jobs: since when a worker was last seen; null if none ever started"
-    )
-    message = serializers.CharField(
-        allow_blank=True, help_text='e.g. "No worker is taking jobs since 13:24 UTC"; empty while one is'
-    )
-
-
 class JobOutput(JobSummary):
     request = RequestOutput(allow_null=True, help_text="What was asked; the job's own fields are what was chosen")
     parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
@@ -193,15 +201,12 @@ class JobOutput(JobSummary):
     cost = serializers.SerializerMethodField()
     artifacts = ArtifactOutput(source="artifacts.all", many=True)
     url = serializers.SerializerMethodField(help_text="The job's page")
-    worker = serializers.SerializerMethodField(
-        help_text="Whether a worker is taking jobs, on a job that waits on one (not ended, not run --inline); else null"
-    )
 
     class Meta(JobSummary.Meta):
         fields = [*JobSummary.Meta.fields, "request", "requested_strategy", "parameters", "workload", "region"]
         fields += ["latency_ms"]
         fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
-        fields += ["recommendation", "artifacts", "url", "worker"]
+        fields += ["recommendation", "artifacts", "url"]
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, job: Job) -> str:
@@ -210,11 +215,6 @@ class JobOutput(JobSummary):
     @extend_schema_field(CostOutput)
     def get_cost(self, job: Job) -> dict:
         return pricing.cost_summary(job)
-
-    @extend_schema_field(WorkerOutput(allow_null=True))
-    def get_worker(self, job: Job) -> dict | None:
-        found = workers.for_job(job)
-        return None if found is None else WorkerOutput(found).data
 
 
 class JobPage(serializers.Serializer):

@@ -325,6 +325,23 @@ def test_fc2_status_says_it_beside_a_queued_job_and_ends_quietly_in_a_pipe(alice
         assert piped.stdout == ("" if reader == "true" else f"{first}\n")
 
 
+def test_fc2_jobs_says_it_under_the_list(alice, queued, live_server, tmp_path):
+    _, secret = ApiToken.issue(alice, "laptop")
+    researcher = Researcher(tmp_path / "alice", FC2_URL=live_server.url, FC2_TOKEN=secret)
+
+    def listed() -> list[str]:
+        cache.delete(service.CACHE_KEY)
+        shown = subprocess.run([str(FC2), "jobs"], capture_output=True, text=True, env=researcher.env, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout.splitlines()
+
+    beat(ago_s=600)
+    lines = listed()
+    assert lines[-1].startswith("No worker is taking jobs since ") and sum("No worker" in line for line in lines) == 1
+    beat(ago_s=0)
+    assert not any("No worker" in line for line in listed())
+
+
 @pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
 def test_fc2_ends_quietly_when_its_reader_has_gone(unbuffered, tmp_path):
     """A pipe whose reader has closed before `fc2` writes (`fc2 logout`, which needs no platform): exit 141, no

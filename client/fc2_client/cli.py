@@ -430,6 +430,13 @@ def cmd_jobs(args: argparse.Namespace, terminal: Terminal) -> Outcome:
     page = client().get(f"{API}/jobs", state=args.state, provider=args.provider, page=args.page)
     jobs = page.get("results", [])
     text = display.jobs_table(jobs) if jobs else "no jobs"
+    # Said once under the table, as `fc2 status` says it beside a job: the jobs listed wait on no worker.
+    silent = {
+        (job.get("worker") or {}).get("message")
+        for job in jobs
+        if (job.get("worker") or {}).get("taking_jobs") is False
+    }
+    text += "".join(f"\n{message}" for message in sorted(silent - {None, ""}))
     if page.get("next"):
         text += f"\n(more: --page {(args.page or 1) + 1})"
     return Outcome({"count": page.get("count"), "next": page.get("next"), "jobs": jobs}, text)
