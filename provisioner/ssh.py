@@ -295,8 +295,8 @@ class SSHRunner:
         endpoint = self.endpoint
         started = time.monotonic()
         try:
-            password = endpoint.key_passphrase.decode() if endpoint.key_passphrase is not None else None
-            key = paramiko.PKey.from_path(endpoint.key_path, password=password)
+            # bytes: paramiko hands it to cryptography, which refuses a str (types-paramiko says str)
+            key = paramiko.PKey.from_path(endpoint.key_path, password=endpoint.key_passphrase)  # type: ignore[arg-type]
         except (OSError, paramiko.SSHException) as error:
             raise NodeError(endpoint.node, f"cannot read the SSH key {endpoint.key_path}: {error}") from error
         client = paramiko.SSHClient()
