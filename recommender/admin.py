@@ -2,11 +2,10 @@
 deletes or promotes (makes the platform's) a user's record."""
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from recommender import service
-from recommender.models import Catalog, InstanceType, PerformanceRecord
+from recommender.models import Catalog, InstanceType, PerformanceRecord, PerformanceRecordQuerySet
 
 
 class InstanceTypeInline(admin.TabularInline):
@@ -54,7 +53,7 @@ class PerformanceRecordAdmin(admin.ModelAdmin):
     actions = ["promote"]
 
     @admin.action(description="Promote to the platform's records (every user's answers read them)")
-    def promote(self, request: HttpRequest, queryset: QuerySet[PerformanceRecord]) -> None:
+    def promote(self, request: HttpRequest, queryset: PerformanceRecordQuerySet) -> None:
         promoted, left = service.promote(queryset)
         self.message_user(request, f"{promoted} records promoted to the platform's.")
         if left:

@@ -127,7 +127,8 @@ def _check_limit(request: RecommendRequest, *, required: bool) -> None:
         raise RecommendationError(f"{request.algorithm} needs a budget in $/h or a maximum number of workers")
     if budget is not None and not (math.isfinite(budget) and budget > 0):
         raise RecommendationError(f"the budget must be a positive number of $/h, not {budget}")
-    if max_workers is not None and not (isinstance(max_workers, int) and max_workers >= 1):
+    # isinstance: a request made from JSON or a form may carry a float where an int is declared
+    if max_workers is not None and not (isinstance(max_workers, int) and max_workers >= 1):  # type: ignore[redundant-expr]
         raise RecommendationError(
             f"the maximum number of workers must be a whole number of at least 1, not {max_workers}"
         )
@@ -143,7 +144,8 @@ def _check_point(request: RecommendRequest) -> None:
     recommender.types.RecommendationError: The latency must be a number of ms from 0 to 60000, not nan
     """
     batch, latency = request.batch_size, request.latency_ms
-    if batch is not None and not (isinstance(batch, int) and 1 <= batch <= MAX_BATCH_SIZE):
+    # isinstance: as _check_limit's
+    if batch is not None and not (isinstance(batch, int) and 1 <= batch <= MAX_BATCH_SIZE):  # type: ignore[redundant-expr]
         raise RecommendationError(f"the batch size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {batch}")
     if latency is not None and not (math.isfinite(latency) and 0 <= latency <= MAX_LATENCY_MS):
         raise RecommendationError(f"the latency must be a number of ms from 0 to {_fmt(MAX_LATENCY_MS)}, not {latency}")
@@ -155,6 +157,7 @@ def _check_point(request: RecommendRequest) -> None:
 def _count(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec) -> int:
     """n from the limit, ⌊(C − c_ps) / c_t⌋ or max_workers; below 1 when the budget cannot buy one such worker."""
     if request.budget is None:
+        assert request.max_workers is not None  # _check_limit(required=True) ran first
         return request.max_workers
     if worker.hourly_price <= 0:
         raise RecommendationError(f"{worker.name} has no price in the catalogue, so a budget cannot count its workers")
@@ -314,6 +317,7 @@ c4.xlarge worker ($0.231/h)
 
 
 def _cannot_buy(request: RecommendRequest, ps: InstanceSpec | None, worker: InstanceSpec) -> RecommendationError:
+    assert request.budget is not None  # only a budget buys fewer than one worker
     ps_text = f"the {ps.name} PS (${_fmt(ps.hourly_price)}/h) and " if ps else ""
     return RecommendationError(
         f"the budget of ${_fmt(request.budget)}/h cannot buy {ps_text}one {worker.name} worker "
@@ -422,7 +426,7 @@ def _rule_answer(
     algorithm: str,
     request: RecommendRequest,
     records: Collection[PerfRecord],
-    ps: tuple[InstanceSpec | None, str],
+    ps_and_why: tuple[InstanceSpec | None, str],
     counts: list[tuple[InstanceSpec, int]],
     chosen: InstanceSpec,
     n: int,
@@ -431,7 +435,7 @@ def _rule_answer(
 ) -> Recommendation:
     """The Recommendation of an FC² rule: `ps` the PS and why, `counts` the (type, n) it considered, `why` its
     reasoning."""
-    ps, ps_why = ps
+    ps, ps_why = ps_and_why
     epoch = _epoch_time(records, request, ps, chosen, n)
     cost = _hourly_cost(n, chosen.hourly_price, ps)
     tail = _epoch_time_text(records, request, ps, chosen, n)
@@ -565,6 +569,7 @@ def _scala(
     )
     if too_dear:
         why += f" (the budget buys no {', '.join(too_dear)})"
+    assert chosen is not None  # `affordable` has a type: one was chosen
     why += f"; {chosen.name} needs the fewest workers ({n})" if len(counts) > 1 else f"; {n} {chosen.name} workers"
     extra = {
         "ps_capacity_mbps": float(ps.network_mbps),
@@ -703,15 +708,22 @@ def configuration_text(candidate: Candidate) -> str:
     return f"{n} × {candidate.worker_type}" if candidate.worker_type else _plural(n, "worker")
 
 
+def _seconds(candidate: Candidate) -> float:
+    """The epoch time of a candidate known to have one (a measured one, or one a filter kept)."""
+    if candidate.epoch_time_s is None:
+        raise ValueError(f"{configuration_text(candidate)} has no epoch time")
+    return candidate.epoch_time_s
+
+
 def warning_text(pick: Candidate, candidates: Collection[Candidate]) -> str:
     """The warning of a pick with failed runs near it, and the fastest candidate with none, if any."""
     text = f"runs of {configuration_text(pick)} failed near this point ({pick.warning}), so it may fail too"
     safe = [c for c in candidates if not c.warning and c.epoch_time_s is not None]
     if safe:
-        alternative = min(safe, key=lambda c: (c.epoch_time_s, c.hourly_cost, c.workers))
+        alternative = min(safe, key=lambda c: (_seconds(c), c.hourly_cost, c.workers))
         text += (
             f"; the fastest configuration with no failed run near it is {configuration_text(alternative)}, "
-            f"{_fmt(round(alternative.epoch_time_s, 1))} s per epoch ({alternative.basis or alternative.source})"
+            f"{_fmt(round(_seconds(alternative), 1))} s per epoch ({alternative.basis or alternative.source})"
         )
     return text + "."
 
@@ -758,15 +770,14 @@ def lookup(
     failed_here = {(r.instance_type, r.workers, ps_of(r)) for r in at_point if r.epoch_time_s is None}
     times: dict[tuple[str, int, str], list[float]] = {}  # (worker type, n, PS type) -> its epoch times here
     for record in at_point:
-        key = (record.instance_type, record.workers, ps_of(record))
-        if record.epoch_time_s is not None and key not in failed_here:
-            times.setdefault(key, []).append(record.epoch_time_s)
+        if (workers := record.workers) is not None and record.epoch_time_s is not None:
+            key = (record.instance_type, workers, ps_of(record))
+            if key not in failed_here:
+                times.setdefault(key, []).append(record.epoch_time_s)
     outcomes: dict[tuple[str, int, str], tuple[dict, dict]] = {}  # cluster -> (failed, succeeded) runs by point
     for record in runs:
-        if record.workers is not None:
-            failed_at, succeeded_at = outcomes.setdefault(
-                (record.instance_type, record.workers, ps_of(record)), ({}, {})
-            )
+        if (workers := record.workers) is not None:
+            failed_at, succeeded_at = outcomes.setdefault((record.instance_type, workers, ps_of(record)), ({}, {}))
             counts = failed_at if record.epoch_time_s is None else succeeded_at
             point = (record.batch_size, float(record.latency_ms or 0.0))
             counts[point] = counts.get(point, 0) + 1
@@ -798,29 +809,32 @@ def lookup(
 
     measured = sorted(
         [candidate(key, seconds) for key, seconds in times.items()]
-        + [candidate(key, [r.epoch_time_s for r in found]) for key, found in elsewhere.items()],
+        + [
+            candidate(key, [r.epoch_time_s for r in found if r.epoch_time_s is not None])
+            for key, found in elsewhere.items()
+        ],
         key=lambda c: (c.worker_type, c.workers, c.ps_type),
     )
     allowed = [c for c in measured if _within_limit(request, c, c.worker_type in index)]
     if not allowed:
         reason = f"no measured epoch time for {request.workload} at {_point_text(request)}"
         if measured:
-            counts = ", ".join(str(c.workers) for c in measured)
+            worker_counts = ", ".join(str(c.workers) for c in measured)
             reason += f" within {_limit_name(request)}"
-            reason += f" (measured worker counts there: {counts})"
+            reason += f" (measured worker counts there: {worker_counts})"
         if failed:
             reason += f" ({_plural(failed, 'failed run')} there, skipped)"
         return _predicted(request, runs, predict, reason)
 
-    best = min(allowed, key=lambda c: (c.epoch_time_s, c.workers, c.hourly_cost, c.worker_type, c.ps_type))
-    others = "".join(f"; {_plural(c.workers, 'worker')} {_fmt(c.epoch_time_s)} s" for c in allowed if c is not best)
+    best = min(allowed, key=lambda c: (_seconds(c), c.workers, c.hourly_cost, c.worker_type, c.ps_type))
+    others = "".join(f"; {_plural(c.workers, 'worker')} {_fmt(_seconds(c))} s" for c in allowed if c is not best)
     of_type = (f" of {best.worker_type}" if best.worker_type else "") + (
         f" through a {best.ps_type} PS" if best.ps_type else ""
     )
     why = (
         f"Lookup: of the measured runs of {request.workload} at {_point_text(request)}, "
         f"{_plural(best.workers, 'worker')}{of_type} train{'s' * (best.workers == 1)} an epoch fastest "
-        f"({_fmt(best.epoch_time_s)} s{others})"
+        f"({_fmt(_seconds(best))} s{others})"
     )
     for worker_type, n, ps_type in sorted(elsewhere):
         latencies = sorted({float(r.latency_ms or 0.0) for r in elsewhere[(worker_type, n, ps_type)]})
@@ -882,7 +896,12 @@ def _predicted(
 
 # --- dispatch --------------------------------------------------------------------------------------------------------
 
-_RULES = {"cost-opt": cost_opt, "time-opt": time_opt, "scala-opt": scala_opt, "scala-opt-m": scala_opt_m}
+_RULES: dict[str, Callable[[RecommendRequest, Collection[InstanceSpec], Collection[PerfRecord]], Recommendation]] = {
+    "cost-opt": cost_opt,
+    "time-opt": time_opt,
+    "scala-opt": scala_opt,
+    "scala-opt-m": scala_opt_m,
+}
 
 
 def recommend(
@@ -942,6 +961,6 @@ def with_its_ps(
         answer,
         ps_type=ps.name,
         hourly_cost=cost,
-        explanation=f"{answer.explanation} The runs it answers from name no PS, and a parameter-server cluster has one: "
-        f"{_ps_text(ps, why)}; ${_fmt(cost)}/h in all.",
+        explanation=f"{answer.explanation} The runs it answers from name no PS, and a parameter-server cluster has "
+        f"one: {_ps_text(ps, why)}; ${_fmt(cost)}/h in all.",
     )

@@ -27,10 +27,10 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, replace
 from decimal import Decimal
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from cachetools import TLRUCache
 from django.conf import settings
@@ -40,7 +40,7 @@ from django.dispatch import receiver
 
 from recommender import algorithms, perfmodel
 from recommender.bounds import BOUNDS, out_of_bounds
-from recommender.models import Catalog, InstanceType, PerformanceRecord
+from recommender.models import Catalog, InstanceType, PerformanceRecord, PerformanceRecordQuerySet
 from recommender.perfmodel import explanation
 from recommender.types import (
     DEFAULT_CATALOG,
@@ -51,12 +51,16 @@ from recommender.types import (
     RecommendRequest,
 )
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
 T = TypeVar("T")
+Owner: TypeAlias = "AbstractBaseUser | AnonymousUser | int | None"  # whose records join the platform's (owner_id)
 
 # ("answer", catalogue, request, owner id) -> (answer, its JSON shape); ("catalog", name) -> specs; ("records",
 # workload, owner id) -> WorkloadRecords; each entry with the time it runs out. A bound, not a policy: a lookup grid
 # is a few hundred points.
-_memo = TLRUCache(maxsize=4096, ttu=lambda key, value, now: value[0])
+_memo: TLRUCache[tuple, tuple] = TLRUCache(maxsize=4096, ttu=lambda key, value, now: value[0])
 _memo_lock = threading.Lock()  # (a cachetools cache is not safe across threads: runserver's, a threaded server's)
 
 
@@ -90,7 +94,7 @@ def _clear() -> None:
 @receiver([post_save, post_delete], sender=Catalog)
 @receiver([post_save, post_delete], sender=InstanceType)
 @receiver([post_save, post_delete], sender=PerformanceRecord)
-def _written(**kwargs) -> None:
+def _written(**kwargs: object) -> None:
     forget()
 
 
@@ -108,7 +112,7 @@ def _load_specs(name: str) -> tuple[InstanceSpec, ...]:
 NUMERIC_FAILURES = (ArithmeticError, ValueError, Warning)
 
 
-def owner_id(owner) -> int | None:
+def owner_id(owner: Owner) -> int | None:
     """The user whose own records join the platform's in an answer, as an id: a user (an anonymous one: none), an
     id, or None (the platform's records alone: the command line, an operator)."""
     if owner is None or isinstance(owner, int):
@@ -179,13 +183,13 @@ def to_spec(row: InstanceType) -> InstanceSpec:
     )
 
 
-def records_of(workload: str, owner=None) -> WorkloadRecords:
+def records_of(workload: str, owner: Owner = None) -> WorkloadRecords:
     """`workload`'s records that `owner`'s answers read (the platform's and theirs: `owner_id`), and whose."""
     whose = owner_id(owner)
     return _kept(("records", workload, whose), lambda: _load_records(workload, whose))[1]
 
 
-def workload_records(workload: str, owner=None) -> tuple[PerfRecord, ...]:
+def workload_records(workload: str, owner: Owner = None) -> tuple[PerfRecord, ...]:
     return records_of(workload, owner).records
 
 
@@ -200,7 +204,7 @@ def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "
     return algorithms.hourly_cost(workers, prices.get(worker_type, 0), prices.get(ps_type, 0))
 
 
-def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner=None) -> Recommendation:
+def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner: Owner = None) -> Recommendation:
     """Answer `request` from the catalogue and the workload's records that `owner`'s answers read — the platform's
     and their own, never another user's (`owner_id`) — or a RecommendationError saying why it cannot.
 
@@ -208,7 +212,7 @@ def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner=N
     return _answer(request, catalog, owner_id(owner))[0]
 
 
-def recommend_as_dict(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner=None) -> dict:
+def recommend_as_dict(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner: Owner = None) -> dict:
     """`as_dict(recommend(request, catalog, owner))`, made once per answer: shared as the answer is, so not to be
     changed."""
     return _answer(request, catalog, owner_id(owner))[1]
@@ -249,7 +253,7 @@ def _compute(
     return answer, data
 
 
-def non_finite(data, path: str = "") -> str:
+def non_finite(data: object, path: str = "") -> str:
     """Where `data` (JSON-shaped: dicts, lists, tuples, scalars) holds a NaN or an infinity, e.g.
     "candidates[2].epoch_time_s is inf"; "" where it holds none.
 
@@ -267,7 +271,7 @@ def non_finite(data, path: str = "") -> str:
     return next((found for where, value in items if (found := non_finite(value, where))), "")
 
 
-def promote(records) -> tuple[int, int]:
+def promote(records: PerformanceRecordQuerySet) -> tuple[int, int]:
     """Make `records` (a PerformanceRecord queryset) the platform's, which every user's answers then read: an admin's
     judgement that a user's measurements are sound (the admin's action, `manage.py promote_records`). Who measured
     each is kept (`promoted_from`). A record no answer may read (marked unusable, or a figure out of its bound) is not
@@ -308,7 +312,7 @@ def _computed(
 
 def as_dict(recommendation: Recommendation) -> dict:
     """The JSON shape of DESIGN.md's `recommend --json` contract (plus the model's frontier and error)."""
-    data = {
+    data: dict[str, Any] = {
         "algorithm": recommendation.algorithm,
         "ps_type": recommendation.ps_type,
         "worker_type": recommendation.worker_type,
@@ -332,14 +336,14 @@ def as_dict(recommendation: Recommendation) -> dict:
     return data
 
 
-def workloads(owner=None) -> list[str]:
+def workloads(owner: Owner = None) -> list[str]:
     """The workloads with records `owner` may see: the platform's and their own (`owner_id`), never another user's
     names."""
     readable = PerformanceRecord.objects.readable_by(owner_id(owner))
     return list(readable.order_by("workload").values_list("workload", flat=True).distinct())
 
 
-def lacking_records(workload: str, owner=None) -> dict[str, str]:
+def lacking_records(workload: str, owner: Owner = None) -> dict[str, str]:
     """algorithm -> what `workload`'s records (those `owner`'s answers read) lack for it to answer at all, whatever
     else is asked (none: absent).
 
@@ -354,7 +358,7 @@ def lacking_records(workload: str, owner=None) -> dict[str, str]:
     return lacking
 
 
-def records_catalog(records) -> str:
+def records_catalog(records: Collection[PerfRecord]) -> str:
     """The catalogue that knows the most of the records' instance types (the lab's for a lab grid), else the default
     one: what prices a workload's records where the user names no catalogue (the Recommender and Records pages,
     `model_report`)."""
@@ -366,13 +370,13 @@ def records_catalog(records) -> str:
 STRATEGY_LABELS = {"ps": "parameter server", "mirrored": "all-reduce"}
 
 
-def strategy_counts(records) -> dict[str, int]:
+def strategy_counts(records: Collection[PerfRecord]) -> dict[str, int]:
     """How many of the records ran each strategy ("ps" through a parameter server, else "mirrored"), as the
     recommender tells them apart (algorithms.runs_through_ps)."""
     return dict(Counter("ps" if algorithms.runs_through_ps(r) else "mirrored" for r in records))
 
 
-def model_figures(records, strategy: str, catalog: str) -> dict:
+def model_figures(records: Sequence[PerfRecord], strategy: str, catalog: str) -> dict:
     """What the recommender's model is worth for a workload's records and a strategy: the very predictor the wizard,
     the API and `fc2 recommend` answer with (the same records, strategy and catalogue: the same memoised fit), its
     cross-validated error and interval coverage written as their explanations write them, how its choice judges a
