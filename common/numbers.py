@@ -4,6 +4,7 @@ page's results (fc2/results.py) and the monitor's alerts (monitor/figures.py) wr
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 
 def significant(value: float, digits: int = 3) -> str:
@@ -34,7 +35,7 @@ def percent(fraction: float) -> str:
 SMALLEST_USD = 0.0001
 
 
-def usd(value: float) -> str:
+def usd(value: float | Decimal) -> str:
     """Dollars as people read them: whole dollars from $100 on, cents from $1, three significant digits below a
     dollar (at least cents), "< $0.0001" for a positive amount smaller than that, "$0" for nothing.
 
@@ -56,7 +57,7 @@ def usd(value: float) -> str:
     return f"{sign}${value:.{max(decimals, 2)}f}"
 
 
-def usd_per_hour(value: float) -> str:
+def usd_per_hour(value: float | Decimal) -> str:
     """A price in $/h: four significant digits (a catalogue's prices differ in the third), at least cents.
 
     >>> [usd_per_hour(v) for v in (0.356, 0.0116, 1.944, 2, 32.7726, 1234.5, 0.00004, 0)]

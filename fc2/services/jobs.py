@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from decimal import Decimal
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
 import provisioner
@@ -18,9 +19,12 @@ from fc2.models import Dataset, Job
 from fc2.services import datasets, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
-from fc2.services.planning import Plan, check_workers, plan
+from fc2.services.planning import Owner, Plan, check_workers, plan
 from fc2.services.requests import JobRequest, SubmitError
 from recommender.types import ALGORITHMS, RecommendationError
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
@@ -207,7 +211,7 @@ def check_parameters(parameters: dict[str, str]) -> None:
             )
 
 
-def planned(request: JobRequest, owner=None) -> Plan:
+def planned(request: JobRequest, owner: Owner = None) -> Plan:
     """The request's cluster (RecommendationError, SubmitError — also when the plan's projected total cost exceeds
     the whole-job budget)."""
     cluster = plan(request, owner)
@@ -215,7 +219,7 @@ def planned(request: JobRequest, owner=None) -> Plan:
     return cluster
 
 
-def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_first: bool = False) -> Job:
+def submit(owner: User, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_first: bool = False) -> Job:
     """Create the job and start its pipeline (on commit, so the worker sees the row).
 
     With `plan_first`, a recommender that cannot answer (e.g. `model` for a workload with no records) refuses the job
@@ -256,16 +260,16 @@ def submit(owner, request: JobRequest, driver: str = Job.Driver.CELERY, *, plan_
 
 
 def submit_upload(
-    owner,
+    owner: User,
     wheel: BinaryIO,
     filename: str,
     main_script: str = "main.py",
     *,
     dataset: Dataset | None = None,
-    dataset_file=None,
+    dataset_file: UploadedFile | None = None,
     driver: str = Job.Driver.CELERY,
     plan_first: bool = False,
-    **options,
+    **options: Any,
 ) -> Job:
     """Store the uploaded wheel (and dataset file, if any) and submit the job: all of it, or nothing at all.
 
@@ -275,6 +279,8 @@ def submit_upload(
         bundle = store_bundle(owner, wheel, filename, main_script)
         if dataset_file is not None:
             dataset = datasets.store_upload(owner, dataset_file)
+        if dataset is None:
+            raise SubmitError("a job needs a dataset: a stored one or a file")
         request = JobRequest(bundle=bundle, dataset=dataset, **options)
         return submit(owner, request, driver=driver, plan_first=plan_first)
 

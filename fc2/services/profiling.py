@@ -129,7 +129,7 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec, place: tuple[int, 
     _update(job, entry, cluster=empty.to_dict())
     job.log(
         f"profiling run: 1 {profile.ps_type} PS + 1 {profile.worker_type} worker, to measure the bandwidth one "
-        f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {usd_per_hour(float(hourly))})"
+        f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {usd_per_hour(hourly)})"
     )
     spec = ClusterSpec(
         cluster_id=name,

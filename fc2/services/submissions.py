@@ -17,18 +17,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError
 from django.utils import timezone
 
+from common.columns import max_length
 from fc2.models import IdempotencyKey, Job
 from fc2.services.files import atomic_with_files
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 # How long a key answers the job it made; an older key is forgotten (deleted) and may be used again.
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
-MAX_KEY_LENGTH = IdempotencyKey._meta.get_field("key").max_length
+MAX_KEY_LENGTH = max_length(IdempotencyKey, "key")
 # FC2_API_SUBMIT_RATE's periods, in seconds (as DRF's throttles read them: the first letter counts).
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 PERIOD_WORDS = {1: "a second", 60: "a minute", 3600: "an hour", 86400: "a day"}
@@ -69,7 +74,7 @@ def submission_rate() -> tuple[int, int]:
     return int(count), PERIODS[period[0]]
 
 
-def wait_before_next(user, now: datetime | None = None) -> int | None:
+def wait_before_next(user: User, now: datetime | None = None) -> int | None:
     """Whole seconds until `user` may submit again (at least 1), or None while they may now: one indexed query."""
     limit, period_s = submission_rate()
     now = now or timezone.now()
@@ -82,13 +87,15 @@ def wait_before_next(user, now: datetime | None = None) -> int | None:
     return max(1, math.ceil((oldest_counted + timedelta(seconds=period_s) - now).total_seconds()))
 
 
-def stored_job(user, key: str, now: datetime | None = None) -> IdempotencyKey | None:
+def stored_job(user: User, key: str, now: datetime | None = None) -> IdempotencyKey | None:
     """The key's row (with its job) while it is within IDEMPOTENCY_WINDOW, else None."""
     since = (now or timezone.now()) - IDEMPOTENCY_WINDOW
     return IdempotencyKey.objects.filter(user=user, key=key, created_at__gte=since).select_related("job").first()
 
 
-def submit_once(user, make: Callable[[], Job], key: str | None = None, request_hash: str = "") -> tuple[Job, bool]:
+def submit_once(
+    user: User, make: Callable[[], Job], key: str | None = None, request_hash: str = ""
+) -> tuple[Job, bool]:
     """The job `make()` submits, and True; or, for a key `user` used within IDEMPOTENCY_WINDOW for the same request
     (`request_hash`), the job that use made, and False.
 
@@ -109,6 +116,7 @@ def submit_once(user, make: Callable[[], Job], key: str | None = None, request_h
                             f"this Idempotency-Key was used for another request (job {found.job_id}): "
                             "use a new key for a new request"
                         )
+                    assert found.job is not None  # a key is stored with its job, and goes with it (CASCADE)
                     return found.job, False
             if (wait := wait_before_next(user, now)) is not None:
                 limit, period_s = submission_rate()
