@@ -47,7 +47,7 @@ def main() -> None:
         "lab-digits-grid (all-reduce)": read_grid(DATA_DIR / "lab-digits-grid.csv", "csv"),
         "lab-digits-ps-grid (PS)": read_grid(DATA_DIR / "lab-digits-ps-grid.csv", "csv"),
     }
-    print(f"{'grid':38} {'rows':>5} {'cold s':>7} {'cpu s':>6} {'warm s':>7} {'cpu s':>6} {'memo ms':>8}  mean kept")
+    print(f"{'grid':38} {'rows':>5} {'cold s':>7} {'cpu s':>6} {'warm s':>7} {'cpu s':>6} {'memo ms':>8}  mean")
     for name, records in grids.items():
         _clear()
         cold, cold_cpu = _seconds(records)
@@ -57,7 +57,8 @@ def main() -> None:
             warm.append(_seconds(records))
         memo, _ = _seconds(records)
         warm_s, warm_cpu = (statistics.median(column) for column in zip(*warm, strict=True))
-        mean = predictor(records).mean_choice.split(",")[0].split(":")[0]
+        fitted = predictor(records).model
+        mean = fitted.family if fitted else "the runs' mean"
         print(
             f"{name:38} {len(records):5} {cold:7.3f} {cold_cpu:6.3f} {warm_s:7.3f} {warm_cpu:6.3f} {memo * 1e3:8.3f}"
             f"  {mean}"

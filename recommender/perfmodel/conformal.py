@@ -38,7 +38,8 @@ def conformal_quantile(scores: Sequence[float], level: float = LEVEL) -> float:
 
 def cross_validate(records: Sequence[PerfRecord], fold_of: Callable) -> dict:
     """What a predictor is worth, held out axis by axis: each value of each axis (AXES) predicted by `fold_of(the
-    other runs)` (None: nothing to predict with) — the held-out MAPE, q, and the share of held-out runs inside their
+    other runs)` (None: nothing to predict with), as it would answer — what its guards refuse (a latency when the
+    rest ran at one other) scores nothing — the held-out MAPE, q, and the share of held-out runs inside their
     intervals, each fold's q from the other folds' runs (so that no run calibrates its own interval); {} when nothing
     could be held out."""
     usable = _usable(records)
@@ -56,7 +57,7 @@ def cross_validate(records: Sequence[PerfRecord], fold_of: Callable) -> dict:
             if fold is None:
                 continue
             queries = [(r.instance_type, r.workers, r.batch_size, guards.latency(r)) for r in out]
-            for r, e in zip(out, fold.estimate_many(queries, held_out=True), strict=True):
+            for r, e in zip(out, fold.estimate_many(queries), strict=True):
                 if e is not None:
                     held.append(((axis, group), r.epoch_time_s, e.epoch_time_s, e.std_log))
     if not held:

@@ -118,8 +118,7 @@ def _worth(model: PredictorModel) -> str:
                  f"{coverage_text(model.cv_coverage)} of the held-out runs ({model.cv})")  # fmt: skip
     else:
         worth = "The predictor is not cross-validated: too few values of any axis to hold one out"
-    mean = model.mean_choice or (f"the {model.model.family} model" if model.model else
-                                 f"the runs' mean ({model.model_error})")  # fmt: skip
+    mean = f"the {model.model.family} model" if model.model else f"the runs' mean ({model.model_error})"
     noise = f"{math.exp(model.noise_log) - 1:.1%}"
     return (
         f"{worth}. Its mean is {mean}; a Gaussian process on the log residuals corrects it near the runs (a "
@@ -216,7 +215,6 @@ def details(
             "conformal_q": model.q,
             "kernel": model.kernel,
             "run_noise": model.noise_log,
-            "mean": model.mean_choice,
             "choice": choice_rule_text(model),
         },
         "family": fitted.family if fitted else None,

@@ -1,12 +1,12 @@
 """The predictor: a workload's epoch time t(worker type, n, batch size B, latency l) with an 80 % interval.
 
 The model in five lines:
-1. mean: log t̂₀ = the log of the family `fitting.fit` chose (recommender.perfmodel.families), kept only where the
-   held-out runs show it beats a constant mean (the runs' mean log time, also all there is with fewer than 4 runs);
+1. mean: log t̂₀ = the log of the family whose form `fitting.fit` chose by cross-validation (recommender.perfmodel
+   .families); with fewer than 4 runs, none fits, and the mean is the runs' mean log time;
 2. residuals: a Gaussian process (scikit-learn's GaussianProcessRegressor, C·Matérn-5/2 over standardised log n,
    log B, l and the worker type one-hot; n_restarts_optimizer with a fixed random_state) on each configuration's
-   mean log residual, alpha = a run's noise² (pooled from the repeats) / its runs;
-3. estimate: t̂ = exp(log t̂₀ + the process's mean), σ² = the process's variance + a run's noise² (+ how far the
+   mean log residual, alpha = a run's noise² there (its own repeats', else pooled) / its runs;
+3. estimate: t̂ = exp(log t̂₀ + the process's mean), σ² = the process's variance + a run's pooled noise² (+ how far the
    catalogue's speeds miss the measured types', for a type with no runs); where a configuration ran, its runs' mean;
 4. far from every run the process returns to the mean and its variance to its prior: the estimate says so;
 5. interval: t̂·e^{±q·σ}, q the split-conformal quantile of the held-out runs' |log t/t̂|/σ (`conformal`).
@@ -90,7 +90,6 @@ class PredictorModel:
     cv_coverage: float | None = None  # share of held-out runs inside their 80 % interval
     cv: str = ""  # that cross-validation in words
     cv_pairs: tuple[tuple[float, float, str], ...] = ()  # (measured s, estimated s, the axis held out)
-    mean_choice: str = ""  # why the mean is the family or constant, from the held-out runs
 
     @property
     def overall_error(self) -> float | None:
@@ -132,14 +131,10 @@ class PredictorModel:
     ) -> Estimate | None:
         return self.estimate_many([(worker_type, workers, batch_size, latency_ms)])[0]
 
-    def estimate_many(
-        self, queries: Sequence[tuple[str, int, int | None, float | None]], *, held_out: bool = False
-    ) -> list[Estimate | None]:
-        """Each configuration's Estimate, None where a guard refuses it. held_out: the predictor's own hold-out
-        estimates also where an axis measured at one value is asked at another, to learn how far that goes wrong."""
-        checks = [g for g in guards.GUARDS if not held_out or g is not guards.axis_never_varied]
+    def estimate_many(self, queries: Sequence[tuple[str, int, int | None, float | None]]) -> list[Estimate | None]:
+        """Each configuration's Estimate, None where a guard refuses it."""
         points = [self.point(*query) for query in queries]
-        answered = [i for i, p in enumerate(points) if not guards.refusal(self.facts, p, checks)]
+        answered = [i for i, p in enumerate(points) if not guards.refusal(self.facts, p)]
         estimates: list[Estimate | None] = [None] * len(points)
         if not answered:
             return estimates
@@ -207,18 +202,41 @@ def _run_noise(runs: dict) -> float | None:
     return math.sqrt(squares / sum(len(t) - 1 for t in repeated))
 
 
+def _length_scale_bounds(inputs: np.ndarray) -> np.ndarray:
+    """Each input's length scale from a tenth of its spread to a hundred spreads, and no shorter than the gap between
+    its two closest measured values: the runs cannot tell a shorter one (Betancourt, "Robust Gaussian processes in
+    Stan", 2017), and with one the process drops the runs' residuals a step past them.
+
+    >>> _length_scale_bounds(np.array([[0.0, 5.0, 1.0], [0.5, 5.0, 2.0], [2.0, 5.0, 4.0]]))[:, 0].tolist()
+    [0.5, 0.1, 1.0]
+    """
+    bounds = np.tile([0.1, 100.0], (inputs.shape[1], 1))
+    for i in range(min(3, inputs.shape[1])):  # the numbers; the worker types' one-hot columns follow
+        gaps = np.diff(np.unique(inputs[:, i].round(9)))
+        if len(gaps):
+            bounds[i, 0] = min(max(bounds[i, 0], float(gaps.min())), bounds[i, 1])
+    return bounds
+
+
+def _own_noise(runs: dict, pooled: float | None) -> dict:
+    """Each configuration's noise: the standard deviation of its repeats' log times, the pooled one where it ran once
+    (on the lab two runs of a 0 ms cell differ by 20 %, of a 20 or 40 ms cell by 0.5 %: one figure fits neither)."""
+    return {row: float(np.std(np.log(t), ddof=1)) if len(t) > 1 else pooled for row, t in runs.items()}
+
+
 def _process(
-    inputs: np.ndarray, residuals: np.ndarray, counts: np.ndarray, noise: float | None, kernel: Kernel | None
+    inputs: np.ndarray, residuals: np.ndarray, variance: np.ndarray | None, kernel: Kernel | None
 ) -> GaussianProcessRegressor:
     """scikit-learn's process on the configurations' mean residuals: its kernel's hyper-parameters by maximum
-    marginal likelihood (or `kernel`'s, fixed). The repeats set the noise (alpha); without any, a WhiteKernel learns
-    it."""
-    fixed = kernel is not None and kernel.n_dims == 1 + inputs.shape[1] + (noise is None)
+    marginal likelihood (or `kernel`'s, fixed). variance: each configuration's mean's, from its repeats (alpha);
+    without any repeat (None), a WhiteKernel learns the noise."""
+    fixed = kernel is not None and kernel.n_dims == 1 + inputs.shape[1] + (variance is None)
     if not fixed:  # (a fold whose runs lost a worker type or every repeat fits its own)
-        kernel = ConstantKernel(0.01, (1e-4, 1e2)) * Matern(np.ones(inputs.shape[1]), (0.1, 100.0), nu=2.5)
-        if noise is None:
+        bounds = _length_scale_bounds(inputs)
+        kernel = ConstantKernel(0.01, (1e-4, 1e2)) * Matern(np.maximum(bounds[:, 0], 1.0), bounds, nu=2.5)
+        if variance is None:
             kernel += WhiteKernel(1e-3, (1e-6, 1.0))
-    alpha = (noise**2 if noise is not None else 0.0) / counts + 1e-10
+    alpha = (0.0 if variance is None else variance) + 1e-10
     gp = GaussianProcessRegressor(
         kernel,
         alpha=alpha,
@@ -239,7 +257,7 @@ def predictor(
     records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec] = (), *, cross_validate: bool = True
 ) -> PredictorModel:
     """The workload's predictor (module docstring). cross_validate: hold out every latency, batch size and worker
-    count in turn, to calibrate the interval (q), keep or drop the family as the mean, and say what it is worth.
+    count in turn, to calibrate the interval (q) and say what it is worth.
     Memoised: the same records and catalogue give the same predictor. RecommendationError when no record has an
     epoch time.
 
@@ -281,31 +299,20 @@ def _checked(
         model, model_error = fit(usable, catalog), ""
     except RecommendationError as error:
         model, model_error = None, str(error)
-    with_family = _build(records, catalog, model, model_error)
+    built = _build(records, catalog, model, model_error)
     if not cross_validate:
-        return with_family
-    checked = replace(with_family, **conformal.cross_validate(records, functools.partial(_fold, catalog, with_family)))
-    if model is None:
-        return checked
-    constant = _build(records, catalog, None, "the held-out runs were predicted better without it", extrapolates=True)
-    constant = replace(constant, **conformal.cross_validate(records, functools.partial(_fold, catalog, constant)))
-    family_error, constant_error = checked.cv_mape, constant.cv_mape
-    if family_error is None or constant_error is None or family_error <= constant_error:
-        why = "" if constant_error is None else f" (without it: {constant_error:.1%})"
-        return replace(checked, mean_choice=f"the {model.family} model, which the held-out runs kept{why}")
-    why = f"the runs' mean: the {model.family} model missed the held-out runs by more ({family_error:.1%})"
-    return replace(constant, mean_choice=why)
+        return built
+    return replace(built, **conformal.cross_validate(records, functools.partial(_fold, catalog, built)))
 
 
 def _build(
     records: Sequence[PerfRecord], catalog: Sequence[InstanceSpec], model: PerfModel | None, model_error: str,
-    kernel: Kernel | None = None, noise: float | None = None, *, extrapolates: bool = False,
+    kernel: Kernel | None = None, noise: float | None = None,
 ) -> PredictorModel:  # fmt: skip
     """The predictor of these records with this mean (None: constant); kernel and noise: the process's kernel, fixed,
-    and a run's noise (a fold's, from every run; None: fitted, and from these runs' repeats). extrapolates: answer
-    beyond the measured ranges without a model too (enough runs fit one, and the held-out runs preferred none)."""
+    and a run's noise (a fold's, from every run; None: fitted, and from these runs' repeats)."""
     usable = _usable(records)
-    facts = guards.runs_of(usable, records, _catalogue_priced(model, catalog), extrapolates or model is not None)
+    facts = guards.runs_of(usable, records, _catalogue_priced(model, catalog), model is not None)
     batch_ref = _most_common(r.batch_size for r in usable)
     runs: dict = defaultdict(list)
     for r in usable:
@@ -321,8 +328,9 @@ def _build(
     types = tuple(sorted({r.instance_type for r in usable}))
     types = types if len(types) > 1 else ()
     noise = _run_noise(runs) if kernel is None else noise
-    counts = np.array([len(runs[row]) for row in rows], dtype=float)
-    gp = _process(_inputs(rows, batch_ref, center, scale, types), log_means - prior, counts, noise, kernel)
+    own = _own_noise(runs, noise)
+    variance = None if noise is None else np.array([own[row] ** 2 / len(runs[row]) for row in rows])
+    gp = _process(_inputs(rows, batch_ref, center, scale, types), log_means - prior, variance, kernel)
     white = gp.kernel_.k2.noise_level if isinstance(gp.kernel_.k2, WhiteKernel) else 0.0
     return PredictorModel(
         model=model,
@@ -382,4 +390,4 @@ def _fold(catalog: tuple[InstanceSpec, ...], whole: PredictorModel, train: list[
         except RecommendationError:
             model = None
     noise = None if isinstance(kernel.k2, WhiteKernel) else whole.noise_log
-    return _build(train, catalog, model, whole.model_error, kernel, noise, extrapolates=whole.facts.has_model)
+    return _build(train, catalog, model, whole.model_error, kernel, noise)
