@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 from django.http import QueryDict
@@ -26,13 +27,17 @@ from recommender.types import (
     RecommendRequest,
 )
 
+if TYPE_CHECKING:
+    from drf_spectacular.openapi import AutoSchema
+    from drf_spectacular.utils import Direction
+
 
 class TypeList(serializers.ListField):
     """A list of instance types: a JSON array, or one comma-separated string (handy in a query string)."""
 
     child = serializers.CharField(max_length=40)
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> list[Any]:
         if isinstance(data, str):
             data = [t.strip() for t in data.split(",") if t.strip()]
         return super().to_internal_value(data)
@@ -73,7 +78,7 @@ class RecommendInput(serializers.Serializer):
     alpha = serializers.FloatField(default=1.0, min_value=0.0)
     beta = serializers.FloatField(default=0.0, min_value=0.0)
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("budget") is not None and attrs.get("max_workers") is not None:
             raise serializers.ValidationError("give either budget or max_workers, not both")
         return attrs
@@ -93,7 +98,7 @@ class RecommendInputSchema(OpenApiSerializerExtension):
 
     target_class = RecommendInput
 
-    def map_serializer(self, auto_schema, direction):
+    def map_serializer(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
         schema["not"] = {"required": ["budget", "max_workers"]}
         schema["description"] = LIMIT_RULE
@@ -105,7 +110,7 @@ class CandidateOutput(serializers.Serializer):
     workers = serializers.IntegerField()
     epoch_time_s = serializers.FloatField(allow_null=True)
     hourly_cost = serializers.FloatField()
-    source = serializers.ChoiceField(choices=["measured", "predicted", "rule"])
+    source = serializers.ChoiceField(choices=["measured", "predicted", "rule"])  # type: ignore[assignment]  # a declared field: DRF's metaclass takes it off the class
 
 
 class RecordsOutput(serializers.Serializer):
@@ -122,7 +127,7 @@ class RecommendationOutput(serializers.Serializer):
     workers = serializers.IntegerField()
     hourly_cost = serializers.FloatField()
     predicted_epoch_time_s = serializers.FloatField(allow_null=True)
-    source = serializers.ChoiceField(choices=["measured", "predicted", "rule"])
+    source = serializers.ChoiceField(choices=["measured", "predicted", "rule"])  # type: ignore[assignment]  # a declared field: DRF's metaclass takes it off the class
     candidates = CandidateOutput(many=True)
     explanation = serializers.CharField()
     pareto = CandidateOutput(many=True, required=False)
@@ -133,7 +138,7 @@ class RecommendationOutput(serializers.Serializer):
 
 class ErrorOutput(serializers.Serializer):
     error = serializers.CharField()
-    fields = serializers.DictField(required=False, help_text="What is wrong with each field of an invalid request")
+    fields = serializers.DictField(required=False, help_text="What is wrong with each field of an invalid request")  # type: ignore[assignment]  # a declared field: DRF's metaclass takes it off the class
     missing_profiles = serializers.ListField(child=serializers.DictField(), required=False)
 
 
@@ -144,12 +149,12 @@ BAD_REQUEST = OpenApiResponse(ErrorOutput, description=f"Invalid or infeasible. 
 # request; benchmarks/lookup_speed.py), and it is a pure function of the input: a valid input's request and catalogue
 # are kept by the input's JSON text, which tells 1, 1.0, true and "1" apart as the serializer does. Invalid input is
 # validated every time (the serializer words its errors), and so is a long one.
-_valid_inputs: LRUCache = LRUCache(maxsize=1024)
+_valid_inputs: LRUCache[str, tuple[RecommendRequest, str]] = LRUCache(maxsize=1024)
 _valid_inputs_lock = threading.Lock()
 MAX_INPUT_CHARS = 2000
 
 
-def input_key(data) -> str | None:
+def input_key(data: object) -> str | None:
     """The input's key in `_valid_inputs` (a query string or form: every value of each field), or None.
 
     >>> input_key(QueryDict("algorithm=lookup&batch_size=64")) == input_key(QueryDict("batch_size=64&algorithm=lookup"))
@@ -175,7 +180,7 @@ class RecommendView(APIView):
     def get(self, request: Request) -> Response:
         return self._answer(request.query_params.dict())
 
-    def _answer(self, data) -> Response:
+    def _answer(self, data: Any) -> Response:
         key = input_key(data)
         with _valid_inputs_lock:
             valid = None if key is None else _valid_inputs.get(key)
@@ -191,7 +196,7 @@ class RecommendView(APIView):
             # From the platform's records and the caller's own, never another user's (answer["records"] says whose).
             answer = service.recommend_as_dict(*valid, owner=self.request.user)
         except RecommendationError as exc:
-            body = {"error": str(exc)}
+            body: dict[str, Any] = {"error": str(exc)}
             if isinstance(exc, MissingProfilesError):
                 body["missing_profiles"] = [vars(p) for p in exc.missing]
             return Response(body, status=400)

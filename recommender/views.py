@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from recommender import service
-from recommender.models import Catalog, PerformanceRecord
+from recommender.models import Catalog, InstanceType, PerformanceRecord
 from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, RecommendationError, RecommendRequest
 
 
@@ -35,11 +35,14 @@ class LookupForm(forms.Form):
         label="Catalogue", required=False, help_text="Prices the machines; empty: the one that has the records' types"
     )
 
-    def __init__(self, *args, owner=None, **kwargs):
+    def __init__(self, *args: Any, owner: service.Owner = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["workload"].choices = [(w, w) for w in service.workloads(owner)]
+        workload, catalog = self.fields["workload"], self.fields["catalog"]
+        assert isinstance(workload, forms.ChoiceField) and isinstance(catalog, forms.ChoiceField)  # declared above
+        self.workloads = service.workloads(owner)  # the owner's and the platform's, as the choices offer them
+        workload.choices = [(w, w) for w in self.workloads]
         names = Catalog.objects.order_by("name").values_list("name", flat=True)
-        self.fields["catalog"].choices = [("", "the records' own"), *((name, name) for name in names)]
+        catalog.choices = [("", "the records' own"), *((name, name) for name in names)]
 
 
 @login_required
@@ -48,7 +51,7 @@ def anwar(request: HttpRequest) -> HttpResponse:
     `lookup` algorithm; the others answer in the wizard, the API and `fc2 recommend`)."""
     form = LookupForm(request.GET or None, owner=request.user)
     answer, error, options, catalog = None, None, {}, ""
-    names = [name for name, _ in form.fields["workload"].choices]
+    names = form.workloads
     # The workload asked for where it is one of the user's (the form says why another is refused), else the first.
     workload = form.data.get("workload") if form.data.get("workload") in names else (names or [""])[0]
     records = service.workload_records(workload, request.user) if workload else ()  # what an answer reads
@@ -91,7 +94,7 @@ def _query(form_class: type[forms.Form], request: HttpRequest) -> tuple[dict[str
     was left out and why, for the page to say."""
     form = form_class(request.GET)
     form.is_valid()
-    ignored = [f"{name}: {' '.join(errors)}" for name, errors in form.errors.items()]
+    ignored = [f"{name}: {' '.join(map(str, errors))}" for name, errors in form.errors.items()]
     values = {name: form.cleaned_data.get(name) for name in form.fields if name not in form.errors}
     return values, [f"Ignored {reason}" for reason in ignored]
 
@@ -101,7 +104,7 @@ def catalogs(request: HttpRequest) -> HttpResponse:
     query, ignored = _query(CatalogQuery, request)
     all_catalogs = Catalog.objects.order_by("name")
     chosen = all_catalogs.filter(name=query.get("catalog") or "").first() or all_catalogs.first()
-    types = chosen.types.all() if chosen else []
+    types = chosen.types.all() if chosen else InstanceType.objects.none()
     if chosen and query.get("gpu") == "1":
         types = types.filter(gpus__gt=0)
     if chosen and (text := (query.get("q") or "").strip()):
@@ -109,7 +112,7 @@ def catalogs(request: HttpRequest) -> HttpResponse:
     page = Paginator(types, 50).get_page(query.get("page"))
     # EC2 compute units are published for older types only (none of today's AWS catalogues): the column is shown
     # where the catalogue has some, and a type without one reads "not published", never "variable".
-    has_ecu = bool(chosen) and chosen.types.filter(ecu__isnull=False).exists()
+    has_ecu = chosen is not None and chosen.types.filter(ecu__isnull=False).exists()
     context = {"catalogs": all_catalogs, "chosen": chosen, "page": page, "has_ecu": has_ecu, "ignored": ignored}
     return render(request, "recommender/catalogs.html", context)
 
@@ -205,7 +208,7 @@ def epoch_time_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     else:  # one series: its label says all that is known of it
         shown = [key not in (None, "") for key in keys[0]] if keys else []
         shared = []
-    series = []
+    series: list[dict[str, Any]] = []
     for key, named in zip(keys, parts, strict=True):
         points = []
         for workers, times in sorted(runs[key].items()):
@@ -260,7 +263,7 @@ def records(request: HttpRequest) -> HttpResponse:
     records = read.records if read else ()
     strategies = service.strategy_counts(records)
     strategy = query.get("strategy")
-    strategy = strategy if strategy in strategies else max(strategies, key=strategies.get, default="")
+    strategy = strategy if strategy in strategies else max(strategies, key=lambda name: strategies[name], default="")
     report, error, catalog = None, None, service.records_catalog(records)
     if records:
         try:
