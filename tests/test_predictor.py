@@ -511,7 +511,7 @@ def test_the_answer_is_one_sentence_with_one_error_figure_and_its_why_apart():
 
 @pytest.mark.parametrize(
     "name",
-    ["recommender.perfmodel.predictor", "recommender.perfmodel.calibration", "recommender.perfmodel.conformal"],
+    [f"recommender.perfmodel.{name}" for name in ("predictor", "process", "calibration", "conformal")],
 )
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))

@@ -11,6 +11,7 @@ By concern, each module's docstring saying what it owns:
 - ``guards`` — which configurations may be answered at all, and why not: pure functions run before the model;
 - ``predictor`` — `predictor`: the epoch time of a configuration — its runs where it ran, else the fitted family
   corrected by scikit-learn's Gaussian process on its log residuals — with an 80 % interval, cross-validated;
+- ``process`` — scikit-learn's Gaussian process on the mean's log residuals: its inputs, kernel, noise and search;
 - ``conformal`` — calibration: the predictor held out axis by axis, and the split-conformal quantile that sets its
   interval's width;
 - ``candidates`` — the configurations a request may be answered with (worker types, PS types, counts within the

@@ -11,8 +11,8 @@ The model in five lines:
 4. far from every run the process returns to the mean and its variance to its prior: the estimate says so;
 5. interval: t̂·e^{±q·σ}, q the split-conformal quantile of the held-out runs' |log t/t̂|/σ (`conformal`).
 
-Which configurations it answers at all is recommender.perfmodel.guards; what it is worth, and q, is
-recommender.perfmodel.conformal.
+Which configurations it answers at all is recommender.perfmodel.guards; the process, recommender.perfmodel.process;
+what it is worth, and q, recommender.perfmodel.conformal.
 
 Pure numpy/scikit-learn over the shared dataclasses: no ORM, no Django.
 """
@@ -21,20 +21,18 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
+from sklearn.gaussian_process.kernels import Kernel, WhiteKernel
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from common.numbers import significant
-from recommender.perfmodel import conformal, guards
+from recommender.perfmodel import conformal, guards, process
 from recommender.perfmodel.families import PerfModel
 from recommender.perfmodel.fitting import _usable, fit
 from recommender.perfmodel.guards import Point, Runs
@@ -43,8 +41,6 @@ from recommender.types import InstanceSpec, PerfRecord, RecommendationError
 MEASURED, PREDICTED = "measured", "predicted"
 BASES = (MEASURED, PREDICTED)
 Z = 1.2815515655446004  # the standard normal's 90th percentile: q before any hold-out has calibrated it
-RESTARTS = 1  # the likelihood searched again from one random start (n_restarts_optimizer)
-SEED = 0
 
 
 @dataclass(frozen=True)
@@ -143,7 +139,7 @@ class PredictorModel:
         residual, std = self.gp.predict(self._inputs(rows), return_std=True)
         for i, row, m, r, s in zip(answered, rows, prior, residual, std, strict=True):
             bridge = self.bridge_error if row[0] not in self.coverage["worker_types"] else 0.0
-            sigma = math.sqrt(_latent(self.gp, float(s)) ** 2 + self.noise_log**2 + bridge**2)
+            sigma = math.sqrt(process.latent(self.gp, float(s)) ** 2 + self.noise_log**2 + bridge**2)
             runs = self.runs.get(row)
             if runs:
                 count = f"{len(runs)} run{'s' * (len(runs) != 1)}"
@@ -161,7 +157,7 @@ class PredictorModel:
         return np.log(self.model.predict_many(*zip(*rows, strict=True)))
 
     def _inputs(self, rows: Sequence[Point]) -> np.ndarray:
-        return _inputs(rows, self.batch_ref, self.center, self.scale, self.types)
+        return process.inputs(rows, self.batch_ref, self.center, self.scale, self.types)
 
     def _predicted_text(self, prior: float, residual: float) -> str:
         change = f"{math.exp(residual) - 1:+.1%}"
@@ -171,83 +167,6 @@ class PredictorModel:
             f"predicted: the {self.model.family} model's {significant(math.exp(prior), 4)} s, {change} by the "
             "Gaussian process on its residuals"
         )
-
-
-def _latent(gp: GaussianProcessRegressor, std: float) -> float:
-    """The process's own standard deviation at a point: predict's, less the white noise where the kernel has it."""
-    white = gp.kernel_.k2.noise_level if isinstance(gp.kernel_.k2, WhiteKernel) else 0.0
-    return math.sqrt(max(std**2 - white, 0.0))
-
-
-def _inputs(
-    rows: Sequence[Point], batch_ref: float | None, center: np.ndarray, scale: np.ndarray, types: tuple[str, ...]
-) -> np.ndarray:
-    """The process's inputs: standardised (log n, log B, l), and the worker type one-hot where there are several."""
-    numbers = np.array(
-        [[math.log(n), math.log(b or batch_ref or 1.0), lat] for _, n, b, lat in rows], dtype=float
-    ).reshape(-1, 3)
-    columns = [(numbers - center) / scale]
-    if types:
-        columns.append(np.array([[t == u for u in types] for t, *_ in rows], dtype=float))
-    return np.hstack(columns)
-
-
-def _run_noise(runs: dict) -> float | None:
-    """A run's noise from the repeats: the pooled standard deviation of log time within each repeated configuration
-    (None: no configuration ran twice)."""
-    repeated = [np.log(times) for times in runs.values() if len(times) > 1]
-    if not repeated:
-        return None
-    squares = sum(float(np.sum((t - t.mean()) ** 2)) for t in repeated)
-    return math.sqrt(squares / sum(len(t) - 1 for t in repeated))
-
-
-def _length_scale_bounds(inputs: np.ndarray) -> np.ndarray:
-    """Each input's length scale from a tenth of its spread to a hundred spreads, and no shorter than the gap between
-    its two closest measured values: the runs cannot tell a shorter one (Betancourt, "Robust Gaussian processes in
-    Stan", 2017), and with one the process drops the runs' residuals a step past them.
-
-    >>> _length_scale_bounds(np.array([[0.0, 5.0, 1.0], [0.5, 5.0, 2.0], [2.0, 5.0, 4.0]]))[:, 0].tolist()
-    [0.5, 0.1, 1.0]
-    """
-    bounds = np.tile([0.1, 100.0], (inputs.shape[1], 1))
-    for i in range(min(3, inputs.shape[1])):  # the numbers; the worker types' one-hot columns follow
-        gaps = np.diff(np.unique(inputs[:, i].round(9)))
-        if len(gaps):
-            bounds[i, 0] = min(max(bounds[i, 0], float(gaps.min())), bounds[i, 1])
-    return bounds
-
-
-def _own_noise(runs: dict, pooled: float | None) -> dict:
-    """Each configuration's noise: the standard deviation of its repeats' log times, the pooled one where it ran once
-    (on the lab two runs of a 0 ms cell differ by 20 %, of a 20 or 40 ms cell by 0.5 %: one figure fits neither)."""
-    return {row: float(np.std(np.log(t), ddof=1)) if len(t) > 1 else pooled for row, t in runs.items()}
-
-
-def _process(
-    inputs: np.ndarray, residuals: np.ndarray, variance: np.ndarray | None, kernel: Kernel | None
-) -> GaussianProcessRegressor:
-    """scikit-learn's process on the configurations' mean residuals: its kernel's hyper-parameters by maximum
-    marginal likelihood (or `kernel`'s, fixed). variance: each configuration's mean's, from its repeats (alpha);
-    without any repeat (None), a WhiteKernel learns the noise."""
-    fixed = kernel is not None and kernel.n_dims == 1 + inputs.shape[1] + (variance is None)
-    if not fixed:  # (a fold whose runs lost a worker type or every repeat fits its own)
-        bounds = _length_scale_bounds(inputs)
-        kernel = ConstantKernel(0.01, (1e-4, 1e2)) * Matern(np.maximum(bounds[:, 0], 1.0), bounds, nu=2.5)
-        if variance is None:
-            kernel += WhiteKernel(1e-3, (1e-6, 1.0))
-    alpha = (0.0 if variance is None else variance) + 1e-10
-    gp = GaussianProcessRegressor(
-        kernel,
-        alpha=alpha,
-        optimizer=None if fixed else "fmin_l_bfgs_b",
-        n_restarts_optimizer=RESTARTS,
-        random_state=SEED,
-    )
-    with warnings.catch_warnings():
-        # A hyper-parameter at its bound is an answer (e.g. a residual that does not vary), not a failure.
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return gp.fit(inputs, residuals)
 
 
 # --- building one ---------------------------------------------------------------------------------------------------
@@ -322,15 +241,15 @@ def _build(
     log_means = np.array([np.mean(np.log(runs[row])) for row in rows])
     offset = float(np.mean(np.log([t for r in usable if (t := r.epoch_time_s)])))
     prior = np.log(model.predict_many(*zip(*rows, strict=True))) if model else np.full(len(rows), offset)
-    numbers = _inputs(rows, batch_ref, np.zeros(3), np.ones(3), ())
+    numbers = process.inputs(rows, batch_ref, np.zeros(3), np.ones(3), ())
     center, scale = numbers.mean(axis=0), numbers.std(axis=0)
     scale[scale < 1e-9] = 1.0  # an axis measured at one value: a query off it is that many of its units away
     types = tuple(sorted({r.instance_type for r in usable}))
     types = types if len(types) > 1 else ()
-    noise = _run_noise(runs) if kernel is None else noise
-    own = _own_noise(runs, noise)
+    noise = process.run_noise(runs) if kernel is None else noise
+    own = process.own_noise(runs, noise)
     variance = None if noise is None else np.array([own[row] ** 2 / len(runs[row]) for row in rows])
-    gp = _process(_inputs(rows, batch_ref, center, scale, types), log_means - prior, variance, kernel)
+    gp = process.fit(process.inputs(rows, batch_ref, center, scale, types), log_means - prior, variance, kernel)
     white = gp.kernel_.k2.noise_level if isinstance(gp.kernel_.k2, WhiteKernel) else 0.0
     return PredictorModel(
         model=model,
