@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from django.db import NotSupportedError
 from django.db.models import (
     Count,
     DateTimeField,
+    Expression,
     F,
     FloatField,
     Func,
@@ -29,6 +31,20 @@ from django.utils import timezone
 
 from fc2 import query
 from fc2.models import Job, ReapedCluster
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler, _AsSqlType
+    from django_stubs_ext import WithAnnotations
+
+    class Spend(TypedDict):
+        """What with_spend annotates."""
+
+        elapsed_s: float  # s; NULL (None) for a job that never started, as the plugin does not say
+        cost: Any  # $ (a Coalesce, which the plugin does not type); NULL for a job that cost nothing
+
+
+Spent: TypeAlias = "QuerySet[WithAnnotations[Job, Spend]]"  # jobs as with_spend annotates them
 
 # Big JSON columns no dashboard list shows: not worth reading and decoding 50 times a page.
 UNSHOWN_FIELDS = ("cluster", "recommendation", "parameters", "metrics", "worker_types", "token_hash")
@@ -63,17 +79,17 @@ class SecondsBetween(Func):
     arity = 2
     output_field = FloatField()
 
-    def __init__(self, start, end, **extra):
+    def __init__(self, start: Expression | str, end: Expression | str, **extra: Any) -> None:
         super().__init__(end, start, **extra)
 
-    def as_sql(self, compiler, connection, **extra_context):
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, *args: Any, **extra: Any) -> _AsSqlType:
         raise NotSupportedError(f"SecondsBetween is written for SQLite and PostgreSQL, not {connection.vendor}")
 
-    def as_postgresql(self, compiler, connection, **extra_context):
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any) -> _AsSqlType:
         template = "EXTRACT(EPOCH FROM (%(expressions)s))::double precision"
         return super().as_sql(compiler, connection, template=template, arg_joiner=" - ", **extra_context)
 
-    def as_sqlite(self, compiler, connection, **extra_context):
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any) -> _AsSqlType:
         # julianday() keeps milliseconds; rounding to them drops the float noise of subtracting two ~2.46e6-day values.
         template = "ROUND((julianday(%(expressions)s)) * 86400.0, 3)"
         return super().as_sql(compiler, connection, template=template, arg_joiner=") - julianday(", **extra_context)
@@ -96,27 +112,27 @@ class ProfilingCost(Func):
         "'$.started_at'))) * 86400.0, 3))) / 3600.0 FROM json_each(%(runs)s) AS fc2_run)"
     )
 
-    def __init__(self, now: dt.datetime, **extra):
+    def __init__(self, now: dt.datetime, **extra: Any) -> None:
         super().__init__(F("profiling_runs"), F("torn_down_at"), Value(now, output_field=DateTimeField()), **extra)
 
-    def _sql(self, template: str, compiler, connection):
+    def _sql(self, template: str, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> _AsSqlType:
         (runs, runs_params), (end, end_params), (now, now_params) = (
             compiler.compile(expression) for expression in self.get_source_expressions()
         )
         # Each placeholder's parameters in the order the template uses them.
         return template % {"end": end, "now": now, "runs": runs}, (*end_params, *now_params, *runs_params)
 
-    def as_sql(self, compiler, connection, **extra_context):
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, *args: Any, **extra: Any) -> _AsSqlType:
         raise NotSupportedError(f"ProfilingCost is written for SQLite and PostgreSQL, not {connection.vendor}")
 
-    def as_postgresql(self, compiler, connection, **extra_context):
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any) -> _AsSqlType:
         return self._sql(self.POSTGRESQL, compiler, connection)
 
-    def as_sqlite(self, compiler, connection, **extra_context):
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any) -> _AsSqlType:
         return self._sql(self.SQLITE, compiler, connection)
 
 
-def with_spend(queryset: QuerySet[Job], now: dt.datetime) -> QuerySet[Job]:
+def with_spend(queryset: QuerySet[Job], now: dt.datetime) -> Spent:
     """Annotate `elapsed_s` (started → finished, or → `now` while it runs) and `cost` ($ = hourly_cost × the hours
     its cluster was up — launched → torn down, or → `now` while it is up — plus its profiling runs': `ProfilingCost`).
 
@@ -145,7 +161,7 @@ class JobFilters:
     search: str = ""  # a username, words of a failure reason, or a job id ("42" or "#42")
 
 
-def filtered_jobs(filters: JobFilters, now: dt.datetime) -> QuerySet[Job]:
+def filtered_jobs(filters: JobFilters, now: dt.datetime) -> Spent:
     """Every user's jobs that pass `filters`, with their owner and their `elapsed_s` and `cost` annotations."""
     queryset = Job.objects.select_related("owner").defer(*UNSHOWN_FIELDS)
     if filters.state == "active":
@@ -173,7 +189,7 @@ def _start_of(day: dt.date) -> dt.datetime:
     return timezone.make_aware(dt.datetime.combine(day, dt.time.min))
 
 
-def sort_jobs(queryset: QuerySet[Job], sort: str) -> QuerySet[Job]:
+def sort_jobs(queryset: Spent, sort: str) -> Spent:
     """Order by a SORTS key ("-key" for descending); jobs without a value (no cost yet) come last either way."""
     key = sort.removeprefix("-")
     if key not in SORTS:
@@ -182,7 +198,7 @@ def sort_jobs(queryset: QuerySet[Job], sort: str) -> QuerySet[Job]:
     return queryset.order_by(order, "-pk")  # ties broken by id, so that pages never overlap
 
 
-def totals(queryset: QuerySet[Job]) -> dict:
+def totals(queryset: Spent) -> dict:
     """How many jobs, how many failed, and their summed running time (seconds) and cost (one query)."""
     # Aggregate names must differ from the annotations they sum, or Django reads the alias as a column.
     result = queryset.aggregate(
@@ -201,8 +217,8 @@ def totals(queryset: QuerySet[Job]) -> dict:
 
 def running_clusters(now: dt.datetime, limit: int = 10) -> list[Job]:
     """Jobs that hold a cluster right now, the most expensive first."""
-    queryset = Job.objects.filter(state__in=Job.ACTIVE, cluster__isnull=False).select_related("owner")
-    queryset = with_spend(queryset.defer(*UNSHOWN_FIELDS), now)
+    holding = Job.objects.filter(state__in=Job.ACTIVE, cluster__isnull=False).select_related("owner")
+    queryset = with_spend(holding.defer(*UNSHOWN_FIELDS), now)
     return list(queryset.order_by(OrderBy(F("hourly_cost"), descending=True, nulls_last=True), "-pk")[:limit])
 
 
@@ -234,7 +250,7 @@ def recent_reapings(limit: int = 10) -> list[ReapedCluster]:
 SPEND_DIGITS = 6
 
 
-def spend_by_user(queryset: QuerySet[Job], total: float, top: int = 12) -> list[dict]:
+def spend_by_user(queryset: Spent, total: float, top: int = 12) -> list[dict]:
     """[{"user", "cost"}] for the `top` spenders, then everyone else as one "others" row (from `total`)."""
     rows = (
         queryset.filter(cost__isnull=False)
@@ -250,7 +266,7 @@ def spend_by_user(queryset: QuerySet[Job], total: float, top: int = 12) -> list[
     return result
 
 
-def spend_by_week(queryset: QuerySet[Job]) -> list[dict]:
+def spend_by_week(queryset: Spent) -> list[dict]:
     """[{"week": Monday as ISO date, "cost"}] from the first to the last week with spend, weeks with none at 0.
 
     A job's cost counts in the week its cluster was launched, or, for one that only profiled (it ended before its
@@ -278,7 +294,7 @@ class TruncWeekUTC(TruncWeek):
     """TruncWeek that SQLite computes with its own date functions (Django's generic SQLite version calls back into
     Python for every row: ~70 ms over 10,000 jobs). Same answer: the Monday 00:00 on or before, in UTC."""
 
-    def as_sqlite(self, compiler, connection, **extra_context):
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any) -> _AsSqlType:
         if self.get_tzname() not in (None, "UTC"):
             return super().as_sqlite(compiler, connection, **extra_context)
         sql, params = compiler.compile(self.lhs)
