@@ -1,0 +1,359 @@
+"""`explore`'s search: which trial run to make next for a workload with no records, when to stop, and which
+configuration to choose — pure functions over frozen dataclasses (no ORM, no Django).
+
+A configuration is chosen whole: worker type, PS type, worker count, strategy and latency together. The surrogate is
+scikit-learn's GaussianProcessRegressor on log epoch time over features every catalogue gives (log workers, the
+worker type's log price, vCPU or ECU and network, the PS type's log price and network, the strategy, the latency):
+a linear kernel (how log time trends along each feature: Bayesian linear regression) plus an RBF kernel (what the
+trend misses, e.g. a PS that saturates) plus white noise (one run's spread). Its prior mean is this workload's mean
+log time, plus, where `history` (other workloads' records) is given, the trend fitted on those records — the scaling
+shape other code showed, shifted to this workload's level by its own trials. History shapes the prior only: the
+chosen configuration is always one this workload measured.
+
+The objective is the model's rule (recommender/perfmodel/choice.py) on the run's cost rather than its hourly price:
+f = α·t/t_ref + β·c/c_ref, c = t·price the cost of an epoch, t_ref and c_ref the least among the candidates (the
+believed ones while searching, the measured ones when choosing). Under the surrogate t is log-normal, so f is too
+and the expected improvement over the best measured f has a closed form. The next trial is the candidate with the
+largest expected improvement per dollar of its trial; the search stops when that improvement — a share of the
+job's cost on the current pick — is worth less than the trial costs, when the next trial would overrun the budget
+(dollars or minutes), or when nothing is left to try. A configuration whose trial failed is not tried again.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel
+
+from recommender.types import InstanceSpec
+
+# α, β presets the user picks from (time vs cost weights, as the model's rule reads them).
+PRESETS: dict[str, tuple[float, float]] = {"fastest": (1.0, 0.0), "cheapest": (0.0, 1.0), "balanced": (0.5, 0.5)}
+# The surrogate's hyperparameters, in units where every feature spans 1 over the candidates (so they hold for any
+# grid's spread): along its span a feature moves log time by about the trend's sd (linear kernel), and by the
+# bump's beyond the trend (RBF, length one span); both amplitudes are then fitted to the trials by marginal
+# likelihood within bounds, once there are enough trials to say anything. A run repeats within about 5 %.
+SLOPE_VARIANCE = 1.0
+BUMP_VARIANCE = 0.25
+AMPLITUDE_BOUNDS = (1e-2, 1e2)
+LENGTH_SCALE = 1.0
+NOISE_VARIANCE = 0.05**2
+FIT_FROM_TRIALS = 3  # fewer trials than this cannot fit an amplitude: the prior ones stand
+# With history the trend is known up to its level: its slopes vary around history's by a quarter as much.
+SLOPE_VARIANCE_WITH_HISTORY = 0.25
+RIDGE = 1e-2  # keeps a history workload's trend fit defined where its records do not vary a feature
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    instance_type: str
+    ps_type: str
+    workers: int
+    strategy: str
+    latency_ms: float
+
+    def as_dict(self) -> dict:
+        return {"instance_type": self.instance_type, "ps_type": self.ps_type, "workers": self.workers,
+                "strategy": self.strategy, "latency_ms": self.latency_ms}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: Config
+    hourly_price: float  # the whole cluster's $/h: workers × worker price + the PS's
+    features: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Trial:
+    config: Config
+    epoch_time_s: float | None  # steady-state epoch time; None: the trial failed
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    workload: str
+    config: Config
+    epoch_time_s: float
+
+
+@dataclass(frozen=True)
+class Budget:
+    dollars: float  # the search's money: trials stop before overrunning it
+    minutes: float  # the search's time: trials run one after another
+    window_minutes: float  # one trial's length (it is billed for it)
+    job_hours: float  # the job's expected length on the chosen cluster: what a better choice saves is a share of it
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The trend history taught: slopes of log time on the features, and history's mean level (used before any
+    trial of this workload). Empty slopes: no history."""
+
+    slopes: tuple[float, ...] = ()
+    level: float = 0.0
+
+
+@dataclass(frozen=True)
+class Belief:
+    mean: tuple[float, ...]  # of log epoch time, one per candidate
+    sd: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do now: `proposal` is the next trial's configuration, or None with `reason` saying why the search
+    stops; `chosen` is the best measured configuration so far (None before any successful trial)."""
+
+    proposal: Config | None
+    chosen: Config | None
+    reason: str
+    gain_per_dollar: float  # of the proposal (or of the best candidate left, when stopping on value); 0 if none
+
+
+@dataclass(frozen=True)
+class Search:
+    trials: tuple[Trial, ...]
+    chosen: Config | None
+    reason: str
+    spent_dollars: float
+
+
+def features(config: Config, catalog: Mapping[str, InstanceSpec]) -> tuple[float, ...]:
+    """The configuration's raw features (belief() scales each to the candidates' span); what the catalogue does not
+    say counts as the reference (0): a type it does not list, a missing figure, no PS. Latency enters as log(1 + l/ms):
+    an epoch's time is compute plus latency × round trips, whose log bends like it."""
+    worker, ps = catalog.get(config.instance_type), catalog.get(config.ps_type)
+    speed = (worker.ecu or worker.vcpu) if worker else None
+    return (
+        math.log(max(config.workers, 1)),
+        _log(worker.hourly_price if worker else None),
+        _log(speed),
+        _log(worker.network_mbps / 1000 if worker and worker.network_mbps else None),
+        _log(ps.hourly_price if ps else None),
+        _log(ps.network_mbps / 1000 if ps and ps.network_mbps else None),
+        1.0 if config.strategy == "ps" or config.ps_type else 0.0,
+        math.log1p(max(config.latency_ms, 0.0)),
+    )
+
+
+def _log(value: float | None) -> float:
+    return math.log(value) if value and value > 0 else 0.0
+
+
+def cluster_price(config: Config, catalog: Mapping[str, InstanceSpec], unpriced: float) -> float:
+    """$/h of the cluster; a type the catalogue does not list costs `unpriced` per node."""
+
+    def price(name: str) -> float:
+        return catalog[name].hourly_price if name in catalog else unpriced
+
+    return config.workers * price(config.instance_type) + (price(config.ps_type) if config.ps_type else 0.0)
+
+
+def make_candidates(
+    configs: Sequence[Config], catalog: Mapping[str, InstanceSpec], unpriced: float = 1.0
+) -> tuple[Candidate, ...]:
+    return tuple(Candidate(c, cluster_price(c, catalog, unpriced), features(c, catalog)) for c in sorted(set(configs)))
+
+
+def _scale(candidates: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, span) that map the candidates' features onto [0, 1] each (a feature they do not vary: span 1)."""
+    x = np.array([c.features for c in candidates])
+    low, span = x.min(axis=0), x.max(axis=0) - x.min(axis=0)
+    return low, np.where(span > 0, span, 1.0)
+
+
+def fit_prior(
+    history: Sequence[HistoryRecord], catalog: Mapping[str, InstanceSpec], candidates: Sequence[Candidate]
+) -> Prior:
+    """The trend of log epoch time on the features (scaled as for `candidates`) across other workloads: each
+    workload's ridge fit around its own mean (so workloads of any size count by their shape), averaged weighting
+    each by its records."""
+    low, span = _scale(candidates)
+    by_workload: dict[str, list[HistoryRecord]] = {}
+    for record in history:
+        if record.epoch_time_s and record.epoch_time_s > 0:
+            by_workload.setdefault(record.workload, []).append(record)
+    fits, weights, levels = [], [], []
+    for records in by_workload.values():
+        if len(records) < 2:
+            continue
+        x = (np.array([features(r.config, catalog) for r in records]) - low) / span
+        y = np.log([r.epoch_time_s for r in records])
+        xc, yc = x - x.mean(axis=0), y - y.mean()
+        fits.append(np.linalg.solve(xc.T @ xc + RIDGE * np.eye(x.shape[1]), xc.T @ yc))
+        weights.append(len(records))
+        levels.append(y.mean())
+    if not fits:
+        return Prior()
+    slopes = np.average(np.array(fits), axis=0, weights=weights)
+    return Prior(tuple(float(s) for s in slopes), float(np.average(levels, weights=weights)))
+
+
+def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prior = Prior()) -> Belief:
+    """The surrogate's mean and sd of log epoch time for every candidate, given the successful trials."""
+    low, span = _scale(candidates)
+    x = (np.array([c.features for c in candidates]) - low) / span
+    trend = (x - x.mean(axis=0)) @ np.array(prior.slopes) if prior.slopes else np.zeros(len(candidates))
+    index = {c.config: i for i, c in enumerate(candidates)}
+    done = [(index[t.config], math.log(t.epoch_time_s)) for t in trials if t.epoch_time_s and t.config in index]
+    fitted = len(done) >= FIT_FROM_TRIALS
+    bounds = AMPLITUDE_BOUNDS if fitted else "fixed"
+    slope_variance = SLOPE_VARIANCE_WITH_HISTORY if prior.slopes else SLOPE_VARIANCE
+    kernel = (
+        ConstantKernel(slope_variance, bounds) * DotProduct(0.0, "fixed")
+        + ConstantKernel(BUMP_VARIANCE, bounds) * RBF(LENGTH_SCALE, "fixed")
+        + WhiteKernel(NOISE_VARIANCE, "fixed")
+    )
+    # Features are centred on the candidates so the linear kernel's slopes pivot about the middle of the search space.
+    xc = x - x.mean(axis=0)
+    if not done:
+        # Before any trial the level is history's (with its spread across workloads unknown: sd 1) or unknown.
+        level = prior.level if prior.slopes else 0.0
+        prior_sd = np.sqrt(np.diag(kernel(xc)) + 1.0)
+        return Belief(tuple(float(v) for v in trend + level), tuple(float(v) for v in prior_sd))
+    rows = [i for i, _ in done]
+    residual = np.array([y for _, y in done]) - trend[rows]
+    level = float(residual.mean())
+    gp = GaussianProcessRegressor(kernel, optimizer="fmin_l_bfgs_b" if fitted else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gp.fit(xc[rows], residual - level)
+        mean, sd = gp.predict(xc, return_std=True)
+    # The belief is about the configuration's mean epoch time, not one noisy run: the white noise's variance is taken
+    # out (else every configuration near the best would seem worth a trial by the runs' spread alone); the level is
+    # estimated from the trials, its uncertainty shrinking as 1/√(trials).
+    sd = np.sqrt(np.maximum(sd**2 - NOISE_VARIANCE, 0.0) + NOISE_VARIANCE / len(done))
+    return Belief(tuple(float(v) for v in trend + level + mean), tuple(float(v) for v in sd))
+
+
+def objective(time_s: float, hourly_price: float, alpha: float, beta: float, t_ref: float, c_ref: float) -> float:
+    """α·t/t_ref + β·c/c_ref, c = t·price (an epoch's cost)."""
+    return alpha * time_s / t_ref + beta * time_s * hourly_price / c_ref
+
+
+def expected_improvement(log_mean: float, log_sd: float, scale: float, best: float) -> float:
+    """E[max(best − f, 0)] for f = scale·exp(Y), Y ~ N(log_mean, log_sd²): the log-normal's closed form."""
+    m = log_mean + math.log(scale)
+    if log_sd <= 0:
+        return max(best - math.exp(m), 0.0)
+    z = (math.log(best) - m) / log_sd
+    return best * norm.cdf(z) - math.exp(m + log_sd**2 / 2) * norm.cdf(z - log_sd)
+
+
+def best_measured(
+    candidates: Sequence[Candidate], trials: Sequence[Trial], alpha: float, beta: float
+) -> tuple[Candidate, float] | None:
+    """The measured candidate with the least objective (its trials' mean time; refs: the measured least) and that
+    objective; ties: cheaper, then by configuration."""
+    times: dict[Config, list[float]] = {}
+    for t in trials:
+        if t.epoch_time_s:
+            times.setdefault(t.config, []).append(t.epoch_time_s)
+    measured = [(c, float(np.mean(times[c.config]))) for c in candidates if c.config in times]
+    if not measured:
+        return None
+    t_ref = min(t for _, t in measured)
+    c_ref = min(t * c.hourly_price for c, t in measured)
+    scored = [
+        (objective(t, c.hourly_price, alpha, beta, t_ref, c_ref), c.hourly_price, c.config, c) for c, t in measured
+    ]
+    score, _, _, pick = min(scored)
+    return pick, score
+
+
+def next_step(
+    candidates: Sequence[Candidate],
+    trials: Sequence[Trial],
+    alpha: float,
+    beta: float,
+    budget: Budget,
+    prior: Prior = Prior(),
+) -> Step:
+    """The next trial (module docstring's rule) or why the search stops."""
+    if alpha < 0 or beta < 0 or alpha + beta <= 0:
+        raise ValueError(f"alpha and beta must be non-negative and not both 0 (got {alpha}, {beta})")
+    tried = {t.config for t in trials}
+    priced = {c.config: c for c in candidates}
+    spent = sum(trial_cost(priced[t.config], budget) for t in trials)
+    current = best_measured(candidates, trials, alpha, beta)
+    chosen = current[0].config if current else None
+    left = [c for c in candidates if c.config not in tried]
+    affordable = [
+        c
+        for c in left
+        if spent + trial_cost(c, budget) <= budget.dollars + 1e-9
+        and (len(trials) + 1) * budget.window_minutes <= budget.minutes + 1e-9
+    ]
+    if not left:
+        return Step(None, chosen, "every candidate has been tried", 0.0)
+    if not affordable:
+        return Step(None, chosen, "the next trial would overrun the search budget", 0.0)
+    b = belief(candidates, trials, prior)
+    index = {c.config: i for i, c in enumerate(candidates)}
+    mean, sd = np.array(b.mean), np.array(b.sd)
+    # References for the objective: the least believed time and epoch cost among the candidates.
+    prices = np.array([c.hourly_price for c in candidates])
+    t_ref = float(np.exp(mean).min())
+    c_ref = float((np.exp(mean) * prices).min())
+    if current is None:
+        # Nothing measured yet: the first trial is the candidate believed best (with history, its trend; without,
+        # the candidates' middle — every one is believed alike, and the middle tells the trend most about the rest).
+        if prior.slopes:
+            scores = [(objective(math.exp(mean[index[c.config]]), c.hourly_price, alpha, beta, t_ref, c_ref),
+                       c.hourly_price, c.config) for c in affordable]  # fmt: skip
+        else:
+            low, span = _scale(candidates)
+            scaled = {c.config: (np.array(c.features) - low) / span for c in candidates}
+            centre = np.median(np.array(list(scaled.values())), axis=0)
+            scores = [(float(np.sum((scaled[c.config] - centre) ** 2)), c.hourly_price, c.config) for c in affordable]
+        return Step(min(scores)[2], None, "first trial", 0.0)
+    pick, _ = current
+    best_f = objective(
+        float(np.mean([t.epoch_time_s for t in trials if t.config == pick.config and t.epoch_time_s])),
+        pick.hourly_price, alpha, beta, t_ref, c_ref,
+    )  # fmt: skip
+    job_cost = budget.job_hours * pick.hourly_price
+    scored = []
+    for c in affordable:
+        i = index[c.config]
+        scale = alpha / t_ref + beta * c.hourly_price / c_ref
+        gain = expected_improvement(mean[i], sd[i], scale, best_f) / best_f * job_cost
+        scored.append((gain / trial_cost(c, budget), -c.hourly_price, c.config))
+    ratio, _, config = max(scored)
+    if ratio < 1.0:
+        return Step(None, chosen, "another trial is expected to save less than it costs", ratio)
+    return Step(config, chosen, "largest expected improvement per dollar", ratio)
+
+
+def trial_cost(candidate: Candidate, budget: Budget) -> float:
+    return candidate.hourly_price * budget.window_minutes / 60.0
+
+
+def search(
+    candidates: Sequence[Candidate],
+    run_trial: Callable[[Config], float | None],
+    alpha: float,
+    beta: float,
+    budget: Budget,
+    prior: Prior = Prior(),
+) -> Search:
+    """Propose, run (`run_trial` answers a configuration's steady-state epoch time, or None if it failed), repeat
+    until `next_step` stops."""
+    trials: list[Trial] = []
+    while True:
+        step = next_step(candidates, trials, alpha, beta, budget, prior)
+        if step.proposal is None:
+            break
+        trials.append(Trial(step.proposal, run_trial(step.proposal)))
+    priced = {c.config: c for c in candidates}
+    spent = sum(trial_cost(priced[t.config], budget) for t in trials)
+    reason = step.reason if step.chosen else f"no trial succeeded ({step.reason})"
+    return Search(tuple(trials), step.chosen, reason, spent)

@@ -1,0 +1,152 @@
+"""explore's search (recommender/explore.py) on synthetic grids whose answer is known, its stopping rules, failed
+trials, history, and the replay benchmark's --json contract (benchmarks/explore.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recommender import explore
+from recommender.explore import Budget, Config, HistoryRecord, Trial
+from recommender.types import InstanceSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOG = {
+    spec.name: spec
+    for spec in (
+        InstanceSpec("small", 0.1, "worker", vcpu=2, network_mbps=1000),
+        InstanceSpec("big", 0.8, "worker", vcpu=16, network_mbps=10000),
+        InstanceSpec("ps-slow", 0.1, "ps", vcpu=2, network_mbps=500),
+        InstanceSpec("ps-fast", 0.5, "ps", vcpu=8, network_mbps=5000),
+    )
+}
+COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
+CONFIGS = [Config(w, ps, n, "ps", 0.0) for w in ("small", "big") for ps in ("ps-slow", "ps-fast") for n in COUNTS]
+ROOMY = Budget(dollars=math.inf, minutes=math.inf, window_minutes=10, job_hours=10)
+
+
+def epoch_time(config: Config, work: float = 2000.0, gradients: float = 200.0) -> float:
+    """A PS roofline: the workers' share of the compute, or the PS link carrying every worker's gradients."""
+    worker, ps = CATALOG[config.instance_type], CATALOG[config.ps_type]
+    return 1.0 + max(work / (config.workers * worker.vcpu), config.workers * gradients / ps.network_mbps)
+
+
+def best(alpha: float, beta: float, time=epoch_time) -> tuple[Config, float]:
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    t_ref = min(time(c.config) for c in candidates)
+    c_ref = min(time(c.config) * c.hourly_price for c in candidates)
+    scores = {
+        c.config: explore.objective(time(c.config), c.hourly_price, alpha, beta, t_ref, c_ref) for c in candidates
+    }
+    pick = min(scores, key=scores.get)
+    return pick, scores
+
+
+@pytest.mark.parametrize("preset", ["fastest", "cheapest", "balanced"])
+def test_finds_the_known_best_within_the_budget(preset):
+    alpha, beta = explore.PRESETS[preset]
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    result = explore.search(candidates, epoch_time, alpha, beta, ROOMY)
+    _, scores = best(alpha, beta)
+    assert scores[result.chosen] / min(scores.values()) - 1 <= 0.05
+    assert result.reason == "another trial is expected to save less than it costs"  # it stopped before sweeping
+    assert len({t.config for t in result.trials}) == len(result.trials)  # never the same configuration twice
+
+
+def test_a_dollar_budget_caps_the_trials():
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    budget = Budget(dollars=0.2, minutes=math.inf, window_minutes=10, job_hours=1000)
+    result = explore.search(candidates, epoch_time, 1.0, 0.0, budget)
+    assert result.spent_dollars <= 0.2
+    assert result.reason == "the next trial would overrun the search budget"
+
+
+def test_a_minutes_budget_caps_the_trials():
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    budget = Budget(dollars=math.inf, minutes=30, window_minutes=10, job_hours=1000)
+    assert len(explore.search(candidates, epoch_time, 1.0, 0.0, budget).trials) == 3
+
+
+def test_stops_when_a_trial_is_worth_less_than_it_costs():
+    """A job as short as a trial cannot pay for a second trial; a long one makes the search look further."""
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    short = explore.search(candidates, epoch_time, 0.5, 0.5, Budget(math.inf, math.inf, 10, job_hours=10 / 60))
+    long = explore.search(candidates, epoch_time, 0.5, 0.5, Budget(math.inf, math.inf, 10, job_hours=100))
+    assert short.reason == "another trial is expected to save less than it costs"
+    assert len(short.trials) < len(long.trials)
+
+
+def test_failed_trials_are_not_retried_and_no_success_says_so():
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    broken = {c for c in CONFIGS if c.instance_type == "big"}
+
+    def run(config: Config) -> float | None:
+        return None if config in broken else epoch_time(config)
+
+    result = explore.search(candidates, run, 1.0, 0.0, ROOMY)
+    tried = [t.config for t in result.trials]
+    assert len(tried) == len(set(tried))
+    assert result.chosen is not None and result.chosen not in broken
+    nothing = explore.search(candidates, lambda c: None, 1.0, 0.0, Budget(math.inf, 40, 10, 10))
+    assert nothing.chosen is None and nothing.reason.startswith("no trial succeeded")
+    assert len(nothing.trials) == 4  # until the minutes ran out, each configuration once
+
+
+def test_history_shapes_the_prior_but_is_never_a_measurement():
+    """Other workloads' records move the belief before any trial, yet the choice is always among this workload's
+    own trials (one at least), even when history holds this very grid's times."""
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    history = [HistoryRecord("other", c, epoch_time(c, work=5000.0)) for c in CONFIGS]
+    prior = explore.fit_prior(history, CATALOG, candidates)
+    assert prior.slopes
+    without, with_history = explore.belief(candidates, []), explore.belief(candidates, [], prior)
+    assert len(set(without.mean)) == 1 and len(set(with_history.mean)) > 1
+    result = explore.search(candidates, epoch_time, 1.0, 0.0, ROOMY, prior)
+    assert result.trials and result.chosen in {t.config for t in result.trials if t.epoch_time_s}
+    first = explore.next_step(candidates, [], 1.0, 0.0, ROOMY, prior)
+    assert first.chosen is None  # nothing measured yet: history chose nothing
+
+
+def test_the_best_measured_is_chosen_by_its_mean_run():
+    candidates = explore.make_candidates(CONFIGS[:2], CATALOG)
+    a, b = CONFIGS[0], CONFIGS[1]
+    trials = [Trial(a, 10.0), Trial(b, 6.0), Trial(b, None)]
+    assert explore.best_measured(candidates, trials, 1.0, 0.0)[0].config == b
+
+
+def test_weights_must_mean_something():
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    with pytest.raises(ValueError, match="alpha and beta"):
+        explore.next_step(candidates, [], 0.0, 0.0, ROOMY)
+
+
+def test_benchmark_json_is_one_object(tmp_path):
+    grid = tmp_path / "grid.csv"
+    rows = ["workload,instance_type,ps_type,workers,batch_size,latency_ms,epoch_time_s,strategy"]
+    for workload, work in (("a", 2000.0), ("b", 6000.0)):
+        for config in CONFIGS[:12]:
+            rows.append(f"{workload},{config.instance_type},{config.ps_type},{config.workers},32,0,"
+                        f"{epoch_time(config, work):.4f},ps")  # fmt: skip
+    rows.append("a,small,ps-slow,3,32,0,,ps")  # a failed run: a configuration that only ever fails
+    grid.write_text("\n".join(rows) + "\n")
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"name": "t", "types": [vars(s) for s in CATALOG.values()]}))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "explore.py"), "--grid", str(grid), "--catalog", str(catalog),
+         "--seeds", "2", "--transfer", "--json"],
+        capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
+    )  # fmt: skip
+    result = json.loads(out.stdout)  # one object and nothing else
+    assert isinstance(result, dict)
+    keys = {"instance_type", "ps_type", "workers", "strategy", "latency_ms"}
+    mine = [s for s in result["searches"] if s["method"] == "explore"]
+    assert {(s["workload"], s["seed"]) for s in mine} == {("a@B=32", 0), ("a@B=32", 1), ("b@B=32", 0), ("b@B=32", 1)}
+    for s in result["searches"]:
+        assert set(s["chosen"]) == keys and all(keys <= set(t) for t in s["trials"])
+    assert set(result["summary"]) == {"explore", "random", "cherrypick"}
+    assert result["unpriced_types"] == []
