@@ -106,6 +106,10 @@ def checkout_for(home: Path) -> None:
 
 @pytest.fixture
 def shell(tmp_path) -> Iterator[Shell]:
+    # The walk's checkout links this one's .venv: were it out of date (pyproject.toml edited since), the walk's
+    # `make run` would reinstall the project into it from the walk's temporary checkout, and leave the real one's
+    # imports pointing there once it is gone. Brought up to date here, from here, it is left alone.
+    subprocess.run(["make", "--quiet", ".venv/bin/.installed"], cwd=PROJECT_DIR, check=True, timeout=900)
     home = tmp_path / "checkout"
     home.mkdir()
     checkout_for(home)
