@@ -9,13 +9,16 @@ import json
 import math
 import re
 import sys
+from typing import Any, TypeVar
 
 # The deepest a JSON body may nest (`[[…]]` is 2 deep): no request of the platform's comes near it, and a body nested
 # a hundred thousand deep would otherwise end in a RecursionError (a 500) in the decoder or in whatever walks it.
 MAX_JSON_DEPTH = 64
 
+T = TypeVar("T")
 
-def json_depth(data, limit: int = MAX_JSON_DEPTH) -> int:
+
+def json_depth(data: object, limit: int = MAX_JSON_DEPTH) -> int:
     """How deep `data` nests arrays and objects (a scalar: 0), counted without recursion; it stops counting once past
     `limit`.
 
@@ -32,14 +35,14 @@ def json_depth(data, limit: int = MAX_JSON_DEPTH) -> int:
     return deepest
 
 
-def check_json_depth(data, limit: int = MAX_JSON_DEPTH):
+def check_json_depth(data: T, limit: int = MAX_JSON_DEPTH) -> T:
     """`data` itself, or a ValueError when it nests deeper than `limit`."""
     if json_depth(data, limit) > limit:
         raise ValueError(f"nested deeper than {limit} levels")
     return data
 
 
-def loads(text: str | bytes, limit: int = MAX_JSON_DEPTH):
+def loads(text: str | bytes, limit: int = MAX_JSON_DEPTH) -> Any:
     """json.loads, but nesting deeper than `limit` is a ValueError as bad JSON is, never a RecursionError."""
     try:
         data = json.loads(text)
@@ -67,7 +70,7 @@ def clean_text(text: str) -> str:
     return UNSTORABLE.sub("\ufffd", text)
 
 
-def clean(data, *, max_string: int | None = None, limit: int = MAX_JSON_DEPTH) -> tuple[object, list[str]]:
+def clean(data: object, *, max_string: int | None = None, limit: int = MAX_JSON_DEPTH) -> tuple[object, list[str]]:
     r"""Decoded JSON as every layer can store and show it (UNSTORABLE above), strings cut to `max_string`
     characters; and one note per kind of change, naming where it was made (`a.b[]`: an item of the list `a.b`). A
     ValueError when it nests deeper than `limit`.
@@ -96,7 +99,7 @@ def clean(data, *, max_string: int | None = None, limit: int = MAX_JSON_DEPTH) -
             value = value[:max_string]
         return value
 
-    def walk(value, path: str):
+    def walk(value: object, path: str) -> object:
         if isinstance(value, float) and not math.isfinite(value):
             note("not a finite number (NaN or ±Infinity)", "kept as null", path)
             return None

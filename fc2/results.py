@@ -56,7 +56,7 @@ def figure(value: float) -> str:
     return f"{value:.0f}" if math.isfinite(value) and abs(value) >= 1000 else significant(value)
 
 
-def rounded(value):
+def rounded(value: object) -> object:
     """A metric as a page shows it: a count exactly, other numbers as `figure`, a short list of numbers as the list,
     a longer one summed up (how many, the last, the range), a mapping by its size, anything else as it is.
 
@@ -78,21 +78,21 @@ def rounded(value):
     if isinstance(value, list | tuple):
         if not value:
             return "none"
-        numbers = [_number(v) for v in value]
-        if len(value) == 1 and numbers[0] is not None:
+        numbers = [n for v in value if (n := _number(v)) is not None]
+        if len(value) == 1 and numbers:
             return rounded(value[0])
         count = f"{len(value)} values"
-        if any(n is None for n in numbers):
+        if len(numbers) < len(value):
             return count
         if len(value) <= SHORT_LIST:
-            return f"[{', '.join(rounded(v) for v in value)}]"
+            return f"[{', '.join(str(rounded(v)) for v in value)}]"
         return f"{count}, last {figure(numbers[-1])} ({figure(min(numbers))}–{figure(max(numbers))})"
     if isinstance(value, dict):
         return f"{len(value)} entries"
     return value
 
 
-def _number(value) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
