@@ -7,8 +7,9 @@ import hashlib
 import hmac
 import secrets
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import PurePosixPath
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar
 
 from django.conf import settings
 from django.db import models, transaction
@@ -19,21 +20,26 @@ from fc2 import results
 from fc2.bundles import DISTRIBUTION_MAX_LENGTH, MAIN_SCRIPT_MAX_LENGTH, VERSION_MAX_LENGTH, module_name
 from recommender.types import DEFAULT_CATALOG
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
 
-def is_platform_admin(user) -> bool:
+M = TypeVar("M", bound=models.Model)
+
+
+def is_platform_admin(user: User | AnonymousUser) -> bool:
     """Admins (staff) see every user's bundles, datasets and jobs; researchers only their own."""
     return bool(user.is_authenticated and user.is_staff)
 
 
-class OwnedQuerySet(models.QuerySet):
-    def visible_to(self, user):
+class OwnedQuerySet(models.QuerySet[M]):
+    def visible_to(self, user: User) -> Self:
         if is_platform_admin(user):
             return self
         return self.filter(owner=user)
 
 
-class JobQuerySet(OwnedQuerySet):
-    def ran_between(self, start: datetime, end: datetime):
+class JobQuerySet(OwnedQuerySet["Job"]):
+    def ran_between(self, start: datetime, end: datetime) -> Self:
         """Jobs whose cluster was up at some time in [start, end) (from its launch to the end of its teardown)."""
         return self.filter(launched_at__lt=end).filter(
             models.Q(torn_down_at__isnull=True) | models.Q(torn_down_at__gt=start)
@@ -47,12 +53,12 @@ class JobQuerySet(OwnedQuerySet):
         return sum((job.cost_between(start, end, now) for job in rows), 0.0)
 
 
-class DatasetQuerySet(OwnedQuerySet):
-    def usable_by(self, user):
+class DatasetQuerySet(OwnedQuerySet["Dataset"]):
+    def usable_by(self, user: User) -> Self:
         """What `user` may train on: their own datasets and the built-ins."""
         return self.filter(models.Q(owner=user) | models.Q(owner__isnull=True))
 
-    def visible_to(self, user):
+    def visible_to(self, user: User) -> Self:
         return self if is_platform_admin(user) else self.usable_by(user)
 
 
@@ -389,7 +395,11 @@ class Job(models.Model):
         now = now or timezone.now()
         spans = [
             # A run cut off (its worker lost) ended with its cluster's teardown.
-            (_moment(run["started_at"]), _moment(run.get("ended_at")) or self.torn_down_at or now, run["hourly_cost"])
+            (
+                datetime.fromisoformat(run["started_at"]),
+                _moment(run.get("ended_at")) or self.torn_down_at or now,
+                run["hourly_cost"],
+            )
             for run in self.profiling_runs or []
         ]
         if self.hourly_cost is not None and self.launched_at is not None:
@@ -443,7 +453,7 @@ class Job(models.Model):
         """Its costs as its JSON gives them: $ at the catalogue's prices (estimates, not bills), its `projection`
         (`pricing.projection`), and when its cluster's billing began and ended."""
 
-        def dollars(value) -> float | None:
+        def dollars(value: float | Decimal | None) -> float | None:
             return None if value is None else round(float(value), 6)
 
         return {
@@ -493,7 +503,7 @@ class Job(models.Model):
             return False
         return hmac.compare_digest(self.token_hash, hashlib.sha256(token.encode()).hexdigest())
 
-    def transition(self, source: str | tuple[str, ...], target: str, message: str = "", **fields) -> bool:
+    def transition(self, source: str | tuple[str, ...], target: str, message: str = "", **fields: Any) -> bool:
         """Move from `source` to `target` if the job is still there; record the event. False if another actor won.
 
         The conditional UPDATE is the claim: a redelivered task, or a cancel racing a step, changes no row and
@@ -642,14 +652,14 @@ def api_token_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class ApiTokenQuerySet(models.QuerySet):
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
     def find(self, secret: str) -> ApiToken | None:
         """The token whose secret this is, with its user, in one indexed query; None if there is none."""
         if not secret.startswith(API_TOKEN_PREFIX):
             return None
         try:  # (get, not first: no ORDER BY for a unique key)
             return self.select_related("user").get(token_hash=api_token_hash(secret))
-        except self.model.DoesNotExist:
+        except ApiToken.DoesNotExist:
             return None
 
 
@@ -681,7 +691,7 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, user, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
+    def issue(cls, user: User, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
         """A new token for `user` and its secret, which is not kept anywhere: show it once."""
         secret = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
