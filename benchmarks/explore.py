@@ -182,9 +182,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         candidates = explore.make_candidates(configs, catalog, args.unpriced)
         exhaustive = sum(explore.trial_cost(c, budget) for c in candidates)
         grid = truth(problem, candidates, args.alpha, args.beta)
-        prior = (
-            explore.fit_prior(history_of(records, problem), catalog, candidates) if args.transfer else explore.Prior()
-        )
+        prior = explore.fit_prior(history_of(records, problem), catalog) if args.transfer else explore.Prior()
         for seed in range(args.seeds):
             rng = np.random.default_rng([seed, sum(map(ord, problem.name))])
             run = drawer(problem, rng)

@@ -36,18 +36,19 @@ from recommender.types import InstanceSpec
 
 # α, β presets the user picks from (time vs cost weights, as the model's rule reads them).
 PRESETS: dict[str, tuple[float, float]] = {"fastest": (1.0, 0.0), "cheapest": (0.0, 1.0), "balanced": (0.5, 0.5)}
-# The surrogate's hyperparameters, in units where every feature spans 1 over the candidates (so they hold for any
-# grid's spread): along its span a feature moves log time by about the trend's sd (linear kernel), and by the
-# bump's beyond the trend (RBF, length one span); both amplitudes are then fitted to the trials by marginal
-# likelihood within bounds, once there are enough trials to say anything. A run repeats within about 5 %.
+# The surrogate's hyperparameters. The trend (linear kernel) is in the features' own units, logs of ratios, where a
+# slope has a physical reading: −1 on log workers or log speed is ideal scaling, 0 none, +1 time proportional (to
+# latency, or to workers on a saturated PS) — so slopes of sd 1 about 0 (or about history's) span what code does.
+# Beyond the trend (RBF), log time moves by about 0.5 over a length of each feature's span among the candidates (so
+# it holds for any grid's spread). Both amplitudes are then fitted to the trials by marginal likelihood, once there
+# are enough trials to say anything — upwards only: a handful of trials can show more variation than the prior
+# assumed, but one that shows less has most likely not looked where it varies. A run repeats within about 5 %.
 SLOPE_VARIANCE = 1.0
 BUMP_VARIANCE = 0.25
-AMPLITUDE_BOUNDS = (1e-2, 1e2)
+AMPLITUDE_GROWTH = 100.0  # how far above the prior's the trials may fit an amplitude; never below (see belief)
 LENGTH_SCALE = 1.0
 NOISE_VARIANCE = 0.05**2
 FIT_FROM_TRIALS = 3  # fewer trials than this cannot fit an amplitude: the prior ones stand
-# With history the trend is known up to its level: its slopes vary around history's by a quarter as much.
-SLOPE_VARIANCE_WITH_HISTORY = 0.25
 RIDGE = 1e-2  # keeps a history workload's trend fit defined where its records do not vary a feature
 
 
@@ -163,20 +164,16 @@ def make_candidates(
     return tuple(Candidate(c, cluster_price(c, catalog, unpriced), features(c, catalog)) for c in sorted(set(configs)))
 
 
-def _scale(candidates: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray]:
-    """(offset, span) that map the candidates' features onto [0, 1] each (a feature they do not vary: span 1)."""
+def _spans(candidates: Sequence[Candidate]) -> np.ndarray:
+    """How far each feature ranges over the candidates (one where they do not vary it): the RBF's length scales."""
     x = np.array([c.features for c in candidates])
-    low, span = x.min(axis=0), x.max(axis=0) - x.min(axis=0)
-    return low, np.where(span > 0, span, 1.0)
+    span = x.max(axis=0) - x.min(axis=0)
+    return np.where(span > 0, span, 1.0)
 
 
-def fit_prior(
-    history: Sequence[HistoryRecord], catalog: Mapping[str, InstanceSpec], candidates: Sequence[Candidate]
-) -> Prior:
-    """The trend of log epoch time on the features (scaled as for `candidates`) across other workloads: each
-    workload's ridge fit around its own mean (so workloads of any size count by their shape), averaged weighting
-    each by its records."""
-    low, span = _scale(candidates)
+def fit_prior(history: Sequence[HistoryRecord], catalog: Mapping[str, InstanceSpec]) -> Prior:
+    """The trend of log epoch time on the features across other workloads: each workload's ridge fit around its own
+    mean (so workloads of any size count by their shape), averaged weighting each by its records."""
     by_workload: dict[str, list[HistoryRecord]] = {}
     for record in history:
         if record.epoch_time_s and record.epoch_time_s > 0:
@@ -185,7 +182,7 @@ def fit_prior(
     for records in by_workload.values():
         if len(records) < 2:
             continue
-        x = (np.array([features(r.config, catalog) for r in records]) - low) / span
+        x = np.array([features(r.config, catalog) for r in records])
         y = np.log([r.epoch_time_s for r in records])
         xc, yc = x - x.mean(axis=0), y - y.mean()
         fits.append(np.linalg.solve(xc.T @ xc + RIDGE * np.eye(x.shape[1]), xc.T @ yc))
@@ -199,17 +196,15 @@ def fit_prior(
 
 def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prior = Prior()) -> Belief:
     """The surrogate's mean and sd of log epoch time for every candidate, given the successful trials."""
-    low, span = _scale(candidates)
-    x = (np.array([c.features for c in candidates]) - low) / span
+    x = np.array([c.features for c in candidates])
     trend = (x - x.mean(axis=0)) @ np.array(prior.slopes) if prior.slopes else np.zeros(len(candidates))
     index = {c.config: i for i, c in enumerate(candidates)}
     done = [(index[t.config], math.log(t.epoch_time_s)) for t in trials if t.epoch_time_s and t.config in index]
     fitted = len(done) >= FIT_FROM_TRIALS
-    bounds = AMPLITUDE_BOUNDS if fitted else "fixed"
-    slope_variance = SLOPE_VARIANCE_WITH_HISTORY if prior.slopes else SLOPE_VARIANCE
     kernel = (
-        ConstantKernel(slope_variance, bounds) * DotProduct(0.0, "fixed")
-        + ConstantKernel(BUMP_VARIANCE, bounds) * RBF(LENGTH_SCALE, "fixed")
+        ConstantKernel(SLOPE_VARIANCE, _bounds(SLOPE_VARIANCE, fitted)) * DotProduct(0.0, "fixed")
+        + ConstantKernel(BUMP_VARIANCE, _bounds(BUMP_VARIANCE, fitted))
+        * RBF(LENGTH_SCALE * _spans(candidates), "fixed")
         + WhiteKernel(NOISE_VARIANCE, "fixed")
     )
     # Features are centred on the candidates so the linear kernel's slopes pivot about the middle of the search space.
@@ -232,6 +227,10 @@ def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prio
     # estimated from the trials, its uncertainty shrinking as 1/√(trials).
     sd = np.sqrt(np.maximum(sd**2 - NOISE_VARIANCE, 0.0) + NOISE_VARIANCE / len(done))
     return Belief(tuple(float(v) for v in trend + level + mean), tuple(float(v) for v in sd))
+
+
+def _bounds(prior: float, fitted: bool) -> tuple[float, float] | str:
+    return (prior, prior * AMPLITUDE_GROWTH) if fitted else "fixed"
 
 
 def objective(time_s: float, hourly_price: float, alpha: float, beta: float, t_ref: float, c_ref: float) -> float:
@@ -310,8 +309,7 @@ def next_step(
             scores = [(objective(math.exp(mean[index[c.config]]), c.hourly_price, alpha, beta, t_ref, c_ref),
                        c.hourly_price, c.config) for c in affordable]  # fmt: skip
         else:
-            low, span = _scale(candidates)
-            scaled = {c.config: (np.array(c.features) - low) / span for c in candidates}
+            scaled = {c.config: np.array(c.features) / _spans(candidates) for c in candidates}
             centre = np.median(np.array(list(scaled.values())), axis=0)
             scores = [(float(np.sum((scaled[c.config] - centre) ** 2)), c.hourly_price, c.config) for c in affordable]
         return Step(min(scores)[2], None, "first trial", 0.0)
@@ -328,7 +326,10 @@ def next_step(
         gain = expected_improvement(mean[i], sd[i], scale, best_f) / best_f * job_cost
         scored.append((gain / trial_cost(c, budget), -c.hourly_price, c.config))
     ratio, _, config = max(scored)
-    if ratio < 1.0:
+    # The value rule stands once the surrogate's amplitudes are fitted to this workload's trials: before that its
+    # uncertainty is the prior's guess, and a guess too small would stop the search at its first trials.
+    successes = sum(1 for t in trials if t.epoch_time_s)
+    if ratio < 1.0 and successes >= FIT_FROM_TRIALS:
         return Step(None, chosen, "another trial is expected to save less than it costs", ratio)
     return Step(config, chosen, "largest expected improvement per dollar", ratio)
 

@@ -102,7 +102,7 @@ def test_history_shapes_the_prior_but_is_never_a_measurement():
     own trials (one at least), even when history holds this very grid's times."""
     candidates = explore.make_candidates(CONFIGS, CATALOG)
     history = [HistoryRecord("other", c, epoch_time(c, work=5000.0)) for c in CONFIGS]
-    prior = explore.fit_prior(history, CATALOG, candidates)
+    prior = explore.fit_prior(history, CATALOG)
     assert prior.slopes
     without, with_history = explore.belief(candidates, []), explore.belief(candidates, [], prior)
     assert len(set(without.mean)) == 1 and len(set(with_history.mean)) > 1
