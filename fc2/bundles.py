@@ -258,7 +258,7 @@ def parse_metadata(data: bytes) -> tuple[str, str]:
     for field in ("Name", "Version"):
         if field.lower() in unparsed:  # a field given twice is left unparsed
             raise BundleError(f"the wheel's METADATA gives {field} more than once")
-    name, version = (raw.get(field, "").strip() for field in ("name", "version"))
+    name, version = raw.get("name", "").strip(), raw.get("version", "").strip()
     missing = [field for field, value in (("Name", name), ("Version", version)) if not value]
     if missing:
         raise BundleError(f"the wheel's METADATA has no {' or '.join(missing)}")
@@ -327,11 +327,12 @@ def format_bytes(size: int) -> str:
     """
     if size < 1024:
         return f"{size} bytes"
+    amount = float(size)
     for unit in ("KB", "MB", "GB"):
-        size /= 1024
-        if size < 1024:
-            return f"{round(size, 1):g} {unit}"
-    return f"{round(size / 1024, 1):g} TB"
+        amount /= 1024
+        if amount < 1024:
+            return f"{round(amount, 1):g} {unit}"
+    return f"{round(amount / 1024, 1):g} TB"
 
 
 def _check_member(info: zipfile.ZipInfo, limits: ZipLimits) -> None:

@@ -10,6 +10,7 @@ ignored, and the page says so in a message, or the caller answers 400 where the 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from django import forms
 from django.contrib import messages
@@ -34,10 +35,10 @@ def as_id(text: str) -> int | None:
 class IdField(forms.IntegerField):
     """A row's id: ASCII digits from 1 to MAX_ID."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(min_value=1, max_value=MAX_ID, **kwargs)
 
-    def to_python(self, value):
+    def to_python(self, value: Any) -> int | None:
         if value in self.empty_values:
             return None
         if (number := as_id(str(value).strip())) is None:
@@ -50,12 +51,12 @@ class DateTimeField(forms.DateTimeField):
     (a year-1 or year-9999 time with an offset cannot be moved to UTC). A `+` in a query string is a space: an offset
     sent unescaped (`…T10:00:00+00:00`) is read as meant."""
 
-    def to_python(self, value):
+    def to_python(self, value: Any) -> datetime | None:
         if isinstance(value, str):
             value = value.strip().replace(" ", "+")
         return super().to_python(value)
 
-    def clean(self, value) -> datetime | None:
+    def clean(self, value: Any) -> datetime | None:
         moment = super().clean(value)
         if moment is None:
             return None
@@ -75,5 +76,5 @@ def read(request: HttpRequest, form: forms.Form) -> dict:
     for name, errors in form.errors.items():
         field = form.fields.get(name)
         label = (field.label if field is not None else None) or name
-        messages.warning(request, f"Ignored the {label}: {' '.join(errors)}")
+        messages.warning(request, f"Ignored the {label}: {' '.join(map(str, errors))}")
     return form.cleaned_data

@@ -8,12 +8,19 @@ which look before the view does, and the view share it; and a write of the token
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.http import HttpRequest
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from fc2.models import ApiToken
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from drf_spectacular.openapi import AutoSchema
+    from rest_framework.request import Request
 
 SCHEMES = ("token", "bearer")
 _ON_REQUEST = "_fc2_api_token"
@@ -52,7 +59,7 @@ def _look_up(secret: str | None) -> tuple[ApiToken | None, str]:
 class ApiTokenAuthentication(BaseAuthentication):
     """DRF's view of it: the token's user, with the token as `request.auth` (what the submit throttle counts by)."""
 
-    def authenticate(self, request):
+    def authenticate(self, request: Request) -> tuple[User, ApiToken] | None:
         if presented_secret(request._request) is None:
             return None  # perhaps the browser's session
         token, refusal = authenticate(request._request)
@@ -60,7 +67,7 @@ class ApiTokenAuthentication(BaseAuthentication):
             raise AuthenticationFailed(refusal)
         return token.user, token
 
-    def authenticate_header(self, request) -> str:
+    def authenticate_header(self, request: Request) -> str:
         # Named in the 401's WWW-Authenticate; also what makes DRF answer 401 rather than 403 without credentials.
         return 'Token realm="api"'
 
@@ -69,7 +76,7 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
     target_class = ApiTokenAuthentication
     name = "apiToken"
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, str]:
         return {
             "type": "apiKey",
             "in": "header",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
@@ -113,7 +114,7 @@ class LimitedUploadHandler(FileUploadHandler):
         # Why the upload was stopped; the parser swallows StopUpload, so the middleware looks here.
         self.refusal: str | None = None
 
-    def new_file(self, field_name: str, *args, **kwargs) -> None:
+    def new_file(self, field_name: str, *args: Any, **kwargs: Any) -> None:
         super().new_file(field_name, *args, **kwargs)
         if field_name not in self.limit.files:
             self._stop(f"{self.limit.what} takes no file in the field {field_name!r}")
@@ -144,7 +145,9 @@ class UploadLimitMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         return self.get_response(request)
 
-    def process_view(self, request: HttpRequest, view, args, kwargs) -> HttpResponse | None:
+    def process_view(
+        self, request: HttpRequest, view: Callable[..., HttpResponse], args: tuple, kwargs: dict
+    ) -> HttpResponse | None:
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
