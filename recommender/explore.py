@@ -7,8 +7,9 @@ worker type's log price, vCPU or ECU and network, the PS type's log price and ne
 a linear kernel (how log time trends along each feature: Bayesian linear regression) plus an RBF kernel (what the
 trend misses, e.g. a PS that saturates) plus white noise (one run's spread). Its prior mean is this workload's mean
 log time, plus, where `history` (other workloads' records) is given, the trend fitted on those records — the scaling
-shape other code showed, shifted to this workload's level by its own trials. History shapes the prior only: the
-chosen configuration is always one this workload measured.
+shape other code showed, shifted to this workload's level by its own trials; once the trials can tell, that trend
+stands only where it explains them better than no trend does. History shapes the prior only: the chosen
+configuration is always one this workload measured.
 
 The objective is the model's rule (recommender/perfmodel/choice.py) on the run's cost rather than its hourly price:
 f = α·t/t_ref + β·c/c_ref, c = t·price the cost of an epoch, t_ref and c_ref the least among the candidates (the
@@ -30,7 +31,7 @@ import numpy as np
 from scipy.stats import norm
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, Kernel, WhiteKernel
 
 from recommender.types import InstanceSpec
 
@@ -39,14 +40,15 @@ PRESETS: dict[str, tuple[float, float]] = {"fastest": (1.0, 0.0), "cheapest": (0
 # The surrogate's hyperparameters. The trend (linear kernel) is in the features' own units, logs of ratios, where a
 # slope has a physical reading: −1 on log workers or log speed is ideal scaling, 0 none, +1 time proportional (to
 # latency, or to workers on a saturated PS) — so slopes of sd 1 about 0 (or about history's) span what code does.
-# Beyond the trend (RBF), log time moves by about 0.5 over a length of each feature's span among the candidates (so
-# it holds for any grid's spread). Both amplitudes are then fitted to the trials by marginal likelihood, once there
-# are enough trials to say anything — upwards only: a handful of trials can show more variation than the prior
-# assumed, but one that shows less has most likely not looked where it varies. A run repeats within about 5 %.
+# Beyond the trend (RBF), log time moves by about 0.5 over half each feature's span among the candidates (so it
+# holds for any grid's spread, and a best inside the range — a PS that saturates midway — can be believed). Both
+# amplitudes are then fitted to the trials by marginal likelihood, once there are enough trials to say anything —
+# upwards only: a handful of trials can show more variation than the prior assumed, but one that shows less has
+# most likely not looked where it varies. A run repeats within about 5 %.
 SLOPE_VARIANCE = 1.0
 BUMP_VARIANCE = 0.25
 AMPLITUDE_GROWTH = 100.0  # how far above the prior's the trials may fit an amplitude; never below (see belief)
-LENGTH_SCALE = 1.0
+LENGTH_SCALE = 0.5
 NOISE_VARIANCE = 0.05**2
 FIT_FROM_TRIALS = 3  # fewer trials than this cannot fit an amplitude: the prior ones stand
 RIDGE = 1e-2  # keeps a history workload's trend fit defined where its records do not vary a feature
@@ -214,19 +216,31 @@ def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prio
         level = prior.level if prior.slopes else 0.0
         prior_sd = np.sqrt(np.diag(kernel(xc)) + 1.0)
         return Belief(tuple(float(v) for v in trend + level), tuple(float(v) for v in prior_sd))
-    rows = [i for i, _ in done]
-    residual = np.array([y for _, y in done]) - trend[rows]
-    level = float(residual.mean())
-    gp = GaussianProcessRegressor(kernel, optimizer="fmin_l_bfgs_b" if fitted else None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        gp.fit(xc[rows], residual - level)
-        mean, sd = gp.predict(xc, return_std=True)
+    rows, observed = [i for i, _ in done], np.array([y for _, y in done])
+    # History's trend is a hypothesis about this workload: once the trials can fit the surrogate, it stands only if
+    # it explains them better (higher marginal likelihood) than no trend does — other code may scale otherwise.
+    trends = [trend, np.zeros(len(candidates))] if prior.slopes and fitted else [trend]
+    fits = [_fit(kernel, xc, rows, observed - t[rows], fitted) for t in trends]
+    best = max(range(len(fits)), key=lambda k: fits[k][0])
+    _, level, mean, sd = fits[best]
     # The belief is about the configuration's mean epoch time, not one noisy run: the white noise's variance is taken
     # out (else every configuration near the best would seem worth a trial by the runs' spread alone); the level is
     # estimated from the trials, its uncertainty shrinking as 1/√(trials).
     sd = np.sqrt(np.maximum(sd**2 - NOISE_VARIANCE, 0.0) + NOISE_VARIANCE / len(done))
-    return Belief(tuple(float(v) for v in trend + level + mean), tuple(float(v) for v in sd))
+    return Belief(tuple(float(v) for v in trends[best] + level + mean), tuple(float(v) for v in sd))
+
+
+def _fit(
+    kernel: Kernel, x: np.ndarray, rows: list[int], residual: np.ndarray, fitted: bool
+) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """(log marginal likelihood, level, mean, sd) of the GP on the trials' residuals about their level."""
+    level = float(residual.mean())
+    gp = GaussianProcessRegressor(kernel, optimizer="fmin_l_bfgs_b" if fitted else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gp.fit(x[rows], residual - level)
+        mean, sd = gp.predict(x, return_std=True)
+    return float(gp.log_marginal_likelihood_value_), level, mean, sd
 
 
 def _bounds(prior: float, fitted: bool) -> tuple[float, float] | str:

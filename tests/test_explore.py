@@ -112,6 +112,17 @@ def test_history_shapes_the_prior_but_is_never_a_measurement():
     assert first.chosen is None  # nothing measured yet: history chose nothing
 
 
+def test_a_history_the_trials_contradict_is_dropped():
+    """Other code that slowed down with more workers predicts this one wrongly: once three trials show otherwise,
+    the belief is the one without history."""
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    history = [HistoryRecord("other", c, 10.0 * c.workers) for c in CONFIGS]
+    prior = explore.fit_prior(history, CATALOG)
+    trials = [Trial(c, epoch_time(c)) for c in CONFIGS if c.instance_type == "small" and c.ps_type == "ps-fast"][:3]
+    assert explore.belief(candidates, trials[:2], prior) != explore.belief(candidates, trials[:2])
+    assert explore.belief(candidates, trials, prior) == explore.belief(candidates, trials)
+
+
 def test_the_best_measured_is_chosen_by_its_mean_run():
     candidates = explore.make_candidates(CONFIGS[:2], CATALOG)
     a, b = CONFIGS[0], CONFIGS[1]
