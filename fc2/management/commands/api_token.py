@@ -8,18 +8,23 @@ api_token revoke USER (--name NAME | --id ID) [--json]
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
+from django.core.management.base import CommandParser
 
 from fc2.models import ApiToken
 from fc2.services import tokens
 from recommender.management.base import ContractCommand
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 class Command(ContractCommand):
     help = __doc__.splitlines()[0]
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, help="what to do (each has its own --help)")
 
         create = actions.add_parser("create", help="make a token and print its secret, this once")
@@ -37,7 +42,7 @@ class Command(ContractCommand):
             sub.add_argument("user", metavar="USER", help="the username")
             sub.add_argument("--json", action="store_true", help="print one JSON object")
 
-    def handle(self, *args, action: str, user: str, **options):
+    def handle(self, *args: Any, action: str, user: str, **options: Any) -> None:
         as_json = options["json"]
         owner = get_user_model().objects.filter(username=user).first()
         if owner is None:
@@ -45,7 +50,7 @@ class Command(ContractCommand):
         out, text = getattr(self, f"_{action}")(owner, as_json, **options)
         self.stdout.write(json.dumps(out) if as_json else text)
 
-    def _create(self, owner, as_json: bool, name: str, expires_days: int | None, **_) -> tuple[dict, str]:
+    def _create(self, owner: User, as_json: bool, name: str, expires_days: int | None, **_: object) -> tuple[dict, str]:
         try:
             token, secret = tokens.create(owner, name, expires_days)
         except tokens.TokenError as exc:
@@ -54,7 +59,7 @@ class Command(ContractCommand):
             self.stderr.write(f"token {token.name!r} for {owner}: shown this once, only its hash is kept")
         return {"ok": True, "token": secret, **tokens.describe(token)}, secret
 
-    def _list(self, owner, as_json: bool, **_) -> tuple[dict, str]:
+    def _list(self, owner: User, as_json: bool, **_: object) -> tuple[dict, str]:
         found = [tokens.describe(token) for token in ApiToken.objects.filter(user=owner)]
         lines = [
             f"{t['id']:>5}  {t['prefix']}…  {t['status']:<8} {t['name']}  last used {t['last_used_at'] or 'never'}"
@@ -62,7 +67,7 @@ class Command(ContractCommand):
         ]
         return {"ok": True, "user": owner.get_username(), "tokens": found}, "\n".join(lines) or f"{owner} has no tokens"
 
-    def _revoke(self, owner, as_json: bool, name: str | None, id: int | None, **_) -> tuple[dict, str]:
+    def _revoke(self, owner: User, as_json: bool, name: str | None, id: int | None, **_: object) -> tuple[dict, str]:
         live = ApiToken.objects.filter(user=owner)
         token = live.filter(pk=id).first() if id is not None else live.filter(name=name, revoked_at=None).first()
         if token is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import CommandParser
 
@@ -27,7 +28,7 @@ class Command(ContractCommand):
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         as_json = options["json"]
         try:
             info = check_path(Path(options["path"]), options["main"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any
 
 from django.core.management.base import CommandParser
 
@@ -31,7 +32,7 @@ class Command(ContractCommand):
         parser.add_argument("--dry-run", action="store_true", help="count what would be compacted; change nothing")
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         try:
             result = monitoring.compact_ended_jobs(options["days"], dry_run=options["dry_run"])
         except ValueError as exc:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from fc2.services import datasets
 from recommender.catalog import bundled_catalogs, load_catalog
@@ -53,12 +54,12 @@ class Command(BaseCommand):
         "accounts once."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--no-demo-accounts", action="store_true", help="do not create the demo admin and researcher accounts"
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         for name in bundled_catalogs():
             catalog = load_catalog(name)
             self.stdout.write(f"catalogue {catalog.name}: {catalog.types.count()} instance types")
@@ -72,7 +73,7 @@ class Command(BaseCommand):
         if not options["no_demo_accounts"]:
             self._demo_accounts()
 
-    def _demo_accounts(self):
+    def _demo_accounts(self) -> None:
         User = get_user_model()
         created = {}
         for username, is_admin in DEMO_ACCOUNTS:

@@ -8,8 +8,10 @@ import sys
 import time
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.management.base import CommandParser
 
 import provisioner
 from fc2.bundles import BundleError
@@ -36,7 +38,7 @@ def dollars(text: str) -> Decimal:
 class Command(ContractCommand):
     help = "Submit a training job: a wheel bundle, a dataset and a cluster; optionally run it here and wait."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--bundle", required=True, metavar="PATH", help="path of the wheel")
         parser.add_argument(
             "--main",
@@ -113,7 +115,7 @@ class Command(ContractCommand):
         parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 unless succeeded")
         parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         as_json = options["json"]
         if options["budget_total"] is not None:
             if options["total_budget"] is not None:
