@@ -38,10 +38,11 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from recommender import algorithms, perfmodel
+# recommender.perfmodel is imported where an answer needs it: it pulls in scikit-learn and scipy, about a second of
+# CPU that every process setting Django up (the admin imports this module) would otherwise pay at its start.
+from recommender import algorithms
 from recommender.bounds import BOUNDS, out_of_bounds
 from recommender.models import Catalog, InstanceType, PerformanceRecord, PerformanceRecordQuerySet
-from recommender.perfmodel import explanation
 from recommender.types import (
     DEFAULT_CATALOG,
     InstanceSpec,
@@ -294,6 +295,8 @@ def _computed(
     records = every if request.parameter_server is None else algorithms.of_strategy(every, request.parameter_server)
 
     def predict(req: RecommendRequest) -> Recommendation:
+        from recommender import perfmodel  # (lazily: see the imports above)
+
         if req.algorithm == "lookup":
             return perfmodel.predict_fallback(req, specs, records)
         return perfmodel.recommend_model(req, specs, records)
@@ -382,6 +385,9 @@ def model_figures(records: Sequence[PerfRecord], strategy: str, catalog: str) ->
     cross-validated error and interval coverage written as their explanations write them, how its choice judges a
     time (the sentence its answers carry), and its held-out estimates (RecommendationError when there is no
     predictor)."""
+    from recommender import perfmodel  # (lazily: see the imports above)
+    from recommender.perfmodel import explanation
+
     own = algorithms.of_strategy(records, strategy == "ps")
     try:
         model = perfmodel.predictor(own, catalog_specs(catalog))
