@@ -172,13 +172,14 @@ def test_help_texts_read_as_written_in_the_wizard_and_the_admin(page, shot, djan
     shot("admin-help")
 
 
-def test_choosing_the_lab_chooses_its_catalogue_and_an_unpriced_cluster_says_so(page, shot, alice, example_wheel):
+def test_the_lab_chooses_its_catalogue_and_a_cluster_of_no_type_says_why_it_is_free(page, shot, alice, example_wheel):
     if reason := provisioner.unavailable("lab"):
         pytest.skip(reason)
     call_command("setup_platform", "--no-demo-accounts", stdout=StringIO())
     log_in(page, "alice", "alice-password-1")
     to_resource_step(page, example_wheel)
-    expect(page.locator("#plan-cost")).to_contain_text("not priced: choose a worker type")  # not "$0/h"
+    # A local cluster of no type is this machine's: it costs nothing, as its bill will say, and the page says why.
+    expect(page.locator("#plan-cost")).to_contain_text("$0/h this machine's own: choose a worker type")
 
     with redrawn(page):  # with the lab's own catalogue chosen: a worker type chosen before then is lost
         page.get_by_label("Lab (emulated cloud on this machine)").check()
