@@ -68,11 +68,13 @@ class MotoServer:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/moto-api/reset", method="POST"), timeout=10).close()
 
     def stop(self) -> None:
+        """Ends the server and reaps it (a process not waited for warns when its Popen is collected)."""
         self.process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
+        try:
             self.process.wait(10)
-        if self.process.poll() is None:
+        except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
 
 
 def free_vpc_cidr() -> str:
