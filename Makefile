@@ -73,8 +73,11 @@ lab:
 		apt-get install -y -q openssh-server iptables procps; }; }
 
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser download is not used).
+# Installed as root; as another user a missing chromium stops `make test` saying so, rather than apt-get failing.
 browser:
-	@command -v chromium >/dev/null || { \
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] || { \
+		echo "chromium is missing: the browser tests need Debian's chromium (as root: apt-get install chromium)" >&2; \
+		exit 1; }; \
 		echo "installing Debian's chromium for the browser tests"; \
 		apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q chromium; }; }
 
