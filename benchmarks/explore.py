@@ -45,7 +45,6 @@ from benchmarks.model_calibration import read_grid  # noqa: E402
 from recommender import explore  # noqa: E402
 from recommender.types import InstanceSpec, PerfRecord  # noqa: E402
 
-CATALOG_DIR = PROJECT_DIR / "recommender" / "catalogs"
 GOAL_WITHIN = 0.05
 GOAL_SHARE = 0.90
 GOAL_TRIALS = 4
@@ -62,9 +61,13 @@ class Problem:
 
 
 def load_catalog(paths: Sequence[Path]) -> dict[str, InstanceSpec]:
+    """The types of the catalogue files, checked as `manage.py load_catalog` checks one (the first file naming a type
+    prices it). Called once read_grid has set Django up: the check knows the database's column lengths."""
+    from recommender.catalog import read_catalog_file
+
     specs: dict[str, InstanceSpec] = {}
     for path in paths:
-        for row in json.loads(path.read_text())["types"]:
+        for row in read_catalog_file(path)["types"]:
             specs.setdefault(row["name"], InstanceSpec(**row))
     return specs
 
@@ -172,7 +175,12 @@ def history_of(records: Sequence[PerfRecord], problem: Problem) -> list[explore.
 
 def run_benchmark(args: argparse.Namespace) -> dict:
     records = read_grid(Path(args.grid), args.format, "anwar2021-mnist" if args.format == "anwar2021" else None)
-    catalog = load_catalog([Path(args.catalog)] if args.catalog else sorted(CATALOG_DIR.glob("*.json")))
+    from recommender.catalog import CatalogError, bundled_catalogs, catalog_path
+
+    try:
+        catalog = load_catalog([Path(args.catalog)] if args.catalog else [catalog_path(n) for n in bundled_catalogs()])
+    except CatalogError as exc:
+        raise SystemExit(f"error: {exc}") from None
     budget = explore.Budget(args.budget_dollars, args.budget_minutes, args.window_minutes, args.job_hours)
     searches, unpriced = [], set()
     for problem in problems(records):

@@ -33,6 +33,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, Kernel, WhiteKernel
 
+from recommender.algorithms import hourly_cost
 from recommender.types import InstanceSpec
 
 # α, β presets the user picks from (time vs cost weights, as the model's rule reads them).
@@ -157,7 +158,8 @@ def cluster_price(config: Config, catalog: Mapping[str, InstanceSpec], unpriced:
     def price(name: str) -> float:
         return catalog[name].hourly_price if name in catalog else unpriced
 
-    return config.workers * price(config.instance_type) + (price(config.ps_type) if config.ps_type else 0.0)
+    ps_price = price(config.ps_type) if config.ps_type else 0.0
+    return float(hourly_cost(config.workers, price(config.instance_type), ps_price))
 
 
 def make_candidates(
