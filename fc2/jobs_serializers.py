@@ -104,8 +104,12 @@ class JobSummary(serializers.ModelSerializer):
 
     @extend_schema_field(WorkerOutput(allow_null=True))
     def get_worker(self, job: Job) -> dict | None:
-        found = workers.for_job(job)
-        return None if found is None else WorkerOutput(found).data
+        if not workers.waits_on_workers(job):
+            return None
+        # Read once per response (a page lists up to 100 jobs): the serializers of a list share its context.
+        if "worker" not in self.context:
+            self.context["worker"] = WorkerOutput(workers.status()).data
+        return self.context["worker"]
 
 
 class ProgressOutput(serializers.Serializer):
