@@ -288,9 +288,12 @@ class Job(models.Model):
     metrics = models.JSONField(default=dict, blank=True)
     # What its nodes' samples said once it ended (monitor/figures.py): bandwidth, saturation, idleness, alerts.
     figures = models.JSONField(null=True, blank=True, help_text="The run's figures and alerts, kept once it ended")
-    # Scala-Opt's bandwidth profiling runs made for it (fc2/services/profiling.py): each with its types, start, end,
-    # $/h and what it measured. Their cost is part of the job's.
+    # Scala-Opt's bandwidth profiling runs and explore's trial runs (`"kind": "trial"`, fc2/services/trials.py) made for
+    # it: each with its cluster, start, end, $/h and what it measured. Their cost is part of the job's.
     profiling_runs = models.JSONField(default=list, blank=True)
+    # explore's search, once made (fc2/services/trials.py): the cluster believed best before its trials and the one
+    # chosen after (each with its predicted epoch time and interval), and why the search stopped.
+    search = models.JSONField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)

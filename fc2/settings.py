@@ -198,6 +198,12 @@ FC2_NODE_UNREACHABLE_S = envint("FC2_NODE_UNREACHABLE_S", 40)
 # FC2_PROFILE_BUSY_S, and at the latest FC2_PROFILE_S after its nodes started.
 FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)
 FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
+# explore's trial runs (fc2/services/trials.py): each trains for FC2_EXPLORE_TRIAL_S (FC2_TRAIN_SECONDS on its
+# nodes) and is torn down; a search's default budget, which the user may change per job, is FC2_EXPLORE_USD dollars and
+# FC2_EXPLORE_MINUTES minutes.
+FC2_EXPLORE_TRIAL_S = envint("FC2_EXPLORE_TRIAL_S", 120)
+FC2_EXPLORE_USD = envint("FC2_EXPLORE_USD", 5)
+FC2_EXPLORE_MINUTES = envint("FC2_EXPLORE_MINUTES", 30)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
 # Each Celery worker beats every third of FC2_WORKER_SILENCE_S while it consumes (fc2/celery.py); when none has
 # beaten for that long, pages, the API and the CLI say that no worker is taking jobs (fc2/services/workers.py).

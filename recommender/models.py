@@ -89,6 +89,7 @@ class PerformanceRecord(models.Model):
         IMPORTED = "imported", "Imported"
         PROFILED = "profiled", "Bandwidth profiling run"
         MEASURED = "measured", "Measured by a job"
+        TRIAL = "trial", "Trial run of explore"
 
     workload = models.CharField(max_length=100, db_index=True)
     instance_type = models.CharField(max_length=40, blank=True, help_text="Worker type")

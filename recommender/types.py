@@ -14,7 +14,7 @@ from recommender.bounds import MAX_BATCH_SIZE as MAX_BATCH_SIZE
 from recommender.bounds import MAX_LATENCY_MS as MAX_LATENCY_MS
 from recommender.bounds import MAX_WORKERS as MAX_WORKERS
 
-ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model")
+ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model", "explore")
 
 # The catalogue the recommender prices from when none is named: FC²'s own Tables 1–2 (recommender/catalogs/).
 DEFAULT_CATALOG = "fc2-2018"
@@ -61,6 +61,49 @@ class MissingProfilesError(RecommendationError):
 
 
 @dataclass(frozen=True)
+class TrialConfig:
+    """A cluster `explore` runs a trial of the user's code on (recommender/explore.py chooses it; the job's
+    latency is the job's)."""
+
+    worker_type: str
+    workers: int
+    ps_type: str  # "" for all-reduce
+    strategy: str  # "ps" or "mirrored"
+    hourly_cost: float  # $/h of the trial's cluster, its PS included
+
+
+@dataclass(frozen=True)
+class SearchEstimate:
+    """What `explore`'s search of trial runs will do for a workload from here (before its first trial, or between
+    two): the trial to run now and what the search is expected to cost, within its budget."""
+
+    workload: str
+    next: TrialConfig  # the trial to run now
+    candidates: int  # configurations the search chooses among
+    trials_made: int  # trials this search made so far
+    trials_at_most: int  # how many more trials its budget allows at most
+    dollars: float  # expected $ of the trials still to make
+    dollars_at_most: float  # what is left of the search's budget in $
+    minutes: float  # expected minutes of the trials still to make
+    minutes_at_most: float  # what is left of the search's budget in minutes
+    trial_minutes: float  # one trial, start-up and teardown included
+    reason: str  # why a trial is needed ("no record of this workload yet", "largest expected improvement per dollar")
+    # Of the configuration believed best now: its predicted epoch time and 80 % interval (s); None when unknown
+    predicted: tuple[float, float, float] | None = None
+    predicted_config: TrialConfig | None = None  # that configuration
+    text: str = ""  # one sentence for pages: what the search will do and cost
+
+
+class TrialsNeeded(RecommendationError):
+    """`explore` needs (more) trial runs of the code before it can choose: the job's recommend step runs `search.next`
+    (fc2/services/trials.py) and asks again."""
+
+    def __init__(self, search: SearchEstimate):
+        self.search = search
+        super().__init__(search.text or f"explore needs a trial run of {search.workload} first")
+
+
+@dataclass(frozen=True)
 class InstanceSpec:
     name: str  # e.g. "c4.xlarge"
     hourly_price: float  # on-demand $/h
@@ -85,7 +128,7 @@ class PerfRecord:
     bandwidth_mbps: float | None = None  # b_t: one worker's bandwidth use
     cpu_util: float | None = None  # 0..100
     strategy: str = ""  # "ps", "mirrored" or ""
-    source: str = "imported"  # "imported", "profiled" or "measured"
+    source: str = "imported"  # "imported", "profiled", "measured" or "trial"
 
 
 @dataclass(frozen=True)
@@ -106,6 +149,14 @@ class RecommendRequest:
     parameter_server: bool | None = True
     alpha: float = 1.0  # weight of time (Anwar eq. 6)
     beta: float = 0.0  # weight of cost
+    # explore (recommender/explore.py): its search's budget, what this job's trials spent of it, one trial's length
+    # (its start-up and teardown included) and the job's epochs (what a better cluster saves is a share of the job)
+    search_dollars: float | None = None
+    search_minutes: float | None = None
+    spent_dollars: float = 0.0
+    spent_minutes: float = 0.0
+    trial_minutes: float | None = None
+    epochs: int | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from recommender.types import (
     Recommendation,
     RecommendationError,
     RecommendRequest,
+    SearchEstimate,
 )
 
 # Whose records the plan reads beside the platform's: a user, a user's id, or None (the platform's alone).
@@ -58,6 +59,7 @@ class Plan:
     provider: str  # where it runs: its start-up and teardown are billed too (pricing.overheads)
     epoch_time_note: str = ""  # why there is no epoch time, where the plan can say more than "none is known yet"
     missing: tuple[MissingProfile, ...] = ()  # source "profiling": the bandwidth runs to measure before it is known
+    search: SearchEstimate | None = None  # source "explore": the trial runs to make before it is known
 
     def estimate(self, epochs: int | None) -> pricing.Estimate | None:
         """What the whole job will cost (`pricing.estimate`: start-up + epochs × epoch time + teardown, at its $/h);

@@ -41,6 +41,11 @@ class JobRequest:
     catalog: str = DEFAULT_CATALOG
     worker_types: list[str] = field(default_factory=list)
     workload_name: str = ""  # the records' name for this code and data; "" for the default (fc2.models.workload_name)
+    # explore: what "best" means (α on time, β on cost, as the model weighs them) and its search's budget of trials
+    alpha: float = 0.5
+    beta: float = 0.5
+    search_budget: Decimal | None = None  # $ the trial runs may cost; None: the platform's default (FC2_EXPLORE_USD)
+    search_minutes: int | None = None  # minutes they may take; None: FC2_EXPLORE_MINUTES
 
     def __post_init__(self) -> None:
         # A provider whose instance types are its own (the lab's) prices and recommends from its own catalogue.
@@ -52,7 +57,7 @@ class JobRequest:
         """The request `job` was submitted with (`Job.request`): what its recommend step plans from, what a re-run
         submits again and what the wizard's `?from=<id>` fills its steps with."""
         asked = dict(job.request)
-        for name in ("budget", "total_budget"):
+        for name in AMOUNTS:
             asked[name] = None if asked.get(name) is None else Decimal(asked[name])
         return cls(bundle=job.bundle, dataset=job.dataset, **asked)
 
@@ -60,7 +65,7 @@ class JobRequest:
         """The request as `Job.request` keeps it: every field but the code and data (the job's own bundle and
         dataset), amounts as exact decimal strings."""
         asked = {name: getattr(self, name) for name in REQUEST_FIELDS}
-        for name in ("budget", "total_budget"):
+        for name in AMOUNTS:
             asked[name] = None if asked[name] is None else str(asked[name])
         return {**asked, "parameters": dict(self.parameters), "worker_types": list(self.worker_types)}
 
@@ -74,5 +79,7 @@ class JobRequest:
         return epochs_parameter(self.parameters)
 
 
+# The request's amounts in $, kept as exact decimal strings.
+AMOUNTS = ("budget", "total_budget", "search_budget")
 # What `Job.request` holds: the fields of a JobRequest beyond its code and data.
 REQUEST_FIELDS = tuple(f.name for f in fields(JobRequest) if f.name not in ("bundle", "dataset"))
