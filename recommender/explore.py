@@ -291,13 +291,19 @@ def next_step(
     beta: float,
     budget: Budget,
     prior: Prior = Prior(),
+    *,
+    spent_dollars: float | None = None,
+    spent_minutes: float | None = None,
 ) -> Step:
-    """The next trial (module docstring's rule) or why the search stops."""
+    """The next trial (module docstring's rule) or why the search stops. `spent_dollars` and `spent_minutes` are this
+    search's spending so far; when not given, every trial in `trials` counts as this search's (a caller whose
+    `trials` also hold earlier jobs' records of the workload, which cost this search nothing, gives them)."""
     if alpha < 0 or beta < 0 or alpha + beta <= 0:
         raise ValueError(f"alpha and beta must be non-negative and not both 0 (got {alpha}, {beta})")
     tried = {t.config for t in trials}
     priced = {c.config: c for c in candidates}
-    spent = sum(trial_cost(priced[t.config], budget) for t in trials)
+    spent = spent_dollars if spent_dollars is not None else _spent(priced, trials, budget)
+    minutes = spent_minutes if spent_minutes is not None else len(trials) * budget.window_minutes
     current = best_measured(candidates, trials, alpha, beta)
     chosen = current[0].config if current else None
     left = [c for c in candidates if c.config not in tried]
@@ -305,7 +311,7 @@ def next_step(
         c
         for c in left
         if spent + trial_cost(c, budget) <= budget.dollars + 1e-9
-        and (len(trials) + 1) * budget.window_minutes <= budget.minutes + 1e-9
+        and minutes + budget.window_minutes <= budget.minutes + 1e-9
     ]
     if not left:
         return Step(None, chosen, "every candidate has been tried", 0.0)
@@ -354,6 +360,10 @@ def trial_cost(candidate: Candidate, budget: Budget) -> float:
     return candidate.hourly_price * budget.window_minutes / 60.0
 
 
+def _spent(priced: Mapping[Config, Candidate], trials: Sequence[Trial], budget: Budget) -> float:
+    return sum(trial_cost(priced[t.config], budget) for t in trials)
+
+
 def search(
     candidates: Sequence[Candidate],
     run_trial: Callable[[Config], float | None],
@@ -361,16 +371,21 @@ def search(
     beta: float,
     budget: Budget,
     prior: Prior = Prior(),
+    *,
+    spent_dollars: float | None = None,
+    spent_minutes: float | None = None,
 ) -> Search:
     """Propose, run (`run_trial` answers a configuration's steady-state epoch time, or None if it failed), repeat
-    until `next_step` stops."""
+    until `next_step` stops. `spent_dollars` and `spent_minutes`: what this search spent before this call (none if
+    not given); the result's `spent_dollars` adds its own trials to it."""
     trials: list[Trial] = []
+    priced = {c.config: c for c in candidates}
     while True:
-        step = next_step(candidates, trials, alpha, beta, budget, prior)
+        spent = (spent_dollars or 0.0) + _spent(priced, trials, budget)
+        minutes = (spent_minutes or 0.0) + len(trials) * budget.window_minutes
+        step = next_step(candidates, trials, alpha, beta, budget, prior, spent_dollars=spent, spent_minutes=minutes)
         if step.proposal is None:
             break
         trials.append(Trial(step.proposal, run_trial(step.proposal)))
-    priced = {c.config: c for c in candidates}
-    spent = sum(trial_cost(priced[t.config], budget) for t in trials)
     reason = step.reason if step.chosen else f"no trial succeeded ({step.reason})"
     return Search(tuple(trials), step.chosen, reason, spent)

@@ -161,3 +161,28 @@ def test_benchmark_json_is_one_object(tmp_path):
         assert set(s["chosen"]) == keys and all(keys <= set(t) for t in s["trials"])
     assert set(result["summary"]) == {"explore", "random", "cherrypick"}
     assert result["unpriced_types"] == []
+
+
+@pytest.mark.parametrize(
+    ("spent_dollars", "spent_minutes", "stops"),
+    [
+        (None, None, False),  # the trials' own sum: 1 trial of a 40-minute, $10 budget
+        (0.0, 0.0, False),  # earlier jobs' records cost this search nothing
+        (10.0, 0.0, True),  # the dollars are spent
+        (0.0, 35.0, True),  # the minutes are spent
+    ],
+)
+def test_spent_overrides_the_sum_over_trials(spent_dollars, spent_minutes, stops):
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    trials = [Trial(CONFIGS[0], epoch_time(CONFIGS[0]))]
+    step = explore.next_step(
+        candidates, trials, 1.0, 0.0, Budget(10.0, 40.0, 10, 1000),
+        spent_dollars=spent_dollars, spent_minutes=spent_minutes,
+    )  # fmt: skip
+    assert (step.reason == "the next trial would overrun the search budget") is stops
+
+
+def test_search_counts_what_was_spent_before_it():
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    budget = Budget(dollars=math.inf, minutes=30, window_minutes=10, job_hours=1000)
+    assert len(explore.search(candidates, epoch_time, 1.0, 0.0, budget, spent_minutes=20).trials) == 1
