@@ -7,7 +7,8 @@ FILE.csv is in `import_perf_data`'s csv format. Each (workload, batch size) in i
 batch size is fixed, so a grid measured at several batch sizes holds one problem per size); its configurations are
 its distinct (instance_type, ps_type, workers, strategy, latency_ms). A trial at a configuration answers one of that
 configuration's runs drawn at random (a failed run fails the trial) and costs the cluster's $/h over the trial
-window. A grid in the anwar2021 format (`--format anwar2021`: no instance type) is read through the import's parser:
+window. A grid in the anwar2021 format (headerless rows, told from the csv's header unless --format says; no
+instance type) is read through the import's parser, filed under samples.toml's workload or the file's name:
 its rows are the csv columns with an empty instance type and strategy mirrored; no catalogue prices that type, so
 it costs --unpriced $/h a node (1 by default; the report says so) and cost then follows the worker count.
 
@@ -41,7 +42,7 @@ import numpy as np
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
 
-from benchmarks.model_calibration import read_grid  # noqa: E402
+from benchmarks.model_calibration import _django, read_grid, shipped_grids  # noqa: E402
 from recommender import explore  # noqa: E402
 from recommender.types import InstanceSpec, PerfRecord  # noqa: E402
 
@@ -62,7 +63,7 @@ class Problem:
 
 def load_catalog(paths: Sequence[Path]) -> dict[str, InstanceSpec]:
     """The types of the catalogue files, checked as `manage.py load_catalog` checks one (the first file naming a type
-    prices it). Called once read_grid has set Django up: the check knows the database's column lengths."""
+    prices it). Called once Django is set up: the check knows the database's column lengths."""
     from recommender.catalog import read_catalog_file
 
     specs: dict[str, InstanceSpec] = {}
@@ -173,8 +174,33 @@ def history_of(records: Sequence[PerfRecord], problem: Problem) -> list[explore.
     ]
 
 
+def grid_format(path: Path) -> tuple[str, str | None]:
+    """(format, workload) of a grid file: samples.toml's entry for a shipped grid; else csv when its first row names
+    the import's columns (a header), anwar2021 (headerless rows) otherwise, filed under the file's name."""
+    listed = {p.resolve(): (fmt, workload) for p, fmt, workload, _ in shipped_grids()}
+    if path.resolve() in listed:
+        fmt, workload = listed[path.resolve()]
+        return fmt, workload or (path.stem if fmt == "anwar2021" else None)
+    from recommender.perfdata import CSV_COLUMNS, _rows
+
+    first = next(_rows(path.read_text(encoding="utf-8-sig")), (0, [""]))[1]
+    return ("csv", None) if first[0].lower() in CSV_COLUMNS else ("anwar2021", path.stem)
+
+
 def run_benchmark(args: argparse.Namespace) -> dict:
-    records = read_grid(Path(args.grid), args.format, "anwar2021-mnist" if args.format == "anwar2021" else None)
+    path = Path(args.grid)
+    if not path.is_file():
+        raise SystemExit(f"error: no grid file {path}")
+    _django()  # the import's parsers and the catalogue's checks read the models
+    fmt, workload = grid_format(path)
+    if args.format and args.format != fmt:
+        fmt, workload = args.format, path.stem if args.format == "anwar2021" else None
+    from recommender.perfdata import PerfDataError
+
+    try:
+        records = read_grid(path, fmt, workload)
+    except PerfDataError as exc:
+        raise SystemExit(f"error: {path} ({fmt}): {exc}") from None
     from recommender.catalog import CatalogError, bundled_catalogs, catalog_path
 
     try:
@@ -210,7 +236,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                     "reason": s.reason,
                 })  # fmt: skip
     return {
-        "grid": str(args.grid), "alpha": args.alpha, "beta": args.beta, "transfer": args.transfer,
+        "grid": str(args.grid), "format": fmt, "alpha": args.alpha, "beta": args.beta, "transfer": args.transfer,
         "seeds": args.seeds, "window_minutes": args.window_minutes, "job_hours": args.job_hours,
         "unpriced_types": sorted(unpriced), "unpriced_price": args.unpriced,
         "searches": searches, "summary": summary(searches),
@@ -265,7 +291,7 @@ def print_text(result: dict) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", required=True, help="a grid of runs in import_perf_data's csv format")
-    parser.add_argument("--format", choices=("csv", "anwar2021"), default="csv", help="the grid's import format")
+    parser.add_argument("--format", choices=("csv", "anwar2021"), help="the grid's import format (default: detected)")
     parser.add_argument("--catalog", help="price types from this catalogue JSON only (default: every bundled one)")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--alpha", type=float)
