@@ -18,6 +18,12 @@ measured. Code that does not honour it and ends too soon fails the job with what
 
 Only where a node's network is its own (lab namespaces, EC2 instances: Provider.own_network) can one worker's
 traffic be told apart; elsewhere the job fails with the reason rather than store a wrong figure.
+
+What it shares with explore's trial runs (fc2/services/trials.py) is written here once: a short run's cluster named
+for the job (`cluster_spec`), launched, bootstrapped with FC2_TRAIN_SECONDS and torn down whatever happens, recorded
+on the job before anything is made (`short_run`, `keep_entry`), the check that the job still wants it
+(`still_recommending`), what it measured kept as the owner's record linked to the job (`keep_record`), and the
+teardown of one a lost step left (`tear_down_stale`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -70,10 +77,15 @@ class Progress:
 
 
 def progress(job: Job, now: datetime | None = None) -> Progress | None:
-    """The profiling run under way for the job, None when there is none (not recommending, or between runs)."""
+    """The profiling run under way for the job, None when there is none (not recommending, between runs, or a trial
+    run of explore's under way: fc2/services/trials.py)."""
     if job.state != Job.State.RECOMMENDING:
         return None
-    under_way = [run for run in job.profiling_runs or [] if isinstance(run, dict) and not run.get("ended_at")]
+    under_way = [
+        run
+        for run in job.profiling_runs or []
+        if isinstance(run, dict) and not run.get("ended_at") and run.get("kind") != "trial"
+    ]
     if not under_way:
         return None
     run = under_way[-1]
@@ -108,7 +120,7 @@ def plan_text(missing: Sequence[MissingProfile]) -> str:
 
 
 def _profile(job: Job, profile: MissingProfile, run: RunSpec, place: tuple[int, int]) -> PerformanceRecord:
-    name = f"fc2-{job.pk}-{secrets.token_hex(4)}"
+    spec = cluster_spec(job, Job.Strategy.PS, 1, profile.worker_type, profile.ps_type)
     hourly = service.cluster_price(job.catalog, 1, profile.worker_type, profile.ps_type)
     number, runs = place
     entry = {
@@ -117,48 +129,21 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec, place: tuple[int, 
         "worker_type": profile.worker_type,
         "ps_type": profile.ps_type,
         "batch_size": profile.batch_size,
-        "cluster": name,
+        "cluster": spec.cluster_id,
         "hourly_cost": float(hourly),
-        "started_at": timezone.now().isoformat(),
-        "window_ends_at": None,  # set once its nodes train: what _watch waits for at the latest
-        "ended_at": None,
         "bandwidth_mbps": None,
     }
-    # Recorded before anything is made: whatever happens to this process, the cluster is found and torn down.
-    empty = ClusterInfo(name, job.provider, Job.Strategy.PS, nodes=(), region=job.region)
-    _update(job, entry, cluster=empty.to_dict())
     job.log(
         f"profiling run: 1 {profile.ps_type} PS + 1 {profile.worker_type} worker, to measure the bandwidth one "
         f"worker uses (at most {settings.FC2_PROFILE_S} s of training, at {usd_per_hour(hourly)})"
     )
-    spec = ClusterSpec(
-        cluster_id=name,
-        provider=job.provider,
-        strategy=Job.Strategy.PS,
-        workers=1,
-        ps_type=profile.ps_type,
-        worker_type=profile.worker_type,
-        region=job.region,
-        latency_ms=job.latency_ms,
-        job_id=job.pk,
-    )
-    try:
-        cluster = provisioner.launch(spec, notify=job.log)
-        _update(job, entry, cluster=cluster.to_dict())
-        run = replace(run, report_url="", token="", train_seconds=settings.FC2_PROFILE_S)
-        cluster = provisioner.bootstrap(cluster, run)
-        entry["window_ends_at"] = (timezone.now() + timedelta(seconds=settings.FC2_PROFILE_S)).isoformat()
-        _update(job, entry, cluster=cluster.to_dict())
+    with short_run(job, entry, spec, run, settings.FC2_PROFILE_S) as cluster:
         samples, ended_after = _watch(job, cluster)
         figures = node_figures(WORKER, "worker", profile.worker_type, samples)
-    finally:
-        provisioner.teardown(job.provider, name, job.region)
-        entry["ended_at"] = timezone.now().isoformat()
-        _update(job, entry, cluster=None)
     if figures.mean_mbps is None or figures.busy_s < MIN_BUSY_S:
         raise ProvisionError(_too_little(profile, figures.busy_s, ended_after))
     entry["bandwidth_mbps"] = round(figures.mean_mbps, 3)
-    _update(job, entry)
+    keep_entry(job, entry)
     job.log(
         f"profiling run: one {profile.worker_type} worker uses {figures.mean_mbps:.1f} Mbps "
         f"(mean over {figures.busy_s:.0f} s of traffic, peak {figures.peak_mbps:.1f} Mbps)"
@@ -166,21 +151,80 @@ def _profile(job: Job, profile: MissingProfile, run: RunSpec, place: tuple[int, 
     measured = {"bandwidth_mbps": round(figures.mean_mbps, 3), "latency_ms": job.latency_ms}
     if problems := out_of_bounds(measured):  # (the bytes its nodes report are the job's to forge)
         raise ProvisionError(f"the profiling run measured no bandwidth a record may hold: {'; '.join(problems)}")
+    return keep_record(
+        job,
+        workload=profile.workload,
+        instance_type=profile.worker_type,
+        ps_type=profile.ps_type,
+        workers=1,
+        batch_size=profile.batch_size,
+        strategy=Job.Strategy.PS,
+        bandwidth_mbps=round(figures.mean_mbps, 3),
+        cpu_util=None if figures.idleness is None else round(100 * (1 - figures.idleness), 1),
+        source=PerformanceRecord.Source.PROFILED,
+        origin=f"profiling run of job {job.pk} on {job.provider}",
+    )
+
+
+# What Scala-Opt's profiling runs and explore's trial runs (fc2/services/trials.py) share: a short run of the job's
+# own code on a cluster of its own, recorded on the job (Job.cluster and an entry of Job.profiling_runs) before
+# anything is made and torn down whatever happens, and the record of what it measured.
+
+
+def cluster_spec(job: Job, strategy: str, workers: int, worker_type: str, ps_type: str) -> ClusterSpec:
+    """A short run's cluster for the job, on its provider, region and latency, named as the job's own clusters are
+    (`fc2-<job>-<hex>`: the sweep's reaper knows it for the job's)."""
+    return ClusterSpec(
+        cluster_id=f"fc2-{job.pk}-{secrets.token_hex(4)}",
+        provider=job.provider,
+        strategy=strategy,
+        workers=workers,
+        ps_type=ps_type,
+        worker_type=worker_type,
+        region=job.region,
+        latency_ms=job.latency_ms,
+        job_id=job.pk,
+    )
+
+
+@contextmanager
+def short_run(job: Job, entry: dict, spec: ClusterSpec, run: RunSpec, train_s: int) -> Iterator[ClusterInfo]:
+    """The short run's cluster, launched and bootstrapped with the job's code told to train for `train_s`
+    (FC2_TRAIN_SECONDS) and to report to nobody (its agents keep their samples and results on the nodes). Its
+    entry (`entry`, named by its "cluster") is kept on the job with when it started, when its window closes and when
+    it ended; it is torn down when the block ends, whatever happens."""
+    entry.update(cluster=spec.cluster_id, started_at=timezone.now().isoformat(), window_ends_at=None, ended_at=None)
+    # Recorded before anything is made: whatever happens to this process, the cluster is found and torn down.
+    empty = ClusterInfo(spec.cluster_id, spec.provider, spec.strategy, nodes=(), region=spec.region)
+    keep_entry(job, entry, cluster=empty.to_dict())
+    try:
+        cluster = provisioner.launch(spec, notify=job.log)
+        keep_entry(job, entry, cluster=cluster.to_dict())
+        cluster = provisioner.bootstrap(cluster, replace(run, report_url="", token="", train_seconds=train_s))
+        entry["window_ends_at"] = (timezone.now() + timedelta(seconds=train_s)).isoformat()
+        keep_entry(job, entry, cluster=cluster.to_dict())
+        yield cluster
+    finally:
+        provisioner.teardown(spec.provider, spec.cluster_id, spec.region)
+        entry["ended_at"] = timezone.now().isoformat()
+        keep_entry(job, entry, cluster=None)
+
+
+class JobEnded(ProvisionError):
+    """The job ended (cancelled, or failed by a limit) while a short run of its recommend step ran."""
+
+
+def still_recommending(job: Job, what: str) -> None:
+    """JobEnded unless the job is still recommending: cancelled, or failed by a limit, it makes no more `what`."""
+    if Job.objects.filter(pk=job.pk).values_list("state", flat=True).get() != Job.State.RECOMMENDING:
+        raise JobEnded(f"the job ended while its {what} ran")
+
+
+def keep_record(job: Job, **fields: Any) -> PerformanceRecord:
+    """What a short run measured, as a record of the job owner's (as its measured runs are: fc2/services/feedback.py)
+    at the job's latency, linked to the job."""
     with transaction.atomic():
-        record = PerformanceRecord.objects.create(
-            owner_id=job.owner_id,  # the job owner's profile, as its measured runs are (fc2/services/feedback.py)
-            workload=profile.workload,
-            instance_type=profile.worker_type,
-            ps_type=profile.ps_type,
-            workers=1,
-            batch_size=profile.batch_size,
-            latency_ms=job.latency_ms,
-            strategy=Job.Strategy.PS,
-            bandwidth_mbps=round(figures.mean_mbps, 3),
-            cpu_util=None if figures.idleness is None else round(100 * (1 - figures.idleness), 1),
-            source=PerformanceRecord.Source.PROFILED,
-            origin=f"profiling run of job {job.pk} on {job.provider}",
-        )
+        record = PerformanceRecord.objects.create(owner_id=job.owner_id, latency_ms=job.latency_ms, **fields)
         JobRecord.objects.create(job=job, record=record)
     return record
 
@@ -221,8 +265,7 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[list[Sample], float | None]:
         alive = provisioner.alive(cluster)
         if not (alive.get(WORKER, False) and alive.get(CHIEF, False)):
             return _samples(cluster), time.monotonic() - started
-        if Job.objects.filter(pk=job.pk).values_list("state", flat=True).get() != Job.State.RECOMMENDING:
-            raise ProvisionError("the job ended while its profiling run ran")
+        still_recommending(job, "profiling run")
         time.sleep(POLL_S)
 
 
@@ -245,7 +288,7 @@ def _sample(kept: dict) -> Sample:
     )
 
 
-def _update(job: Job, entry: dict, **fields: Any) -> None:
+def keep_entry(job: Job, entry: dict, **fields: Any) -> None:
     """Keep the run's entry (and `fields`) on the job."""
     runs = [run for run in job.profiling_runs if run.get("cluster") != entry["cluster"]] + [dict(entry)]
     Job.objects.filter(pk=job.pk).update(profiling_runs=runs, **fields)
@@ -253,11 +296,17 @@ def _update(job: Job, entry: dict, **fields: Any) -> None:
 
 
 def tear_down_stale(job: Job) -> None:
-    """A recommend step done again (its worker was lost mid-run): the profiling cluster it left is torn down and its
-    run ended, before anything new is made."""
+    """A recommend step done again (its worker was lost mid-run): the profiling run's or trial run's cluster it left
+    is torn down and its run ended (a trial's with why it measured nothing), before anything new is made."""
     if job.cluster and any(run.get("cluster") == job.cluster.get("cluster_id") for run in job.profiling_runs):
         provisioner.teardown(job.provider, job.cluster["cluster_id"], job.region)
         now = timezone.now().isoformat()
-        runs = [run if run.get("ended_at") else {**run, "ended_at": now} for run in job.profiling_runs]
+        runs = [run if run.get("ended_at") else _cut_off(run, now) for run in job.profiling_runs]
         Job.objects.filter(pk=job.pk).update(profiling_runs=runs, cluster=None)
         job.profiling_runs, job.cluster = runs, None
+
+
+def _cut_off(run: dict, now: str) -> dict:
+    """A run whose step's worker was lost, ended now; a trial's says why it measured nothing."""
+    lost = {"error": "the worker running it was lost before it measured anything"} if run.get("kind") == "trial" else {}
+    return {**run, "ended_at": now, **lost}
