@@ -909,20 +909,26 @@ def recommend(
     catalog: Collection[InstanceSpec],
     records: Collection[PerfRecord] = (),
     predict: Predictor | None = None,
+    explore: Predictor | None = None,
 ) -> Recommendation:
-    """Answer `request` with the algorithm it names: the FC² rules, Anwar's lookup (falling back on `predict`), or the
-    performance model itself ("model": predict(request))."""
+    """Answer `request` with the algorithm it names: the FC² rules, Anwar's lookup (falling back on `predict`), the
+    performance model itself ("model": predict(request)), or explore's search of trial runs ("explore":
+    explore(request), recommender/explore_answer.py)."""
     if request.algorithm not in ALGORITHMS:
         raise RecommendationError(f"unknown algorithm {request.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     _check_point(request)
     index = _index(catalog)
     _known(request.worker_types, index, "worker")
     _known(request.ps_types, index, "ps")
-    if request.parameter_server is None and request.algorithm != "model":
+    if request.parameter_server is None and request.algorithm not in ("model", "explore"):
         raise RecommendationError(
-            f"only the model chooses between a parameter server and all-reduce; {request.algorithm} needs the "
-            "strategy (ps or mirrored)"
+            f"only the model chooses between a parameter server and all-reduce (and explore tries both); "
+            f"{request.algorithm} needs the strategy (ps or mirrored)"
         )
+    if request.algorithm == "explore":
+        if explore is None:
+            raise RecommendationError("the explore algorithm needs its search (recommender.explore_answer)")
+        return explore(request)
     if request.algorithm == "lookup":
         return with_its_ps(request, lookup(request, records, catalog, predict), catalog, records)
     if request.algorithm == "model":

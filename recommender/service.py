@@ -50,6 +50,7 @@ from recommender.types import (
     Recommendation,
     RecommendationError,
     RecommendRequest,
+    TrialsNeeded,
 )
 
 if TYPE_CHECKING:
@@ -58,9 +59,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Owner: TypeAlias = "AbstractBaseUser | AnonymousUser | int | None"  # whose records join the platform's (owner_id)
 
-# ("answer", catalogue, request, owner id) -> (answer, its JSON shape); ("catalog", name) -> specs; ("records",
-# workload, owner id) -> WorkloadRecords; each entry with the time it runs out. A bound, not a policy: a lookup grid
-# is a few hundred points.
+# ("answer", catalogue, request, owner id) -> (answer, its JSON shape), or explore's TrialsNeeded; ("catalog", name) ->
+# specs; ("records", workload, owner id) -> WorkloadRecords; ("history", workload, owner id) -> the other workloads'
+# records explore's prior reads; each entry with the time it runs out. A bound, not a policy: a lookup grid is a few
+# hundred points.
 _memo: TLRUCache[tuple, tuple] = TLRUCache(maxsize=4096, ttu=lambda key, value, now: value[0])
 _memo_lock = threading.Lock()  # (a cachetools cache is not safe across threads: runserver's, a threaded server's)
 
@@ -231,17 +233,55 @@ def _answer(request: RecommendRequest, catalog: str, owner: int | None) -> tuple
             if request.workload
             else (math.inf, None)
         )
-        found = _kept(key, lambda: _compute(request, specs, loaded), until=min(specs_until, records_until))
+        history_until, history = (
+            _kept(("history", request.workload, owner), lambda: _load_history(request.workload, owner))
+            if request.algorithm == "explore"
+            else (math.inf, ())
+        )
+        until = min(specs_until, records_until, history_until)
+        found = _kept(key, lambda: _compute_or_trials(request, specs, loaded, history), until=until)
+    if isinstance(found[1], TrialsNeeded):  # (a new exception each time: a raised one keeps its traceback)
+        raise TrialsNeeded(found[1].search)
     return found[1]
 
 
+def _load_history(workload: str, owner: int | None) -> tuple[PerfRecord, ...]:
+    """The other workloads' usable records `owner`'s answers read (the platform's and theirs, never another user's):
+    explore's prior (recommender/explore_answer.py), never its measurements."""
+    rows = (
+        PerformanceRecord.objects.readable_by(owner)
+        .usable()
+        .exclude(workload=workload)
+        .filter(epoch_time_s__isnull=False)
+        .order_by("pk")
+        .values(*_PERF_FIELDS)
+    )
+    return tuple(PerfRecord(**row) for row in rows)
+
+
+def _compute_or_trials(
+    request: RecommendRequest,
+    specs: tuple[InstanceSpec, ...],
+    loaded: WorkloadRecords | None,
+    history: tuple[PerfRecord, ...],
+) -> tuple[Recommendation, dict] | TrialsNeeded:
+    """`_compute`, or explore's TrialsNeeded: kept like an answer, since estimating the search's cost simulates it."""
+    try:
+        return _compute(request, specs, loaded, history)
+    except TrialsNeeded as needed:
+        return needed
+
+
 def _compute(
-    request: RecommendRequest, specs: tuple[InstanceSpec, ...], loaded: WorkloadRecords | None
+    request: RecommendRequest,
+    specs: tuple[InstanceSpec, ...],
+    loaded: WorkloadRecords | None,
+    history: tuple[PerfRecord, ...] = (),
 ) -> tuple[Recommendation, dict]:
     """The answer and its JSON shape, or a RecommendationError: whatever the records hold, never an exception that
     is not one (a 500) nor a NaN or an infinity in the JSON."""
     try:
-        answer = _computed(request, specs, loaded.records if loaded else ())
+        answer = _computed(request, specs, loaded.records if loaded else (), history)
     except RecommendationError:
         raise
     except NUMERIC_FAILURES as exc:
@@ -288,8 +328,14 @@ def promote(records: PerformanceRecordQuerySet) -> tuple[int, int]:
 
 
 def _computed(
-    request: RecommendRequest, specs: tuple[InstanceSpec, ...], every: tuple[PerfRecord, ...]
+    request: RecommendRequest,
+    specs: tuple[InstanceSpec, ...],
+    every: tuple[PerfRecord, ...],
+    history: tuple[PerfRecord, ...] = (),
 ) -> Recommendation:
+    if request.algorithm == "explore":
+        # explore tells the strategies apart itself: each configuration names its own (recommender/explore_answer.py).
+        return algorithms.recommend(request, specs, every, explore=lambda req: _explore(req, specs, every, history))
     # A strategy asked for: a workload measured both ways answers from that strategy's runs alone (left open, the
     # model compares the two).
     records = every if request.parameter_server is None else algorithms.of_strategy(every, request.parameter_server)
@@ -311,6 +357,26 @@ def _computed(
             "when the strategy is left open).",
         )
     return answer
+
+
+def _explore(
+    request: RecommendRequest,
+    specs: tuple[InstanceSpec, ...],
+    records: tuple[PerfRecord, ...],
+    history: tuple[PerfRecord, ...],
+) -> Recommendation:
+    """explore's answer, its search's budget and trial length the platform's defaults where the request leaves them
+    (FC2_EXPLORE_USD, FC2_EXPLORE_MINUTES; a trial of FC2_EXPLORE_TRIAL_S, with no provider's start-up and teardown:
+    the planner, which knows the provider, adds them)."""
+    from recommender import explore_answer  # (lazily: scikit-learn, as perfmodel above)
+
+    asked = replace(
+        request,
+        search_dollars=settings.FC2_EXPLORE_USD if request.search_dollars is None else request.search_dollars,
+        search_minutes=settings.FC2_EXPLORE_MINUTES if request.search_minutes is None else request.search_minutes,
+        trial_minutes=settings.FC2_EXPLORE_TRIAL_S / 60 if request.trial_minutes is None else request.trial_minutes,
+    )
+    return explore_answer.answer(asked, specs, records, history)
 
 
 def as_dict(recommendation: Recommendation) -> dict:

@@ -4,11 +4,13 @@ recommend step call too), and the job created with its pipeline started."""
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
@@ -19,8 +21,9 @@ from fc2.models import Dataset, Job
 from fc2.services import datasets, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
-from fc2.services.planning import Owner, Plan, check_workers, plan
+from fc2.services.planning import Owner, Plan, check_workers, explore_unavailable, plan
 from fc2.services.requests import JobRequest, SubmitError
+from recommender.explore import PRESETS
 from recommender.types import ALGORITHMS, RecommendationError
 
 if TYPE_CHECKING:
@@ -76,6 +79,7 @@ def validate(request: JobRequest) -> None:
         raise SubmitError(BUDGET_WITHOUT_ALGORITHM, "budget")
     if request.total_budget is not None:
         check_budget_amount(request.total_budget)
+    check_search(request)
     try:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
@@ -88,17 +92,57 @@ BUDGET_WITHOUT_ALGORITHM = (
     "for the whole job, in $, is total_budget"
 )
 STRATEGY_LEFT_OPEN_REASON = (
-    "A strategy left open is chosen by the Model algorithm, which compares both from the workload's records: choose "
-    "Model, or name the strategy (Parameter server or All-Reduce)."
+    "A strategy left open is chosen by the Model algorithm, which compares both from the workload's records, or by "
+    "explore, which tries both: choose one of them, or name the strategy (Parameter server or All-Reduce)."
 )
+# The algorithms that choose a strategy left open: the model compares both (recommender.perfmodel.choice); explore's
+# configurations have either (recommender/explore_answer.py).
+CHOOSE_THE_STRATEGY = ("model", "explore")
 
 
 def strategy_unavailable(strategy: str, algorithm: str) -> str | None:
-    """Why `algorithm` cannot run a job whose strategy is `strategy`, or None. Only the model chooses a strategy left
-    open (recommender.perfmodel.choice); every other algorithm sizes a cluster of the strategy it is given."""
-    if strategy == Job.Strategy.AUTO and algorithm != "model":
+    """Why `algorithm` cannot run a job whose strategy is `strategy`, or None. Only the model and explore choose a
+    strategy left open; every other algorithm sizes a cluster of the strategy it is given."""
+    if strategy == Job.Strategy.AUTO and algorithm not in CHOOSE_THE_STRATEGY:
         return STRATEGY_LEFT_OPEN_REASON
     return None
+
+
+def preset_weights(preset: str) -> tuple[float, float]:
+    """(α, β) of an explore preset: fastest, cheapest or balanced (recommender.explore.PRESETS)."""
+    if preset not in PRESETS:
+        raise SubmitError(f"unknown preset {preset!r} (expected {', '.join(PRESETS)})", "alpha")
+    return PRESETS[preset]
+
+
+def search_budget(request: JobRequest) -> Decimal:
+    """The $ explore's trial runs may cost for this request: its own search budget, else the platform's default."""
+    return request.search_budget if request.search_budget is not None else Decimal(settings.FC2_EXPLORE_USD)
+
+
+def check_search(request: JobRequest) -> None:
+    """explore's weights and its search's budget: each a number it can use, said per field; and a whole-job budget
+    that covers the search, whose trials count in the job's cost."""
+    for name in ("alpha", "beta"):
+        value = getattr(request, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise SubmitError(f"{name} is a weight of at least 0 (not {value!r})", name)
+    if request.alpha + request.beta <= 0:
+        raise SubmitError("alpha and beta cannot both be 0: one of time and cost must count", "alpha")
+    if request.search_budget is not None:
+        amount = request.search_budget
+        if not isinstance(amount, Decimal) or not amount.is_finite() or amount <= 0:
+            raise SubmitError(f"a search budget is an amount of dollars above $0 (not {amount})", "search_budget")
+    minutes = request.search_minutes
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1):
+        raise SubmitError(f"a search's minutes are a whole number of at least 1 (not {minutes!r})", "search_minutes")
+    search = search_budget(request)
+    if request.algorithm == "explore" and request.total_budget is not None and request.total_budget < search:
+        raise SubmitError(
+            f"the job's total budget of {usd(request.total_budget)} does not cover explore's search budget of "
+            f"{usd(search)}, whose trial runs count in the job's cost: raise it, or lower the search budget",
+            "total_budget",
+        )
 
 
 # Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
@@ -108,7 +152,10 @@ SIZED_BY_THE_PS = ("scala-opt", "scala-opt-m")
 def algorithm_unavailable(provider: str, algorithm: str) -> str | None:
     """Why `algorithm` can never choose a cluster on `provider`, or None. Scala-Opt counts the workers one PS's link
     carries, from the bandwidth each worker was measured to send: a provider whose nodes share the machine's network
-    (local) has no such link, and no profile can be measured there, nor would one measured elsewhere describe it."""
+    (local) has no such link, and no profile can be measured there, nor would one measured elsewhere describe it.
+    explore runs trials on instance types, which such a provider does not have (`planning.explore_unavailable`)."""
+    if algorithm == "explore":
+        return explore_unavailable(provider)
     if algorithm not in SIZED_BY_THE_PS or provider not in provisioner.PROVIDERS:
         return None
     entry = provisioner.get(provider)

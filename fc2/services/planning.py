@@ -4,6 +4,11 @@ are to call it too. What the recommender answers is taken as it is — its clust
 `recommender.types.Recommendation.hourly_cost`) — nothing here prices it again. Manual's cluster, the one asked, is
 priced here from the catalogue, by the rule the recommender prices with (`recommender.service.cluster_price`).
 
+`explore` (recommender/explore_answer.py) answers TrialsNeeded until its search of trial runs has stopped: the plan
+is then the search (`Plan.search`, source "explore"): the trial to run now and what the search is expected to cost.
+The pipeline runs that trial (fc2/services/trials.py) and plans again with what this job's trials spent
+(`trials_spent`), until the plan is a cluster.
+
 A relaunch out of capacity plans again with the worker types no zone had blocked, as SkyPilot's optimizer plans
 again with its `blocked_resources`: the same request, the same strategy already planned, the blocked types left out
 of L^w."""
@@ -14,6 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 import provisioner
@@ -30,6 +36,7 @@ from recommender.types import (
     RecommendationError,
     RecommendRequest,
     SearchEstimate,
+    TrialsNeeded,
 )
 
 # Whose records the plan reads beside the platform's: a user, a user's id, or None (the platform's alone).
@@ -86,14 +93,37 @@ def check_workers(provider: str, workers: int, what: str = "") -> None:
         raise SubmitError(f"{what}the {provider} provider runs at most {limit} workers", "workers")
 
 
-def plan(request: JobRequest, owner: Owner = None, blocked: Collection[str] = ()) -> Plan:
+def explore_unavailable(provider: str) -> str | None:
+    """Why explore cannot search on `provider`, or None: its trials are clusters of instance types, which a provider
+    whose nodes are all this machine (local) does not have."""
+    if provider not in provisioner.PROVIDERS or (entry := provisioner.get(provider)).typed_nodes:
+        return None
+    return (
+        f"explore chooses among instance types by running trials of your code on them, and {entry.label}'s nodes are "
+        f"all this machine, of no type: choose Manual, Cost-Opt, Time-Opt or the model for a {provider} job, or run it "
+        "on the lab or AWS"
+    )
+
+
+def plan(
+    request: JobRequest,
+    owner: Owner = None,
+    blocked: Collection[str] = (),
+    *,
+    trials_spent: tuple[float, float] = (0.0, 0.0),
+) -> Plan:
     """The cluster `request` runs on for `owner`, from the platform's records and theirs (None: the platform's alone),
-    with none of the `blocked` worker types (a cloud had no capacity for them in any zone). RecommendationError when
-    the algorithm cannot answer; SubmitError when the provider cannot run the answer."""
+    with none of the `blocked` worker types (a cloud had no capacity for them in any zone); for explore, the search
+    while it needs a trial, `trials_spent` ($, minutes) being what this job's trials spent of its budget so far.
+    RecommendationError when the algorithm cannot answer; SubmitError when the provider cannot run the answer."""
     if request.algorithm == "manual":
         return _manual(request, owner)
+    if request.algorithm == "explore" and (reason := explore_unavailable(request.provider)):
+        raise SubmitError(reason, "algorithm")
     try:
-        answer = service.recommend(recommend_request(request, blocked), request.catalog, owner=owner)
+        answer = service.recommend(recommend_request(request, blocked, trials_spent), request.catalog, owner=owner)
+    except TrialsNeeded as needed:
+        return _searching(request, needed.search)
     except MissingProfilesError as missing:  # the job's recommend step measures them first (fc2/services/profiling.py)
         if reason := profiling.cannot_profile(request.provider, missing.missing):
             raise SubmitError(reason, "algorithm") from missing
@@ -126,9 +156,57 @@ def plan(request: JobRequest, owner: Owner = None, blocked: Collection[str] = ()
     )
 
 
-def recommend_request(request: JobRequest, blocked: Collection[str] = ()) -> RecommendRequest:
+def _searching(request: JobRequest, search: SearchEstimate) -> Plan:
+    """The plan while explore's search needs a trial: its columns are the trial's cluster (what runs now, not the
+    job's: that is chosen once the search stops), with no $/h nor epoch time for the job yet."""
+    trial = search.next
+    check_workers(request.provider, trial.workers, f"explore's trial of {trial.workers} workers is too many: ")
+    return Plan(
+        strategy=trial.strategy,
+        ps_type=trial.ps_type,
+        worker_type=trial.worker_type,
+        workers=trial.workers,
+        hourly_cost=None,  # the job's cluster is chosen once the search stops
+        predicted_epoch_time_s=None,
+        source="explore",
+        explanation=search.text,
+        recommendation=None,
+        provider=request.provider,
+        epoch_time_note="explore's search chooses the cluster first; these are its next trial's workers and types",
+        search=search,
+    )
+
+
+def trial_minutes(provider: str) -> float:
+    """One explore trial's billed length in minutes: its training window (FC2_EXPLORE_TRIAL_S) plus the provider's
+    start-up and teardown (`pricing.overheads`)."""
+    taken = pricing.overheads(provider)
+    return (settings.FC2_EXPLORE_TRIAL_S + taken.startup_s + taken.teardown_s) / 60
+
+
+def recommend_request(
+    request: JobRequest, blocked: Collection[str] = (), trials_spent: tuple[float, float] = (0.0, 0.0)
+) -> RecommendRequest:
     """What the recommender is asked for a job request: its workers is the limit when it has no budget; a strategy
-    left open is the model's to choose; L^w without the `blocked` types."""
+    left open is the model's (or explore's) to choose; L^w without the `blocked` types. explore is also given its
+    weights, its search's budget (the request's, else the platform's default), what this job's trials spent of it
+    (`trials_spent`: $, minutes), one trial's length and the job's epochs."""
+    explore: dict = {}
+    if request.algorithm == "explore":
+        explore = {
+            "alpha": float(request.alpha),
+            "beta": float(request.beta),
+            "search_dollars": float(
+                request.search_budget if request.search_budget is not None else settings.FC2_EXPLORE_USD
+            ),
+            "search_minutes": float(
+                request.search_minutes if request.search_minutes is not None else settings.FC2_EXPLORE_MINUTES
+            ),
+            "spent_dollars": float(trials_spent[0]),
+            "spent_minutes": float(trials_spent[1]),
+            "trial_minutes": trial_minutes(request.provider),
+            "epochs": request.epochs,
+        }
     asked = RecommendRequest(
         algorithm=request.algorithm,
         workload=request.workload,
@@ -141,6 +219,7 @@ def recommend_request(request: JobRequest, blocked: Collection[str] = ()) -> Rec
         batch_size=batch_size_parameter(request.parameters),
         # The delay its nodes will have where the provider adds one (the lab); elsewhere not the job's to say.
         latency_ms=request.latency_ms if provisioner.get(request.provider).latency else None,
+        **explore,
     )
     if not blocked:
         return asked

@@ -1,0 +1,406 @@
+"""`explore`'s answer to a recommendation request — pure, no ORM: the configurations the request allows, the
+workload's records as the search's trials, other workloads' records as its history, and from them either the
+Recommendation (the search has stopped on a measured configuration) or TrialsNeeded (a trial run must come first),
+with what the search is expected to cost from here. The search itself — its belief, the next trial, when to stop — is
+recommender/explore.py's; the service (recommender/service.py) loads what this module reads.
+
+- Candidates: the configuration is chosen whole — every worker type of L^w (the request's worker type, else its list,
+  else the catalogue's), every count from 1 to n (n from the budget C per PS and worker type, as the other algorithms
+  count it, or the maximum number of workers), every strategy the request allows (a parameter server, all-reduce, or
+  both when left open) and, through a PS, every PS type of L^p (the request's PS type, else its list, else the
+  catalogue's); the latency is the request's.
+- Trials: the workload's records of those configurations at the request's batch size (any batch size when it names
+  none), whatever measured them (imported, a job, a profiling run with an epoch time, a trial); a run that failed is
+  a trial that failed (never tried again). What this search spent is the request's `spent_dollars`/`spent_minutes`:
+  records made before it cost it nothing.
+- History: other workloads' records (those the user may read, the service's concern) shape the prior only
+  (`explore.fit_prior`), each workload at each batch size a history of its own.
+- The job's length, what a better cluster saves a share of: its epochs × the pick's believed epoch time; when the
+  job's epochs are not known, JOB_HOURS_UNKNOWN_EPOCHS (one hour), said in the answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from common.numbers import significant, usd
+from recommender import algorithms, explore
+from recommender.explore import Budget, Candidate, Config, HistoryRecord, Prior, Trial
+from recommender.types import (
+    MAX_WORKERS,
+    InstanceSpec,
+    PerfRecord,
+    Recommendation,
+    RecommendationError,
+    RecommendRequest,
+    SearchEstimate,
+    TrialConfig,
+    TrialsNeeded,
+)
+from recommender.types import Candidate as AnswerCandidate
+
+# The z of an 80 % interval of log epoch time (its 10th and 90th percentiles).
+Z80 = 1.2816
+# The job's length when its epochs are not known: what a better cluster saves is weighed against one hour of it.
+JOB_HOURS_UNKNOWN_EPOCHS = 1.0
+# The most trials the estimate simulates (each one fits the surrogate): the budget stops a search long before.
+MAX_SIMULATED = 30
+
+
+def answer(
+    request: RecommendRequest,
+    specs: Sequence[InstanceSpec],
+    records: Sequence[PerfRecord],
+    history: Sequence[PerfRecord] = (),
+) -> Recommendation:
+    """The measured configuration the search stopped on, or TrialsNeeded with the trial to run now, or a
+    RecommendationError saying why neither can be (every trial failed, the budget cannot buy a trial)."""
+    _check(request)
+    catalog = {spec.name: spec for spec in specs}
+    candidates = explore.make_candidates(configurations(request, specs), catalog)
+    trials = own_trials(request, records, {c.config for c in candidates})
+    prior = explore.fit_prior(history_records(history, request.workload), catalog)
+    return _Search(request, candidates, trials, prior).answer()
+
+
+def _check(request: RecommendRequest) -> None:
+    if not request.workload:
+        raise RecommendationError("explore needs the workload whose code its trials run (workload)")
+    alpha, beta = request.alpha, request.beta
+    if not (math.isfinite(alpha) and math.isfinite(beta) and alpha >= 0 and beta >= 0 and alpha + beta > 0):
+        raise RecommendationError(f"alpha and beta must be non-negative numbers, not both 0 (not {alpha}, {beta})")
+    amounts = {
+        "search budget in $": request.search_dollars,
+        "search budget in minutes": request.search_minutes,
+        "$ spent": request.spent_dollars,
+        "minutes spent": request.spent_minutes,
+    }
+    for name, value in amounts.items():
+        if value is None or not (math.isfinite(value) and value >= 0):
+            raise RecommendationError(f"explore's {name} must be a number of at least 0, not {value}")
+    if request.trial_minutes is None or not (math.isfinite(request.trial_minutes) and request.trial_minutes > 0):
+        raise RecommendationError(f"a trial's length must be a positive number of minutes, not {request.trial_minutes}")
+    if request.epochs is not None and request.epochs < 1:
+        raise RecommendationError(f"the job's epochs must be at least 1, not {request.epochs}")
+
+
+# --- what the request allows ------------------------------------------------------------------------------------------
+
+
+def configurations(request: RecommendRequest, specs: Sequence[InstanceSpec]) -> list[Config]:
+    """Every configuration the request allows (module docstring), or the reason there is none."""
+    index = {spec.name: spec for spec in specs}
+    workers = _types([request.worker_type] if request.worker_type else list(request.worker_types), index, "worker")
+    strategies = {True: ("ps",), False: ("mirrored",), None: ("ps", "mirrored")}[request.parameter_server]
+    latency = float(request.latency_ms or 0.0)
+    configs: list[Config] = []
+    refusals: list[RecommendationError] = []
+    for strategy in strategies:
+        ps_types: list[InstanceSpec | None] = [None]
+        if strategy == "ps":
+            ps_types = list(_types([request.ps_type] if request.ps_type else list(request.ps_types), index, "ps"))
+        for ps in ps_types:
+            for worker in workers:
+                try:
+                    n = algorithms.workers_from_limit(request, ps, worker)
+                except RecommendationError as refused:  # this PS and worker type: not one worker within the budget
+                    refusals.append(refused)
+                    continue
+                ps_name = ps.name if ps else ""
+                configs += [
+                    Config(worker.name, ps_name, k, strategy, latency) for k in range(1, min(n, MAX_WORKERS) + 1)
+                ]
+    if not configs:
+        raise refusals[0]
+    return configs
+
+
+def _types(names: list[str], index: Mapping[str, InstanceSpec], role: str) -> list[InstanceSpec]:
+    """L^w or L^p: the names given, else the catalogue's types for the role; an unknown name is refused."""
+    label = "PS" if role == "ps" else role
+    offered = [spec for spec in index.values() if spec.role in (role, "any")]
+    if unknown := [name for name in names if name not in index]:
+        raise RecommendationError(
+            f"unknown {label} type {', '.join(unknown)}; the catalogue's {label} types are "
+            f"{', '.join(spec.name for spec in offered) or 'none'}"
+        )
+    types = [index[name] for name in dict.fromkeys(names)] if names else offered
+    if not types:
+        raise RecommendationError(f"the catalogue offers no {label} types")
+    return types
+
+
+def record_config(record: PerfRecord) -> Config | None:
+    """The configuration a record ran, as the search names them; None where it does not say (no type or count)."""
+    if not record.instance_type or not record.workers:
+        return None
+    strategy = "ps" if algorithms.runs_through_ps(record) else "mirrored"
+    return Config(
+        record.instance_type,
+        record.ps_type if strategy == "ps" else "",
+        record.workers,
+        strategy,
+        float(record.latency_ms or 0.0),
+    )
+
+
+def own_trials(request: RecommendRequest, records: Sequence[PerfRecord], allowed: set[Config]) -> tuple[Trial, ...]:
+    """The workload's records of allowed configurations at the request's batch size, as the search's trials: a
+    measured time, or a failed run (no time; a bandwidth profile without a time is no run of the code's epochs)."""
+    trials = []
+    for record in records:
+        if record.workload != request.workload or not _same_batch(request, record):
+            continue
+        if record.epoch_time_s is None and record.source == "profiled":
+            continue
+        if (config := record_config(record)) in allowed:
+            trials.append(Trial(config, record.epoch_time_s))
+    return tuple(trials)
+
+
+def _same_batch(request: RecommendRequest, record: PerfRecord) -> bool:
+    return request.batch_size is None or record.batch_size == request.batch_size
+
+
+def history_records(records: Sequence[PerfRecord], workload: str) -> tuple[HistoryRecord, ...]:
+    """Other workloads' measured runs, each workload at each batch size a history of its own (its scaling shape)."""
+    return tuple(
+        HistoryRecord(f"{r.workload} at batch size {r.batch_size}", config, r.epoch_time_s)
+        for r in records
+        if r.workload != workload and r.epoch_time_s and (config := record_config(r)) is not None
+    )
+
+
+# --- the search from here -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Search:
+    request: RecommendRequest
+    candidates: tuple[Candidate, ...]
+    trials: tuple[Trial, ...]
+    prior: Prior
+
+    def answer(self) -> Recommendation:
+        request = self.request
+        belief = explore.belief(self.candidates, self.trials, self.prior)
+        budget = self._budget(belief)
+        step = explore.next_step(
+            self.candidates, self.trials, request.alpha, request.beta, budget, self.prior,
+            spent_dollars=request.spent_dollars, spent_minutes=request.spent_minutes,
+        )  # fmt: skip
+        if step.proposal is not None:
+            raise TrialsNeeded(self._estimate(step, belief, budget))
+        if step.chosen is None:
+            raise RecommendationError(self._nothing_measured(step, budget))
+        return self._recommendation(step.chosen, step.reason, belief)
+
+    @cached_property
+    def _index(self) -> dict[Config, int]:
+        return {c.config: i for i, c in enumerate(self.candidates)}
+
+    def _pick(self, belief: explore.Belief) -> int:
+        """The candidate the job would run on now: the best measured one, else the one believed best."""
+        if current := explore.best_measured(self.candidates, self.trials, self.request.alpha, self.request.beta):
+            return self._index[current[0].config]
+        times = np.exp(np.array(belief.mean))
+        prices = np.array([c.hourly_price for c in self.candidates])
+        t_ref, c_ref = float(times.min()), float((times * prices).min()) or 1.0
+        scores = [
+            (explore.objective(float(t), float(p), self.request.alpha, self.request.beta, t_ref, c_ref), float(p), i)
+            for i, (t, p) in enumerate(zip(times, prices, strict=True))
+        ]
+        return min(scores)[2]
+
+    def _budget(self, belief: explore.Belief) -> Budget:
+        request = self.request
+        assert request.search_dollars is not None and request.search_minutes is not None  # _check
+        assert request.trial_minutes is not None
+        if request.epochs:
+            job_hours = request.epochs * math.exp(belief.mean[self._pick(belief)]) / 3600
+        else:
+            job_hours = JOB_HOURS_UNKNOWN_EPOCHS
+        return Budget(request.search_dollars, request.search_minutes, request.trial_minutes, job_hours)
+
+    def _trial_config(self, config: Config) -> TrialConfig:
+        price = self.candidates[self._index[config]].hourly_price
+        return TrialConfig(config.instance_type, config.workers, config.ps_type, config.strategy, round(price, 4))
+
+    def _known(self) -> bool:
+        """Whether the belief says anything of this workload's times: a successful run of it, or a prior."""
+        return bool(self.prior.slopes) or any(t.epoch_time_s for t in self.trials)
+
+    def _estimate(self, step: explore.Step, belief: explore.Belief, budget: Budget) -> SearchEstimate:
+        request = self.request
+        assert step.proposal is not None
+        trials, dollars, minutes = self._simulate(step.proposal, belief, budget)
+        dollars_left = max(budget.dollars - request.spent_dollars, 0.0)
+        minutes_left = max(budget.minutes - request.spent_minutes, 0.0)
+        tried = {t.config for t in self.trials}
+        untried = [c for c in self.candidates if c.config not in tried]
+        cheapest = min(explore.trial_cost(c, budget) for c in untried)
+        at_most = min(
+            len(untried),
+            math.floor(minutes_left / budget.window_minutes + 1e-9),
+            math.floor(dollars_left / cheapest + 1e-9) if cheapest > 0 else len(untried),
+        )
+        predicted, predicted_config = None, None
+        if self._known():
+            i = self._pick(belief)
+            predicted = _interval(belief, i)
+            predicted_config = self._trial_config(self.candidates[i].config)
+        made = round(request.spent_minutes / budget.window_minutes)
+        succeeded = any(t.epoch_time_s for t in self.trials)
+        reason = step.reason if succeeded else f"no run of {request.workload} at this point has a time yet"
+        nxt = self._trial_config(step.proposal)
+        text = (
+            f"explore runs trials of your code before choosing: {'first' if not made else 'next'} "
+            f"{trial_text(nxt)} for about {significant(budget.window_minutes)} min "
+            f"({usd(explore.trial_cost(self.candidates[self._index[step.proposal]], budget))}); from here the search "
+            f"is expected to make {trials} trial{'s' if trials != 1 else ''}, about {usd(dollars)} and "
+            f"{significant(minutes)} min (at most {usd(dollars_left)} and {significant(minutes_left)} min)."
+        )
+        return SearchEstimate(
+            workload=request.workload,
+            next=nxt,
+            candidates=len(self.candidates),
+            trials_made=made,
+            trials_at_most=at_most,
+            dollars=dollars,
+            dollars_at_most=dollars_left,
+            minutes=minutes,
+            minutes_at_most=minutes_left,
+            trial_minutes=budget.window_minutes,
+            reason=reason,
+            predicted=predicted,
+            predicted_config=predicted_config,
+            text=text,
+        )
+
+    def _simulate(self, first: Config, belief: explore.Belief, budget: Budget) -> tuple[int, float, float]:
+        """The search from here under the current belief, each trial answering its believed epoch time: (trials,
+        $, minutes) until it stops."""
+        request, index = self.request, self._index
+        trials, dollars, minutes = list(self.trials), 0.0, 0.0
+        proposal: Config | None = first
+        made = 0
+        while proposal is not None and made < MAX_SIMULATED:
+            trials.append(Trial(proposal, math.exp(belief.mean[index[proposal]])))
+            dollars += explore.trial_cost(self.candidates[index[proposal]], budget)
+            minutes += budget.window_minutes
+            made += 1
+            proposal = explore.next_step(
+                self.candidates, trials, request.alpha, request.beta, budget, self.prior,
+                spent_dollars=request.spent_dollars + dollars, spent_minutes=request.spent_minutes + minutes,
+            ).proposal  # fmt: skip
+        return made, dollars, minutes
+
+    def _nothing_measured(self, step: explore.Step, budget: Budget) -> str:
+        request = self.request
+        if self.trials and not any(t.epoch_time_s for t in self.trials):
+            failed = len({t.config for t in self.trials})
+            return (
+                f"explore found no cluster that runs {request.workload}: every run of it here failed ({failed} "
+                f"configuration{'s' if failed != 1 else ''}), and {step.reason}"
+            )
+        cheapest = min(self.candidates, key=lambda c: explore.trial_cost(c, budget))
+        return (
+            f"explore cannot make a first trial of {request.workload}: the cheapest, "
+            f"{trial_text(self._trial_config(cheapest.config))}, costs {usd(explore.trial_cost(cheapest, budget))} "
+            f"for {significant(budget.window_minutes)} min, and the search's budget is {usd(budget.dollars)} and "
+            f"{significant(budget.minutes)} min ({usd(request.spent_dollars)} and {significant(request.spent_minutes)}"
+            " min spent)"
+        )
+
+    def _recommendation(self, chosen: Config, reason: str, belief: explore.Belief) -> Recommendation:
+        request, index = self.request, self._index
+        times: dict[Config, list[float]] = {}
+        for t in self.trials:
+            if t.epoch_time_s:
+                times.setdefault(t.config, []).append(t.epoch_time_s)
+        measured = [
+            AnswerCandidate(
+                worker_type=config.instance_type,
+                workers=config.workers,
+                epoch_time_s=float(np.mean(runs)),
+                hourly_cost=round(self.candidates[index[config]].hourly_price, 4),
+                source=algorithms.MEASURED,
+                basis=algorithms.MEASURED,
+                interval_s=_interval(belief, index[config])[1:],
+                strategy=config.strategy,
+                ps_type=config.ps_type,
+            )
+            for config, runs in sorted(times.items())
+        ]
+        pick = next(c for c in measured if (c.worker_type, c.workers, c.strategy, c.ps_type) == (
+            chosen.instance_type, chosen.workers, chosen.strategy, chosen.ps_type))  # fmt: skip
+        low, high = _interval(belief, index[chosen])[1:]
+        runs = len(times[chosen])
+        first_plan = request.spent_dollars == 0 and request.spent_minutes == 0
+        stopped = (
+            f"No trial is needed: the {len(self.trials)} record{'s' if len(self.trials) != 1 else ''} of this "
+            f"workload here are enough ({reason})."
+            if first_plan
+            else f"The search stopped: {reason}."
+        )
+        explanation = (
+            f"explore: {trial_text(self._trial_config(chosen))}, measured at {significant(pick.epoch_time_s or 0)} s "
+            f"an epoch (the mean of {runs} run{'s' if runs != 1 else ''}; 80 % interval {significant(low)}–"
+            f"{significant(high)} s), is {goal_text(request.alpha, request.beta)} of the {len(measured)} "
+            f"configuration{'s' if len(measured) != 1 else ''} measured among the {len(self.candidates)} allowed. "
+            f"{stopped}"
+        )
+        if not request.epochs:
+            explanation += (
+                f" (The job's epochs are not known: a better cluster's saving was weighed over "
+                f"{significant(JOB_HOURS_UNKNOWN_EPOCHS)} h of it.)"
+            )
+        return Recommendation(
+            algorithm="explore",
+            ps_type=chosen.ps_type or None,
+            worker_type=chosen.instance_type,
+            workers=chosen.workers,
+            hourly_cost=pick.hourly_cost,
+            predicted_epoch_time_s=pick.epoch_time_s,
+            source=algorithms.MEASURED,
+            explanation=explanation,
+            candidates=tuple(measured),
+            extra={
+                "search": {
+                    "reason": reason,
+                    "trials": len(self.trials),
+                    "interval_s": [low, high],
+                    "candidates": len(self.candidates),
+                    "no_trial_needed": first_plan,
+                },
+                "strategy": chosen.strategy,
+            },
+        )
+
+
+def _interval(belief: explore.Belief, i: int) -> tuple[float, float, float]:
+    """(believed epoch time, 80 % interval's low, high) of candidate i, in seconds."""
+    mean, sd = belief.mean[i], belief.sd[i]
+    return math.exp(mean), math.exp(mean - Z80 * sd), math.exp(mean + Z80 * sd)
+
+
+def trial_text(config: TrialConfig) -> str:
+    """A configuration in words: "3 × c4.xlarge with an m4.large PS at $0.818/h", "2 × c4.xlarge, all-reduce, at
+    $0.462/h"."""
+    cluster = f"{config.workers} × {config.worker_type}"
+    how = f" with a {config.ps_type} PS" if config.ps_type else ", all-reduce,"
+    return f"{cluster}{how} at ${significant(config.hourly_cost, 4)}/h"
+
+
+def goal_text(alpha: float, beta: float) -> str:
+    """What "best" meant, in words."""
+    if beta == 0:
+        return "the fastest"
+    if alpha == 0:
+        return "the cheapest per epoch"
+    return f"the best by {significant(alpha)}·time + {significant(beta)}·cost (each relative to the least)"
