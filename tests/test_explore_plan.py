@@ -6,12 +6,8 @@ as its prior only, whose records it reads, TrialsNeeded and its estimate, the an
 from __future__ import annotations
 
 import itertools
-import json
-from decimal import Decimal
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 
 from fc2.services import jobs, planning
 from fc2.services.requests import JobRequest, SubmitError

@@ -131,10 +131,11 @@ def check_search(request: JobRequest) -> None:
         raise SubmitError("alpha and beta cannot both be 0: one of time and cost must count", "alpha")
     if request.search_budget is not None:
         amount = request.search_budget
-        if not isinstance(amount, Decimal) or not amount.is_finite() or amount <= 0:
+        if not amount.is_finite() or amount <= 0:
             raise SubmitError(f"a search budget is an amount of dollars above $0 (not {amount})", "search_budget")
     minutes = request.search_minutes
-    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1):
+    # isinstance: a request made from JSON or a form may carry a float or a bool where an int is declared
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1):  # type: ignore[redundant-expr]
         raise SubmitError(f"a search's minutes are a whole number of at least 1 (not {minutes!r})", "search_minutes")
     search = search_budget(request)
     if request.algorithm == "explore" and request.total_budget is not None and request.total_budget < search:
