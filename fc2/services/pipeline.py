@@ -39,7 +39,7 @@ import provisioner
 from fc2 import jsonbounds
 from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import artifacts, datasets, feedback, monitoring, noderecords, planning, profiling
+from fc2.services import artifacts, datasets, feedback, monitoring, noderecords, planning, profiling, trials
 from fc2.services.requests import JobRequest
 from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
 from provisioner.types import is_chief
@@ -169,8 +169,9 @@ def _hold(job: Job, state: str) -> None:
 def recommend(job_id: int, *, resume: bool = False, **_: object) -> bool:
     """Plan the cluster from the job's request (`planning.plan`, as the wizard previewed it) and store the plan on
     the job — for Scala-Opt lacking a worker type's bandwidth, after a profiling run that measures it
-    (fc2/services/profiling.py). Done again from the request when its worker was lost: a profiling cluster the lost
-    step left is torn down first."""
+    (fc2/services/profiling.py); for explore, after the trial runs its search asks for (fc2/services/trials.py).
+    Done again from the request when its worker was lost: a profiling or trial cluster the lost step left is torn
+    down first, and explore's search goes on from the trials already made."""
     job = _job(job_id)
     if not _begin(job, State.QUEUED, State.RECOMMENDING, "choosing the cluster", resume):
         return False
@@ -178,12 +179,15 @@ def recommend(job_id: int, *, resume: bool = False, **_: object) -> bool:
     profiling.tear_down_stale(job)
     datasets.ready(job.dataset)
     asked = JobRequest.of(job)
-    chosen = planning.plan(asked, job.owner_id)  # the platform's records and the owner's
+    # The platform's records and the owner's; explore's search within what this job's trials have spent of its budget
+    chosen = planning.plan(asked, job.owner_id, trials_spent=trials.spent(job))
     if chosen.missing:  # Scala-Opt without b_t: measure it, then plan again
         profiling.measure(job, chosen.missing, run_spec(job))
         chosen = planning.plan(asked, job.owner_id)
         if chosen.missing:
             raise RecommendationError(f"the profiling run measured no bandwidth: {chosen.explanation}")
+    if asked.algorithm == "explore":  # its trials, until the search stops; then the cluster it chose
+        chosen = trials.search(job, asked, chosen, run_spec(job))
     _store(job, chosen)
     types = (
         f" ({job.ps_type or 'any'} PS, {job.worker_type or 'any'} workers)" if job.ps_type or job.worker_type else ""
@@ -273,7 +277,7 @@ def _launch(job: Job) -> ClusterInfo:
 
 def run_spec(job: Job) -> RunSpec:
     """What the job's nodes run: its bundle, parameters and dataset, within the platform's limits (no report URL or
-    token: the bootstrap adds the job's; a profiling run reports to nobody)."""
+    token: the bootstrap adds the job's; a profiling or trial run reports to nobody)."""
     return RunSpec(
         job_id=job.pk,
         wheel_path=job.bundle.wheel.path,
