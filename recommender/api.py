@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
@@ -17,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from recommender import service
+from recommender.explore import PRESETS
 from recommender.types import (
     ALGORITHMS,
     MAX_BATCH_SIZE,
@@ -25,6 +27,7 @@ from recommender.types import (
     MissingProfilesError,
     RecommendationError,
     RecommendRequest,
+    TrialsNeeded,
 )
 
 if TYPE_CHECKING:
@@ -75,17 +78,40 @@ class RecommendInput(serializers.Serializer):
         default="ps",
         help_text="mirrored: an All-Reduce cluster, no parameter server; auto: the model algorithm compares both",
     )
-    alpha = serializers.FloatField(default=1.0, min_value=0.0)
-    beta = serializers.FloatField(default=0.0, min_value=0.0)
+    alpha = serializers.FloatField(
+        required=False, min_value=0.0, help_text="Weight of time (model, explore); default 1, explore's 0.5"
+    )
+    beta = serializers.FloatField(
+        required=False, min_value=0.0, help_text="Weight of cost (model, explore); default 0, explore's 0.5"
+    )
+    preset = serializers.ChoiceField(
+        choices=list(PRESETS), required=False, help_text="explore: what best means, instead of alpha and beta"
+    )
+    search_budget = serializers.FloatField(
+        required=False, min_value=0.0, max_value=1e6, help_text="explore: $ its trial runs may cost"
+    )
+    search_minutes = serializers.FloatField(
+        required=False, min_value=0.0, max_value=1e6, help_text="explore: minutes its trial runs may take"
+    )
+    epochs = serializers.IntegerField(
+        required=False, min_value=1, max_value=1_000_000, help_text="explore: the job's epochs"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("budget") is not None and attrs.get("max_workers") is not None:
             raise serializers.ValidationError("give either budget or max_workers, not both")
+        if attrs.get("preset") is not None and (attrs.get("alpha") is not None or attrs.get("beta") is not None):
+            raise serializers.ValidationError("give either preset or alpha and beta, not both")
         return attrs
 
     def to_request(self) -> RecommendRequest:
         data = dict(self.validated_data)
         data.pop("catalog")
+        preset = data.pop("preset", None)
+        default = PRESETS["balanced"] if data["algorithm"] == "explore" else (1.0, 0.0)
+        alpha, beta = PRESETS[preset] if preset else (data.get("alpha", default[0]), data.get("beta", default[1]))
+        data["alpha"], data["beta"] = alpha, beta
+        data["search_dollars"] = data.pop("search_budget", None)
         strategy = data.pop("strategy")
         data["parameter_server"] = None if strategy == "auto" else strategy == "ps"
         data["ps_types"] = tuple(data["ps_types"])
@@ -140,6 +166,11 @@ class ErrorOutput(serializers.Serializer):
     error = serializers.CharField()
     fields = serializers.DictField(required=False, help_text="What is wrong with each field of an invalid request")  # type: ignore[assignment]  # a declared field: DRF's metaclass takes it off the class
     missing_profiles = serializers.ListField(child=serializers.DictField(), required=False)
+    search = serializers.DictField(
+        required=False,
+        help_text="explore: the trial runs its search needs first — `next` (the trial to run now), the expected and "
+        "the most $ and minutes, the predicted epoch time of the cluster believed best now",
+    )
 
 
 BAD_REQUEST = OpenApiResponse(ErrorOutput, description=f"Invalid or infeasible. {LIMIT_RULE}")
@@ -199,5 +230,7 @@ class RecommendView(APIView):
             body: dict[str, Any] = {"error": str(exc)}
             if isinstance(exc, MissingProfilesError):
                 body["missing_profiles"] = [vars(p) for p in exc.missing]
+            if isinstance(exc, TrialsNeeded):
+                body["search"] = asdict(exc.search)
             return Response(body, status=400)
         return Response(answer)

@@ -6,15 +6,19 @@ as its prior only, whose records it reads, TrialsNeeded and its estimate, the an
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
+from decimal import Decimal
 
 import pytest
+from django.urls import reverse
 
 from fc2.services import jobs, planning
 from fc2.services.requests import JobRequest, SubmitError
 from recommender import explore_answer, service
 from recommender.catalog import load_catalog
-from recommender.models import PerformanceRecord
+from recommender.models import Catalog, InstanceType, PerformanceRecord
 from recommender.types import RecommendationError, RecommendRequest, TrialsNeeded
+from tests.conftest import call_json
 
 LAB_WORKERS = ("lab-w-100", "lab-w-250", "lab-w-1g")
 LAB_PS = ("lab-ps-450", "lab-ps-1g")
@@ -136,3 +140,161 @@ def test_local_refuses_explore(lab, alice, bundle, digits):
     with pytest.raises(SubmitError, match="of no type") as refused:
         jobs.validate(job_request(bundle, digits, provider="local"))
     assert refused.value.field == "algorithm"
+
+
+def test_every_run_failed_and_a_budget_that_buys_no_trial_are_said(lab):
+    one = {"worker_type": "lab-w-1g", "ps_type": "lab-ps-450", "max_workers": 1}
+    record("fresh-code", "lab-w-1g", "lab-ps-450", 1, None)
+    with pytest.raises(RecommendationError, match="every run of it here failed") as failed:
+        service.recommend(explore_request(**one), "lab")
+    assert not isinstance(failed.value, TrialsNeeded)
+    with pytest.raises(RecommendationError, match=r"cannot make a first trial.* the search's budget is \$0.001"):
+        service.recommend(explore_request(workload="other-code", search_dollars=0.001), "lab")
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(-1.0, 1.0), (0.0, 0.0), (float("nan"), 1.0)])
+def test_weights_are_checked(lab, alpha, beta):
+    with pytest.raises(RecommendationError, match="(?i)alpha and beta"):
+        service.recommend(explore_request(alpha=alpha, beta=beta), "lab")
+
+
+# --- enough records: no trial ------------------------------------------------------------------------------------
+
+
+def test_a_workload_measured_everywhere_needs_no_trial(lab):
+    full_lab_grid("fresh-code")
+    answer = service.recommend(explore_request(parameter_server=None, alpha=1.0, beta=0.0), "lab")
+    times = {(w, p, n): lab_time(w, p, n) for w, p, n in itertools.product(LAB_WORKERS, (*LAB_PS, ""), (1, 2, 3))}
+    fastest = min(times, key=times.get)
+    assert (answer.worker_type, answer.ps_type or "", answer.workers) == fastest
+    assert answer.algorithm == "explore" and answer.source == "measured"
+    assert answer.predicted_epoch_time_s == pytest.approx(times[fastest])
+    assert len(answer.candidates) == 27 and answer.extra["strategy"] == ("ps" if fastest[1] else "mirrored")
+    search = answer.extra["search"]
+    assert search["trials"] == 54 and search["no_trial_needed"] is True
+    low, high = search["interval_s"]
+    assert low <= times[fastest] <= high
+    assert "No trial is needed" in answer.explanation
+    # later, within a search that made trials, it says why the search stopped instead
+    later = service.recommend(explore_request(alpha=1.0, beta=0.0, spent_dollars=0.1, spent_minutes=8.0), "lab")
+    assert "The search stopped" in later.explanation and not later.extra["search"]["no_trial_needed"]
+
+
+def test_the_issues_example_picks_the_cheapest_measured_cluster_not_one_of_the_largest(db):
+    """Four types × eight counts, each run with a PS of its own type, the cheapest asked: the configuration is chosen
+    whole (every PS type with every worker type), and among what was measured the cheapest per epoch wins."""
+    catalog = Catalog.objects.create(name="four-types", version="test")
+    kinds = {"s": (0.1, 1.0, 300.0), "m": (0.2, 2.0, 600.0), "l": (0.4, 4.0, 1200.0), "xl": (0.8, 8.0, 10000.0)}
+    for name, (price, speed, mbps) in kinds.items():
+        InstanceType.objects.create(catalog=catalog, name=name, role="any", hourly_price=Decimal(str(price)),
+                                    vcpu=int(2 * speed), ecu=speed * 4, network_mbps=mbps)  # fmt: skip
+
+    def seconds(kind: str, n: int) -> float:
+        price, speed, mbps = kinds[kind]
+        return 5.0 + 100.0 / (n * speed) + 1000.0 * n / mbps  # a fixed part, the compute shared, the PS's link
+
+    per_epoch = {}
+    for kind, n in itertools.product(kinds, range(1, 9)):
+        record("grid", kind, kind, n, seconds(kind, n))
+        per_epoch[(kind, n)] = seconds(kind, n) * (n + 1) * kinds[kind][0]
+    cheapest = min(per_epoch, key=per_epoch.get)
+    assert cheapest[0] == "s" and cheapest[1] > 1 and per_epoch[("xl", 1)] > per_epoch[cheapest] * 1.4
+
+    asked = explore_request(workload="grid", max_workers=8, alpha=0.0, beta=1.0, parameter_server=True)
+    configs = explore_answer.configurations(asked, service.catalog_specs("four-types"))
+    assert len(configs) == 4 * 4 * 8  # every PS type with every worker type, not the PS rule's one type
+    try:
+        answer = service.recommend(asked, "four-types")
+    except TrialsNeeded as needed:  # the search may want a PS of another type tried: then its budget is spent
+        assert (needed.search.next.worker_type, needed.search.next.ps_type) != ("xl", "xl")
+        answer = service.recommend(replace(asked, spent_minutes=30.0), "four-types")
+    assert (answer.worker_type, answer.ps_type, answer.workers) == (cheapest[0], cheapest[0], cheapest[1])
+
+
+# --- whose records: the owner's and the platform's; others' workloads only shape the prior ----------------------
+
+
+def test_another_users_records_are_never_read(lab, alice, bob):
+    full_lab_grid("fresh-code", owner=bob)
+    full_lab_grid("bobs-other-code", owner=bob)
+    assert service.recommend(explore_request(), "lab", owner=bob).algorithm == "explore"  # bob's own: enough
+    with pytest.raises(TrialsNeeded) as needed:
+        service.recommend(explore_request(), "lab", owner=alice)
+    # nothing of bob's shaped alice's search: no record of hers, no prior from his other workload
+    assert needed.value.search.predicted is None and needed.value.search.trials_made == 0
+
+
+def test_other_workloads_shape_the_prior_only(lab, alice):
+    full_lab_grid("platform-code")  # the platform's
+    with pytest.raises(TrialsNeeded) as needed:
+        service.recommend(explore_request(), "lab", owner=alice)
+    search = needed.value.search
+    # a belief before any trial (history's trend), yet a trial first: other code's times are not this code's
+    assert search.predicted is not None and search.predicted_config is not None
+    t, low, high = search.predicted
+    assert low < t < high
+    # with a few of its own records the answer, once it comes, is measured on this workload alone
+    for worker, ps, n in itertools.product(LAB_WORKERS, LAB_PS, (1, 2, 3)):
+        record("fresh-code", worker, ps, n, 3 * lab_time(worker, ps, n))
+    answer = service.recommend(explore_request(alpha=1.0, beta=0.0), "lab", owner=alice)
+    assert answer.predicted_epoch_time_s == pytest.approx(
+        3 * lab_time(answer.worker_type, answer.ps_type, answer.workers)
+    )
+    assert answer.extra["search"]["trials"] == 18
+
+
+# --- the doors ---------------------------------------------------------------------------------------------------
+
+
+EXPLORE_ARGS = ["--algorithm", "explore", "--workload", "fresh-code", "--catalog", "lab", "--max-workers", "3"]
+
+
+def test_recommend_cli_exits_1_with_the_estimate_then_answers_once_measured(lab):
+    code, body, err = call_json("recommend", *EXPLORE_ARGS, "--preset", "cheapest", "--search-budget", "2")
+    assert code == 1 and body["ok"] is False and err.startswith("error: Explore runs trials")
+    assert body["search"]["next"]["worker_type"] in LAB_WORKERS and body["search"]["dollars_at_most"] == 2.0
+    assert body["search"]["next"]["worker_type"] in err
+    code, body, err = call_json("recommend", *EXPLORE_ARGS, "--preset", "fastest", "--alpha", "1")
+    assert code == 1 and "not both" in body["error"]
+    full_lab_grid("fresh-code")
+    code, body, _ = call_json("recommend", *EXPLORE_ARGS, "--epochs", "10")
+    assert code == 0 and body["algorithm"] == "explore" and body["source"] == "measured"
+    assert body["extra"]["search"]["no_trial_needed"] is True
+
+
+def test_recommend_api_400s_with_the_search_then_answers(lab, client, alice):
+    client.force_login(alice)
+    asked = {"algorithm": "explore", "workload": "fresh-code", "catalog": "lab", "max_workers": 3, "preset": "balanced"}
+    refused = client.post(reverse("api-recommend"), asked, content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["error"].startswith("Explore runs trials")
+    assert refused.json()["search"]["next"]["worker_type"] in LAB_WORKERS
+    both = client.post(reverse("api-recommend"), {**asked, "alpha": 1}, content_type="application/json")
+    assert both.status_code == 400 and "fields" in both.json()
+    full_lab_grid("fresh-code", owner=alice)
+    answer = client.post(reverse("api-recommend"), asked, content_type="application/json")
+    assert answer.status_code == 200 and answer.json()["algorithm"] == "explore"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"alpha": -0.5}, "alpha"),
+        ({"beta": float("inf")}, "beta"),
+        ({"alpha": 0.0, "beta": 0.0}, "alpha"),
+        ({"search_budget": Decimal("0")}, "search_budget"),
+        ({"search_budget": Decimal("NaN")}, "search_budget"),
+        ({"search_minutes": 0}, "search_minutes"),
+        ({"search_minutes": 2.5}, "search_minutes"),
+        ({"total_budget": Decimal("1"), "search_budget": Decimal("2")}, "total_budget"),
+    ],
+)
+def test_submit_refuses_what_explore_cannot_use(lab, bundle, digits, fields, field):
+    with pytest.raises(SubmitError) as refused:
+        jobs.check_search(job_request(bundle, digits, **fields))
+    assert refused.value.field == field
+
+
+def test_submit_takes_a_whole_job_budget_that_covers_the_search_and_a_strategy_left_open(lab, bundle, digits):
+    jobs.check_search(job_request(bundle, digits, total_budget=Decimal("6"), search_budget=Decimal("5")))
+    assert jobs.strategy_unavailable("auto", "explore") is None
+    assert jobs.preset_weights("cheapest") == (0.0, 1.0)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from recommender import service
 from recommender.catalog import bundled_catalogs
+from recommender.explore import PRESETS
 from recommender.management.base import ContractCommand, user_named
-from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest
+from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest, TrialsNeeded
 
 CATALOG_HELP = (
     f"instance catalogue (default: {service.DEFAULT_CATALOG}; bundled: {', '.join(bundled_catalogs())}; "
@@ -32,7 +34,8 @@ class Command(ContractCommand):
             required=True,
             choices=ALGORITHMS,
             help="cost-opt, time-opt, scala-opt, scala-opt-m (FC² §5); lookup (Anwar: fastest measured worker count); "
-            "model (a performance model fitted to the workload's records)",
+            "model (a performance model fitted to the workload's records); explore (the best measured cluster once "
+            "the workload's records are enough, else the trial runs its search needs first: exit 1)",
         )
         parser.add_argument("--catalog", default=service.DEFAULT_CATALOG, metavar="NAME", help=CATALOG_HELP)
         parser.add_argument(
@@ -60,8 +63,26 @@ class Command(ContractCommand):
             help="ps: with a parameter server; mirrored: All-Reduce, no parameter server; auto: the model compares "
             "both from the workload's records of each and chooses (--algorithm model only) (default: ps)",
         )
-        parser.add_argument("--alpha", type=float, default=1.0, metavar="A", help="model: weight of time (default: 1)")
-        parser.add_argument("--beta", type=float, default=0.0, metavar="B", help="model: weight of cost (default: 0)")
+        parser.add_argument(
+            "--alpha", type=float, metavar="A", help="model, explore: weight of time (default: 1; explore: 0.5)"
+        )
+        parser.add_argument(
+            "--beta", type=float, metavar="B", help="model, explore: weight of cost (default: 0; explore: 0.5)"
+        )
+        parser.add_argument(
+            "--preset", choices=tuple(PRESETS), help="explore: what best means, instead of --alpha and --beta"
+        )
+        parser.add_argument(
+            "--search-budget", type=float, metavar="USD", help="explore: $ its trial runs may cost (default: "
+            "FC2_EXPLORE_USD)"
+        )  # fmt: skip
+        parser.add_argument(
+            "--search-minutes", type=float, metavar="M", help="explore: minutes its trial runs may take (default: "
+            "FC2_EXPLORE_MINUTES)"
+        )  # fmt: skip
+        parser.add_argument(
+            "--epochs", type=int, metavar="N", help="explore: the job's epochs (what a better cluster saves a share of)"
+        )
         parser.add_argument(
             "--user",
             metavar="USERNAME",
@@ -71,6 +92,7 @@ class Command(ContractCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = user_named(options["user"])
+        alpha, beta = _weights(options)
         request = RecommendRequest(
             algorithm=options["algorithm"],
             workload=options["workload"],
@@ -84,11 +106,16 @@ class Command(ContractCommand):
             latency_ms=options["latency_ms"],
             saturation=options["saturation"],
             parameter_server=None if options["strategy"] == "auto" else options["strategy"] == "ps",
-            alpha=options["alpha"],
-            beta=options["beta"],
+            alpha=alpha,
+            beta=beta,
+            search_dollars=options["search_budget"],
+            search_minutes=options["search_minutes"],
+            epochs=options["epochs"],
         )
         try:
             answer = service.as_dict(service.recommend(request, options["catalog"], owner=user))
+        except TrialsNeeded as needed:  # (its sentence names the trial to run now and what the search may cost)
+            self.fail(str(needed), options["json"], search=asdict(needed.search))
         except MissingProfilesError as exc:
             self.fail(
                 str(exc),
@@ -111,3 +138,14 @@ class Command(ContractCommand):
         self.stdout.write(answer["explanation"])
         if "records" in answer:
             self.stdout.write(f"from {answer['records']['text']}")
+
+
+def _weights(options: dict[str, Any]) -> tuple[float, float]:
+    """(α, β): a preset's, or the ones given; the defaults are the model's (time alone) and explore's (balanced)."""
+    alpha, beta, preset = options["alpha"], options["beta"], options["preset"]
+    if preset is not None:
+        if alpha is not None or beta is not None:
+            raise CommandError("give --preset or --alpha and --beta, not both")
+        return PRESETS[preset]
+    default = PRESETS["balanced"] if options["algorithm"] == "explore" else (1.0, 0.0)
+    return (default[0] if alpha is None else alpha, default[1] if beta is None else beta)
