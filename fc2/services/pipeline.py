@@ -270,9 +270,12 @@ def _launch(job: Job) -> ClusterInfo:
             # The strategy already planned is kept: its nodes may be up.
             asked = replace(JobRequest.of(job), strategy=job.strategy)
             try:
-                _store(job, planning.plan(asked, job.owner_id, blocked=unavailable))
+                again = planning.plan(asked, job.owner_id, blocked=unavailable, trials_spent=trials.spent(job))
             except RecommendationError as refused:
                 raise ProvisionError(str(refused)) from error
+            if again.search is not None:  # explore: its search is over, and no measured cluster is left to run on
+                raise ProvisionError(f"{error}, and explore measured no other cluster to run on") from error
+            _store(job, again)
 
 
 def run_spec(job: Job) -> RunSpec:

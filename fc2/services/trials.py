@@ -134,8 +134,8 @@ def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
     epoch: float | None = None
     try:
         with profiling.short_run(job, entry, spec, run, window) as cluster:
-            result = _watch(job, cluster)
-        epoch = _epoch_time(result)
+            chief, result = _watch(job, cluster)
+        epoch = _epoch_time(chief, result)
     except TrialFailed as failed:
         entry["error"] = str(failed)
     except ProvisionError as error:
@@ -166,10 +166,10 @@ def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
     return record
 
 
-def _watch(job: Job, cluster: ClusterInfo) -> NodeResult:
-    """The result the chief kept once its command ended. TrialFailed when another node's code failed first, a node
-    cannot be reached for FC2_NODE_UNREACHABLE_S, or the code has not ended within the window and its grace;
-    profiling.JobEnded once the job is no longer recommending (cancelled, failed by a limit)."""
+def _watch(job: Job, cluster: ClusterInfo) -> tuple[str, NodeResult]:
+    """The chief's name and the result it kept once its command ended. TrialFailed when another node's code failed
+    first, a node cannot be reached for FC2_NODE_UNREACHABLE_S, or the code has not ended within the window and its
+    grace; profiling.JobEnded once the job is no longer recommending (cancelled, failed by a limit)."""
     chief = next(node.name for node in cluster.nodes if is_chief(cluster.strategy, node.role, node.index))
     window = settings.FC2_EXPLORE_TRIAL_S
     grace = max(MIN_GRACE_S, window)
@@ -191,7 +191,7 @@ def _watch(job: Job, cluster: ClusterInfo) -> NodeResult:
             if chief in ended:
                 if chief not in results:
                     raise TrialFailed(f"{chief}'s code ended and left no result (its agent was killed)")
-                return results[chief]
+                return chief, results[chief]
             # A node whose code ended before the chief's is no failure unless it failed (a mirrored worker ends just
             # before worker 0).
             for name in ended:
@@ -209,19 +209,17 @@ def _watch(job: Job, cluster: ClusterInfo) -> NodeResult:
 def _failed(node: str, result: NodeResult) -> str:
     """Why a node's code failed, with the end of its log."""
     report = result.report
-    tail = report.get("log_tail")
-    text = "\n".join(str(line) for line in tail) if isinstance(tail, list) else str(tail or "")
-    text = jsonbounds.clean_text(text.strip()[-LOG_CHARS:])
+    text = jsonbounds.clean_text(str(report.get("log_tail") or "").strip()[-LOG_CHARS:])
     return f"{node}'s code failed (exit {report.get('exit_code')})" + (f": …{text}" if text else "")
 
 
-def _epoch_time(result: NodeResult) -> float:
+def _epoch_time(chief: str, result: NodeResult) -> float:
     """The steady-state epoch time the chief's kept metrics.json says, within its bound; TrialFailed otherwise."""
     if result.report.get("status") != "succeeded":
-        raise TrialFailed(_failed("the chief", result))
+        raise TrialFailed(_failed(chief, result))
     data = result.outputs.get("metrics.json")
     if data is None:
-        raise TrialFailed("its chief wrote no metrics.json, so no epoch time (examples/README.md)")
+        raise TrialFailed(f"{chief} wrote no metrics.json, so no epoch time (examples/README.md)")
     metrics, _ = noderecords.job_metrics(data)  # the job's own JSON: cleaned and bounded as the job's would be
     try:
         epoch = epoch_time_s(metrics)
