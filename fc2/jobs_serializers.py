@@ -20,7 +20,7 @@ from fc2.api import UploadedFile
 from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
 from fc2.query import MAX_ID  # a larger id names nothing (and must not reach the database)
-from fc2.services import jobs, pricing, workers
+from fc2.services import jobs, pricing, search, workers
 from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
 # --- what the API answers with ---------------------------------------------------------------------------------------
@@ -194,6 +194,61 @@ class RequestOutput(serializers.Serializer):
     latency_ms = serializers.FloatField()
     workload_name = serializers.CharField(allow_blank=True)
     parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
+    # explore's (a job submitted before explore holds none: the defaults)
+    alpha = serializers.FloatField(default=0.5, help_text="explore: the weight of time")
+    beta = serializers.FloatField(default=0.5, help_text="explore: the weight of cost")
+    search_budget = serializers.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        allow_null=True,
+        coerce_to_string=False,
+        help_text="explore: $ its trial runs may cost; null: the platform's default",
+    )
+    search_minutes = serializers.IntegerField(
+        allow_null=True, help_text="explore: minutes its trial runs may take; null: the platform's default"
+    )
+
+
+class TrialOutput(serializers.Serializer):
+    """One of explore's trial runs (fc2.services.search.TrialRow)."""
+
+    number = serializers.IntegerField()
+    worker_type = serializers.CharField()
+    ps_type = serializers.CharField(allow_blank=True, help_text='"" for all-reduce')
+    workers = serializers.IntegerField()
+    strategy = serializers.CharField()
+    hourly_cost = serializers.FloatField(help_text="$/h of its cluster, its PS included")
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="null while it is under way")
+    state = serializers.ChoiceField(choices=["under way", "measured", "failed"])
+    epoch_time_s = serializers.FloatField(allow_null=True, help_text="Its measured steady-state epoch time")
+    error = serializers.CharField(allow_blank=True, help_text="Why it failed; empty otherwise")
+    cost = serializers.FloatField(help_text="$: its $/h over its span (part of the job's cost)")
+    record = serializers.IntegerField(allow_null=True, help_text="The performance record it made")
+
+
+class SearchClusterOutput(serializers.Serializer):
+    worker_type = serializers.CharField()
+    ps_type = serializers.CharField(allow_blank=True)
+    workers = serializers.IntegerField()
+    strategy = serializers.CharField()
+    hourly_cost = serializers.FloatField(allow_null=True)
+    epoch_time_s = serializers.FloatField(allow_null=True, help_text="Predicted")
+    low_s = serializers.FloatField(allow_null=True, help_text="Its 80 % interval's lower end")
+    high_s = serializers.FloatField(allow_null=True, help_text="Its 80 % interval's upper end")
+
+
+class SearchOutput(serializers.Serializer):
+    """explore's search once made (Job.search)."""
+
+    before = SearchClusterOutput(allow_null=True, help_text="The cluster believed best before the trials")
+    after = SearchClusterOutput(allow_null=True, help_text="The cluster chosen after them")
+    reason = serializers.CharField(help_text="Why the search stopped")
+    trials = serializers.IntegerField()
+    spent_dollars = serializers.FloatField()
+    budget_dollars = serializers.FloatField(allow_null=True)
+    budget_minutes = serializers.FloatField(allow_null=True)
+    no_trial_needed = serializers.BooleanField()
 
 
 class JobOutput(JobSummary):
@@ -205,12 +260,14 @@ class JobOutput(JobSummary):
     cost = serializers.SerializerMethodField()
     artifacts = ArtifactOutput(source="artifacts.all", many=True)
     url = serializers.SerializerMethodField(help_text="The job's page")
+    search = serializers.SerializerMethodField(help_text="explore: its search once made; null before, or not explore")
+    trials = serializers.SerializerMethodField(help_text="explore: its trial runs so far, in order")
 
     class Meta(JobSummary.Meta):
         fields = [*JobSummary.Meta.fields, "request", "requested_strategy", "parameters", "workload", "region"]
         fields += ["latency_ms"]
         fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
-        fields += ["recommendation", "artifacts", "url"]
+        fields += ["recommendation", "artifacts", "url", "search", "trials"]
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, job: Job) -> str:
@@ -219,6 +276,14 @@ class JobOutput(JobSummary):
     @extend_schema_field(CostOutput)
     def get_cost(self, job: Job) -> dict:
         return pricing.cost_summary(job)
+
+    @extend_schema_field(SearchOutput(allow_null=True))
+    def get_search(self, job: Job) -> dict | None:
+        return job.search
+
+    @extend_schema_field(TrialOutput(many=True))
+    def get_trials(self, job: Job) -> list:
+        return TrialOutput(search.trials(job), many=True).data
 
 
 class JobPage(serializers.Serializer):
@@ -300,6 +365,10 @@ MONEY = {"max_digits": 10, "decimal_places": 4, "min_value": 0, "coerce_to_strin
 MONEY |= {"required": False, "allow_null": True}
 
 
+# explore's fields of a submission.
+SEARCH_FIELDS = ("preset", "alpha", "beta", "search_budget", "search_minutes")
+
+
 class JobInput(serializers.Serializer):
     """What a job is submitted with: the wizard's and `submit_job`'s fields (fc2.services.jobs.JobRequest)."""
 
@@ -335,6 +404,21 @@ class JobInput(serializers.Serializer):
     workload_name = serializers.CharField(
         default="", allow_blank=True, max_length=jobs.WORKLOAD_NAME_MAX, help_text=jobs.WORKLOAD_NAME_HELP
     )
+    # explore's: what "best" means and what its search may spend
+    preset = serializers.ChoiceField(
+        choices=list(search.PRESETS), required=False, help_text="explore: fastest, cheapest or balanced (α, β)"
+    )
+    alpha = serializers.FloatField(required=False, min_value=0, help_text="explore: the weight of time (default 0.5)")
+    beta = serializers.FloatField(required=False, min_value=0, help_text="explore: the weight of cost (default 0.5)")
+    search_budget = serializers.DecimalField(
+        **MONEY, help_text="explore: $ its trial runs may cost together (default: the platform's, FC2_EXPLORE_USD)"
+    )
+    search_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        help_text="explore: minutes its trial runs may take together (default: FC2_EXPLORE_MINUTES)",
+    )
 
     def validate(self, data: dict) -> dict:
         """`budget` was the whole job's $ before it was $/h: a request naming `hourly_budget`, or sent by an `fc2`
@@ -352,6 +436,22 @@ class JobInput(serializers.Serializer):
             data["total_budget"], data["budget"] = data.get("budget"), data.pop("hourly_budget", None)
         elif data.get("budget") is not None and data["algorithm"] == "manual":
             raise serializers.ValidationError({"budget": jobs.BUDGET_WITHOUT_ALGORITHM})
+        return self._search(data)
+
+    def _search(self, data: dict) -> dict:
+        """explore's fields: α and β from the preset or as given (search.weights, as the wizard and submit_job take
+        them); refused with any other algorithm, which would ignore them."""
+        given = [name for name in SEARCH_FIELDS if data.get(name) is not None]
+        if data["algorithm"] != "explore":
+            if given:
+                raise serializers.ValidationError(
+                    {given[0]: f"{given[0]} is explore's (algorithm explore), not {data['algorithm']}'s"}
+                )
+            return data
+        try:  # (whether the weights and the budget can be used is the service's to say: jobs.check_search)
+            data["alpha"], data["beta"] = search.weights(data.pop("preset", None), data.get("alpha"), data.get("beta"))
+        except jobs.SubmitError as exc:
+            raise serializers.ValidationError({exc.field or "algorithm": str(exc)}) from exc
         return data
 
 

@@ -954,9 +954,9 @@ def test_resource_step_shows_the_workload_and_disables_algorithms_without_its_re
 
     page = response.content.decode()
     assert f'name="workload_name" value="{workload}"' in page
-    # Scala-Opt measures the bandwidth it lacks in a profiling run first: never disabled for want of records, only on
-    # Local, where it can never answer (tests/test_estimates.py).
-    disabled = ["scala-opt", "scala-opt-m", "model", "lookup"]
+    # Scala-Opt measures the bandwidth it lacks in a profiling run first, and explore runs trials: never disabled for
+    # want of records, only on Local, where they can never answer (tests/test_estimates.py).
+    disabled = ["scala-opt", "scala-opt-m", "model", "lookup", "explore"]
     assert [value for value, _ in ALGORITHMS if algorithm_disabled(page, value)] == disabled
     how = (
         f"add them with: manage.py import_perf_data PATH --workload {workload} and --format anwar2021 for headerless "

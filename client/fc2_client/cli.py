@@ -33,7 +33,8 @@ EXIT_BROKEN_PIPE = 141  # what a shell reports for a command SIGPIPE ended: its 
 POLL_S = 2.0  # between two looks at a followed job or log
 PATIENCE_S = 120.0  # how long following rides out an unreachable platform (a restart) before giving up
 RELEASE_WAIT_S = 120.0  # how long following waits, once a job has ended, for its cluster to be torn down
-ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model")  # the platform says which it has
+ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model", "explore")  # the platform judges
+PRESETS = ("fastest", "cheapest", "balanced")  # explore's: what "best" means (the platform's recommender.explore)
 SUBMIT_RETRIES = 5  # a submission not answered (or answered 502, 503, 504, 429) is sent again this often at most
 
 
@@ -202,6 +203,19 @@ def build_parser() -> Parser:
     submit.add_argument("--workload", metavar="NAME", help="the performance records' name for this code and data")
     submit.add_argument("--latency-ms", type=number, metavar="L", help="lab: delay between the nodes, ms one way")
     submit.add_argument("--region", metavar="R", help="aws: the region")
+    explore = submit.add_argument_group("--algorithm explore: trial runs find the best cluster for code never run")
+    explore.add_argument("--preset", choices=PRESETS, help="what best means (default: balanced)")
+    explore.add_argument("--alpha", type=number, metavar="A", help="the weight of time (instead of --preset)")
+    explore.add_argument("--beta", type=number, metavar="B", help="the weight of cost (instead of --preset)")
+    explore.add_argument(
+        "--search-budget", type=number, metavar="$", help="the most its trial runs may cost (default: the platform's)"
+    )
+    explore.add_argument(
+        "--search-minutes",
+        type=count,
+        metavar="M",
+        help="the most minutes its trial runs may take (default: the platform's)",
+    )
     submit.add_argument(
         "--follow", action="store_true", help="follow the job until it ends; exit 1 unless it succeeded"
     )
@@ -250,6 +264,11 @@ JOB_FIELDS = {
     "workload": "workload_name",
     "latency_ms": "latency_ms",
     "region": "region",
+    "preset": "preset",
+    "alpha": "alpha",
+    "beta": "beta",
+    "search_budget": "search_budget",
+    "search_minutes": "search_minutes",
 }
 
 

@@ -181,6 +181,7 @@ def job_report(job: dict) -> str:
         f"  cluster   {cluster(job) if job.get('workers') is not None else 'not chosen yet'} on "
         f"{job.get('provider')} ({strategy(job)}, {job.get('algorithm')})",
     ]
+    lines += search_lines(job)
     cost = job.get("cost") or {}
     if cost.get("hourly_cost") is not None:
         spent = f"{usd(cost['hourly_cost'])}/h, ≈ {usd(cost.get('cost_so_far'))} so far"
@@ -202,6 +203,41 @@ def job_report(job: dict) -> str:
     if job.get("url"):
         lines.append(f"  page      {job['url']}")
     return "\n".join(lines)
+
+
+TRIALS_SHOWN = 5  # `fc2 status` lists an explore job's latest trials; the page and --json have them all
+
+
+def search_lines(job: dict) -> list[str]:
+    """An explore job's trials (the latest few) and its search's outcome, a line each; none for another job.
+
+    >>> search_lines({"trials": [{"number": 1, "workers": 2, "worker_type": "w", "ps_type": "p", "strategy": "ps",
+    ...               "state": "under way", "epoch_time_s": None, "cost": 0.004, "error": ""}], "search": None})
+    ['  trial 1   2 × w + PS p: under way, ≈ $0.004', '  search    1 trial ≈ $0.004']
+    """
+    trials, found = job.get("trials") or [], job.get("search")
+    if not trials and not isinstance(found, dict):
+        return []
+    lines = (
+        [f"  ({len(trials) - TRIALS_SHOWN} earlier trials: fc2 status --json)"] if len(trials) > TRIALS_SHOWN else []
+    )
+    for trial in trials[-TRIALS_SHOWN:]:
+        said = str(trial.get("state"))
+        if trial.get("error"):
+            said += f" ({trial['error']})"
+        if trial.get("epoch_time_s") is not None:
+            said += f", epoch {float(trial['epoch_time_s']):.3g} s"
+        lines.append(f"  trial {trial.get('number')}   {cluster(trial)}: {said}, ≈ {usd(trial.get('cost'))}")
+    spent = sum(float(trial.get("cost") or 0) for trial in trials)
+    outcome = [f"{len(trials)} trial{'s' * (len(trials) != 1)} ≈ {usd(spent)}"]
+    if isinstance(found, dict):
+        if found.get("no_trial_needed"):
+            outcome.append("no trial needed")
+        if isinstance(found.get("after"), dict):
+            outcome.append(f"chose {cluster(found['after'])}")
+        if found.get("reason"):
+            outcome.append(f"stopped: {found['reason']}")
+    return [*lines, f"  search    {' · '.join(outcome)}"]
 
 
 def jobs_table(jobs: list[dict]) -> str:

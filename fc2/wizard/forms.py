@@ -14,7 +14,7 @@ from django.conf import settings
 import provisioner
 from fc2.bundles import BundleError, validate_wheel
 from fc2.models import CodeBundle, Dataset, Job
-from fc2.services import datasets, jobs
+from fc2.services import datasets, jobs, search
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import capacity, gib, per_hour
 from recommender import service
@@ -28,6 +28,7 @@ ALGORITHMS = [
     ("scala-opt-m", "Scala-Opt-M"),
     ("model", "Model"),
     ("lookup", "Lookup"),
+    ("explore", "Find the best cluster for me"),
 ]
 SIZED_BY_THE_PS_REASON = (
     "Scala-Opt sizes the cluster by its parameter server's network and an All-Reduce cluster has none: choose the "
@@ -309,7 +310,7 @@ class ResourceForm(StepForm):
         choices=[
             (Job.Strategy.PS, "Parameter server"),
             (Job.Strategy.MIRRORED, "All-Reduce"),
-            (Job.Strategy.AUTO, "Left open (Model only)"),
+            (Job.Strategy.AUTO, "Left open (Model, explore)"),
         ],
         widget=UnavailableRadioSelect,
         initial=Job.Strategy.PS,
@@ -352,6 +353,39 @@ class ResourceForm(StepForm):
         help_text="Optional. The job is stopped, and its cluster torn down, before its cost at the catalogue's prices "
         "would exceed it; refused at once if the cluster's projected total cost already does.",
     )
+    # explore: what "best" means, and what its search of trial runs may spend
+    preset = forms.ChoiceField(
+        required=False,
+        label="Best means",
+        choices=[*search.PRESET_LABELS.items(), ("custom", "My own weights")],
+        widget=forms.RadioSelect,
+        initial=search.DEFAULT_PRESET,
+    )
+    alpha = forms.FloatField(
+        required=False,
+        min_value=0,
+        label="α: weight of time",
+        help_text="How much a shorter epoch counts.",
+    )
+    beta = forms.FloatField(
+        required=False,
+        min_value=0,
+        label="β: weight of cost",
+        help_text="How much a cheaper epoch counts; only α and β's ratio matters.",
+    )
+    search_budget = forms.DecimalField(
+        required=False,
+        max_digits=10,
+        decimal_places=4,
+        label="Search budget ($)",
+        help_text="The most the trial runs may cost together; part of the job's cost.",
+    )
+    search_minutes = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Search time (minutes)",
+        help_text="The most the trial runs may take together, before the job itself runs.",
+    )
 
     def __init__(self, data=None, *args, **kwargs):
         # A post from before `budget` meant $/h: `hourly_budget` was $/h and `budget` the whole job's $. Taken in
@@ -362,6 +396,11 @@ class ResourceForm(StepForm):
             data["total_budget"], data["budget"] = data.get("budget", ""), data.get("hourly_budget", "")
             del data["hourly_budget"]
         super().__init__(data, *args, **kwargs)
+        alpha, beta = search.PRESETS[search.DEFAULT_PRESET]
+        defaults = {"alpha": alpha, "beta": beta}
+        defaults |= {"search_budget": settings.FC2_EXPLORE_USD, "search_minutes": settings.FC2_EXPLORE_MINUTES}
+        for name, value in defaults.items():
+            self.fields[name].initial = value
         catalogs = list(Catalog.objects.order_by("name"))
         names = [c.name for c in catalogs]
         self.fields["catalog"].choices = [
@@ -407,13 +446,16 @@ class ResourceForm(StepForm):
         # An algorithm the provider shown can never run beats one that merely lacks records: its reason is shown.
         unavailable |= {
             algorithm: reason
-            for algorithm in jobs.SIZED_BY_THE_PS
+            for algorithm, _ in ALGORITHMS
             if (reason := jobs.algorithm_unavailable(provider or self.fields["provider"].initial, algorithm))
         }
         self.fields["algorithm"].widget.unavailable = unavailable
-        if model := unavailable.get("model"):
+        # Only the model and explore choose a strategy left open (jobs.CHOOSE_THE_STRATEGY): drawn disabled while
+        # neither can answer, with both reasons.
+        if all(algorithm in unavailable for algorithm in jobs.CHOOSE_THE_STRATEGY):
+            reasons = "; ".join(unavailable[algorithm] for algorithm in jobs.CHOOSE_THE_STRATEGY)
             self.fields["strategy"].widget.unavailable = {
-                Job.Strategy.AUTO: f"only Model chooses the strategy, and it cannot answer yet ({model})"
+                Job.Strategy.AUTO: f"only Model and explore choose the strategy, and neither can here ({reasons})"
             }
         if not self.is_bound:  # types the catalogue shown does not offer are forgotten, not refused
             self.initial = dict(self.initial)
@@ -459,6 +501,9 @@ class ResourceForm(StepForm):
     def clean_total_budget(self):
         return self._more_than_nothing("total_budget", "The budget must be more than $0.")
 
+    def clean_search_budget(self):
+        return self._more_than_nothing("search_budget", "The search's budget must be more than $0.")
+
     def _more_than_nothing(self, name: str, message: str):
         amount = self.cleaned_data.get(name)
         if amount is not None and amount <= 0:
@@ -490,6 +535,8 @@ class ResourceForm(StepForm):
         known = provider in provisioner.PROVIDERS and algorithm and "worker_type" not in self.errors
         if known and (reason := jobs.worker_type_missing(provider, algorithm, cleaned.get("worker_type", ""))):
             self.add_error("worker_type", f"{reason}.")
+        if algorithm == "explore" and "preset" not in self.errors:
+            self._clean_search(cleaned)
         if cleaned.get("limit") == "budget":
             if algorithm == "manual":
                 self.add_error(
@@ -508,6 +555,16 @@ class ResourceForm(StepForm):
                     self.add_error("max_workers", str(exc))
         return cleaned
 
+    def _clean_search(self, cleaned: dict) -> None:
+        """explore's weights: the preset's (kept in α and β, shown if "My own weights" is chosen next), or as given;
+        whether they and the search's budget can be used is the submission's to say (`jobs.check_search`), beside
+        their fields too."""
+        preset = cleaned.get("preset") or search.DEFAULT_PRESET
+        if preset != "custom":
+            cleaned["alpha"], cleaned["beta"] = search.weights(preset, None, None)
+        elif "alpha" not in self.errors and "beta" not in self.errors:
+            cleaned["alpha"], cleaned["beta"] = search.weights(None, cleaned.get("alpha"), cleaned.get("beta"))
+
     def values(self) -> dict:
         """What the form shows, as data it can be bound to (the recommendation for an unsent page)."""
         return {name: self[name].value() for name in self.fields}
@@ -515,7 +572,7 @@ class ResourceForm(StepForm):
     def state(self) -> dict:
         """Every field as JSON, the ones the current choices do not use included (switching back keeps them)."""
         state = {name: self.cleaned_data[name] for name in self.fields}
-        for name in ("budget", "total_budget"):
+        for name in ("budget", "total_budget", "search_budget"):
             state[name] = str(state[name]) if state[name] is not None else None
         return state
 

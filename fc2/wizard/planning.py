@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from fc2.services import jobs
-from fc2.services.jobs import planned
+from fc2.services.planning import Owner, Plan
+from fc2.services.requests import JobRequest
 from fc2.wizard.forms import ResourceForm
 from fc2.wizard.state import Wizard
 from recommender.types import RecommendationError
 
 __all__ = ["planned", "preview"]
+
+
+def planned(request: JobRequest, owner: Owner = None) -> Plan:
+    """The request's cluster (`jobs.planned`), explore's weights and search budget checked first so that a fault of
+    theirs is said beside its field before anything is planned (RecommendationError, SubmitError)."""
+    jobs.check_search(request)
+    return jobs.planned(request, owner)
 
 
 def preview(wizard: Wizard, form: ResourceForm) -> dict:

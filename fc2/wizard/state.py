@@ -13,7 +13,7 @@ from django.http import HttpRequest
 
 import provisioner
 from fc2.models import CodeBundle, Dataset, Job, workload_name
-from fc2.services import datasets, jobs, planning
+from fc2.services import datasets, jobs, planning, search
 from recommender import service
 
 SESSION_KEY = "fc2_wizard"
@@ -132,6 +132,11 @@ class Wizard:
                 "budget": _amount(asked.budget),
                 "total_budget": _amount(asked.total_budget),
                 "workload_name": asked.workload_name,
+                "preset": search.preset_of(asked.alpha, asked.beta),
+                "alpha": asked.alpha,
+                "beta": asked.beta,
+                "search_budget": _amount(asked.search_budget),
+                "search_minutes": asked.search_minutes,
             },
         }
         self._save()
@@ -190,7 +195,20 @@ class Wizard:
             budget=budget,
             total_budget=Decimal(r["total_budget"]) if r.get("total_budget") else None,
             workload_name=r.get("workload_name") or "",
+            **(_search(r) if r["algorithm"] == "explore" else {}),
         )
+
+
+def _search(resource: dict) -> dict:
+    """explore's fields of the request: its weights (the form keeps the preset's) and its search's budget (empty:
+    the platform's default)."""
+    alpha, beta = search.PRESETS[search.DEFAULT_PRESET]
+    return {
+        "alpha": resource["alpha"] if resource.get("alpha") is not None else alpha,
+        "beta": resource["beta"] if resource.get("beta") is not None else beta,
+        "search_budget": Decimal(resource["search_budget"]) if resource.get("search_budget") else None,
+        "search_minutes": resource.get("search_minutes") or None,
+    }
 
 
 def _amount(value: Decimal | None) -> str | None:

@@ -7,6 +7,7 @@ submitting are the services'. A fault found when the job is run is shown beside 
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -219,6 +220,9 @@ def _review_context(request: HttpRequest, wizard: Wizard) -> dict:
         "job_request": wizard.job_request(),
         "resource": resource,
         "algorithm_label": dict(ALGORITHMS)[resource["algorithm"]],
+        "preset_label": dict(ResourceForm.base_fields["preset"].choices).get(resource.get("preset") or "custom"),
+        "default_search_budget": settings.FC2_EXPLORE_USD,
+        "default_search_minutes": settings.FC2_EXPLORE_MINUTES,
         **preview(wizard, ResourceForm(resource, user=request.user)),
     }
 

@@ -16,12 +16,13 @@ from django.core.management.base import CommandParser
 import provisioner
 from fc2.bundles import BundleError
 from fc2.models import Job
-from fc2.services import datasets, inline, jobs, pricing, submissions, workers
+from fc2.services import datasets, inline, jobs, pricing, search, submissions, workers
 from fc2.templatetags.fc2_ui import estimate, usd
 from recommender.management.base import ContractCommand
 from recommender.types import ALGORITHMS
 
 RELEASE_WAIT_S = 120  # how long --wait waits for an ended job's teardown
+EXPLORE_OPTIONS = ("preset", "alpha", "beta", "search_budget", "search_minutes")  # --algorithm explore's
 
 
 def dollars(text: str) -> Decimal:
@@ -110,6 +111,26 @@ class Command(ContractCommand):
         parser.add_argument(
             "--budget-total", type=dollars, metavar="DOLLARS", help="deprecated: the old name of --total-budget"
         )
+        explore = parser.add_argument_group("--algorithm explore: what the best cluster is, and its search's budget")
+        explore.add_argument(
+            "--preset",
+            choices=sorted(search.PRESETS),
+            help="what best means: fastest (α 1, β 0), cheapest (α 0, β 1) or balanced (α 0.5, β 0.5, the default)",
+        )
+        explore.add_argument("--alpha", type=float, metavar="A", help="the weight of time (instead of --preset)")
+        explore.add_argument("--beta", type=float, metavar="B", help="the weight of cost (instead of --preset)")
+        explore.add_argument(
+            "--search-budget",
+            type=dollars,
+            metavar="USD",
+            help="the most its trial runs may cost together, in $ at the catalogue's prices (default: FC2_EXPLORE_USD)",
+        )
+        explore.add_argument(
+            "--search-minutes",
+            type=int,
+            metavar="M",
+            help="the most minutes its trial runs may take together (default: FC2_EXPLORE_MINUTES)",
+        )
         parser.add_argument("--user", default="researcher", help="username the job belongs to (default: researcher)")
         parser.add_argument("--inline", action="store_true", help="run the pipeline in this process (no worker)")
         parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 unless succeeded")
@@ -122,6 +143,17 @@ class Command(ContractCommand):
                 self.fail("--budget-total is the deprecated name of --total-budget: give one of them", as_json)
             self.stderr.write("warning: --budget-total is deprecated: use --total-budget")
             options["total_budget"] = options["budget_total"]
+        explore = {name: options[name] for name in EXPLORE_OPTIONS if options[name] is not None}
+        if options["algorithm"] == "explore":
+            try:  # (whether they can be used is the submission's to say: jobs.check_search)
+                explore["alpha"], explore["beta"] = search.weights(
+                    explore.pop("preset", None), explore.get("alpha"), explore.get("beta")
+                )
+            except jobs.SubmitError as exc:
+                self.fail(f"--preset or --alpha and --beta: {exc}", as_json)
+        elif explore:
+            name = next(iter(explore)).replace("_", "-")
+            self.fail(f"--{name} is explore's: give it with --algorithm explore", as_json)
         owner = get_user_model().objects.filter(username=options["user"]).first()
         if owner is None:
             self.fail(f"no user {options['user']!r} (run `make run` once, or pass --user)", as_json)
@@ -155,6 +187,7 @@ class Command(ContractCommand):
                         total_budget=options["total_budget"],
                         workload_name=options["workload"],
                         plan_first=True,
+                        **explore,
                     ),
                 )
         except (BundleError, datasets.DatasetError, jobs.SubmitError) as exc:
@@ -210,6 +243,7 @@ class Command(ContractCommand):
             ],  # fmt: skip
             "metrics": job.metrics,
             "cost": pricing.cost_summary(job),
+            "search": job.search,  # explore's search, once made (docs/API.md's job "search")
         }
         if job.failure_reason:
             result["error"] = job.failure_reason
@@ -221,5 +255,7 @@ class Command(ContractCommand):
             if job.cost_so_far is not None:
                 budget = f" of a {usd(job.total_budget)} budget" if job.total_budget is not None else ""
                 self.stdout.write(f"  {job.cost_label.lower()} {estimate(job.cost_so_far)}{budget} (catalogue prices)")
+            if (found := search.of_job(job)) is not None and (found.trials or found.outcome):
+                self.stdout.write(f"  search: {search.said(found)}")
             for artifact in result["artifacts"]:
                 self.stdout.write(f"  {artifact['name']} ({artifact['size_bytes']} bytes): {artifact['path']}")

@@ -1,0 +1,173 @@
+"""explore's search as people give it and see it: what "best" means (a preset or α and β, the same rule at every door:
+the wizard, the jobs API, `submit_job`), and a job's trial runs and search read back for its page, the jobs API and the
+`fc2` client. Read only: the trial runner (fc2/services/trials.py) writes `Job.profiling_runs` and `Job.search`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.utils import timezone
+
+from common.numbers import usd
+from fc2.models import Job, epochs_parameter
+from fc2.services import jobs, pricing
+from fc2.services.requests import SubmitError
+from recommender.explore import PRESETS
+
+PRESET_LABELS = {
+    "fastest": "Fastest: time counts, not cost",
+    "cheapest": "Cheapest: cost counts, not time",
+    "balanced": "Balanced: time and cost alike",
+}
+DEFAULT_PRESET = "balanced"  # the JobRequest's own α and β
+
+
+def weights(preset: str | None, alpha: float | None, beta: float | None) -> tuple[float, float]:
+    """α (time) and β (cost) from a preset (`jobs.preset_weights`), or as given (a weight not given: the balanced
+    preset's); a preset with numbers too is a SubmitError naming `preset`. Whether the numbers can be used is
+    `jobs.check_search`'s to say, at submission."""
+    if preset:
+        if alpha is not None or beta is not None:
+            raise SubmitError(f"give the preset {preset!r} or alpha and beta, not both", "preset")
+        return jobs.preset_weights(preset)
+    default_alpha, default_beta = PRESETS[DEFAULT_PRESET]
+    return (default_alpha if alpha is None else alpha), (default_beta if beta is None else beta)
+
+
+def preset_of(alpha: float, beta: float) -> str:
+    """The preset whose weights these are, else "custom" (a re-run's wizard shows what was asked)."""
+    return next((name for name, pair in PRESETS.items() if pair == (alpha, beta)), "custom")
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial run of a job, as its page, the API and the CLI show it."""
+
+    number: int
+    worker_type: str
+    ps_type: str
+    workers: int
+    strategy: str
+    hourly_cost: float
+    started_at: datetime | None
+    ended_at: datetime | None
+    epoch_time_s: float | None
+    state: str  # "under way", "measured" or "failed"
+    error: str  # why it failed; "" otherwise
+    cost: float  # its $/h over its span: from its start to its end (to the job's teardown, or now, while open)
+    record: int | None  # the PerformanceRecord it made
+
+
+def trials(job: Job, now: datetime | None = None) -> list[TrialRow]:
+    """The job's trial runs (`"kind": "trial"` entries of `Job.profiling_runs`), in their order."""
+    now = now or timezone.now()
+    rows = []
+    entries = [e for e in job.profiling_runs or [] if isinstance(e, dict) and e.get("kind") == "trial"]
+    for index, entry in enumerate(entries):
+        started, ended = _moment(entry.get("started_at")), _moment(entry.get("ended_at"))
+        epoch = entry.get("epoch_time_s")
+        error = str(entry.get("error") or "")
+        if ended is None and not job.is_terminal:
+            state = "under way"
+        elif ended is None:
+            state, error = "failed", error or f"cut off when the job was {job.state}"
+        elif error or epoch is None:
+            state, error = "failed", error or "it measured no epoch time"
+        else:
+            state = "measured"
+        # As the job's cost counts it (Job.cost_between): a run cut off ended with its cluster's teardown.
+        until = ended or job.torn_down_at or now
+        hourly = float(entry.get("hourly_cost") or 0.0)
+        rows.append(
+            TrialRow(
+                number=int(entry.get("number") or index + 1),
+                worker_type=str(entry.get("worker_type") or ""),
+                ps_type=str(entry.get("ps_type") or ""),
+                workers=int(entry.get("workers") or 0),
+                strategy=str(entry.get("strategy") or ""),
+                hourly_cost=hourly,
+                started_at=started,
+                ended_at=ended,
+                epoch_time_s=float(epoch) if isinstance(epoch, int | float) else None,
+                state=state,
+                error=error if state == "failed" else "",
+                cost=hourly * max(0.0, (until - started).total_seconds()) / 3600 if started else 0.0,
+                record=entry.get("record") if isinstance(entry.get("record"), int) else None,
+            )
+        )
+    return rows
+
+
+def _moment(text: object) -> datetime | None:
+    return datetime.fromisoformat(text) if isinstance(text, str) and text else None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The cluster the search believed best (before its trials) or chose (after), with its predicted epoch time, its
+    80 % interval and what that costs: an epoch, and the whole job where its epochs are known."""
+
+    cluster: dict  # Job.search's CFG: worker_type, ps_type, workers, strategy, hourly_cost, epoch_time_s, low_s, high_s
+    epoch_cost: float | None  # $ of one epoch at its $/h
+    job_cost: Decimal | None  # the whole job (pricing.estimate: start-up, epochs, teardown)
+
+
+@dataclass(frozen=True)
+class Search:
+    """A job's search as its page shows it: its trials so far and, once done, what it chose and why it stopped."""
+
+    trials: list[TrialRow]
+    under_way: TrialRow | None  # the trial running now
+    spent: float  # $ of its trials (part of the job's cost)
+    outcome: dict | None  # Job.search, once written
+    before: Prediction | None
+    after: Prediction | None
+    epochs: int | None
+
+    @property
+    def predictions(self) -> list[tuple[str, Prediction | None, str]]:
+        """(label, prediction, id) of the cluster before the trials and after them, as the page lists them."""
+        return [("Believed best before the trials", self.before, "before"), ("Chosen after them", self.after, "after")]
+
+
+def of_job(job: Job) -> Search | None:
+    """The job's search, None for a job that is not explore's."""
+    if job.algorithm != "explore":
+        return None
+    rows = trials(job)
+    epochs = epochs_parameter(job.parameters or {})
+    outcome = job.search if isinstance(job.search, dict) else None
+
+    def predicted(key: str) -> Prediction | None:
+        cluster = (outcome or {}).get(key)
+        if not isinstance(cluster, dict):
+            return None
+        hourly, epoch = cluster.get("hourly_cost"), cluster.get("epoch_time_s")
+        known = isinstance(hourly, int | float) and isinstance(epoch, int | float)
+        estimate = pricing.estimate(Decimal(str(hourly)), epoch, epochs, job.provider) if known else None
+        return Prediction(cluster, hourly * epoch / 3600 if known else None, estimate.total if estimate else None)
+
+    return Search(
+        trials=rows,
+        under_way=next((row for row in reversed(rows) if row.state == "under way"), None),
+        spent=sum(row.cost for row in rows),
+        outcome=outcome,
+        before=predicted("before"),
+        after=predicted("after"),
+        epochs=epochs,
+    )
+
+
+def said(found: Search) -> str:
+    """The search in one line, as `submit_job` prints it: its trials, their cost and why it stopped."""
+    measured = sum(row.state == "measured" for row in found.trials)
+    failed = sum(row.state == "failed" for row in found.trials)
+    parts = [f"{len(found.trials)} trial{'s' * (len(found.trials) != 1)} ({measured} measured, {failed} failed)"]
+    parts.append(f"≈ {usd(found.spent)}")
+    if found.under_way:
+        parts.append(f"trial {found.under_way.number} under way")
+    if found.outcome and found.outcome.get("reason"):
+        parts.append(f"stopped: {found.outcome['reason']}")
+    return " · ".join(parts)
