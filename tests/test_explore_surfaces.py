@@ -4,6 +4,7 @@ fields and 400s, `submit_job --algorithm explore` and `fc2 submit`/`fc2 status`,
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -22,6 +23,7 @@ from recommender.catalog import load_catalog
 from recommender.types import SearchEstimate, TrialConfig
 from tests.conftest import call_json
 from tests.helpers import Api, job_row, resource_form, step_url, through_data
+from tests.test_explore_plan import full_lab_grid
 
 NOW = timezone.now()
 
@@ -334,3 +336,70 @@ def test_the_wizard_shows_the_searchs_estimate_before_anything_runs():
     assert "starting with 2 × lab-w-1g + PS lab-ps-450" in shown
     assert "Chosen among 36 configurations" in shown and "at most 9 more trials" in shown
     assert "Believed best now: 3 × lab-w-1g + PS lab-ps-450, an epoch of 14 s (6.5 s–31 s)" in shown
+
+
+def explore_form(**fields) -> dict:
+    return resource_form(provider="lab", algorithm="explore", catalog="lab", max_workers="3", **fields)
+
+
+def test_the_wizard_estimates_the_search_of_new_code_and_runs_it(client, alice, bundle, lab, settings):
+    """Code never run: the resource step's live preview and the review show the search's estimate (its first trial,
+    its expected $ and minutes within the budget, one trial's length); Run submits the job with what was asked."""
+    settings.FC2_EXPLORE_USD = 4
+    client.force_login(alice)
+    through_data(client, bundle)
+    preview = client.get(reverse("job-new-recommendation"), explore_form(preset="cheapest")).content.decode()
+    assert "Trial runs first" in preview and 'id="search-first-trial"' in preview
+    assert "at most $4.00" in preview and "at most 30 min" in preview
+    response = client.post(step_url("resource"), explore_form(preset="cheapest", search_minutes="20"))
+    assert response.status_code == 302, response.context["form"].errors
+    review = client.get(step_url("review")).content.decode()
+    assert "The search for your cluster" in review and 'id="search-estimate"' in review
+    assert "Cheapest: cost counts, not time" in review and "α 0, β 1" in review
+    assert "$4.00 (the platform's default) and 20 minutes" in review
+    assert client.post(step_url("review")).status_code == 302
+    job = Job.objects.get()
+    asked = job.request
+    assert (asked["algorithm"], asked["alpha"], asked["beta"]) == ("explore", 0.0, 1.0)
+    assert (asked["search_budget"], asked["search_minutes"]) == (None, 20)
+    # A re-run's wizard shows what was asked.
+    client.get(reverse("job-new") + f"?from={job.pk}")
+    again = client.get(step_url("resource")).content.decode()
+    assert re.search(r'<input type="radio" name="preset" value="cheapest"[^>]*\bchecked\b', again)
+    assert 'name="search_minutes" value="20"' in again
+
+
+def test_the_wizard_says_when_the_records_already_tell(client, alice, bundle, lab):
+    full_lab_grid(f"{bundle.distribution}:digits")
+    client.force_login(alice)
+    through_data(client, bundle)
+    preview = client.get(reverse("job-new-recommendation"), explore_form()).content.decode()
+    assert 'id="plan-no-trial"' in preview and "no trial needed" in preview and "Trial runs first" not in preview
+
+
+def test_the_wizard_refuses_explore_on_local_with_the_reason(client, alice, bundle, lab):
+    client.force_login(alice)
+    through_data(client, bundle)
+    page = client.get(step_url("resource")).content.decode()
+    reason = "explore chooses among instance types by running trials of your code on them"
+    assert re.search(r'<option value="explore" disabled[^>]*>Find the best cluster for me', page)
+    assert "<strong>Find the best cluster for me</strong> cannot answer: " + reason in page
+    response = client.post(step_url("resource"), resource_form(algorithm="explore"))
+    assert response.status_code == 400 and reason in response.context["form"].errors["algorithm"][0]
+
+
+def test_the_api_and_submit_job_take_an_explore_job(client, alice, bundle, lab, example_wheel):
+    body = {"bundle": bundle.pk, "dataset": "digits", "provider": "lab", "algorithm": "explore", "workers": 3,
+            "preset": "fastest", "search_budget": "2.5", "search_minutes": 15}  # fmt: skip
+    response = Api(client, alice).post("/api/v1/jobs", body)
+    assert response.status_code == 201, response.content
+    asked = response.json()["request"]
+    assert (asked["alpha"], asked["beta"], asked["search_budget"], asked["search_minutes"]) == (1.0, 0.0, 2.5, 15)
+    assert response.json()["trials"] == [] and response.json()["search"] is None
+    code, answer, _ = call_json(
+        "submit_job", "--bundle", str(example_wheel), "--dataset", "digits", "--user", "alice", "--provider", "lab",
+        "--algorithm", "explore", "--alpha", "2", "--beta", "1", "--search-budget", "3", "--search-minutes", "9",
+    )  # fmt: skip
+    assert code == 0 and answer["search"] is None
+    asked = Job.objects.get(pk=answer["id"]).request
+    assert (asked["alpha"], asked["beta"], asked["search_budget"], asked["search_minutes"]) == (2.0, 1.0, "3", 9)
