@@ -50,7 +50,7 @@ POLL_S = 3.0  # how often the trial's nodes are asked whether its code still run
 # Past its window, how long a trial's code may take to end: it trains whole epochs until the window has passed, and
 # starts (imports, data, tracing) before; an epoch as long as the window doubles it.
 MIN_GRACE_S = 60
-LOG_CHARS = 300  # of a failed node's log tail, in the trial's error
+LOG_CHARS = 300  # of a failed node's last log line, in the trial's error
 
 
 class TrialFailed(Exception):
@@ -91,7 +91,7 @@ def search(job: Job, request: JobRequest, first: planning.Plan, run: RunSpec) ->
     while chosen.search is not None:
         trial = chosen.search.next
         if _key(asdict(trial)) in {_key(run) for run in entries(job) if run.get("record")}:
-            again = f"the search asked again for {describe(asdict(trial))}, tried before"
+            again = f"explore's search asked again for {describe(asdict(trial))}, whose trial is recorded"
             raise RecommendationError(_nothing_ran(job, again))
         job.log(f"explore: {chosen.search.text or chosen.search.reason}")
         run_trial(job, trial, run)
@@ -101,7 +101,9 @@ def search(job: Job, request: JobRequest, first: planning.Plan, run: RunSpec) ->
             raise RecommendationError(_nothing_ran(job, str(refused))) from refused
     made = entries(job)
     if made and not any(run.get("epoch_time_s") for run in made):
-        raise RecommendationError(_nothing_ran(job, "no trial measured an epoch time"))
+        raise RecommendationError(
+            _nothing_ran(job, "explore found no cluster that runs this code: no trial measured it")
+        )
     keep_search(job, request, first.search, chosen)
     return chosen
 
@@ -207,10 +209,11 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[str, NodeResult]:
 
 
 def _failed(node: str, result: NodeResult) -> str:
-    """Why a node's code failed, with the end of its log."""
+    """Why a node's code failed, with the last line of its log (a traceback's error)."""
     report = result.report
-    text = jsonbounds.clean_text(str(report.get("log_tail") or "").strip()[-LOG_CHARS:])
-    return f"{node}'s code failed (exit {report.get('exit_code')})" + (f": …{text}" if text else "")
+    lines = jsonbounds.clean_text(str(report.get("log_tail") or "")).strip().splitlines()
+    last = lines[-1].strip()[-LOG_CHARS:] if lines else ""
+    return f"{node}'s code failed (exit {report.get('exit_code')})" + (f": {last}" if last else "")
 
 
 def _epoch_time(chief: str, result: NodeResult) -> float:
@@ -238,18 +241,11 @@ def _key(trial: dict) -> tuple:
 
 
 def _nothing_ran(job: Job, why: str) -> str:
-    """Why the search found no cluster that runs the code: `why`, then each trial and what became of it."""
+    """Why the search found no cluster that runs the code — `why`, a sentence — then each trial and what became of
+    it."""
     made = entries(job)
-    listed = "; ".join(
-        f"trial {run.get('number')} ({describe(run)}): "
-        + (
-            f"epoch time {significant(run['epoch_time_s'])} s"
-            if run.get("epoch_time_s")
-            else run.get("error") or "no result"
-        )
-        for run in made
-    )
-    return f"explore found no cluster to run on: {why}" + (f". Its {len(made)} trials: {listed}" if made else "")
+    listed = "; ".join(f"trial {run.get('number')} ({describe(run)}): {_outcome(run)}" for run in made)
+    return why + (f". Its {len(made)} trial{'s' if len(made) != 1 else ''}: {listed}" if made else "")
 
 
 def _outcome(run: dict) -> str:

@@ -1,0 +1,223 @@
+"""explore's trial runs for real (issue 44 §1, §4): each trial a real cluster of the job's code on the lab (network
+namespaces + sshd) or on aws (moto's EC2, its instances as lab hosts), trained for FC2_EXPLORE_TRIAL_S, measured from
+the chief's kept metrics.json, recorded (source trial) and torn down; the job then runs on the cluster the search
+chose, its cost counting the trials. A failed trial is recorded and not tried again; a search where nothing ran
+fails the job saying why; a cancel during a trial tears it down. And the door: a trial's metrics.json is the job's
+own code's, checked as hostile input."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime
+from decimal import Decimal
+
+import pytest
+
+import provisioner
+from fc2.models import Job
+from fc2.services import inline, jobs, pipeline, trials
+from fc2.services.bundles import store_bundle
+from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged
+from harness.wheels import GOOD, make_wheel, sleeper_wheel
+from provisioner import NodeResult
+from recommender.catalog import load_catalog
+from recommender.models import PerformanceRecord
+from tests.test_lab import leftovers
+
+LAB = pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
+# The digits example (examples/digits_cnn): tiny epochs, so that a trial's window holds many and its steady state
+PARAMETERS = {"epochs": "1", "steps_per_epoch": "5", "batch_size": "16"}
+
+
+def kept_result(metrics: bytes | None, status: str = "succeeded") -> NodeResult:
+    """What a chief's agent keeps on its node once its command ended (monitor/agent.py's keep_result)."""
+    outputs = [{"file": "0", "path": "metrics.json"}] if metrics is not None else []
+    report = {"status": status, "exit_code": 0 if status == "succeeded" else 1, "outputs": outputs,
+              "log_tail": "Traceback …\nRuntimeError: boom"}  # fmt: skip
+    return NodeResult(report=report, files={"0": metrics} if metrics is not None else {})
+
+
+@pytest.mark.parametrize(
+    ("metrics", "why"),
+    [
+        (b'{"epoch_time_s": NaN}', "no epoch time"),
+        (b'{"epoch_time_s": 1e308}', "epoch_time_s"),
+        (b'{"epoch_time_s": -2}', "no epoch time"),
+        (b'{"duration_s": 6, "epochs": 99999999999999999999999999999999}', "epoch_time_s"),
+        (b"not json", "no epoch time"),
+        (b'{"loss": 0.1}', "no epoch time"),
+        (None, "wrote no metrics.json"),
+    ],
+)
+def test_a_trials_metrics_are_the_codes_own_and_checked_at_the_door(metrics, why):
+    with pytest.raises(trials.TrialFailed, match=why):
+        trials._epoch_time("worker-0", kept_result(metrics))
+
+
+def test_a_trial_whose_chief_failed_says_so_with_its_log():
+    with pytest.raises(trials.TrialFailed, match=r"^worker-0's code failed \(exit 1\): RuntimeError: boom$"):
+        trials._epoch_time("worker-0", kept_result(b'{"epoch_time_s": 1.5}', status="failed"))
+    assert trials._epoch_time("chief-0", kept_result(b'{"epoch_time_s": 1.5, "startup_s": 4}')) == 1.5
+
+
+def explore_job(owner, bundle, dataset, **fields) -> Job:
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=dataset, parameters=dict(PARAMETERS), provider="lab", algorithm="explore",
+        strategy=Job.Strategy.MIRRORED, **fields,
+    )  # fmt: skip
+    return jobs.submit(owner, request, driver=Job.Driver.INLINE)
+
+
+def seconds(run: dict) -> float:
+    return (datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+
+
+@LAB
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_an_explore_job_runs_its_trials_then_the_cluster_it_chose_and_its_next_job_needs_none(
+    alice, bundle, digits, settings
+):
+    """Two worker types × 1–3 workers, all-reduce: trials of the digits example on the lab, each recorded and torn
+    down, then the job on the cluster chosen; the trials' cost is part of the job's. A second job of the workload
+    plans from the first's records with fewer trials (none, once three succeeded)."""
+    load_catalog("lab")
+    settings.FC2_EXPLORE_TRIAL_S = 12
+    asked = {"worker_types": ["lab-w-100", "lab-w-1g"], "workers": 3, "workload_name": "digits-explored"}
+    job = inline.run_inline(explore_job(alice, bundle, digits, search_minutes=5, **asked).pk)
+    assert job.state == Job.State.SUCCEEDED, job.failure_reason
+
+    made = trials.entries(job)
+    measured = [run for run in made if run["epoch_time_s"]]
+    print(
+        f"\nFIGURE explore on the lab: {len(made)} trials of {settings.FC2_EXPLORE_TRIAL_S} s windows, "
+        + ", ".join(f"{trials.describe(run)} {run['epoch_time_s']} s in {seconds(run):.0f} s" for run in made)
+        + f"; search {job.search['reason']!r}, ${job.search['spent_dollars']}"
+    )
+    assert 2 <= len(made) <= 4 and measured, made
+    assert len({trials._key(run) for run in made}) == len(made)  # no cluster tried twice
+    records = PerformanceRecord.objects.filter(workload="digits-explored", source=PerformanceRecord.Source.TRIAL)
+    assert sorted(r.pk for r in records) == sorted(run["record"] for run in made)
+    for run in made:
+        record = records.get(pk=run["record"])
+        assert (record.instance_type, record.workers, record.strategy, record.ps_type) == (
+            run["worker_type"], run["workers"], "mirrored", ""
+        )  # fmt: skip
+        assert record.owner == alice and record.batch_size == 16 and record.epoch_time_s == run["epoch_time_s"]
+        assert record.origin == f"trial run {run['number']} of job {job.pk} on lab"
+        assert run["ended_at"] and run["window_ends_at"] and run["hourly_cost"] > 0 and run["error"] == ""
+        assert leftovers(run["cluster"]) == {}
+
+    # The job ran on a cluster a trial measured, its cost counting the trials'.
+    chosen = (job.worker_type, job.workers)
+    assert chosen in {(run["worker_type"], run["workers"]) for run in measured}
+    assert job.search["after"]["worker_type"] == job.worker_type and job.search["after"]["workers"] == job.workers
+    assert job.search["trials"] == len(made) and not job.search["no_trial_needed"] and job.search["reason"]
+    assert job.search["budget_minutes"] == 5
+    trial_cost = sum(run["hourly_cost"] * seconds(run) / 3600 for run in made)
+    assert job.search["spent_dollars"] == pytest.approx(trial_cost, abs=1e-4)
+    assert job.cost_so_far == pytest.approx(trial_cost + job.cost_between(start=job.launched_at), rel=1e-6)
+    assert leftovers(job.cluster_name) == {}
+    timeline = " | ".join(job.events.values_list("message", flat=True))
+    assert "trial run 1: " in timeline and "epoch time" in timeline and "explore: " in timeline
+
+    # The next job of the workload starts from these records.
+    again = explore_job(alice, bundle, digits, search_minutes=5, **asked)
+    assert pipeline.run_step("recommend", again.pk), Job.objects.get(pk=again.pk).failure_reason
+    again.refresh_from_db()
+    print(f"FIGURE the next explore job of the workload: {again.search['trials']} trials ({again.search['reason']})")
+    assert again.search["trials"] < len(made)
+    if len(measured) >= 3:  # the surrogate is fitted: another trial is worth less than it costs
+        assert again.search["no_trial_needed"] and again.search["trials"] == 0
+    pipeline.cancel(again, "alice")
+    pipeline.release(again.pk)
+    assert all(leftovers(run["cluster"]) == {} for run in trials.entries(Job.objects.get(pk=again.pk)))
+
+
+CRASHES = b"import sys\nprint('loading', flush=True)\nraise RuntimeError('boom: this code does not run')\n"
+
+
+@LAB
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_a_search_whose_code_crashes_records_each_failure_once_and_fails_the_job_saying_why(
+    alice, digits, settings, tmp_path
+):
+    load_catalog("lab")
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CRASHES}).open("rb") as wheel:
+        crashing = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    settings.FC2_EXPLORE_TRIAL_S = 10
+    # One worker type, 1 or 2 workers: two clusters to try, both fail.
+    job = explore_job(alice, crashing, digits, worker_types=["lab-w-100"], workers=2, workload_name="demo-crashes")
+    job = inline.run_inline(job.pk)
+
+    assert job.state == Job.State.FAILED
+    made = trials.entries(job)
+    took = [round(seconds(run)) for run in made]
+    print(f"\nFIGURE a crashing search: {len(made)} trials, {took} s each; {job.failure_reason}")
+    assert [run["workers"] for run in sorted(made, key=lambda run: run["workers"])] == [1, 2]  # each once
+    assert job.failure_reason.startswith("recommend failed: Explore found no cluster that runs demo-crashes")
+    for run in made:
+        assert run["error"].endswith("'s code failed (exit 1): RuntimeError: boom: this code does not run")
+        assert f"trial {run['number']} ({trials.describe(run)}): {run['error']}" in job.failure_reason
+        assert run["epoch_time_s"] is None and seconds(run) < 60  # not the window's grace: it ended at once
+        record = PerformanceRecord.objects.get(pk=run["record"])
+        assert record.source == PerformanceRecord.Source.TRIAL and record.epoch_time_s is None and record.failed
+        assert leftovers(run["cluster"]) == {}
+    assert job.search is None and job.cluster is None and job.cost_so_far > 0  # the failed trials are billed
+
+
+@LAB
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_during_a_trial_tears_it_down(alice, digits, settings, tmp_path):
+    load_catalog("lab")
+    with sleeper_wheel(tmp_path).open("rb") as wheel:  # sleeps ten minutes: the trial runs until cancelled
+        sleeper = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    job = explore_job(alice, sleeper, digits, worker_types=["lab-w-100"], workers=1, workload_name="demo-sleeps")
+
+    def cancel_once_training() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(run.get("window_ends_at") for run in trials.entries(Job.objects.get(pk=job.pk))):
+                pipeline.cancel(Job.objects.get(pk=job.pk), "alice")
+                return
+            time.sleep(0.5)
+
+    canceller = threading.Thread(target=cancel_once_training)
+    canceller.start()
+    started = time.monotonic()
+    job = inline.run_inline(job.pk)
+    canceller.join()
+
+    assert job.state == Job.State.CANCELLED and job.cluster is None
+    (run,) = trials.entries(job)
+    assert run["ended_at"] and "the job ended while its trial run ran" in run["error"] and run["record"] is None
+    assert not PerformanceRecord.objects.filter(workload="demo-sleeps").exists()  # a cancel measures nothing
+    assert leftovers(run["cluster"]) == {}
+    assert time.monotonic() - started < settings.FC2_EXPLORE_TRIAL_S  # torn down at the cancel, not at the window
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_an_aws_explore_jobs_trial_instances_are_launched_and_terminated(ec2_hosts, alice, bundle, digits, settings):
+    load_catalog("fc2-2018")
+    settings.FC2_EXPLORE_TRIAL_S = 10
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, parameters=dict(PARAMETERS), provider="aws", region=REGION,
+        algorithm="explore", strategy=Job.Strategy.MIRRORED, worker_types=["c4.xlarge"], workers=1,
+        workload_name="digits-explored-aws", search_budget=Decimal("1"),
+    )  # fmt: skip
+    job = inline.run_inline(jobs.submit(alice, request, driver=Job.Driver.INLINE).pk)
+    assert job.state == Job.State.SUCCEEDED, job.failure_reason
+
+    (run,) = trials.entries(job)
+    assert run["epoch_time_s"] and (job.worker_type, job.workers) == ("c4.xlarge", 1)
+    tagged = {"Name": "tag:fc2:cluster", "Values": [run["cluster"]]}
+    instances = [i for r in ec2().describe_instances(Filters=[tagged])["Reservations"] for i in r["Instances"]]
+    assert len(instances) == 1 and instances[0]["InstanceType"] == "c4.xlarge"  # launched for the trial …
+    assert instances[0]["State"]["Name"] == "terminated"  # … and terminated
+    assert everything_tagged(run["cluster"]) == NOTHING and everything_tagged(job.cluster_name) == NOTHING
+    assert json.loads(json.dumps(job.search))["trials"] == 1
