@@ -203,11 +203,13 @@ def test_cancelling_during_a_trial_tears_it_down(alice, digits, settings, tmp_pa
 @pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_an_aws_explore_jobs_trial_instances_are_launched_and_terminated(ec2_hosts, alice, bundle, digits, settings):
+    """One cluster to try (1 c4.xlarge worker, an m4.large PS): its trial on moto's EC2, the instances as lab hosts,
+    then the job on it."""
     load_catalog("fc2-2018")
     settings.FC2_EXPLORE_TRIAL_S = 10
     request = jobs.JobRequest(
         bundle=bundle, dataset=digits, parameters=dict(PARAMETERS), provider="aws", region=REGION,
-        algorithm="explore", strategy=Job.Strategy.MIRRORED, worker_types=["c4.xlarge"], workers=1,
+        algorithm="explore", strategy=Job.Strategy.PS, ps_type="m4.large", worker_types=["c4.xlarge"], workers=1,
         workload_name="digits-explored-aws", search_budget=Decimal("1"),
     )  # fmt: skip
     job = inline.run_inline(jobs.submit(alice, request, driver=Job.Driver.INLINE).pk)
@@ -217,7 +219,8 @@ def test_an_aws_explore_jobs_trial_instances_are_launched_and_terminated(ec2_hos
     assert run["epoch_time_s"] and (job.worker_type, job.workers) == ("c4.xlarge", 1)
     tagged = {"Name": "tag:fc2:cluster", "Values": [run["cluster"]]}
     instances = [i for r in ec2().describe_instances(Filters=[tagged])["Reservations"] for i in r["Instances"]]
-    assert len(instances) == 1 and instances[0]["InstanceType"] == "c4.xlarge"  # launched for the trial …
-    assert instances[0]["State"]["Name"] == "terminated"  # … and terminated
+    # Launched for the trial — its PS, its chief and its worker — and terminated
+    assert sorted(i["InstanceType"] for i in instances) == ["c4.xlarge", "c4.xlarge", "m4.large"]
+    assert {i["State"]["Name"] for i in instances} == {"terminated"}
     assert everything_tagged(run["cluster"]) == NOTHING and everything_tagged(job.cluster_name) == NOTHING
     assert json.loads(json.dumps(job.search))["trials"] == 1

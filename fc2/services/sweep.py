@@ -16,7 +16,8 @@ What it does with a job whose lease expired, by state:
 
 - queued — the recommend message was lost: recommend is sent again.
 - recommending — recommend (or the provision message) was lost: recommend again, from the job's request; it tears
-  down a profiling run's cluster the lost one left before it starts another.
+  down a profiling run's or explore trial run's cluster the lost one left before it starts another, and explore's
+  search goes on from the trials already recorded.
 - provisioning — provision (or the bootstrap message) was lost: provision again; launch is idempotent by the
   cluster's name, so it finds what the lost one made.
 - bootstrapping — bootstrap was lost midway: the job fails and its cluster is torn down. Nodes it started hold a
