@@ -8,7 +8,9 @@ recommender/explore.py's; the service (recommender/service.py) loads what this m
   else the catalogue's), every count from 1 to n (n from the budget C per PS and worker type, as the other algorithms
   count it, or the maximum number of workers), every strategy the request allows (a parameter server, all-reduce, or
   both when left open) and, through a PS, every PS type of L^p (the request's PS type, else its list, else the
-  catalogue's); the latency is the request's.
+  catalogue's) — a list the catalogue gives less the types another beats on every figure that matters at no more
+  $/h (`dominates`); the latency is the request's; the counts stop at the provider's limit (`workers_cap`); and at
+  most MAX_CANDIDATES configurations are weighed (more: the request is refused, saying how to narrow it).
 - Trials: the workload's records of those configurations at the request's batch size (any batch size when it names
   none), whatever measured them (imported, a job, a profiling run with an epoch time, a trial); a run that failed is
   a trial that failed (never tried again). What this search spent is the request's `spent_dollars`/`spent_minutes`:
@@ -48,6 +50,9 @@ from recommender.types import Candidate as AnswerCandidate
 Z80 = 1.2816
 # The job's length when its epochs are not known: what a better cluster saves is weighed against one hour of it.
 JOB_HOURS_UNKNOWN_EPOCHS = 1.0
+# The most configurations one search weighs: its belief is joint over them all, and is computed again for each trial
+# (a cloud's catalogue, every type as PS and as worker, 8 workers: about 6,000).
+MAX_CANDIDATES = 2000
 # The most trials the estimate simulates (each one fits the surrogate): the budget stops a search long before.
 MAX_SIMULATED = 30
 
@@ -112,16 +117,22 @@ def configurations(request: RecommendRequest, specs: Sequence[InstanceSpec]) -> 
                     refusals.append(refused)
                     continue
                 ps_name = ps.name if ps else ""
-                configs += [
-                    Config(worker.name, ps_name, k, strategy, latency) for k in range(1, min(n, MAX_WORKERS) + 1)
-                ]
+                counts = range(1, min(n, request.workers_cap or MAX_WORKERS, MAX_WORKERS) + 1)
+                configs += [Config(worker.name, ps_name, k, strategy, latency) for k in counts]
     if not configs:
         raise refusals[0]
+    if len(configs) > MAX_CANDIDATES:
+        raise RecommendationError(
+            f"explore would choose among {len(configs):,} configurations, more than the {MAX_CANDIDATES:,} its search "
+            "weighs: name the worker types it may use, a PS type or the strategy, or give a lower worker limit"
+        )
     return configs
 
 
 def _types(names: list[str], index: Mapping[str, InstanceSpec], role: str) -> list[InstanceSpec]:
-    """L^w or L^p: the names given, else the catalogue's types for the role; an unknown name is refused."""
+    """L^w or L^p: the names given; else the catalogue's types for the role that no other of them dominates (a
+    cloud's catalogue lists a hundred types, most of them beaten on every figure by another at no more $/h); an
+    unknown name is refused."""
     label = "PS" if role == "ps" else role
     offered = [spec for spec in index.values() if spec.role in (role, "any")]
     if unknown := [name for name in names if name not in index]:
@@ -129,10 +140,29 @@ def _types(names: list[str], index: Mapping[str, InstanceSpec], role: str) -> li
             f"unknown {label} type {', '.join(unknown)}; the catalogue's {label} types are "
             f"{', '.join(spec.name for spec in offered) or 'none'}"
         )
-    types = [index[name] for name in dict.fromkeys(names)] if names else offered
-    if not types:
+    if names:
+        return [index[name] for name in dict.fromkeys(names)]
+    if not offered:
         raise RecommendationError(f"the catalogue offers no {label} types")
-    return types
+    return [spec for spec in offered if not any(dominates(other, spec, role) for other in offered)]
+
+
+def dominates(a: InstanceSpec, b: InstanceSpec, role: str) -> bool:
+    """Whether type `a` makes type `b` pointless for `role`: no dearer, and at least as good on every figure that
+    matters there — a PS is its link (network capacity); a worker its vCPUs, ECUs (where `b`'s are published),
+    memory, GPUs and link. Of two alike, the cheaper (then the first by name) stands.
+
+    >>> small, big = InstanceSpec("a", 0.1, vcpu=2, network_mbps=500), InstanceSpec("b", 0.2, vcpu=4, network_mbps=500)
+    >>> dominates(small, big, "ps"), dominates(small, big, "worker"), dominates(big, small, "ps")
+    (True, False, False)
+    """
+    if a is b or (a.hourly_price, a.name) >= (b.hourly_price, b.name):
+        return False
+    figures = ["network_mbps"] if role == "ps" else ["network_mbps", "vcpu", "memory_gib", "gpus", "ecu"]
+    return all(
+        getattr(b, name) is None or (getattr(a, name) is not None and getattr(a, name) >= getattr(b, name))
+        for name in figures
+    )
 
 
 def record_config(record: PerfRecord) -> Config | None:

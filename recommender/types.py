@@ -157,6 +157,7 @@ class RecommendRequest:
     spent_minutes: float = 0.0
     trial_minutes: float | None = None
     epochs: int | None = None
+    workers_cap: int | None = None  # explore: the most workers the job's provider runs (a budget's count stops there)
 
 
 @dataclass(frozen=True)

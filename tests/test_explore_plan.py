@@ -91,6 +91,22 @@ def test_a_budget_counts_each_clusters_workers(lab):
         explore_answer.configurations(explore_request(max_workers=None, budget=0.1), service.catalog_specs("lab"))
 
 
+def test_the_counts_stop_at_the_providers_limit_and_a_cloud_catalogue_is_narrowed(db):
+    lab = load_catalog("lab")
+    asked = explore_request(max_workers=None, budget=5.0, worker_types=("lab-w-1g",), workers_cap=8)
+    assert max(c.workers for c in explore_answer.configurations(asked, service.catalog_specs(lab.name))) == 8
+    # a cloud's hundred types: those another beats on every figure at no more $/h are left out; still too many to
+    # weigh at 8 workers, which is said with how to narrow it
+    aws = load_catalog("aws-us-east-1")
+    specs = service.catalog_specs(aws.name)
+    two = explore_answer.configurations(explore_request(max_workers=2), specs)
+    workers = {c.instance_type for c in two}
+    assert 0 < len(workers) < len([s for s in specs if s.role in ("worker", "any")])
+    assert not any(explore_answer.dominates(a, b, "worker") for a in specs for b in specs if b.name in workers)
+    with pytest.raises(RecommendationError, match="name the worker types"):
+        explore_answer.configurations(explore_request(max_workers=8), specs)
+
+
 # --- no records: trials first ------------------------------------------------------------------------------------
 
 

@@ -206,6 +206,7 @@ def recommend_request(
             "spent_minutes": float(trials_spent[1]),
             "trial_minutes": trial_minutes(request.provider),
             "epochs": request.epochs,
+            "workers_cap": provisioner.get(request.provider).max_workers,
         }
     asked = RecommendRequest(
         algorithm=request.algorithm,
