@@ -131,7 +131,7 @@ def test_the_job_page_shows_what_the_search_chose_and_why_it_stopped(client, ali
     page = client.get(job.get_absolute_url()).content.decode()
     assert 'id="search-status" role="status">done' in page
     before = page[page.index('id="search-before"') :][:700]
-    assert "2 × lab-w-100" in before and "epoch 30 s" in before and "12 s–75 s" in before
+    assert "2 × lab-w-100" in before and "predicted epoch 30 s" in before and "12 s–75 s" in before
     after = page[page.index('id="search-after"') :][:700]
     assert "3 × lab-w-1g" in after and "11.5 s" in after and "10.8 s–12.4 s" in after and "$0.875/h" in after
     # An epoch of 11.5 s at $0.875/h, and the whole job of 4 epochs with its start-up and teardown.

@@ -66,9 +66,11 @@ def test_every_resource_choice_gives_a_cluster_or_says_why_not(page, shot, alice
         expect(reason).to_be_hidden()
         expect(page.locator("#recommendation")).to_contain_text(re.compile(r"\d+ (× \S+ )?workers?"))
 
-    # Left open: only the model chooses the strategy, and it has no records here: the choice is drawn disabled with
-    # its reason before anyone picks it (no dead end).
-    expect(page.get_by_label("Left open (Model only)")).to_be_disabled()
-    reason = page.locator(".wz-reason", has_text="Left open (Model only) cannot be chosen: only Model chooses")
+    # Left open: only the model and explore choose the strategy, and neither can here (no records; local's nodes are
+    # of no type): the choice is drawn disabled with its reason before anyone picks it (no dead end).
+    expect(page.get_by_label("Left open (Model, explore)")).to_be_disabled()
+    reason = page.locator(
+        ".wz-reason", has_text="Left open (Model, explore) cannot be chosen: only Model and explore choose"
+    )
     expect(reason).to_be_visible()
     shot("strategy-left-open")
