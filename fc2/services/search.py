@@ -14,6 +14,7 @@ from common.numbers import usd
 from fc2.models import Job, epochs_parameter
 from fc2.services import jobs, pricing
 from fc2.services.requests import SubmitError
+from fc2.services.trials import entries as made
 from recommender.explore import PRESETS
 
 PRESET_LABELS = {
@@ -21,6 +22,8 @@ PRESET_LABELS = {
     "cheapest": "Cheapest: cost counts, not time",
     "balanced": "Balanced: time and cost alike",
 }
+# What the wizard offers: a preset, or weights of the user's own.
+PRESET_CHOICES = {**PRESET_LABELS, "custom": "My own weights"}
 DEFAULT_PRESET = "balanced"  # the JobRequest's own α and β
 
 
@@ -64,8 +67,7 @@ def trials(job: Job, now: datetime | None = None) -> list[TrialRow]:
     """The job's trial runs (`"kind": "trial"` entries of `Job.profiling_runs`), in their order."""
     now = now or timezone.now()
     rows = []
-    entries = [e for e in job.profiling_runs or [] if isinstance(e, dict) and e.get("kind") == "trial"]
-    for index, entry in enumerate(entries):
+    for index, entry in enumerate(made(job)):
         started, ended = _moment(entry.get("started_at")), _moment(entry.get("ended_at"))
         epoch = entry.get("epoch_time_s")
         error = str(entry.get("error") or "")
@@ -145,9 +147,10 @@ def of_job(job: Job) -> Search | None:
         if not isinstance(cluster, dict):
             return None
         hourly, epoch = cluster.get("hourly_cost"), cluster.get("epoch_time_s")
-        known = isinstance(hourly, int | float) and isinstance(epoch, int | float)
-        estimate = pricing.estimate(Decimal(str(hourly)), epoch, epochs, job.provider) if known else None
-        return Prediction(cluster, hourly * epoch / 3600 if known else None, estimate.total if estimate else None)
+        if not isinstance(hourly, int | float) or not isinstance(epoch, int | float):
+            return Prediction(cluster, None, None)
+        estimate = pricing.estimate(Decimal(str(hourly)), epoch, epochs, job.provider)
+        return Prediction(cluster, hourly * epoch / 3600, estimate.total if estimate else None)
 
     return Search(
         trials=rows,

@@ -357,7 +357,7 @@ class ResourceForm(StepForm):
     preset = forms.ChoiceField(
         required=False,
         label="Best means",
-        choices=[*search.PRESET_LABELS.items(), ("custom", "My own weights")],
+        choices=list(search.PRESET_CHOICES.items()),
         widget=forms.RadioSelect,
         initial=search.DEFAULT_PRESET,
     )

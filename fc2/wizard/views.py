@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from fc2 import query
 from fc2.bundles import BundleError
 from fc2.models import Job
-from fc2.services import datasets, jobs, submissions
+from fc2.services import datasets, jobs, search, submissions
 from fc2.templatetags.fc2_ui import duration
 from fc2.wizard.forms import ALGORITHMS, STEP_FORMS, CodeForm, DataForm, ResourceForm, StepForm
 from fc2.wizard.planning import planned, preview
@@ -220,7 +220,7 @@ def _review_context(request: HttpRequest, wizard: Wizard) -> dict:
         "job_request": wizard.job_request(),
         "resource": resource,
         "algorithm_label": dict(ALGORITHMS)[resource["algorithm"]],
-        "preset_label": dict(ResourceForm.base_fields["preset"].choices).get(resource.get("preset") or "custom"),
+        "preset_label": search.PRESET_CHOICES.get(resource.get("preset") or "custom", ""),
         "default_search_budget": settings.FC2_EXPLORE_USD,
         "default_search_minutes": settings.FC2_EXPLORE_MINUTES,
         **preview(wizard, ResourceForm(resource, user=request.user)),
