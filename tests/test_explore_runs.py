@@ -21,7 +21,8 @@ from fc2.services import inline, jobs, pipeline, trials
 from fc2.services.bundles import store_bundle
 from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged
 from harness.wheels import GOOD, make_wheel, sleeper_wheel
-from provisioner import NodeResult
+from provisioner import ClusterInfo, NodeResult, lab
+from provisioner.lab import net as labnet
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from tests.test_lab import leftovers
@@ -166,7 +167,60 @@ def test_a_search_whose_code_crashes_records_each_failure_once_and_fails_the_job
         record = PerformanceRecord.objects.get(pk=run["record"])
         assert record.source == PerformanceRecord.Source.TRIAL and record.epoch_time_s is None and record.failed
         assert leftovers(run["cluster"]) == {}
+        kept = job.artifacts.get(name=f"logs/trial-{run['number']}/worker-0.log")  # its nodes' logs, for the user
+        with kept.file.open("rb") as log:
+            assert b"RuntimeError: boom" in log.read()
     assert job.search is None and job.cluster is None and job.cost_so_far > 0  # the failed trials are billed
+
+
+# Two workers: sleeps until its host is lost; one worker: ends at once, writing no metrics.json.
+LOSES_A_NODE = b"""import json, os, time
+workers = len(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", []))
+print("up with", workers, "workers", flush=True)
+if workers > 1:
+    time.sleep(600)
+"""
+
+
+@LAB
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_a_trial_that_loses_a_node_is_recorded_as_failed_and_the_search_goes_on(alice, digits, settings, tmp_path):
+    """Its second worker's host goes (namespace and processes, as a terminated instance): the trial fails naming it,
+    is torn down, and the search tries the other cluster (which measures nothing either: the job fails, saying
+    both)."""
+    load_catalog("lab")
+    settings.FC2_NODE_UNREACHABLE_S = 5
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": LOSES_A_NODE}).open("rb") as wheel:
+        code = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    job = explore_job(alice, code, digits, worker_types=["lab-w-100"], workers=2, workload_name="demo-loses-a-node")
+
+    def lose_worker_1() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            current = Job.objects.get(pk=job.pk)
+            if any(run.get("window_ends_at") and run["workers"] == 2 for run in trials.entries(current)):
+                cluster = ClusterInfo.from_dict(current.cluster)
+                victim = next(node for node in cluster.nodes if node.name == "worker-1")
+                labnet.remove_node(lab.tag(), cluster.cluster_id, int(victim.instance_id.rsplit("-", 1)[1]))
+                return
+            time.sleep(0.3)
+
+    killer = threading.Thread(target=lose_worker_1)
+    killer.start()
+    job = inline.run_inline(job.pk)
+    killer.join()
+
+    assert job.state == Job.State.FAILED
+    lost = next(run for run in trials.entries(job) if run["workers"] == 2)
+    other = next(run for run in trials.entries(job) if run["workers"] == 1)
+    print(f"\nFIGURE a trial that lost a node: ended {seconds(lost):.0f} s after its start: {lost['error']}")
+    assert lost["error"] == "worker-1 was lost: its machine did not answer for 5 s"
+    assert other["error"] == "worker-0 wrote no metrics.json, so no epoch time (examples/README.md)"
+    assert f"trial {lost['number']} (2 × lab-w-100, all-reduce): worker-1 was lost" in job.failure_reason
+    for run in (lost, other):
+        assert PerformanceRecord.objects.get(pk=run["record"]).epoch_time_s is None
+        assert leftovers(run["cluster"]) == {}
 
 
 @LAB

@@ -14,7 +14,8 @@ monitor.figures.epoch_time_s), checked against its physical bound as every figur
 
 A trial that measures nothing — the code failed, a node was lost, the code did not end within its window and a grace,
 no epoch time in its metrics — is kept all the same, as a record with no time and its entry's `error` saying why:
-the search sees it and does not try that cluster again. A search where no trial measured anything fails the job,
+the search sees it and does not try that cluster again; its nodes' logs are kept among the job's results
+(`logs/trial-<n>/<node>.log`). A search where no trial measured anything fails the job,
 listing each trial and why. Trials run one after the other (none overlap).
 
 Once the search stops, what it did is kept on the job (Job.search): the cluster believed best before the trials and
@@ -23,10 +24,12 @@ the one chosen after, each with its predicted epoch time and interval, why it st
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import asdict
 from datetime import datetime
+from typing import NoReturn
 
 from django.conf import settings
 from django.utils import timezone
@@ -35,7 +38,7 @@ import provisioner
 from common.numbers import significant, usd, usd_per_hour
 from fc2 import jsonbounds
 from fc2.models import Job, batch_size_parameter
-from fc2.services import noderecords, planning, profiling
+from fc2.services import artifacts, noderecords, planning, profiling
 from fc2.services.requests import JobRequest
 from monitor.figures import epoch_time_s
 from provisioner import ClusterInfo, NodeResult, ProvisionError, RunSpec
@@ -45,6 +48,7 @@ from recommender.bounds import out_of_bounds
 from recommender.models import PerformanceRecord
 from recommender.types import RecommendationError, SearchEstimate, TrialConfig
 
+logger = logging.getLogger(__name__)
 KIND = "trial"  # an entry of Job.profiling_runs that is a trial run
 POLL_S = 3.0  # how often the trial's nodes are asked whether its code still runs
 # Past its window, how long a trial's code may take to end: it trains whole epochs until the window has passed, and
@@ -136,16 +140,19 @@ def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
     epoch: float | None = None
     try:
         with profiling.short_run(job, entry, spec, run, window) as cluster:
-            chief, result = _watch(job, cluster)
-        epoch = _epoch_time(chief, result)
+            try:
+                epoch = _epoch_time(*_watch(job, cluster))
+            except TrialFailed:
+                _keep_logs(job, number, cluster)
+                raise
     except TrialFailed as failed:
         entry["error"] = str(failed)
     except ProvisionError as error:
-        entry["error"] = str(error)
         if isinstance(error, profiling.JobEnded) or error.transient:
-            profiling.keep_entry(job, entry)
-            raise
+            _stop(job, entry, error)
         entry["error"] = f"its cluster could not be made or started: {error}"
+    except Exception as error:
+        _stop(job, entry, error)
     record = profiling.keep_record(
         job,
         workload=job.workload,
@@ -166,6 +173,24 @@ def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
         else f"trial run {number} measured nothing: {entry['error']}"
     )
     return record
+
+
+def _stop(job: Job, entry: dict, error: Exception) -> NoReturn:
+    """A trial that ends the search step (the job ended, a transient failure its step is tried again for, a fault of
+    the platform's): its entry says why, nothing is recorded of the cluster."""
+    entry["error"] = str(error) or type(error).__name__
+    profiling.keep_entry(job, entry)
+    raise error
+
+
+def _keep_logs(job: Job, number: int, cluster: ClusterInfo) -> None:
+    """A failed trial's node logs, kept among the job's results (`logs/trial-<n>/<node>.log`) before its cluster
+    goes; what cannot be fetched is only logged (the trial's error says what failed all the same)."""
+    try:
+        for name, log in provisioner.fetch_logs(cluster).items():
+            artifacts.store_artifact(job, f"logs/trial-{number}/{name}.log", log.encode())
+    except (ProvisionError, OSError):
+        logger.warning("job %s: the logs of trial run %s could not be kept", job.pk, number, exc_info=True)
 
 
 def _watch(job: Job, cluster: ClusterInfo) -> tuple[str, NodeResult]:
