@@ -15,8 +15,10 @@ monitor.figures.epoch_time_s), checked against its physical bound as every figur
 A trial that measures nothing — the code failed, a node was lost, the code did not end within its window and a grace,
 no epoch time in its metrics — is kept all the same, as a record with no time and its entry's `error` saying why:
 the search sees it and does not try that cluster again; its nodes' logs are kept among the job's results
-(`logs/trial-<n>/<node>.log`). A search where no trial measured anything fails the job,
-listing each trial and why. Trials run one after the other (none overlap).
+(`logs/trial-<n>/<node>.log`). A search that finds no measured cluster to run on (every trial failed) fails the job,
+listing each trial and why. A failure that is not the cluster's — the job cancelled or failed by a limit meanwhile,
+a transient one of the provider's (its step is tried again, and the search goes on from the trials recorded) —
+records nothing. Trials run one after the other (none overlap).
 
 Once the search stops, what it did is kept on the job (Job.search): the cluster believed best before the trials and
 the one chosen after, each with its predicted epoch time and interval, why it stopped, the trials made and their cost.
@@ -89,8 +91,9 @@ def describe(trial: dict) -> str:
 def search(job: Job, request: JobRequest, first: planning.Plan, run: RunSpec) -> planning.Plan:
     """Run the trials explore's search asks for, one at a time, planning again after each with what this job's
     trials have spent, until the plan needs no more (`first`: the plan before them); keep the search on the job and
-    return the final plan. RecommendationError when no trial measured anything, or the search asks again for a
-    cluster whose trial is recorded (never run twice)."""
+    return the final plan: a cluster this workload's records measured (this job's trials, or earlier runs).
+    RecommendationError, listing this job's trials and what became of each, when the planner finds none (every trial
+    failed) or the search asks again for a cluster whose trial is recorded (never run twice)."""
     chosen = first
     while chosen.search is not None:
         trial = chosen.search.next
@@ -103,11 +106,6 @@ def search(job: Job, request: JobRequest, first: planning.Plan, run: RunSpec) ->
             chosen = planning.plan(request, job.owner_id, trials_spent=spent(job))
         except RecommendationError as refused:
             raise RecommendationError(_nothing_ran(job, str(refused))) from refused
-    made = entries(job)
-    if made and not any(run.get("epoch_time_s") for run in made):
-        raise RecommendationError(
-            _nothing_ran(job, "explore found no cluster that runs this code: no trial measured it")
-        )
     keep_search(job, request, first.search, chosen)
     return chosen
 
