@@ -14,10 +14,11 @@ from datetime import datetime
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 import provisioner
 from fc2.models import Job
-from fc2.services import inline, jobs, pipeline, trials
+from fc2.services import inline, jobs, pipeline, profiling, trials
 from fc2.services.bundles import store_bundle
 from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged
 from harness.wheels import GOOD, make_wheel, sleeper_wheel
@@ -221,6 +222,41 @@ def test_a_trial_that_loses_a_node_is_recorded_as_failed_and_the_search_goes_on(
     for run in (lost, other):
         assert PerformanceRecord.objects.get(pk=run["record"]).epoch_time_s is None
         assert leftovers(run["cluster"]) == {}
+
+
+@LAB
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_a_search_whose_worker_was_lost_mid_trial_tears_that_trial_down_and_goes_on(alice, digits, tmp_path):
+    """The recommend step's worker died during trial 1, its cluster up: the step done again (as the sweep does it)
+    tears that cluster down, ends the trial saying why, counts what it cost, and goes on with the search — here a
+    code that writes no metrics, so the job then fails listing both trials."""
+    load_catalog("lab")
+    with make_wheel(tmp_path, GOOD).open("rb") as wheel:  # prints a line and ends: no metrics.json
+        code = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    job = explore_job(alice, code, digits, worker_types=["lab-w-100"], workers=1, workload_name="demo-lost-worker")
+    assert job.transition(Job.State.QUEUED, Job.State.RECOMMENDING, "choosing the cluster")
+    # What the lost step had made: trial 1's cluster, recorded on the job as trials.run_trial records it.
+    spec = profiling.cluster_spec(job, "mirrored", 1, "lab-w-100", "")
+    stale = {"kind": "trial", "number": 1, "worker_type": "lab-w-100", "ps_type": "", "workers": 1,
+             "strategy": "mirrored", "batch_size": 16, "cluster": spec.cluster_id, "hourly_cost": 0.2,
+             "started_at": timezone.now().isoformat(), "window_ends_at": None, "ended_at": None,
+             "epoch_time_s": None, "error": "", "record": None}  # fmt: skip
+    profiling.keep_entry(job, stale, cluster=provisioner.launch(spec).to_dict())
+    assert leftovers(spec.cluster_id) != {}
+
+    assert not pipeline.run_step("recommend", job.pk, resume=True)
+
+    job.refresh_from_db()
+    first, second = trials.entries(job)
+    assert first["cluster"] == spec.cluster_id and first["ended_at"] and first["record"] is None
+    assert first["error"] == "the worker running it was lost before it measured anything"
+    assert leftovers(spec.cluster_id) == {} and leftovers(second["cluster"]) == {}
+    assert second["error"] == "worker-0 wrote no metrics.json, so no epoch time (examples/README.md)"
+    assert job.state == Job.State.FAILED and "trial 1 (1 × lab-w-100, all-reduce): the worker running it was lost" in (
+        job.failure_reason
+    )
+    assert job.cost_so_far >= trials.spent(job)[0] > 0  # both billed
 
 
 @LAB
