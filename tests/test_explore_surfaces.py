@@ -403,3 +403,12 @@ def test_the_api_and_submit_job_take_an_explore_job(client, alice, bundle, lab, 
     assert code == 0 and answer["search"] is None
     asked = Job.objects.get(pk=answer["id"]).request
     assert (asked["alpha"], asked["beta"], asked["search_budget"], asked["search_minutes"]) == (2.0, 1.0, "3", 9)
+
+
+def test_a_search_that_found_nothing_shows_its_trials_and_the_jobs_reason(client, alice):
+    runs = [trial(1, "lab-w-100", 1, ended=8, error="the chief exited with code 1: ImportError")]
+    reason = "explore found no cluster that runs this code: no trial measured it"
+    job = explore_job(alice, state=Job.State.FAILED, profiling_runs=runs, failure_reason=reason, finished_at=NOW)
+    client.force_login(alice)
+    page = client.get(job.get_absolute_url()).content.decode()
+    assert "the job ended before it chose a cluster" in page and "ImportError" in page and reason in page

@@ -101,11 +101,17 @@ def job_line(job: dict) -> str:
     'job 7 running · epoch 1/3 · step 20/60 · loss 0.412 · ≈ $0.0012 so far'
     >>> job_line({"id": 7, "state": "queued"})
     'job 7 queued'
+    >>> job_line({"id": 7, "state": "recommending", "trials": [{"number": 2, "state": "under way", "workers": 3,
+    ...           "worker_type": "lab-w-1g", "ps_type": "", "strategy": "mirrored"}]})
+    'job 7 recommending · trial 2 on 3 × lab-w-1g'
     >>> job_line({"id": 7, "state": "queued", "worker": {"taking_jobs": False,
     ...           "message": "No worker is taking jobs since 13:24 UTC"}})
     'job 7 queued · No worker is taking jobs since 13:24 UTC'
     """
     parts = [f"job {job['id']} {job['state']}"]
+    under_way = [t for t in job.get("trials") or [] if t.get("state") == "under way"]  # explore's search
+    if under_way:
+        parts.append(f"trial {under_way[-1].get('number')} on {cluster(under_way[-1])}")
     progress = job.get("progress") or {}
     if progress.get("epoch") is not None:
         parts.append(f"epoch {_of(progress['epoch'], progress.get('epochs'))}")
