@@ -367,6 +367,7 @@ def test_the_wizard_estimates_the_search_of_new_code_and_runs_it(client, alice, 
     again = client.get(step_url("resource")).content.decode()
     assert re.search(r'<input type="radio" name="preset" value="cheapest"[^>]*\bchecked\b', again)
     assert 'name="search_minutes" value="20"' in again
+    assert 'name="search_budget" value="4"' in again  # left to the platform: its default, shown as it is
 
 
 def test_the_wizard_says_when_the_records_already_tell(client, alice, bundle, lab):
@@ -412,3 +413,12 @@ def test_a_search_that_found_nothing_shows_its_trials_and_the_jobs_reason(client
     client.force_login(alice)
     page = client.get(job.get_absolute_url()).content.decode()
     assert "the job ended before it chose a cluster" in page and "ImportError" in page and reason in page
+
+
+def test_submit_job_says_the_search_in_a_line(alice):
+    runs = [trial(1, "lab-w-100", 2, ended=6, epoch=30.5), trial(2, "lab-w-1g", 1, ended=None, error="")]
+    job = explore_job(alice, state=Job.State.RECOMMENDING, profiling_runs=runs, search=SEARCH)
+    line = search.said(search.of_job(job))
+    # Trial 1's $0.035 and trial 2's so far (6 minutes at $0.325/h, and counting).
+    assert re.match(r"2 trials \(1 measured, 0 failed\) · ≈ \$0\.06\d+ · ", line)
+    assert "trial 2 under way" in line and "stopped: another trial's expected gain" in line

@@ -19,6 +19,7 @@ from recommender import service
 SESSION_KEY = "fc2_wizard"
 STEPS = {"code": "Code", "data": "Data", "resource": "Resource", "review": "Review"}
 ONE_WORKER_TYPE = planning.ONE_WORKER_TYPE
+SEARCH_DEFAULTS = ("search_budget", "search_minutes")  # explore's, None: the platform's (FC2_EXPLORE_USD, _MINUTES)
 
 
 class Wizard:
@@ -159,7 +160,8 @@ class Wizard:
             if dataset.kind == Dataset.Kind.BUILTIN:
                 return {"source": "builtin", "builtin": dataset.builtin_name}
             return {"source": "mine", "dataset": dataset.pk}
-        resource = self.resource()
+        # An explore budget left to the platform (None) shows the platform's default, which it is, filled in.
+        resource = {k: v for k, v in self.resource().items() if v is not None or k not in SEARCH_DEFAULTS}
         default = self.default_workload()
         return {**resource, "workload_name": resource.get("workload_name") or default, "default_workload": default}
 
