@@ -4,6 +4,7 @@ fields and 400s, `submit_job --algorithm explore` and `fc2 submit`/`fc2 status`,
 
 from __future__ import annotations
 
+import doctest
 import re
 from datetime import timedelta
 
@@ -139,6 +140,8 @@ def test_the_job_page_shows_what_the_search_chose_and_why_it_stopped(client, ali
     assert "another trial&#x27;s expected gain ($0.002) is worth less than its cost ($0.02)" in page
     assert 'id="search-spent"' in page and "of a $5.00, 30-minute search budget" in page
     assert "part of the job's cost" in page
+    asked = "best: balanced (α 0.5, β 0.5) · search budget $5.00 and 30 minutes"
+    assert f"explore · ps · at most 2 workers · {asked}" in page
 
 
 def test_a_search_that_needed_no_trial_says_so(client, alice):
@@ -422,3 +425,8 @@ def test_submit_job_says_the_search_in_a_line(alice):
     # Trial 1's $0.035 and trial 2's so far (6 minutes at $0.325/h, and counting).
     assert re.match(r"2 trials \(1 measured, 0 failed\) · ≈ \$0\.06\d+ · ", line)
     assert "trial 2 under way" in line and "stopped: another trial's expected gain" in line
+
+
+def test_the_search_modules_examples(settings):
+    settings.FC2_EXPLORE_USD, settings.FC2_EXPLORE_MINUTES = 5, 30
+    assert doctest.testmod(search).failed == 0

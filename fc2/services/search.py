@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from django.conf import settings
 from django.utils import timezone
 
 from common.numbers import usd
@@ -127,6 +128,7 @@ class Search:
     before: Prediction | None
     after: Prediction | None
     epochs: int | None
+    asked: str  # what "best" means and the search's budget, as the job was submitted with them
 
     @property
     def predictions(self) -> list[tuple[str, Prediction | None, str]]:
@@ -160,7 +162,24 @@ def of_job(job: Job) -> Search | None:
         before=predicted("before"),
         after=predicted("after"),
         epochs=epochs,
+        asked=asked(job.request or {}),
     )
+
+
+def asked(request: dict) -> str:
+    """What an explore request (`Job.request`) asked of its search, in words: what best means and its budget (the
+    platform's default where it named none).
+
+    >>> asked({"alpha": 0.0, "beta": 1.0, "search_budget": "2.5", "search_minutes": 20})
+    'best: cheapest (α 0, β 1) · search budget $2.50 and 20 minutes'
+    """
+    alpha, beta = request.get("alpha", PRESETS[DEFAULT_PRESET][0]), request.get("beta", PRESETS[DEFAULT_PRESET][1])
+    preset = preset_of(alpha, beta)
+    weights = f"{preset} (α {alpha:g}, β {beta:g})" if preset != "custom" else f"α {alpha:g}, β {beta:g}"
+    budget = request.get("search_budget")
+    dollars = usd(Decimal(budget) if budget is not None else settings.FC2_EXPLORE_USD)
+    minutes = request.get("search_minutes") or settings.FC2_EXPLORE_MINUTES
+    return f"best: {weights} · search budget {dollars} and {minutes} minutes"
 
 
 def said(found: Search) -> str:
