@@ -201,7 +201,8 @@ def input_key(data: object) -> str | None:
 
 
 class RecommendView(APIView):
-    """Recommend a cluster (FC² Cost-Opt / Time-Opt / Scala-Opt / Scala-Opt-M, Anwar's lookup, or the model)."""
+    """Recommend a cluster (FC² Cost-Opt / Time-Opt / Scala-Opt / Scala-Opt-M, Anwar's lookup, the model, or explore:
+    a 400 with its search's estimate while the workload needs trial runs first)."""
 
     @extend_schema(request=RecommendInput, responses={200: RecommendationOutput, 400: BAD_REQUEST})
     def post(self, request: Request) -> Response:

@@ -12,6 +12,8 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
+import provisioner
+from fc2.models import Job
 from fc2.services import jobs, planning
 from fc2.services.requests import JobRequest, SubmitError
 from recommender import explore_answer, service
@@ -314,3 +316,11 @@ def test_submit_takes_a_whole_job_budget_that_covers_the_search_and_a_strategy_l
     jobs.check_search(job_request(bundle, digits, total_budget=Decimal("6"), search_budget=Decimal("5")))
     assert jobs.strategy_unavailable("auto", "explore") is None
     assert jobs.preset_weights("cheapest") == (0.0, 1.0)
+
+
+def test_submit_refuses_a_search_its_budget_cannot_start(lab, alice, bundle, digits):
+    if reason := provisioner.unavailable("lab"):
+        pytest.skip(reason)
+    with pytest.raises(SubmitError, match="cannot make a first trial") as refused:
+        jobs.submit(alice, job_request(bundle, digits, search_budget=Decimal("0.0001")), driver=Job.Driver.INLINE)
+    assert refused.value.field == "algorithm" and not Job.objects.exists()

@@ -271,13 +271,14 @@ def submit(owner: User, request: JobRequest, driver: str = Job.Driver.CELERY, *,
     """Create the job and start its pipeline (on commit, so the worker sees the row).
 
     With `plan_first`, a recommender that cannot answer (e.g. `model` for a workload with no records) refuses the job
-    now, with its reason, instead of failing it in its recommend step. A job with a budget is planned first too:
-    refused when its plan's projected total cost already exceeds its total budget, or when its budget in $/h cannot
-    buy a cluster (`planned`). The job keeps the request as it came (`Job.request`); its recommend step writes the
-    plan.
+    now, with its reason, instead of failing it in its recommend step. A job with a budget, or explore's, is planned
+    first too: refused when its plan's projected total cost already exceeds its total budget, when its budget in $/h
+    cannot buy a cluster, or when explore's search cannot start (`planned`). The job keeps the request as it came
+    (`Job.request`); its recommend step writes the plan.
     """
     validate(request)
-    if plan_first or request.total_budget is not None or request.budget is not None:
+    # explore is planned too: a search its budget cannot start, or too wide to weigh, is refused now, with the reason
+    if plan_first or request.total_budget is not None or request.budget is not None or request.algorithm == "explore":
         try:
             planned(request, owner)
         except RecommendationError as exc:
