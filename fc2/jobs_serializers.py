@@ -177,6 +177,10 @@ class ArtifactList(serializers.Serializer):
     results = ArtifactOutput(many=True)
 
 
+# A request from before explore weighed nothing: its α and β read as JobRequest's own, the balanced preset's.
+BALANCED = search.PRESETS[search.DEFAULT_PRESET]
+
+
 class RequestOutput(serializers.Serializer):
     """What the job was submitted with (Job.request), as it came: what a re-run submits again."""
 
@@ -195,8 +199,8 @@ class RequestOutput(serializers.Serializer):
     workload_name = serializers.CharField(allow_blank=True)
     parameters = serializers.DictField(child=serializers.CharField(allow_blank=True))
     # explore's (a job submitted before explore holds none: the defaults)
-    alpha = serializers.FloatField(default=0.5, help_text="explore: the weight of time")
-    beta = serializers.FloatField(default=0.5, help_text="explore: the weight of cost")
+    alpha = serializers.FloatField(default=BALANCED[0], help_text="explore: the weight of time")
+    beta = serializers.FloatField(default=BALANCED[1], help_text="explore: the weight of cost")
     search_budget = serializers.DecimalField(
         max_digits=10,
         decimal_places=4,
