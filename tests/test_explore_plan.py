@@ -146,6 +146,9 @@ def test_the_plan_of_a_search_is_its_next_trial(lab, alice, bundle, digits):
     # one trial's length: FC2_EXPLORE_TRIAL_S plus the lab's start-up and teardown
     assert found.search.trial_minutes == pytest.approx(planning.trial_minutes("lab"))
     assert found.search.trial_minutes > 2
+    # its counts stop at the provider's limit, and the job's epochs weigh what a better cluster saves
+    asked = planning.recommend_request(job_request(bundle, digits))
+    assert (asked.workers_cap, asked.epochs, asked.alpha, asked.search_dollars) == (8, 5, 0.5, 5.0)
     # what this job's trials spent is its budget's: the whole budget spent, the search cannot go on
     with pytest.raises(RecommendationError, match="cannot make a first trial"):
         planning.plan(job_request(bundle, digits), alice, trials_spent=(5.0, 0.0))
