@@ -33,6 +33,7 @@ MODULES = [
     "provisioner.types",
     "recommender.perfdata",
     "recommender.algorithms",
+    "recommender.explore_answer",
     "recommender.perfmodel.choice",
     "recommender.perfmodel.explanation",
     "recommender.pricing",
