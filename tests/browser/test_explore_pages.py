@@ -1,10 +1,13 @@
 """explore in real Chromium: the wizard's estimate of the search before anything runs, and a job page with a search
-— its trials, what it chose and why it stopped. Both saved as docs/screenshots/explore-wizard.png and
-explore-job.png (for the docs, looked at by people), besides the run's test-artifacts/screenshots/."""
+— its trials, what it chose and why it stopped. Each saved with the run's test-artifacts/screenshots/; with
+FC2_DOCS_SCREENSHOTS=1 also as the docs' docs/screenshots/explore-wizard.png and explore-job.png (looked at by
+people before they are committed: a plain test run leaves the checkout as it was)."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -12,7 +15,7 @@ from playwright.sync_api import expect
 import provisioner
 from fc2.models import Job
 from recommender.catalog import load_catalog
-from tests.browser.conftest import log_in, redrawn, to_resource_step
+from tests.browser.conftest import SCREENSHOTS, log_in, redrawn, to_resource_step
 from tests.conftest import PROJECT_DIR
 from tests.helpers import job_row
 from tests.test_explore_surfaces import SEARCH, trial
@@ -20,6 +23,13 @@ from tests.test_explore_surfaces import SEARCH, trial
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DOCS_SCREENSHOTS = PROJECT_DIR / "docs" / "screenshots"
+
+
+def docs_screenshot(name: str) -> Path:
+    """Where a screenshot for the docs goes: docs/screenshots/ when FC2_DOCS_SCREENSHOTS=1, else beside the run's."""
+    folder = DOCS_SCREENSHOTS if os.environ.get("FC2_DOCS_SCREENSHOTS") == "1" else SCREENSHOTS
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
 
 
 @pytest.fixture(autouse=True)
@@ -50,10 +60,9 @@ def test_the_wizard_shows_what_the_search_will_cost_before_it_runs(page, shot, a
     expect(page.locator("#search-dollars")).to_contain_text("at most $5.00")
     expect(page.locator("#search-minutes")).to_contain_text("at most 30 min")
     # For the docs: from the choice of algorithm to the search's fields, the estimate beside them.
-    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.set_viewport_size({"width": 1280, "height": 1400})
     page.get_by_label("Resource configuration").evaluate("e => window.scrollBy(0, e.getBoundingClientRect().top - 90)")
-    page.screenshot(path=str(DOCS_SCREENSHOTS / "explore-wizard.png"))
+    page.screenshot(path=str(docs_screenshot("explore-wizard.png")))
     shot("estimate")
 
     page.get_by_role("button", name=re.compile("^Next")).click()
@@ -81,8 +90,7 @@ def test_the_job_page_shows_the_search_its_trials_and_why_it_stopped(page, shot,
     expect(search.locator('tr[data-trial="2"]')).to_contain_text("failed the chief exited with code 1")
     expect(search.locator("#search-after")).to_contain_text("3 × lab-w-1g")
     expect(search.locator("#search-reason")).to_contain_text("worth less than its cost")
-    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.locator("#live").screenshot(path=str(DOCS_SCREENSHOTS / "explore-job.png"))
+    page.locator("#live").screenshot(path=str(docs_screenshot("explore-job.png")))
     shot("done")
 
     # While it searches: the page is live, the trial under way said in the progress line and the table.
