@@ -7,9 +7,12 @@ worker type's log price, vCPU or ECU and network, the PS type's log price and ne
 a linear kernel (how log time trends along each feature: Bayesian linear regression) plus an RBF kernel (what the
 trend misses, e.g. a PS that saturates) plus white noise (one run's spread). Its prior mean is this workload's mean
 log time, plus, where `history` (other workloads' records) is given, the trend fitted on those records — the scaling
-shape other code showed, shifted to this workload's level by its own trials; once the trials can tell, that trend
-stands only where it explains them better than no trend does. History shapes the prior only: the chosen
-configuration is always one this workload measured.
+shape other code showed, shifted to this workload's level by its own trials. History counts only where it has shown
+it transfers (each of its workloads predicted from the others better than by no trend; one workload cannot show it),
+and once the trials can tell, its trend stands only where it explains them better than no trend does. History
+shapes the prior only: it may choose the first trial and steer the next ones, never end the search (the belief
+without it must also find no trial worth its cost), and the chosen configuration is always one this workload
+measured.
 
 The objective is the model's rule (recommender/perfmodel/choice.py) on the run's cost rather than its hourly price:
 f = α·t/t_ref + β·c/c_ref, c = t·price the cost of an epoch, t_ref and c_ref the least among the candidates (the
@@ -168,51 +171,57 @@ def make_candidates(
     return tuple(Candidate(c, cluster_price(c, catalog, unpriced), features(c, catalog)) for c in sorted(set(configs)))
 
 
-def _spans(candidates: Sequence[Candidate]) -> np.ndarray:
-    """How far each feature ranges over the candidates (one where they do not vary it): the RBF's length scales."""
-    x = np.array([c.features for c in candidates])
+def _spans(x: np.ndarray) -> np.ndarray:
+    """How far each column ranges over the rows (one where they do not vary it): the RBF's length scales."""
     span = x.max(axis=0) - x.min(axis=0)
     return np.where(span > 0, span, 1.0)
 
 
 def fit_prior(history: Sequence[HistoryRecord], catalog: Mapping[str, InstanceSpec]) -> Prior:
     """The trend of log epoch time on the features across other workloads: each workload's ridge fit around its own
-    mean (so workloads of any size count by their shape), averaged weighting each by its records."""
+    mean (so workloads of any size count by their shape), averaged weighting each by its records. History earns its
+    place by predicting itself: each of its workloads, predicted from the others' trend alone, must be missed by less
+    (mean square of log time about its mean) than by no trend at all; history that cannot (other code scales
+    otherwise, or a single workload, which cannot be checked) teaches nothing: the empty prior."""
     by_workload: dict[str, list[HistoryRecord]] = {}
     for record in history:
         if record.epoch_time_s and record.epoch_time_s > 0:
             by_workload.setdefault(record.workload, []).append(record)
-    fits, weights, levels = [], [], []
+    centred = []
     for records in by_workload.values():
-        if len(records) < 2:
-            continue
-        x = np.array([features(r.config, catalog) for r in records])
-        y = np.log([r.epoch_time_s for r in records])
-        xc, yc = x - x.mean(axis=0), y - y.mean()
-        fits.append(np.linalg.solve(xc.T @ xc + RIDGE * np.eye(x.shape[1]), xc.T @ yc))
-        weights.append(len(records))
-        levels.append(y.mean())
-    if not fits:
+        if len(records) >= 2:
+            x = np.array([features(r.config, catalog) for r in records])
+            y = np.log([r.epoch_time_s for r in records])
+            centred.append((x - x.mean(axis=0), y - y.mean(), float(y.mean())))
+    if len(centred) < 2:
+        return Prior()
+    fits = [np.linalg.solve(xc.T @ xc + RIDGE * np.eye(xc.shape[1]), xc.T @ yc) for xc, yc, _ in centred]
+    weights = np.array([len(yc) for _, yc, _ in centred], dtype=float)
+    missed = flat = 0.0
+    for k, (xc, yc, _) in enumerate(centred):
+        others = np.average(np.delete(np.array(fits), k, axis=0), axis=0, weights=np.delete(weights, k))
+        missed += float(np.sum((yc - xc @ others) ** 2))
+        flat += float(np.sum(yc**2))
+    if missed >= flat:
         return Prior()
     slopes = np.average(np.array(fits), axis=0, weights=weights)
-    return Prior(tuple(float(s) for s in slopes), float(np.average(levels, weights=weights)))
+    return Prior(tuple(float(s) for s in slopes), float(np.average([c[2] for c in centred], weights=weights)))
 
 
 def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prior = Prior()) -> Belief:
     """The surrogate's mean and sd of log epoch time for every candidate, given the successful trials."""
-    x = np.array([c.features for c in candidates])
-    trend = (x - x.mean(axis=0)) @ np.array(prior.slopes) if prior.slopes else np.zeros(len(candidates))
+    # Features are centred on the candidates so the linear kernel's slopes pivot about the middle of the search space.
+    xc = np.array([c.features for c in candidates])
+    xc = xc - xc.mean(axis=0)
+    trend = xc @ np.array(prior.slopes) if prior.slopes else np.zeros(len(candidates))
     index = {c.config: i for i, c in enumerate(candidates)}
     done = [(index[t.config], math.log(t.epoch_time_s)) for t in trials if t.epoch_time_s and t.config in index]
     fitted = len(done) >= FIT_FROM_TRIALS
     kernel = (
         ConstantKernel(SLOPE_VARIANCE, _bounds(SLOPE_VARIANCE, fitted)) * DotProduct(0.0, "fixed")
-        + ConstantKernel(BUMP_VARIANCE, _bounds(BUMP_VARIANCE, fitted))
-        * RBF(LENGTH_SCALE * _spans(candidates), "fixed")
+        + ConstantKernel(BUMP_VARIANCE, _bounds(BUMP_VARIANCE, fitted)) * RBF(LENGTH_SCALE * _spans(xc), "fixed")
         + WhiteKernel(NOISE_VARIANCE, "fixed")
     )
-    # Features are centred on the candidates so the linear kernel's slopes pivot about the middle of the search space.
-    xc = x - x.mean(axis=0)
     if not done:
         # Before any trial the level is history's (with its spread across workloads unknown: sd 1) or unknown.
         level = prior.level if prior.slopes else 0.0
@@ -317,25 +326,53 @@ def next_step(
         return Step(None, chosen, "every candidate has been tried", 0.0)
     if not affordable:
         return Step(None, chosen, "the next trial would overrun the search budget", 0.0)
-    b = belief(candidates, trials, prior)
-    index = {c.config: i for i, c in enumerate(candidates)}
-    mean, sd = np.array(b.mean), np.array(b.sd)
-    # References for the objective: the least believed time and epoch cost among the candidates.
-    prices = np.array([c.hourly_price for c in candidates])
-    t_ref = float(np.exp(mean).min())
-    c_ref = float((np.exp(mean) * prices).min())
     if current is None:
         # Nothing measured yet: the first trial is the candidate believed best (with history, its trend; without,
         # the candidates' middle — every one is believed alike, and the middle tells the trend most about the rest).
         if prior.slopes:
-            scores = [(objective(math.exp(mean[index[c.config]]), c.hourly_price, alpha, beta, t_ref, c_ref),
+            times = np.exp(belief(candidates, trials, prior).mean)
+            t_ref, c_ref = float(times.min()), float((times * [c.hourly_price for c in candidates]).min())
+            index = {c.config: i for i, c in enumerate(candidates)}
+            scores = [(objective(float(times[index[c.config]]), c.hourly_price, alpha, beta, t_ref, c_ref),
                        c.hourly_price, c.config) for c in affordable]  # fmt: skip
         else:
-            scaled = {c.config: np.array(c.features) / _spans(candidates) for c in candidates}
+            spans = _spans(np.array([c.features for c in candidates]))
+            scaled = {c.config: np.array(c.features) / spans for c in candidates}
             centre = np.median(np.array(list(scaled.values())), axis=0)
             scores = [(float(np.sum((scaled[c.config] - centre) ** 2)), c.hourly_price, c.config) for c in affordable]
         return Step(min(scores)[2], None, "first trial", 0.0)
     pick, _ = current
+    ratio, config = _value(candidates, trials, alpha, beta, budget, prior, affordable, pick)
+    # The value rule stands once the surrogate's amplitudes are fitted to this workload's trials: before that its
+    # uncertainty is the prior's guess, and a guess too small would stop the search at its first trials. History may
+    # steer which trial comes next, never end the search: the belief without it must find no trial worth it either.
+    successes = sum(1 for t in trials if t.epoch_time_s)
+    if ratio < 1.0 and successes >= FIT_FROM_TRIALS:
+        alone = _value(candidates, trials, alpha, beta, budget, Prior(), affordable, pick) if prior.slopes else None
+        if alone is None or alone[0] < 1.0:
+            return Step(None, chosen, "another trial is expected to save less than it costs", ratio)
+        ratio, config = alone
+    return Step(config, chosen, "largest expected improvement per dollar", ratio)
+
+
+def _value(
+    candidates: Sequence[Candidate],
+    trials: Sequence[Trial],
+    alpha: float,
+    beta: float,
+    budget: Budget,
+    prior: Prior,
+    affordable: Sequence[Candidate],
+    pick: Candidate,
+) -> tuple[float, Config]:
+    """The affordable trial whose expected saving on the job is the most per dollar of its trial, and that ratio.
+    References for the objective: the least believed time and epoch cost among the candidates."""
+    b = belief(candidates, trials, prior)
+    mean, sd = np.array(b.mean), np.array(b.sd)
+    prices = np.array([c.hourly_price for c in candidates])
+    t_ref = float(np.exp(mean).min())
+    c_ref = float((np.exp(mean) * prices).min())
+    index = {c.config: i for i, c in enumerate(candidates)}
     best_f = objective(
         float(np.mean([t.epoch_time_s for t in trials if t.config == pick.config and t.epoch_time_s])),
         pick.hourly_price, alpha, beta, t_ref, c_ref,
@@ -348,12 +385,7 @@ def next_step(
         gain = expected_improvement(mean[i], sd[i], scale, best_f) / best_f * job_cost
         scored.append((gain / trial_cost(c, budget), -c.hourly_price, c.config))
     ratio, _, config = max(scored)
-    # The value rule stands once the surrogate's amplitudes are fitted to this workload's trials: before that its
-    # uncertainty is the prior's guess, and a guess too small would stop the search at its first trials.
-    successes = sum(1 for t in trials if t.epoch_time_s)
-    if ratio < 1.0 and successes >= FIT_FROM_TRIALS:
-        return Step(None, chosen, "another trial is expected to save less than it costs", ratio)
-    return Step(config, chosen, "largest expected improvement per dollar", ratio)
+    return ratio, config
 
 
 def trial_cost(candidate: Candidate, budget: Budget) -> float:

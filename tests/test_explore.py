@@ -101,7 +101,8 @@ def test_history_shapes_the_prior_but_is_never_a_measurement():
     """Other workloads' records move the belief before any trial, yet the choice is always among this workload's
     own trials (one at least), even when history holds this very grid's times."""
     candidates = explore.make_candidates(CONFIGS, CATALOG)
-    history = [HistoryRecord("other", c, epoch_time(c, work=5000.0)) for c in CONFIGS]
+    history = [HistoryRecord(name, c, epoch_time(c, work)) for name, work in (("a", 5000.0), ("b", 3000.0))
+               for c in CONFIGS]  # fmt: skip
     prior = explore.fit_prior(history, CATALOG)
     assert prior.slopes
     without, with_history = explore.belief(candidates, []), explore.belief(candidates, [], prior)
@@ -116,11 +117,61 @@ def test_a_history_the_trials_contradict_is_dropped():
     """Other code that slowed down with more workers predicts this one wrongly: once three trials show otherwise,
     the belief is the one without history."""
     candidates = explore.make_candidates(CONFIGS, CATALOG)
-    history = [HistoryRecord("other", c, 10.0 * c.workers) for c in CONFIGS]
+    history = [HistoryRecord(name, c, level * c.workers) for name, level in (("a", 10.0), ("b", 3.0)) for c in CONFIGS]
     prior = explore.fit_prior(history, CATALOG)
     trials = [Trial(c, epoch_time(c)) for c in CONFIGS if c.instance_type == "small" and c.ps_type == "ps-fast"][:3]
     assert explore.belief(candidates, trials[:2], prior) != explore.belief(candidates, trials[:2])
     assert explore.belief(candidates, trials, prior) == explore.belief(candidates, trials)
+
+
+@pytest.mark.parametrize(
+    ("workloads", "teaches"),
+    [
+        ({"a": lambda c: epoch_time(c, 5000.0)}, False),  # one workload: whether it transfers cannot be checked
+        ({"a": lambda c: epoch_time(c, 5000.0), "b": lambda c: epoch_time(c, 3000.0)}, True),  # alike: it does
+        ({"a": lambda c: 10.0 * c.workers, "b": lambda c: 100.0 / c.workers}, False),  # opposite: it does not
+    ],
+)
+def test_history_must_predict_itself_to_count(workloads, teaches):
+    history = [HistoryRecord(name, c, time(c)) for name, time in workloads.items() for c in CONFIGS]
+    assert bool(explore.fit_prior(history, CATALOG).slopes) is teaches
+
+
+@pytest.mark.parametrize("made", [3, 4, 6, 8])
+def test_history_may_steer_but_never_end_the_search(made):
+    """Whenever the search with history stops on value, the belief without history stops there too."""
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    history = [HistoryRecord(name, c, epoch_time(c, work)) for name, work in (("a", 9.0), ("b", 10.0))
+               for c in CONFIGS]  # fmt: skip
+    prior = explore.fit_prior(history, CATALOG)
+    trials = [Trial(c, epoch_time(c)) for c in CONFIGS[::5][:made]]
+    stops = "another trial is expected to save less than it costs"
+    short = Budget(math.inf, math.inf, 10, job_hours=1)
+    steered = explore.next_step(candidates, trials, 0.5, 0.5, short, prior)
+    alone = explore.next_step(candidates, trials, 0.5, 0.5, short)
+    assert steered.reason != stops or alone.reason == stops
+
+
+def test_the_whole_configuration_is_chosen_ps_type_included():
+    """The issue's case: four types × eight worker counts, each with a PS of its own type, the cheapest asked. One
+    worker of the largest type costs 60 % more than a few small ones (the PS's price is spread over the workers):
+    the search must choose the cluster whole, not one type's runs."""
+    catalog = {
+        f"t{size}": InstanceSpec(f"t{size}", 0.05 * size, "any", vcpu=2 * size, network_mbps=500 * size)
+        for size in (1, 2, 4, 8)
+    }
+    configs = [Config(t, t, n, "ps", 0.0) for t in catalog for n in range(1, 9)]
+
+    def time(config: Config) -> float:
+        spec = catalog[config.instance_type]
+        return 1.0 + 2000.0 / (config.workers * spec.vcpu) + config.workers * 100.0 / spec.network_mbps
+
+    candidates = explore.make_candidates(configs, catalog)
+    result = explore.search(candidates, time, *explore.PRESETS["cheapest"], ROOMY)
+    cost = {c.config: time(c.config) * c.hourly_price for c in candidates}
+    assert result.chosen != Config("t8", "t8", 1, "ps", 0.0)
+    assert cost[result.chosen] <= 1.05 * min(cost.values())
+    assert cost[Config("t8", "t8", 1, "ps", 0.0)] > 1.4 * min(cost.values())
 
 
 def test_the_best_measured_is_chosen_by_its_mean_run():
