@@ -237,3 +237,19 @@ def test_search_counts_what_was_spent_before_it():
     candidates = explore.make_candidates(CONFIGS, CATALOG)
     budget = Budget(dollars=math.inf, minutes=30, window_minutes=10, job_hours=1000)
     assert len(explore.search(candidates, epoch_time, 1.0, 0.0, budget, spent_minutes=20).trials) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("# a comment\nworkload,instance_type,workers,epoch_time_s\nw,small,1,2.0\n", ("csv", None)),
+        ("# a comment\n4,64000,0,,419,\n", ("anwar2021", "grid")),
+    ],
+)
+def test_benchmark_tells_the_grid_formats_apart(tmp_path, text, expected):
+    from benchmarks.explore import grid_format
+
+    grid = tmp_path / "grid.csv"
+    grid.write_text(text)
+    assert grid_format(grid) == expected
+    assert grid_format(ROOT / "recommender" / "data" / "anwar2021-table4.csv") == ("anwar2021", "anwar2021-mnist")
