@@ -225,7 +225,7 @@ def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prio
     if not done:
         # Before any trial the level is history's (with its spread across workloads unknown: sd 1) or unknown.
         level = prior.level if prior.slopes else 0.0
-        prior_sd = np.sqrt(np.diag(kernel(xc)) + 1.0)
+        prior_sd = np.sqrt(kernel.diag(xc) + 1.0)
         return Belief(tuple(float(v) for v in trend + level), tuple(float(v) for v in prior_sd))
     rows, observed = [i for i, _ in done], np.array([y for _, y in done])
     # History's trend is a hypothesis about this workload: once the trials can fit the surrogate, it stands only if

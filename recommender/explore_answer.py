@@ -6,7 +6,7 @@ recommender/explore.py's; the service (recommender/service.py) loads what this m
 
 - Candidates: the configuration is chosen whole — every worker type of L^w (the request's worker type, else its list,
   else the catalogue's), every count from 1 to n (n from the budget C per PS and worker type, as the other algorithms
-  count it, or the maximum number of workers), every strategy the request allows (a parameter server, all-reduce, or
+  count it, or the maximum number of workers; past 8 on a ladder of about four counts a doubling, `worker_counts`), every strategy the request allows (a parameter server, all-reduce, or
   both when left open) and, through a PS, every PS type of L^p (the request's PS type, else its list, else the
   catalogue's). Where the catalogue gives a list, the types another beats on every figure that matters at no more
   $/h are left out (`dominates`). The latency is the request's; the counts stop at the provider's limit
@@ -51,9 +51,14 @@ from recommender.types import Candidate as AnswerCandidate
 Z80 = 1.2816
 # The job's length when its epochs are not known: what a better cluster saves is weighed against one hour of it.
 JOB_HOURS_UNKNOWN_EPOCHS = 1.0
-# The most configurations one search weighs: its belief is joint over them all, and is computed again for each trial
-# (a cloud's catalogue, every type as PS and as worker, 8 workers: about 6,000).
-MAX_CANDIDATES = 2000
+# The worker counts weighed (`worker_counts`): each up to EVERY_COUNT_UP_TO, then a ladder of about
+# COUNTS_PER_DOUBLING counts a doubling — 1 to 100 workers are 23 counts, not 100.
+EVERY_COUNT_UP_TO = 8
+COUNTS_PER_DOUBLING = 4
+# The most configurations one search weighs: its belief is computed over them all for each trial and each step of
+# the estimate's replay (a cloud's catalogue — 61 worker types and 11 PS types on aws-us-east-1 once dominated ones
+# are left out — up to 100 workers: about 16,000, a few seconds a plan).
+MAX_CANDIDATES = 20000
 # The most trials the estimate simulates (each one fits the surrogate): the budget stops a search long before.
 MAX_SIMULATED = 30
 
@@ -118,7 +123,7 @@ def configurations(request: RecommendRequest, specs: Sequence[InstanceSpec]) -> 
                     refusals.append(refused)
                     continue
                 ps_name = ps.name if ps else ""
-                counts = range(1, min(n, request.workers_cap or MAX_WORKERS, MAX_WORKERS) + 1)
+                counts = worker_counts(min(n, request.workers_cap or MAX_WORKERS, MAX_WORKERS))
                 configs += [Config(worker.name, ps_name, k, strategy, latency) for k in counts]
     if not configs:
         raise refusals[0]
@@ -128,6 +133,22 @@ def configurations(request: RecommendRequest, specs: Sequence[InstanceSpec]) -> 
             "weighs: name the worker types it may use, a PS type or the strategy, or give a lower worker limit"
         )
     return configs
+
+
+def worker_counts(n: int) -> list[int]:
+    """The worker counts weighed up to n: every count up to EVERY_COUNT_UP_TO, then about COUNTS_PER_DOUBLING a
+    doubling (each some 19 % above the last: an epoch time that scales with the count moves less between two), and n.
+
+    >>> worker_counts(5), worker_counts(20), worker_counts(100)[-6:]
+    ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 13, 16, 19, 20], [45, 54, 64, 76, 91, 100])
+    """
+    counts = list(range(1, min(n, EVERY_COUNT_UP_TO) + 1))
+    k = 1
+    while (count := round(EVERY_COUNT_UP_TO * 2 ** (k / COUNTS_PER_DOUBLING))) < n:
+        if count > counts[-1]:
+            counts.append(count)
+        k += 1
+    return counts if counts[-1] == n else [*counts, n]
 
 
 def _types(names: list[str], index: Mapping[str, InstanceSpec], role: str) -> list[InstanceSpec]:

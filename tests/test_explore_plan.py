@@ -97,16 +97,18 @@ def test_the_counts_stop_at_the_providers_limit_and_a_cloud_catalogue_is_narrowe
     lab = load_catalog("lab")
     asked = explore_request(max_workers=None, budget=5.0, worker_types=("lab-w-1g",), workers_cap=8)
     assert max(c.workers for c in explore_answer.configurations(asked, service.catalog_specs(lab.name))) == 8
-    # a cloud's hundred types: those another beats on every figure at no more $/h are left out; still too many to
-    # weigh at 8 workers, which is said with how to narrow it
+    # a cloud's hundred types: those another beats on every figure at no more $/h are left out; the counts past 8 on
+    # a ladder, so that up to 100 workers are weighed; still too many at thousands, which is said with how to narrow it
     aws = load_catalog("aws-us-east-1")
     specs = service.catalog_specs(aws.name)
     two = explore_answer.configurations(explore_request(max_workers=2), specs)
     workers = {c.instance_type for c in two}
     assert 0 < len(workers) < len([s for s in specs if s.role in ("worker", "any")])
     assert not any(explore_answer.dominates(a, b, "worker") for a in specs for b in specs if b.name in workers)
+    hundred = explore_answer.configurations(explore_request(max_workers=100), specs)
+    assert {c.workers for c in hundred} == set(explore_answer.worker_counts(100))
     with pytest.raises(RecommendationError, match="name the worker types"):
-        explore_answer.configurations(explore_request(max_workers=8), specs)
+        explore_answer.configurations(explore_request(max_workers=5000), specs)
 
 
 # --- no records: trials first ------------------------------------------------------------------------------------
@@ -246,7 +248,9 @@ def test_another_users_records_are_never_read(lab, alice, bob):
 
 
 def test_other_workloads_shape_the_prior_only(lab, alice):
-    full_lab_grid("platform-code")  # the platform's
+    # the platform's: two workloads that scale alike (history must predict itself to count: one cannot show it)
+    full_lab_grid("platform-code")
+    full_lab_grid("platform-code-b")
     with pytest.raises(TrialsNeeded) as needed:
         service.recommend(explore_request(), "lab", owner=alice)
     search = needed.value.search
