@@ -6,12 +6,12 @@ recommender/explore.py's; the service (recommender/service.py) loads what this m
 
 - Candidates: the configuration is chosen whole — every worker type of L^w (the request's worker type, else its list,
   else the catalogue's), every count from 1 to n (n from the budget C per PS and worker type, as the other algorithms
-  count it, or the maximum number of workers; past 8 on a ladder of about four counts a doubling, `worker_counts`), every strategy the request allows (a parameter server, all-reduce, or
-  both when left open) and, through a PS, every PS type of L^p (the request's PS type, else its list, else the
-  catalogue's). Where the catalogue gives a list, the types another beats on every figure that matters at no more
-  $/h are left out (`dominates`). The latency is the request's; the counts stop at the provider's limit
-  (`workers_cap`); and at most MAX_CANDIDATES configurations are weighed (more: the request is refused, saying how to
-  narrow it).
+  count it, or the maximum number of workers; past 8 on a ladder of about four counts a doubling, `worker_counts`),
+  every strategy the request allows (a parameter server, all-reduce, or both when left open) and, through a PS, every PS
+  type of L^p (the request's PS type, else its list, else the catalogue's). Where the catalogue gives a list, the types
+  another beats on every figure that matters at no more $/h are left out (`dominates`). The latency is the request's;
+  the counts stop at the provider's limit (`workers_cap`); and at most MAX_CANDIDATES configurations are weighed (more:
+  the request is refused, saying how to narrow it).
 - Trials: the workload's records of those configurations at the request's batch size (any batch size when it names
   none), whatever measured them (imported, a job, a profiling run with an epoch time, a trial); a run that failed is
   a trial that failed (never tried again). What this search spent is the request's `spent_dollars`/`spent_minutes`:
