@@ -224,7 +224,7 @@ class TrialOutput(serializers.Serializer):
     hourly_cost = serializers.FloatField(help_text="$/h of its cluster, its PS included")
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True, help_text="null while it is under way")
-    state = serializers.ChoiceField(choices=["under way", "measured", "failed"])
+    state = serializers.ChoiceField(choices=search.TRIAL_STATES)
     epoch_time_s = serializers.FloatField(allow_null=True, help_text="Its measured steady-state epoch time")
     error = serializers.CharField(allow_blank=True, help_text="Why it failed; empty otherwise")
     cost = serializers.FloatField(help_text="$: its $/h over its span (part of the job's cost)")

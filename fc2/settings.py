@@ -393,6 +393,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobAlgorithmEnum": "fc2.jobs_serializers.JOB_ALGORITHMS",
         "JobStrategyEnum": "fc2.jobs_serializers.JOB_STRATEGIES",
+        "JobStateEnum": "fc2.models.Job.State",
+        "TrialStateEnum": "fc2.services.search.TRIAL_STATES",
     },
 }
 

@@ -420,9 +420,11 @@ def test_a_search_that_found_nothing_shows_its_trials_and_the_jobs_reason(client
 
 def test_submit_job_says_the_search_in_a_line(alice):
     runs = [trial(1, "lab-w-100", 2, ended=6, epoch=30.5), trial(2, "lab-w-1g", 1, ended=None, error="")]
+    # Trial 2 is under way since 6 minutes before NOW (the module's import), and counting: started now, as it is.
+    runs[1]["started_at"] = (timezone.now() - timedelta(minutes=6)).isoformat()
     job = explore_job(alice, state=Job.State.RECOMMENDING, profiling_runs=runs, search=SEARCH)
     line = search.said(search.of_job(job))
-    # Trial 1's $0.035 and trial 2's so far (6 minutes at $0.325/h, and counting).
+    # Trial 1's $0.035 and trial 2's so far (6 minutes at $0.325/h).
     assert re.match(r"2 trials \(1 measured, 0 failed\) · ≈ \$0\.06\d+ · ", line)
     assert "trial 2 under way" in line and "stopped: another trial's expected gain" in line
 

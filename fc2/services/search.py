@@ -45,6 +45,9 @@ def preset_of(alpha: float, beta: float) -> str:
     return next((name for name, pair in PRESETS.items() if pair == (alpha, beta)), "custom")
 
 
+TRIAL_STATES = ("under way", "measured", "failed")  # what becomes of a trial run, as pages say it
+
+
 @dataclass(frozen=True)
 class TrialRow:
     """One trial run of a job, as its page, the API and the CLI show it."""
@@ -58,7 +61,7 @@ class TrialRow:
     started_at: datetime | None
     ended_at: datetime | None
     epoch_time_s: float | None
-    state: str  # "under way", "measured" or "failed"
+    state: str  # one of TRIAL_STATES
     error: str  # why it failed; "" otherwise
     cost: float  # its $/h over its span: from its start to its end (to the job's teardown, or now, while open)
     record: int | None  # the PerformanceRecord it made
