@@ -382,7 +382,11 @@ def teardown(cluster_id: str, region: str = "", grace_s: float = 5.0) -> list[st
     for _ in range(3):  # code that forks while being killed: go round until nothing of the cluster is left
         left = [p for p in {*left, *processes, *cluster_processes(cluster)} if _running(p)]
         if not left:
-            break
+            reap()
+            # A node's sandbox wrapper caught between its fork and joining its cgroup (orphaned by its agent's death,
+            # not yet the sandbox uid's) shows only once it has joined: one more look before the cluster is gone.
+            if not (left := cluster_processes(cluster)):
+                break
         for process in left:
             with contextlib.suppress(psutil.Error):
                 process.kill()
