@@ -390,28 +390,26 @@ class Job(models.Model):
             return None
         return float(self.budget) * self.billed_s / 3600
 
+    def run_span(self, run: dict, now: datetime) -> tuple[datetime, datetime, float]:
+        """A profiling or trial run's (an entry of `profiling_runs`) billed span and $/h: from its start to its end;
+        one cut off (its worker lost) ended with its cluster's teardown, and one still up is billed to `now`."""
+        ended = _moment(run.get("ended_at")) or self.torn_down_at or now
+        return datetime.fromisoformat(run["started_at"]), ended, float(run["hourly_cost"])
+
     def cost_between(
         self, start: datetime | None = None, end: datetime | None = None, now: datetime | None = None
     ) -> float:
         """$ of the parts of its clusters' lives inside [start, end): its cluster's (launched → torn down, or `now`
         while it is up) and its profiling runs' (fc2/services/profiling.py), each at its own $/h."""
         now = now or timezone.now()
-        spans = [
-            # A run cut off (its worker lost) ended with its cluster's teardown.
-            (
-                datetime.fromisoformat(run["started_at"]),
-                _moment(run.get("ended_at")) or self.torn_down_at or now,
-                run["hourly_cost"],
-            )
-            for run in self.profiling_runs or []
-        ]
+        spans = [self.run_span(run, now) for run in self.profiling_runs or []]
         if self.hourly_cost is not None and self.launched_at is not None:
-            spans.append((self.launched_at, self.torn_down_at or now, self.hourly_cost))
+            spans.append((self.launched_at, self.torn_down_at or now, float(self.hourly_cost)))
         total = 0.0
         for up_from, up_to, hourly in spans:
             up_from = max(up_from, start) if start else up_from
             up_to = min(up_to, end) if end else up_to
-            total += float(hourly) * max(0.0, (up_to - up_from).total_seconds()) / 3600
+            total += hourly * max(0.0, (up_to - up_from).total_seconds()) / 3600
         return total
 
     @property

@@ -10,7 +10,6 @@ import unicodedata
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
@@ -115,11 +114,6 @@ def preset_weights(preset: str) -> tuple[float, float]:
     return PRESETS[preset]
 
 
-def search_budget(request: JobRequest) -> Decimal:
-    """The $ explore's trial runs may cost for this request: its own search budget, else the platform's default."""
-    return request.search_budget if request.search_budget is not None else Decimal(settings.FC2_EXPLORE_USD)
-
-
 def check_search(request: JobRequest) -> None:
     """explore's weights and its search's budget: each a number it can use, said per field; and a whole-job budget
     that covers the search, whose trials count in the job's cost."""
@@ -137,7 +131,7 @@ def check_search(request: JobRequest) -> None:
     # isinstance: a request made from JSON or a form may carry a float or a bool where an int is declared
     if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1):  # type: ignore[redundant-expr]
         raise SubmitError(f"a search's minutes are a whole number of at least 1 (not {minutes!r})", "search_minutes")
-    search = search_budget(request)
+    search, _ = request.search_limits
     if request.algorithm == "explore" and request.total_budget is not None and request.total_budget < search:
         raise SubmitError(
             f"the job's total budget of {usd(request.total_budget)} does not cover explore's search budget of "

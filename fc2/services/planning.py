@@ -193,15 +193,12 @@ def recommend_request(
     (`trials_spent`: $, minutes), one trial's length and the job's epochs."""
     explore: dict = {}
     if request.algorithm == "explore":
+        dollars, minutes = request.search_limits
         explore = {
             "alpha": float(request.alpha),
             "beta": float(request.beta),
-            "search_dollars": float(
-                request.search_budget if request.search_budget is not None else settings.FC2_EXPLORE_USD
-            ),
-            "search_minutes": float(
-                request.search_minutes if request.search_minutes is not None else settings.FC2_EXPLORE_MINUTES
-            ),
+            "search_dollars": float(dollars),
+            "search_minutes": float(minutes),
             "spent_dollars": float(trials_spent[0]),
             "spent_minutes": float(trials_spent[1]),
             "trial_minutes": trial_minutes(request.provider),

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+
 import provisioner
 from fc2.models import CodeBundle, Dataset, Job, epochs_parameter, workload_name
 from recommender.types import DEFAULT_CATALOG
@@ -74,9 +76,23 @@ class JobRequest:
         return self.workload_name or workload_name(self.bundle, self.dataset)
 
     @property
+    def search_limits(self) -> tuple[Decimal, int]:
+        """explore's search budget: ($, minutes), the request's or the platform's default (`search_limits`)."""
+        return search_limits(self.search_budget, self.search_minutes)
+
+    @property
     def epochs(self) -> int | None:
         """The `epochs` parameter when it is a whole number of at least 1 (what the cost estimate multiplies by)."""
         return epochs_parameter(self.parameters)
+
+
+def search_limits(dollars: Decimal | None, minutes: int | None) -> tuple[Decimal, int]:
+    """explore's search budget as asked, ($, minutes), the platform's default (FC2_EXPLORE_USD, FC2_EXPLORE_MINUTES)
+    where it names none."""
+    return (
+        Decimal(settings.FC2_EXPLORE_USD) if dollars is None else dollars,
+        settings.FC2_EXPLORE_MINUTES if minutes is None else minutes,
+    )
 
 
 # The request's amounts in $, kept as exact decimal strings.

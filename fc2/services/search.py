@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.conf import settings
 from django.utils import timezone
 
 from common.numbers import usd
 from fc2.models import Job, epochs_parameter
 from fc2.services import jobs, pricing
-from fc2.services.requests import SubmitError
+from fc2.services.requests import SubmitError, search_limits
 from fc2.services.trials import entries as made
 from recommender.explore import PRESETS
 
@@ -83,9 +82,9 @@ def trials(job: Job, now: datetime | None = None) -> list[TrialRow]:
             state, error = "failed", error or "it measured no epoch time"
         else:
             state = "measured"
-        # As the job's cost counts it (Job.cost_between): a run cut off ended with its cluster's teardown.
-        until = ended or job.torn_down_at or now
         hourly = float(entry.get("hourly_cost") or 0.0)
+        # As the job's cost counts it (Job.run_span): a run cut off ended with its cluster's teardown.
+        up_from, up_to, _ = job.run_span(entry, now) if started else (now, now, 0.0)
         rows.append(
             TrialRow(
                 number=int(entry.get("number") or index + 1),
@@ -99,7 +98,7 @@ def trials(job: Job, now: datetime | None = None) -> list[TrialRow]:
                 epoch_time_s=float(epoch) if isinstance(epoch, int | float) else None,
                 state=state,
                 error=error if state == "failed" else "",
-                cost=hourly * max(0.0, (until - started).total_seconds()) / 3600 if started else 0.0,
+                cost=hourly * max(0.0, (up_to - up_from).total_seconds()) / 3600,
                 record=entry.get("record") if isinstance(entry.get("record"), int) else None,
             )
         )
@@ -180,9 +179,8 @@ def asked(request: dict) -> str:
     preset = preset_of(alpha, beta)
     weights = f"{preset} (α {alpha:g}, β {beta:g})" if preset != "custom" else f"α {alpha:g}, β {beta:g}"
     budget = request.get("search_budget")
-    dollars = usd(Decimal(budget) if budget is not None else settings.FC2_EXPLORE_USD)
-    minutes = request.get("search_minutes") or settings.FC2_EXPLORE_MINUTES
-    return f"best: {weights} · search budget {dollars} and {minutes} minutes"
+    dollars, minutes = search_limits(None if budget is None else Decimal(budget), request.get("search_minutes"))
+    return f"best: {weights} · search budget {usd(dollars)} and {minutes} minutes"
 
 
 def said(found: Search) -> str:

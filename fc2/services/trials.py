@@ -74,9 +74,9 @@ def spent(job: Job, now: datetime | None = None) -> tuple[float, float]:
     now = now or timezone.now()
     dollars = minutes = 0.0
     for run in entries(job):
-        ended = datetime.fromisoformat(run["ended_at"]) if run.get("ended_at") else now
-        seconds = max(0.0, (ended - datetime.fromisoformat(run["started_at"])).total_seconds())
-        dollars += float(run["hourly_cost"]) * seconds / 3600
+        up_from, up_to, hourly = job.run_span(run, now)
+        seconds = max(0.0, (up_to - up_from).total_seconds())
+        dollars += hourly * seconds / 3600
         minutes += seconds / 60
     return dollars, minutes
 
@@ -287,8 +287,8 @@ def keep_search(
     interval = extra.get("interval_s") or [None, None]
     made = entries(job)
     dollars, _ = spent(job, now)
-    budget = float(request.search_budget if request.search_budget is not None else settings.FC2_EXPLORE_USD)
-    minutes = request.search_minutes if request.search_minutes is not None else settings.FC2_EXPLORE_MINUTES
+    dollars_asked, minutes = request.search_limits
+    budget = float(dollars_asked)
     kept = {
         "before": _config(before.predicted_config, before.predicted)
         if before is not None and before.predicted_config is not None
