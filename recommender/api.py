@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from recommender import service
-from recommender.explore import PRESETS
+from recommender.explore import DEFAULT_WEIGHTS, PRESETS, weights
 from recommender.types import (
     ALGORITHMS,
     MAX_BATCH_SIZE,
@@ -107,9 +107,8 @@ class RecommendInput(serializers.Serializer):
     def to_request(self) -> RecommendRequest:
         data = dict(self.validated_data)
         data.pop("catalog")
-        preset = data.pop("preset", None)
-        default = PRESETS["balanced"] if data["algorithm"] == "explore" else (1.0, 0.0)
-        alpha, beta = PRESETS[preset] if preset else (data.get("alpha", default[0]), data.get("beta", default[1]))
+        default = DEFAULT_WEIGHTS.get(data["algorithm"], DEFAULT_WEIGHTS["model"])
+        alpha, beta = weights(data.pop("preset", None), data.get("alpha"), data.get("beta"), default)
         data["alpha"], data["beta"] = alpha, beta
         data["search_dollars"] = data.pop("search_budget", None)
         strategy = data.pop("strategy")

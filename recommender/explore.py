@@ -41,6 +41,28 @@ from recommender.types import InstanceSpec
 
 # α, β presets the user picks from (time vs cost weights, as the model's rule reads them).
 PRESETS: dict[str, tuple[float, float]] = {"fastest": (1.0, 0.0), "cheapest": (0.0, 1.0), "balanced": (0.5, 0.5)}
+# The weights a request that names neither a preset nor α and β gets: explore's (balanced), the model's (time alone).
+DEFAULT_WEIGHTS = {"explore": PRESETS["balanced"], "model": (1.0, 0.0)}
+
+
+def weights(
+    preset: str | None, alpha: float | None, beta: float | None, default: tuple[float, float] = PRESETS["balanced"]
+) -> tuple[float, float]:
+    """(α, β): a preset's, or those given (one not given: `default`'s); a ValueError for a preset given with weights
+    or an unknown one, the same at every door (the wizard, the APIs, the command lines).
+
+    >>> weights("cheapest", None, None), weights(None, 2.0, None)
+    ((0.0, 1.0), (2.0, 0.5))
+    """
+    if preset is not None:
+        if alpha is not None or beta is not None:
+            raise ValueError(f"give the preset {preset!r} or alpha and beta, not both")
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r} (expected {', '.join(PRESETS)})")
+        return PRESETS[preset]
+    return (default[0] if alpha is None else alpha), (default[1] if beta is None else beta)
+
+
 # The surrogate's hyperparameters. The trend (linear kernel) is in the features' own units, logs of ratios, where a
 # slope has a physical reading: −1 on log workers or log speed is ideal scaling, 0 none, +1 time proportional (to
 # latency, or to workers on a saturated PS) — so slopes of sd 1 about 0 (or about history's) span what code does.

@@ -18,6 +18,7 @@ from fc2.services import jobs, planning
 from fc2.services.requests import JobRequest, SubmitError
 from recommender import explore_answer, service
 from recommender.catalog import load_catalog
+from recommender.explore import weights
 from recommender.models import Catalog, InstanceType, PerformanceRecord
 from recommender.types import RecommendationError, RecommendRequest, TrialsNeeded
 from tests.conftest import call_json
@@ -322,7 +323,7 @@ def test_submit_refuses_what_explore_cannot_use(lab, bundle, digits, fields, fie
 def test_submit_takes_a_whole_job_budget_that_covers_the_search_and_a_strategy_left_open(lab, bundle, digits):
     jobs.check_search(job_request(bundle, digits, total_budget=Decimal("6"), search_budget=Decimal("5")))
     assert jobs.strategy_unavailable("auto", "explore") is None
-    assert jobs.preset_weights("cheapest") == (0.0, 1.0)
+    assert weights("cheapest", None, None) == (0.0, 1.0)
 
 
 def test_submit_refuses_a_search_its_budget_cannot_start(lab, alice, bundle, digits):

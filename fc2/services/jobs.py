@@ -22,7 +22,6 @@ from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
 from fc2.services.planning import Owner, Plan, check_workers, explore_unavailable, plan
 from fc2.services.requests import JobRequest, SubmitError
-from recommender.explore import PRESETS
 from recommender.types import ALGORITHMS, RecommendationError
 
 if TYPE_CHECKING:
@@ -105,13 +104,6 @@ def strategy_unavailable(strategy: str, algorithm: str) -> str | None:
     if strategy == Job.Strategy.AUTO and algorithm not in CHOOSE_THE_STRATEGY:
         return STRATEGY_LEFT_OPEN_REASON
     return None
-
-
-def preset_weights(preset: str) -> tuple[float, float]:
-    """(α, β) of an explore preset: fastest, cheapest or balanced (recommender.explore.PRESETS)."""
-    if preset not in PRESETS:
-        raise SubmitError(f"unknown preset {preset!r} (expected {', '.join(PRESETS)})", "alpha")
-    return PRESETS[preset]
 
 
 def check_search(request: JobRequest) -> None:

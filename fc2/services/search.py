@@ -12,9 +12,10 @@ from django.utils import timezone
 
 from common.numbers import usd
 from fc2.models import Job, epochs_parameter
-from fc2.services import jobs, pricing
+from fc2.services import pricing
 from fc2.services.requests import SubmitError, search_limits
 from fc2.services.trials import entries as made
+from recommender import explore
 from recommender.explore import PRESETS
 
 PRESET_LABELS = {
@@ -28,15 +29,13 @@ DEFAULT_PRESET = "balanced"  # the JobRequest's own α and β
 
 
 def weights(preset: str | None, alpha: float | None, beta: float | None) -> tuple[float, float]:
-    """α (time) and β (cost) from a preset (`jobs.preset_weights`), or as given (a weight not given: the balanced
-    preset's); a preset with numbers too is a SubmitError naming `preset`. Whether the numbers can be used is
-    `jobs.check_search`'s to say, at submission."""
-    if preset:
-        if alpha is not None or beta is not None:
-            raise SubmitError(f"give the preset {preset!r} or alpha and beta, not both", "preset")
-        return jobs.preset_weights(preset)
-    default_alpha, default_beta = PRESETS[DEFAULT_PRESET]
-    return (default_alpha if alpha is None else alpha), (default_beta if beta is None else beta)
+    """α (time) and β (cost) from a preset, or as given (a weight not given: the balanced preset's), by
+    `recommender.explore.weights`; its refusal a SubmitError (an unknown preset names `alpha`, a preset with numbers
+    too names `preset`). Whether the numbers can be used is `jobs.check_search`'s to say, at submission."""
+    try:
+        return explore.weights(preset or None, alpha, beta, PRESETS[DEFAULT_PRESET])
+    except ValueError as refused:
+        raise SubmitError(str(refused), "preset" if preset in PRESETS else "alpha") from refused
 
 
 def preset_of(alpha: float, beta: float) -> str:

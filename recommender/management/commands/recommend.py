@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from recommender import service
 from recommender.catalog import bundled_catalogs
-from recommender.explore import PRESETS
+from recommender.explore import DEFAULT_WEIGHTS, PRESETS, weights
 from recommender.management.base import ContractCommand, user_named
 from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest, TrialsNeeded
 
@@ -142,10 +142,8 @@ class Command(ContractCommand):
 
 def _weights(options: dict[str, Any]) -> tuple[float, float]:
     """(α, β): a preset's, or the ones given; the defaults are the model's (time alone) and explore's (balanced)."""
-    alpha, beta, preset = options["alpha"], options["beta"], options["preset"]
-    if preset is not None:
-        if alpha is not None or beta is not None:
-            raise CommandError("give --preset or --alpha and --beta, not both")
-        return PRESETS[preset]
-    default = PRESETS["balanced"] if options["algorithm"] == "explore" else (1.0, 0.0)
-    return (default[0] if alpha is None else alpha, default[1] if beta is None else beta)
+    default = DEFAULT_WEIGHTS.get(options["algorithm"], DEFAULT_WEIGHTS["model"])
+    try:
+        return weights(options["preset"], options["alpha"], options["beta"], default)
+    except ValueError as refused:
+        raise CommandError(f"{refused} (--preset, --alpha, --beta)") from refused
