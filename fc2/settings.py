@@ -204,6 +204,15 @@ FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
 FC2_EXPLORE_TRIAL_S = envint("FC2_EXPLORE_TRIAL_S", 120)
 FC2_EXPLORE_USD = envint("FC2_EXPLORE_USD", 5)
 FC2_EXPLORE_MINUTES = envint("FC2_EXPLORE_MINUTES", 30)
+# How many trial runs of one search may overlap in time, where its budget allows (1: one after another).
+FC2_EXPLORE_AT_ONCE = envint("FC2_EXPLORE_AT_ONCE", 3)
+
+# Managed jobs (issue 45): a node's agent stops its own machine once the platform has been silent to it for
+# FC2_NODE_ORPHAN_S; the chief's checkpoints are kept on the platform, the latest FC2_CHECKPOINTS_KEPT, each at most
+# FC2_CHECKPOINT_MAX_MB.
+FC2_NODE_ORPHAN_S = envint("FC2_NODE_ORPHAN_S", 1800)
+FC2_CHECKPOINTS_KEPT = envint("FC2_CHECKPOINTS_KEPT", 2)
+FC2_CHECKPOINT_MAX_MB = envint("FC2_CHECKPOINT_MAX_MB", 200)
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
 # Each Celery worker beats every third of FC2_WORKER_SILENCE_S while it consumes (fc2/celery.py); when none has
 # beaten for that long, pages, the API and the CLI say that no worker is taking jobs (fc2/services/workers.py).

@@ -22,6 +22,8 @@ class ClusterSpec:
     region: str = ""  # cloud region, when the provider has regions
     latency_ms: float = 0.0  # lab: every packet from one node to another arrives this late (a round trip takes 2x)
     job_id: int = 0  # the platform's job the cluster is for (0: none, e.g. `cluster up`); cloud resources carry it
+    spot: bool = False  # aws: spot instances (InstanceMarketOptions) rather than on-demand
+    spot_max_price: float | None = None  # aws: the most $/h a spot instance may cost (None: up to the on-demand price)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,12 @@ class RunSpec:
     # Set on Scala-Opt's profiling run only: the code trains at least this many seconds whatever its epochs
     # (FC2_TRAIN_SECONDS, examples/README.md), so that one worker's bandwidth can be measured; 0: as its parameters say.
     train_seconds: int = 0
+    # Managed jobs (issue 45). A checkpoint archive on the platform's storage to restore from: copied to every node and
+    # unpacked there, its directory given as FC2_RESTORE_FROM ("" = start from scratch). Every node also gets
+    # FC2_CHECKPOINT_DIR, where its code writes its checkpoints (the chief's are shipped to the platform).
+    restore_from: str = ""
+    # The agent stops its own machine when the platform has been silent to it this long (FC2_NODE_ORPHAN_S; 0 = never)
+    orphan_s: int = 0
 
 
 @dataclass(frozen=True)

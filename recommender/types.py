@@ -92,6 +92,14 @@ class SearchEstimate:
     predicted: tuple[float, float, float] | None = None
     predicted_config: TrialConfig | None = None  # that configuration
     text: str = ""  # one sentence for pages: what the search will do and cost
+    # Trials to run at the same time as `next` (at most RecommendRequest.trials_at_once − 1, each worth its cost and
+    # within the budget with the others); empty: `next` alone
+    also: tuple[TrialConfig, ...] = ()
+
+    @property
+    def batch(self) -> tuple[TrialConfig, ...]:
+        """The trials to run now, together: `next` first."""
+        return (self.next, *self.also)
 
 
 class TrialsNeeded(RecommendationError):
@@ -158,6 +166,7 @@ class RecommendRequest:
     trial_minutes: float | None = None
     epochs: int | None = None
     workers_cap: int | None = None  # explore: the most workers the job's provider runs (a budget's count stops there)
+    trials_at_once: int = 1  # explore: how many trial runs may overlap in time (FC2_EXPLORE_AT_ONCE)
 
 
 @dataclass(frozen=True)
