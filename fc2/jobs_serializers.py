@@ -211,6 +211,28 @@ class RequestOutput(serializers.Serializer):
     search_minutes = serializers.IntegerField(
         allow_null=True, help_text="explore: minutes its trial runs may take; null: the platform's default"
     )
+    # managed jobs' (a job submitted before them holds none: the defaults)
+    max_restarts = serializers.IntegerField(default=0, help_text="Times a lost node is replaced and training resumed")
+    spot = serializers.BooleanField(default=False, help_text="aws: spot instances")
+    spot_max_price = serializers.DecimalField(
+        max_digits=10, decimal_places=4, allow_null=True, default=None, coerce_to_string=False, help_text="$/h at most"
+    )
+    spot_fallback = serializers.ChoiceField(
+        choices=Job.SpotFallback.values, default=Job.SpotFallback.ON_DEMAND, help_text="Without spot capacity"
+    )
+
+
+class RestartOutput(serializers.Serializer):
+    """One resume after a lost node (Job.restarts, pipeline.resume)."""
+
+    at = serializers.DateTimeField(help_text="When the loss was seen")
+    nodes = serializers.ListField(child=serializers.CharField(), help_text="The nodes lost")
+    reason = serializers.CharField()
+    lost_steps = serializers.IntegerField(allow_null=True, help_text="Steps trained since the last checkpoint")
+    lost_s = serializers.FloatField(help_text="Seconds of training since the last checkpoint")
+    lost_dollars = serializers.FloatField(help_text="$ of the cluster over those seconds")
+    checkpoint = serializers.CharField(allow_blank=True, help_text="The checkpoint resumed from; empty: the start")
+    resumed_at = serializers.DateTimeField(allow_null=True, help_text="When its nodes were started again")
 
 
 class TrialOutput(serializers.Serializer):
@@ -266,12 +288,15 @@ class JobOutput(JobSummary):
     url = serializers.SerializerMethodField(help_text="The job's page")
     search = serializers.SerializerMethodField(help_text="explore: its search once made; null before, or not explore")
     trials = serializers.SerializerMethodField(help_text="explore: its trial runs so far, in order")
+    restarts = RestartOutput(many=True, help_text="Each resume after a lost node, in order")
+    spot_max_price = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True, coerce_to_string=False)
 
     class Meta(JobSummary.Meta):
         fields = [*JobSummary.Meta.fields, "request", "requested_strategy", "parameters", "workload", "region"]
         fields += ["latency_ms"]
         fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
         fields += ["recommendation", "artifacts", "url", "search", "trials"]
+        fields += ["max_restarts", "restarts", "spot", "spot_max_price", "spot_fallback"]
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, job: Job) -> str:
@@ -422,6 +447,20 @@ class JobInput(serializers.Serializer):
         allow_null=True,
         min_value=1,
         help_text="explore: minutes its trial runs may take together (default: FC2_EXPLORE_MINUTES)",
+    )
+    # managed jobs' (whether each can be used is the service's to say: jobs.check_managed)
+    max_restarts = serializers.IntegerField(
+        default=0,
+        min_value=0,
+        max_value=jobs.MAX_RESTARTS,
+        help_text="Times a lost node is replaced and training resumed from its latest checkpoint (default 0: fail)",
+    )
+    spot = serializers.BooleanField(default=False, help_text="aws: spot instances rather than on-demand")
+    spot_max_price = serializers.DecimalField(**MONEY, help_text="spot: the most $/h an instance may cost")
+    spot_fallback = serializers.ChoiceField(
+        choices=Job.SpotFallback.values,
+        default=Job.SpotFallback.ON_DEMAND,
+        help_text="spot without capacity: on-demand instances, or wait for spot",
     )
 
     def validate(self, data: dict) -> dict:

@@ -215,6 +215,10 @@ class Job(models.Model):
         CELERY = "celery", "Celery worker"
         INLINE = "inline", "In-process (CLI --inline)"
 
+    class SpotFallback(models.TextChoices):
+        ON_DEMAND = "on-demand", "On-demand instances"
+        WAIT = "wait", "Wait for spot capacity"
+
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
     # What the user asked, as it came (fc2.services.requests.JobRequest.as_json): the algorithm, the strategy (or
     # "auto"), the worker count or limit, the types, the budgets, the catalogue, provider, region, latency, workload
@@ -250,6 +254,21 @@ class Job(models.Model):
     )
     catalog = models.CharField(max_length=50, default=DEFAULT_CATALOG, help_text="Instance catalogue for the algorithm")
     worker_types = models.JSONField(default=list, blank=True, help_text="L^w: worker types the algorithm considers")
+    # Managed jobs (issue 45): how often a lost node's cluster is made again and resumed from the latest checkpoint
+    # (pipeline.resume) before the job fails; spot instances (aws), at most at a price, and what to do without any.
+    max_restarts = models.PositiveSmallIntegerField(
+        default=0, help_text="Times a lost node is replaced and training resumed from its latest checkpoint"
+    )
+    spot = models.BooleanField(default=False, help_text="aws: spot instances rather than on-demand")
+    spot_max_price = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True, help_text="$/h a spot instance may cost at most"
+    )
+    spot_fallback = models.CharField(
+        max_length=10,
+        choices=SpotFallback.choices,
+        default=SpotFallback.ON_DEMAND,
+        help_text="Without spot capacity: on-demand instances, or wait for spot",
+    )
 
     # The plan: the cluster the recommend step chose (for Manual, the one asked); empty until then.
     strategy = models.CharField(max_length=10, choices=Strategy.choices, blank=True)
@@ -294,6 +313,9 @@ class Job(models.Model):
     # explore's search, once made (fc2/services/trials.py): the cluster believed best before its trials and the one
     # chosen after (each with its predicted epoch time and interval), and why the search stopped.
     search = models.JSONField(null=True, blank=True)
+    # Each time its cluster was made again after a lost node (pipeline.resume): when, which nodes, why, the work lost
+    # since the last checkpoint (steps, seconds, $) and when training ran again.
+    restarts = models.JSONField(default=list, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)

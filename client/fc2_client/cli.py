@@ -216,6 +216,20 @@ def build_parser() -> Parser:
         metavar="M",
         help="the most minutes its trial runs may take (default: the platform's)",
     )
+    managed = submit.add_argument_group("managed jobs: resume after a lost node, spot instances (aws)")
+    managed.add_argument(
+        "--max-restarts",
+        type=count,
+        metavar="N",
+        help="replace a lost node and resume from the latest checkpoint up to N times (default: 0, the job fails)",
+    )
+    managed.add_argument("--spot", action="store_true", default=None, help="aws: spot instances rather than on-demand")
+    managed.add_argument("--spot-max-price", type=number, metavar="$/H", help="the most a spot instance may cost")
+    managed.add_argument(
+        "--spot-fallback",
+        choices=("on-demand", "wait"),
+        help="without spot capacity: on-demand instances (default), or wait for spot",
+    )
     submit.add_argument(
         "--follow", action="store_true", help="follow the job until it ends; exit 1 unless it succeeded"
     )
@@ -269,6 +283,10 @@ JOB_FIELDS = {
     "beta": "beta",
     "search_budget": "search_budget",
     "search_minutes": "search_minutes",
+    "max_restarts": "max_restarts",
+    "spot": "spot",
+    "spot_max_price": "spot_max_price",
+    "spot_fallback": "spot_fallback",
 }
 
 

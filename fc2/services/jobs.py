@@ -78,6 +78,7 @@ def validate(request: JobRequest) -> None:
     if request.total_budget is not None:
         check_budget_amount(request.total_budget)
     check_search(request)
+    check_managed(request)
     try:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
@@ -130,6 +131,40 @@ def check_search(request: JobRequest) -> None:
             f"{usd(search)}, whose trial runs count in the job's cost: raise it, or lower the search budget",
             "total_budget",
         )
+
+
+# The most restarts a job may ask for: each relaunches its lost nodes, so more would rather hide a broken cluster.
+MAX_RESTARTS = 20
+# The providers with spot instances.
+SPOT_PROVIDERS = ("aws",)
+
+
+def check_managed(request: JobRequest) -> None:
+    """A managed job's restarts and spot settings, each a value it can use, said per field; spot only where the
+    provider has spot instances."""
+    restarts = request.max_restarts
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= MAX_RESTARTS:  # type: ignore[redundant-expr]
+        raise SubmitError(f"max_restarts is a whole number from 0 to {MAX_RESTARTS} (not {restarts!r})", "max_restarts")
+    if not isinstance(request.spot, bool):  # type: ignore[redundant-expr]
+        raise SubmitError(f"spot is true or false (not {request.spot!r})", "spot")
+    if request.spot_fallback not in Job.SpotFallback.values:
+        raise SubmitError(
+            f"spot_fallback is {' or '.join(Job.SpotFallback.values)} (not {request.spot_fallback!r})", "spot_fallback"
+        )
+    if request.spot and request.provider not in SPOT_PROVIDERS:
+        raise SubmitError(
+            f"spot instances are an aws provider's; the {request.provider} provider has none (ask for aws, or no spot)",
+            "spot",
+        )
+    if (price := request.spot_max_price) is not None:
+        if not request.spot:
+            raise SubmitError("spot_max_price is the most a spot instance may cost: it needs spot", "spot_max_price")
+        if not price.is_finite() or price <= 0:
+            raise SubmitError(f"a spot price is an amount of $/h above $0 (not {price})", "spot_max_price")
+        try:
+            Job._meta.get_field("spot_max_price").run_validators(price)
+        except ValidationError as exc:
+            raise SubmitError(f"a spot price of ${price}/h: {' '.join(exc.messages)}", "spot_max_price") from exc
 
 
 # Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
@@ -287,6 +322,10 @@ def submit(owner: User, request: JobRequest, driver: str = Job.Driver.CELERY, *,
             catalog=request.catalog,
             worker_types=request.worker_types,
             workload_name=request.workload_name,
+            max_restarts=request.max_restarts,
+            spot=request.spot,
+            spot_max_price=request.spot_max_price,
+            spot_fallback=request.spot_fallback,
             driver=driver,
         )
         job.events.create(state=job.state, message=f"submitted by {owner}")

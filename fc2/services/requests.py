@@ -48,6 +48,12 @@ class JobRequest:
     beta: float = 0.5
     search_budget: Decimal | None = None  # $ the trial runs may cost; None: the platform's default (FC2_EXPLORE_USD)
     search_minutes: int | None = None  # minutes they may take; None: FC2_EXPLORE_MINUTES
+    # Managed jobs: times a lost node is replaced and training resumed from the latest checkpoint; aws spot instances,
+    # at most `spot_max_price` $/h (None: up to the on-demand price), and what to do without spot capacity
+    max_restarts: int = 0
+    spot: bool = False
+    spot_max_price: Decimal | None = None
+    spot_fallback: str = Job.SpotFallback.ON_DEMAND
 
     def __post_init__(self) -> None:
         # A provider whose instance types are its own (the lab's) prices and recommends from its own catalogue.
@@ -96,6 +102,6 @@ def search_limits(dollars: Decimal | None, minutes: int | None) -> tuple[Decimal
 
 
 # The request's amounts in $, kept as exact decimal strings.
-AMOUNTS = ("budget", "total_budget", "search_budget")
+AMOUNTS = ("budget", "total_budget", "search_budget", "spot_max_price")
 # What `Job.request` holds: the fields of a JobRequest beyond its code and data.
 REQUEST_FIELDS = tuple(f.name for f in fields(JobRequest) if f.name not in ("bundle", "dataset"))

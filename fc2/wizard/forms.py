@@ -387,6 +387,33 @@ class ResourceForm(StepForm):
         help_text="The most the trial runs may take together, before the job itself runs.",
     )
 
+    # Managed jobs: a lost node replaced and training resumed; aws spot instances
+    max_restarts = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=jobs.MAX_RESTARTS,
+        initial=0,
+        label="Restarts after a lost node",
+        help_text="A lost node is replaced and training resumed from its latest checkpoint this many times; 0: the "
+        "job fails.",
+    )
+    spot = forms.BooleanField(
+        required=False, label="Spot instances (AWS)", help_text="Cheaper, but AWS may take them back at any time."
+    )
+    spot_max_price = forms.DecimalField(
+        required=False,
+        max_digits=10,
+        decimal_places=4,
+        label="Spot price at most ($/h)",
+        help_text="Optional; empty: up to the on-demand price.",
+    )
+    spot_fallback = forms.ChoiceField(
+        required=False,
+        label="Without spot capacity",
+        choices=Job.SpotFallback.choices,
+        initial=Job.SpotFallback.ON_DEMAND,
+    )
+
     def __init__(self, data=None, *args, **kwargs):
         # A post from before `budget` meant $/h: `hourly_budget` was $/h and `budget` the whole job's $. Taken in
         # today's names for one release (`deprecated` says so), never with a total read as $/h.
@@ -501,6 +528,9 @@ class ResourceForm(StepForm):
     def clean_total_budget(self):
         return self._more_than_nothing("total_budget", "The budget must be more than $0.")
 
+    def clean_spot_max_price(self):
+        return self._more_than_nothing("spot_max_price", "The spot price must be more than $0/h.")
+
     def clean_search_budget(self):
         return self._more_than_nothing("search_budget", "The search's budget must be more than $0.")
 
@@ -537,6 +567,10 @@ class ResourceForm(StepForm):
             self.add_error("worker_type", f"{reason}.")
         if algorithm == "explore" and "preset" not in self.errors:
             self._clean_search(cleaned)
+        if cleaned.get("spot") and provider and provider not in jobs.SPOT_PROVIDERS:
+            self.add_error("spot", f"Spot instances are AWS's; the {provider} provider has none.")
+        cleaned["max_restarts"] = cleaned.get("max_restarts") or 0
+        cleaned["spot_fallback"] = cleaned.get("spot_fallback") or Job.SpotFallback.ON_DEMAND
         if cleaned.get("limit") == "budget":
             if algorithm == "manual":
                 self.add_error(
@@ -572,7 +606,7 @@ class ResourceForm(StepForm):
     def state(self) -> dict:
         """Every field as JSON, the ones the current choices do not use included (switching back keeps them)."""
         state = {name: self.cleaned_data[name] for name in self.fields}
-        for name in ("budget", "total_budget", "search_budget"):
+        for name in ("budget", "total_budget", "search_budget", "spot_max_price"):
             state[name] = str(state[name]) if state[name] is not None else None
         return state
 

@@ -138,6 +138,10 @@ class Wizard:
                 "beta": asked.beta,
                 "search_budget": _amount(asked.search_budget),
                 "search_minutes": asked.search_minutes,
+                "max_restarts": asked.max_restarts,
+                "spot": asked.spot,
+                "spot_max_price": _amount(asked.spot_max_price),
+                "spot_fallback": asked.spot_fallback,
             },
         }
         self._save()
@@ -197,6 +201,11 @@ class Wizard:
             budget=budget,
             total_budget=Decimal(r["total_budget"]) if r.get("total_budget") else None,
             workload_name=r.get("workload_name") or "",
+            # (a session saved before managed jobs has none of theirs: the defaults)
+            max_restarts=r.get("max_restarts") or 0,
+            spot=bool(r.get("spot")) and r["provider"] in jobs.SPOT_PROVIDERS,
+            spot_max_price=Decimal(r["spot_max_price"]) if r.get("spot") and r.get("spot_max_price") else None,
+            spot_fallback=r.get("spot_fallback") or Job.SpotFallback.ON_DEMAND,
             **(_search(r) if r["algorithm"] == "explore" else {}),
         )
 

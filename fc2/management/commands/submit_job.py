@@ -131,6 +131,24 @@ class Command(ContractCommand):
             metavar="M",
             help="the most minutes its trial runs may take together (default: FC2_EXPLORE_MINUTES)",
         )
+        managed = parser.add_argument_group("managed jobs: resume after a lost node, spot instances (aws)")
+        managed.add_argument(
+            "--max-restarts",
+            type=int,
+            default=0,
+            metavar="N",
+            help="replace a lost node and resume from the latest checkpoint up to N times (default: 0, the job fails)",
+        )
+        managed.add_argument("--spot", action="store_true", help="aws: spot instances rather than on-demand")
+        managed.add_argument(
+            "--spot-max-price", type=dollars, metavar="USD", help="the most $/h a spot instance may cost"
+        )
+        managed.add_argument(
+            "--spot-fallback",
+            choices=Job.SpotFallback.values,
+            default=Job.SpotFallback.ON_DEMAND,
+            help="without spot capacity: on-demand instances, or wait for spot (default: on-demand)",
+        )
         parser.add_argument("--user", default="researcher", help="username the job belongs to (default: researcher)")
         parser.add_argument("--inline", action="store_true", help="run the pipeline in this process (no worker)")
         parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 unless succeeded")
@@ -186,6 +204,10 @@ class Command(ContractCommand):
                         budget=options["budget"],
                         total_budget=options["total_budget"],
                         workload_name=options["workload"],
+                        max_restarts=options["max_restarts"],
+                        spot=options["spot"],
+                        spot_max_price=options["spot_max_price"],
+                        spot_fallback=options["spot_fallback"],
                         plan_first=True,
                         **explore,
                     ),
