@@ -21,6 +21,13 @@ and the expected improvement over the best measured f has a closed form. The nex
 largest expected improvement per dollar of its trial; the search stops when that improvement — a share of the
 job's cost on the current pick — is worth less than the trial costs, when the next trial would overrun the budget
 (dollars or minutes), or when nothing is left to try. A configuration whose trial failed is not tried again.
+
+Trials may overlap in time: `next_step(width=k)` proposes up to k trials to run together. The first is the rule's; each
+next is the rule's with the earlier ones pending (the kriging believer: the belief is conditioned on a pending trial
+as if it had measured what the belief expects there, which leaves the mean where it was and shrinks the uncertainty
+near it, so the next proposal looks elsewhere). Each must be worth its cost by the same rule and fit the budget with
+the others: dollars are the batch's sum, minutes one window for the whole batch (they run at the same time). Trials
+under way, started and not yet measured, are pending the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import norm
@@ -116,7 +123,7 @@ class HistoryRecord:
 @dataclass(frozen=True)
 class Budget:
     dollars: float  # the search's money: trials stop before overrunning it
-    minutes: float  # the search's time: trials run one after another
+    minutes: float  # the search's wall-clock time: a batch of trials run together takes one window
     window_minutes: float  # one trial's length (it is billed for it)
     job_hours: float  # the job's expected length on the chosen cluster: what a better choice saves is a share of it
 
@@ -139,12 +146,19 @@ class Belief:
 @dataclass(frozen=True)
 class Step:
     """What to do now: `proposal` is the next trial's configuration, or None with `reason` saying why the search
-    stops; `chosen` is the best measured configuration so far (None before any successful trial)."""
+    stops; `chosen` is the best measured configuration so far (None before any successful trial); `also` the trials
+    to run at the same time as the proposal (next_step's `width`)."""
 
     proposal: Config | None
     chosen: Config | None
     reason: str
     gain_per_dollar: float  # of the proposal (or of the best candidate left, when stopping on value); 0 if none
+    also: tuple[Config, ...] = ()
+
+    @property
+    def batch(self) -> tuple[Config, ...]:
+        """The trials to run now, together: the proposal first; none when the search stops."""
+        return (self.proposal, *self.also) if self.proposal else ()
 
 
 @dataclass(frozen=True)
@@ -153,6 +167,7 @@ class Search:
     chosen: Config | None
     reason: str
     spent_dollars: float
+    spent_minutes: float = 0.0  # wall-clock: one window per batch
 
 
 def features(config: Config, catalog: Mapping[str, InstanceSpec]) -> tuple[float, ...]:
@@ -230,14 +245,19 @@ def fit_prior(history: Sequence[HistoryRecord], catalog: Mapping[str, InstanceSp
     return Prior(tuple(float(s) for s in slopes), float(np.average([c[2] for c in centred], weights=weights)))
 
 
-def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prior = Prior()) -> Belief:
-    """The surrogate's mean and sd of log epoch time for every candidate, given the successful trials."""
+def belief(
+    candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prior = Prior(), pending: Sequence[Config] = ()
+) -> Belief:
+    """The surrogate's mean and sd of log epoch time for every candidate, given the successful trials and, as the
+    kriging believer, the `pending` ones (measured, as if, at the belief's own mean: the mean stays, the uncertainty
+    near them shrinks)."""
     # Features are centred on the candidates so the linear kernel's slopes pivot about the middle of the search space.
     xc = np.array([c.features for c in candidates])
     xc = xc - xc.mean(axis=0)
     trend = xc @ np.array(prior.slopes) if prior.slopes else np.zeros(len(candidates))
     index = {c.config: i for i, c in enumerate(candidates)}
     done = [(index[t.config], math.log(t.epoch_time_s)) for t in trials if t.epoch_time_s and t.config in index]
+    waiting = sorted({index[c] for c in pending if c in index})
     fitted = len(done) >= FIT_FROM_TRIALS
     kernel = (
         ConstantKernel(SLOPE_VARIANCE, _bounds(SLOPE_VARIANCE, fitted)) * DotProduct(0.0, "fixed")
@@ -247,13 +267,14 @@ def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prio
     if not done:
         # Before any trial the level is history's (with its spread across workloads unknown: sd 1) or unknown.
         level = prior.level if prior.slopes else 0.0
-        prior_sd = np.sqrt(kernel.diag(xc) + 1.0)
+        variance = kernel.diag(xc) if not waiting else _believer(kernel, xc, waiting)
+        prior_sd = np.sqrt(variance + 1.0)
         return Belief(tuple(float(v) for v in trend + level), tuple(float(v) for v in prior_sd))
     rows, observed = [i for i, _ in done], np.array([y for _, y in done])
     # History's trend is a hypothesis about this workload: once the trials can fit the surrogate, it stands only if
     # it explains them better (higher marginal likelihood) than no trend does — other code may scale otherwise.
     trends = [trend, np.zeros(len(candidates))] if prior.slopes and fitted else [trend]
-    fits = [_fit(kernel, xc, rows, observed - t[rows], fitted) for t in trends]
+    fits = [_fit(kernel, xc, rows, observed - t[rows], fitted, waiting) for t in trends]
     best = max(range(len(fits)), key=lambda k: fits[k][0])
     _, level, mean, sd = fits[best]
     # The belief is about the configuration's mean epoch time, not one noisy run: the white noise's variance is taken
@@ -264,16 +285,30 @@ def belief(candidates: Sequence[Candidate], trials: Sequence[Trial], prior: Prio
 
 
 def _fit(
-    kernel: Kernel, x: np.ndarray, rows: list[int], residual: np.ndarray, fitted: bool
+    kernel: Kernel, x: np.ndarray, rows: list[int], residual: np.ndarray, fitted: bool, waiting: Sequence[int] = ()
 ) -> tuple[float, float, np.ndarray, np.ndarray]:
-    """(log marginal likelihood, level, mean, sd) of the GP on the trials' residuals about their level."""
+    """(log marginal likelihood, level, mean, sd) of the GP on the trials' residuals about their level; the sd also
+    conditioned on the `waiting` rows at the GP's own mean there (the kriging believer)."""
     level = float(residual.mean())
     gp = GaussianProcessRegressor(kernel, optimizer="fmin_l_bfgs_b" if fitted else None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         gp.fit(x[rows], residual - level)
         mean, sd = gp.predict(x, return_std=True)
+    if waiting:
+        # An observation at the mean moves no mean (its innovation is 0): only the variance changes, which the
+        # kernel's fitted amplitudes alone give — the trials' values are not needed again.
+        sd = np.sqrt(_believer(gp.kernel_, x, [*rows, *waiting]))
     return float(gp.log_marginal_likelihood_value_), level, mean, sd
+
+
+def _believer(kernel: Kernel, x: np.ndarray, rows: Sequence[int]) -> np.ndarray:
+    """The GP's posterior variance of every row given observations at `rows` (whatever their values), noise included
+    as the GP's predict gives it."""
+    k = kernel(x[list(rows)])
+    cross = kernel(x, x[list(rows)])
+    solved = np.linalg.solve(k + 1e-10 * np.eye(len(rows)), cross.T)
+    return np.maximum(kernel.diag(x) - np.sum(cross * solved.T, axis=1), 0.0)
 
 
 def _bounds(prior: float, fitted: bool) -> tuple[float, float] | str:
@@ -325,16 +360,46 @@ def next_step(
     *,
     spent_dollars: float | None = None,
     spent_minutes: float | None = None,
+    width: int = 1,
+    pending: Sequence[Config] = (),
 ) -> Step:
-    """The next trial (module docstring's rule) or why the search stops. `spent_dollars` and `spent_minutes` are this
-    search's spending so far; when not given, every trial in `trials` counts as this search's (a caller whose
-    `trials` also hold earlier jobs' records of the workload, which cost this search nothing, gives them)."""
+    """The next trial (module docstring's rule) or why the search stops, with up to `width` − 1 more to run at the
+    same time (`Step.also`). `spent_dollars` and `spent_minutes` are this search's spending so far; when not given,
+    every trial in `trials` counts as this search's (a caller whose `trials` also hold earlier jobs' records of the
+    workload, which cost this search nothing, gives them). `pending`: trials under way (their cost is in
+    `spent_dollars`), never proposed again, believed as the module docstring says."""
     if alpha < 0 or beta < 0 or alpha + beta <= 0:
         raise ValueError(f"alpha and beta must be non-negative and not both 0 (got {alpha}, {beta})")
-    tried = {t.config for t in trials}
+    if width < 1:
+        raise ValueError(f"a batch holds at least one trial (width {width})")
     priced = {c.config: c for c in candidates}
     spent = spent_dollars if spent_dollars is not None else _spent(priced, trials, budget)
     minutes = spent_minutes if spent_minutes is not None else len(trials) * budget.window_minutes
+    first = _step(candidates, trials, tuple(pending), alpha, beta, budget, prior, spent, minutes)
+    batch = [first.proposal] if first.proposal else []
+    while batch and len(batch) < width:
+        # The batch shares one window (the minutes stand) and adds up its dollars.
+        spent += trial_cost(priced[batch[-1]], budget)
+        extra = _step(candidates, trials, (*pending, *batch), alpha, beta, budget, prior, spent, minutes)
+        if extra.proposal is None:
+            break
+        batch.append(extra.proposal)
+    return replace(first, also=tuple(batch[1:]))
+
+
+def _step(
+    candidates: Sequence[Candidate],
+    trials: Sequence[Trial],
+    pending: tuple[Config, ...],
+    alpha: float,
+    beta: float,
+    budget: Budget,
+    prior: Prior,
+    spent: float,
+    minutes: float,
+) -> Step:
+    """One trial by the rule, `pending` ones believed (kriging believer) and never proposed, or why none."""
+    tried = {t.config for t in trials} | set(pending)
     current = best_measured(candidates, trials, alpha, beta)
     chosen = current[0].config if current else None
     left = [c for c in candidates if c.config not in tried]
@@ -348,7 +413,7 @@ def next_step(
         return Step(None, chosen, "every candidate has been tried", 0.0)
     if not affordable:
         return Step(None, chosen, "the next trial would overrun the search budget", 0.0)
-    if current is None:
+    if current is None and not pending:
         # Nothing measured yet: the first trial is the candidate believed best (with history, its trend; without,
         # the candidates' middle — every one is believed alike, and the middle tells the trend most about the rest).
         if prior.slopes:
@@ -363,14 +428,13 @@ def next_step(
             centre = np.median(np.array(list(scaled.values())), axis=0)
             scores = [(float(np.sum((scaled[c.config] - centre) ** 2)), c.hourly_price, c.config) for c in affordable]
         return Step(min(scores)[2], None, "first trial", 0.0)
-    pick, _ = current
-    ratio, config = _value(candidates, trials, alpha, beta, budget, prior, affordable, pick)
+    ratio, config = _value(candidates, trials, pending, alpha, beta, budget, prior, affordable)
     # The value rule stands once the surrogate's amplitudes are fitted to this workload's trials: before that its
     # uncertainty is the prior's guess, and a guess too small would stop the search at its first trials. History may
     # steer which trial comes next, never end the search: the belief without it must find no trial worth it either.
     successes = sum(1 for t in trials if t.epoch_time_s)
     if ratio < 1.0 and successes >= FIT_FROM_TRIALS:
-        alone = _value(candidates, trials, alpha, beta, budget, Prior(), affordable, pick) if prior.slopes else None
+        alone = _value(candidates, trials, pending, alpha, beta, budget, Prior(), affordable) if prior.slopes else None
         if alone is None or alone[0] < 1.0:
             return Step(None, chosen, "another trial is expected to save less than it costs", ratio)
         ratio, config = alone
@@ -380,25 +444,34 @@ def next_step(
 def _value(
     candidates: Sequence[Candidate],
     trials: Sequence[Trial],
+    pending: tuple[Config, ...],
     alpha: float,
     beta: float,
     budget: Budget,
     prior: Prior,
     affordable: Sequence[Candidate],
-    pick: Candidate,
 ) -> tuple[float, Config]:
     """The affordable trial whose expected saving on the job is the most per dollar of its trial, and that ratio.
-    References for the objective: the least believed time and epoch cost among the candidates."""
-    b = belief(candidates, trials, prior)
+    References for the objective: the least believed time and epoch cost among the candidates. The saving is over
+    the best measured candidate; with none measured yet, over the pending one believed best (the believer's)."""
+    b = belief(candidates, trials, prior, pending)
     mean, sd = np.array(b.mean), np.array(b.sd)
     prices = np.array([c.hourly_price for c in candidates])
     t_ref = float(np.exp(mean).min())
     c_ref = float((np.exp(mean) * prices).min())
     index = {c.config: i for i, c in enumerate(candidates)}
-    best_f = objective(
-        float(np.mean([t.epoch_time_s for t in trials if t.config == pick.config and t.epoch_time_s])),
-        pick.hourly_price, alpha, beta, t_ref, c_ref,
-    )  # fmt: skip
+
+    def f(c: Candidate, time_s: float) -> float:
+        return objective(time_s, c.hourly_price, alpha, beta, t_ref, c_ref)
+
+    if current := best_measured(candidates, trials, alpha, beta):
+        pick = current[0]
+        best_f = f(pick, float(np.mean([t.epoch_time_s for t in trials if t.config == pick.config and t.epoch_time_s])))
+    else:
+        best_f, _, _, pick = min(
+            (f(c, math.exp(mean[index[c.config]])), c.hourly_price, c.config, c)
+            for c in candidates if c.config in set(pending)
+        )  # fmt: skip
     job_cost = budget.job_hours * pick.hourly_price
     scored = []
     for c in affordable:
@@ -428,18 +501,23 @@ def search(
     *,
     spent_dollars: float | None = None,
     spent_minutes: float | None = None,
+    width: int = 1,
 ) -> Search:
-    """Propose, run (`run_trial` answers a configuration's steady-state epoch time, or None if it failed), repeat
-    until `next_step` stops. `spent_dollars` and `spent_minutes`: what this search spent before this call (none if
-    not given); the result's `spent_dollars` adds its own trials to it."""
+    """Propose a batch of up to `width` trials, run them (`run_trial` answers a configuration's steady-state epoch
+    time, or None if it failed), repeat until `next_step` stops. `spent_dollars` and `spent_minutes`: what this
+    search spent before this call (none if not given); the result's spending adds its own trials to it, a window of
+    minutes a batch."""
     trials: list[Trial] = []
     priced = {c.config: c for c in candidates}
+    minutes = spent_minutes or 0.0
     while True:
         spent = (spent_dollars or 0.0) + _spent(priced, trials, budget)
-        minutes = (spent_minutes or 0.0) + len(trials) * budget.window_minutes
-        step = next_step(candidates, trials, alpha, beta, budget, prior, spent_dollars=spent, spent_minutes=minutes)
+        step = next_step(
+            candidates, trials, alpha, beta, budget, prior, spent_dollars=spent, spent_minutes=minutes, width=width
+        )
         if step.proposal is None:
             break
-        trials.append(Trial(step.proposal, run_trial(step.proposal)))
+        trials += [Trial(config, run_trial(config)) for config in step.batch]
+        minutes += budget.window_minutes
     reason = step.reason if step.chosen else f"no trial succeeded ({step.reason})"
-    return Search(tuple(trials), step.chosen, reason, spent)
+    return Search(tuple(trials), step.chosen, reason, spent, minutes)

@@ -253,3 +253,89 @@ def test_benchmark_tells_the_grid_formats_apart(tmp_path, text, expected):
     grid.write_text(text)
     assert grid_format(grid) == expected
     assert grid_format(ROOT / "recommender" / "data" / "anwar2021-table4.csv") == ("anwar2021", "anwar2021-mnist")
+
+
+# --- trials at once (next_step's width) ---------------------------------------------------------------------------
+
+MEASURED = [Trial(c, epoch_time(c)) for c in CONFIGS[::7]]  # five measured configurations across the grid
+FAILED = [Trial(CONFIGS[1], None), Trial(CONFIGS[20], None)]
+
+
+@pytest.mark.parametrize("trials", [[], MEASURED[:1], MEASURED, MEASURED + FAILED])
+def test_a_width_of_one_is_the_search_of_one_trial_at_a_time(trials):
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    one = explore.next_step(candidates, trials, 0.5, 0.5, ROOMY, width=1)
+    assert one == explore.next_step(candidates, trials, 0.5, 0.5, ROOMY) and one.also == ()
+    assert explore.search(candidates, epoch_time, 0.5, 0.5, ROOMY, width=1).trials == (
+        explore.search(candidates, epoch_time, 0.5, 0.5, ROOMY).trials
+    )
+
+
+@pytest.mark.parametrize("width", [2, 3, 5])
+@pytest.mark.parametrize("trials", [[], MEASURED[:1], MEASURED, MEASURED + FAILED])
+def test_a_batch_holds_distinct_untried_configurations(width, trials):
+    """Never the same configuration twice, never one tried, failed or under way; the first is the one-trial rule's."""
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    under_way = [CONFIGS[30]]
+    step = explore.next_step(candidates, trials, 0.5, 0.5, ROOMY, width=width, pending=under_way)
+    assert len(set(step.batch)) == len(step.batch) <= width
+    if sum(1 for t in trials if t.epoch_time_s) < explore.FIT_FROM_TRIALS:  # no value rule yet: a full batch
+        assert len(step.batch) == width
+    assert not set(step.batch) & ({t.config for t in trials} | set(under_way))
+    assert explore.next_step(candidates, trials, 0.5, 0.5, ROOMY, width=width).proposal == (
+        explore.next_step(candidates, trials, 0.5, 0.5, ROOMY).proposal
+    )
+
+
+@pytest.mark.parametrize(
+    ("dollars", "minutes", "width", "batches"),
+    [
+        (math.inf, 30, 3, 3),  # minutes are wall-clock: three windows, three trials in each
+        (math.inf, 30, 1, 3),
+        (0.5, math.inf, 3, None),  # dollars are the sum over every trial of every batch
+        (2.0, 20, 4, None),  # both: two windows at most, and $2 over every trial
+    ],
+)
+def test_a_batch_fits_the_budget_with_the_others(dollars, minutes, width, batches):
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    budget = Budget(dollars, minutes, window_minutes=10, job_hours=1000)
+    result = explore.search(candidates, epoch_time, 1.0, 0.0, budget, width=width)
+    priced = {c.config: c for c in candidates}
+    assert result.spent_dollars == pytest.approx(
+        sum(explore.trial_cost(priced[t.config], budget) for t in result.trials)
+    )
+    assert result.spent_dollars <= dollars + 1e-9 and result.spent_minutes <= minutes
+    if batches is not None:
+        assert result.spent_minutes == batches * 10 and len(result.trials) == batches * width
+
+
+def test_a_batch_stops_where_a_trial_is_not_worth_it():
+    """A short job pays for few trials: each extra one must be worth its cost on its own, so a batch may be short."""
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    short = Budget(math.inf, math.inf, 10, job_hours=10 / 60)
+    alone = explore.next_step(candidates, MEASURED, 0.5, 0.5, short)
+    batch = explore.next_step(candidates, MEASURED, 0.5, 0.5, short, width=4)
+    assert alone.proposal is None and batch.batch == ()
+
+
+@pytest.mark.parametrize("trials", [[], MEASURED[:2], MEASURED])
+def test_pending_trials_shrink_the_uncertainty_near_them_and_leave_the_mean(trials):
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    under_way = [CONFIGS[12], CONFIGS[25]]
+    before, after = explore.belief(candidates, trials), explore.belief(candidates, trials, pending=under_way)
+    assert after.mean == pytest.approx(before.mean, abs=1e-6)
+    assert all(a <= b + 1e-9 for a, b in zip(after.sd, before.sd, strict=True))
+    index = {c.config: i for i, c in enumerate(candidates)}
+    for config in under_way:
+        assert after.sd[index[config]] < before.sd[index[config]]
+
+
+def test_a_batch_search_takes_fewer_windows():
+    candidates = explore.make_candidates(CONFIGS, CATALOG)
+    one = explore.search(candidates, epoch_time, 0.5, 0.5, ROOMY)
+    three = explore.search(candidates, epoch_time, 0.5, 0.5, ROOMY, width=3)
+    _, scores = best(0.5, 0.5)
+    assert scores[three.chosen] / min(scores.values()) - 1 <= 0.05
+    assert three.spent_minutes < one.spent_minutes
+    with pytest.raises(ValueError, match="at least one trial"):
+        explore.next_step(candidates, [], 0.5, 0.5, ROOMY, width=0)
