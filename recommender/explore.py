@@ -362,12 +362,14 @@ def next_step(
     spent_minutes: float | None = None,
     width: int = 1,
     pending: Sequence[Config] = (),
+    max_workers: int | None = None,
 ) -> Step:
     """The next trial (module docstring's rule) or why the search stops, with up to `width` − 1 more to run at the
     same time (`Step.also`). `spent_dollars` and `spent_minutes` are this search's spending so far; when not given,
     every trial in `trials` counts as this search's (a caller whose `trials` also hold earlier jobs' records of the
     workload, which cost this search nothing, gives them). `pending`: trials under way (their cost is in
-    `spent_dollars`), never proposed again, believed as the module docstring says."""
+    `spent_dollars`), never proposed again, believed as the module docstring says. `max_workers`: the most workers
+    the provider runs at once, the batch's and the pending trials' together."""
     if alpha < 0 or beta < 0 or alpha + beta <= 0:
         raise ValueError(f"alpha and beta must be non-negative and not both 0 (got {alpha}, {beta})")
     if width < 1:
@@ -375,12 +377,14 @@ def next_step(
     priced = {c.config: c for c in candidates}
     spent = spent_dollars if spent_dollars is not None else _spent(priced, trials, budget)
     minutes = spent_minutes if spent_minutes is not None else len(trials) * budget.window_minutes
-    first = _step(candidates, trials, tuple(pending), alpha, beta, budget, prior, spent, minutes)
+    room = math.inf if max_workers is None else max_workers - sum(c.workers for c in pending)
+    first = _step(candidates, trials, tuple(pending), alpha, beta, budget, prior, spent, minutes, room)
     batch = [first.proposal] if first.proposal else []
     while batch and len(batch) < width:
-        # The batch shares one window (the minutes stand) and adds up its dollars.
+        # The batch shares one window (the minutes stand) and adds up its dollars and workers.
         spent += trial_cost(priced[batch[-1]], budget)
-        extra = _step(candidates, trials, (*pending, *batch), alpha, beta, budget, prior, spent, minutes)
+        room -= batch[-1].workers
+        extra = _step(candidates, trials, (*pending, *batch), alpha, beta, budget, prior, spent, minutes, room)
         if extra.proposal is None:
             break
         batch.append(extra.proposal)
@@ -397,8 +401,10 @@ def _step(
     prior: Prior,
     spent: float,
     minutes: float,
+    room: float = math.inf,
 ) -> Step:
-    """One trial by the rule, `pending` ones believed (kriging believer) and never proposed, or why none."""
+    """One trial by the rule, `pending` ones believed (kriging believer) and never proposed, of at most `room`
+    workers, or why none."""
     tried = {t.config for t in trials} | set(pending)
     current = best_measured(candidates, trials, alpha, beta)
     chosen = current[0].config if current else None
@@ -408,6 +414,7 @@ def _step(
         for c in left
         if spent + trial_cost(c, budget) <= budget.dollars + 1e-9
         and minutes + budget.window_minutes <= budget.minutes + 1e-9
+        and c.config.workers <= room
     ]
     if not left:
         return Step(None, chosen, "every candidate has been tried", 0.0)

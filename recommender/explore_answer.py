@@ -18,6 +18,8 @@ recommender/explore.py's; the service (recommender/service.py) loads what this m
   records made before it cost it nothing.
 - History: other workloads' records (those the user may read, the service's concern) shape the prior only
   (`explore.fit_prior`), each workload at each batch size a history of its own.
+- Trials at once: up to the request's `trials_at_once` trials run together (`SearchEstimate.also` besides `next`),
+  their workers together within the provider's limit (`workers_cap`); minutes are wall-clock, a window a batch.
 - The job's length, what a better cluster saves a share of: its epochs × the pick's believed epoch time; when the
   job's epochs are not known, JOB_HOURS_UNKNOWN_EPOCHS (one hour), said in the answer.
 """
@@ -96,6 +98,10 @@ def _check(request: RecommendRequest) -> None:
             raise RecommendationError(f"explore's {name} must be a number of at least 0, not {value}")
     if request.trial_minutes is None or not (math.isfinite(request.trial_minutes) and request.trial_minutes > 0):
         raise RecommendationError(f"a trial's length must be a positive number of minutes, not {request.trial_minutes}")
+    if not isinstance(request.trials_at_once, int) or request.trials_at_once < 1:
+        raise RecommendationError(
+            f"explore's trials at once must be a whole number of at least 1, not {request.trials_at_once}"
+        )
     if request.epochs is not None and request.epochs < 1:
         raise RecommendationError(f"the job's epochs must be at least 1, not {request.epochs}")
 
@@ -242,15 +248,20 @@ class _Search:
         request = self.request
         belief = explore.belief(self.candidates, self.trials, self.prior)
         budget = self._budget(belief)
-        step = explore.next_step(
-            self.candidates, self.trials, request.alpha, request.beta, budget, self.prior,
-            spent_dollars=request.spent_dollars, spent_minutes=request.spent_minutes,
-        )  # fmt: skip
+        step = self._next(self.trials, budget, request.spent_dollars, request.spent_minutes)
         if step.proposal is not None:
             raise TrialsNeeded(self._estimate(step, belief, budget))
         if step.chosen is None:
             raise RecommendationError(self._nothing_measured(step, budget))
         return self._recommendation(step.chosen, step.reason, belief)
+
+    def _next(self, trials: Sequence[Trial], budget: Budget, dollars: float, minutes: float) -> explore.Step:
+        """The search's next batch of trials (or why it stops), after `trials`, `dollars` and `minutes` spent."""
+        request = self.request
+        return explore.next_step(
+            self.candidates, trials, request.alpha, request.beta, budget, self.prior,
+            spent_dollars=dollars, spent_minutes=minutes, width=request.trials_at_once, max_workers=request.workers_cap,
+        )  # fmt: skip
 
     @cached_property
     def _index(self) -> dict[Config, int]:
@@ -290,7 +301,7 @@ class _Search:
     def _estimate(self, step: explore.Step, belief: explore.Belief, budget: Budget) -> SearchEstimate:
         request = self.request
         assert step.proposal is not None
-        trials, dollars, minutes = self._simulate(step.proposal, belief, budget)
+        trials, dollars, minutes = self._simulate(step.batch, belief, budget)
         dollars_left = max(budget.dollars - request.spent_dollars, 0.0)
         minutes_left = max(budget.minutes - request.spent_minutes, 0.0)
         tried = {t.config for t in self.trials}
@@ -298,7 +309,7 @@ class _Search:
         cheapest = min(explore.trial_cost(c, budget) for c in untried)
         at_most = min(
             len(untried),
-            math.floor(minutes_left / budget.window_minutes + 1e-9),
+            math.floor(minutes_left / budget.window_minutes + 1e-9) * request.trials_at_once,
             math.floor(dollars_left / cheapest + 1e-9) if cheapest > 0 else len(untried),
         )
         predicted, predicted_config = None, None
@@ -309,17 +320,19 @@ class _Search:
         made = round(request.spent_minutes / budget.window_minutes)
         succeeded = any(t.epoch_time_s for t in self.trials)
         reason = step.reason if succeeded else f"no run of {request.workload} at this point has a time yet"
-        nxt = self._trial_config(step.proposal)
+        batch = [self._trial_config(config) for config in step.batch]
+        cost = sum(explore.trial_cost(self.candidates[self._index[config]], budget) for config in step.batch)
+        now = trial_text(batch[0]) if len(batch) == 1 else f"{len(batch)} trials at once, {_listed(batch)},"
         text = (
-            f"explore runs trials of your code before choosing: {'first' if not made else 'next'} "
-            f"{trial_text(nxt)} for about {significant(budget.window_minutes)} min "
-            f"({usd(explore.trial_cost(self.candidates[self._index[step.proposal]], budget))}); from here the search "
-            f"is expected to make {trials} trial{'s' if trials != 1 else ''}, about {usd(dollars)} and "
-            f"{significant(minutes)} min (at most {usd(dollars_left)} and {significant(minutes_left)} min)."
+            f"explore runs trials of your code before choosing: {'first' if not made else 'next'} {now} for about "
+            f"{significant(budget.window_minutes)} min ({usd(cost)}); from here the search is expected to make "
+            f"{trials} trial{'s' if trials != 1 else ''}, about {usd(dollars)} and {significant(minutes)} min (at "
+            f"most {usd(dollars_left)} and {significant(minutes_left)} min)."
         )
         return SearchEstimate(
             workload=request.workload,
-            next=nxt,
+            next=batch[0],
+            also=tuple(batch[1:]),
             candidates=len(self.candidates),
             trials_made=made,
             trials_at_most=at_most,
@@ -334,22 +347,19 @@ class _Search:
             text=text,
         )
 
-    def _simulate(self, first: Config, belief: explore.Belief, budget: Budget) -> tuple[int, float, float]:
-        """The search from here under the current belief, each trial answering its believed epoch time: (trials,
-        $, minutes) until it stops."""
+    def _simulate(self, first: tuple[Config, ...], belief: explore.Belief, budget: Budget) -> tuple[int, float, float]:
+        """The search from here under the current belief, batch by batch from `first`, each trial answering its
+        believed epoch time: (trials, $, minutes — a window a batch) until it stops."""
         request, index = self.request, self._index
         trials, dollars, minutes = list(self.trials), 0.0, 0.0
-        proposal: Config | None = first
+        batch = first
         made = 0
-        while proposal is not None and made < MAX_SIMULATED:
-            trials.append(Trial(proposal, math.exp(belief.mean[index[proposal]])))
-            dollars += explore.trial_cost(self.candidates[index[proposal]], budget)
+        while batch and made < MAX_SIMULATED:
+            trials += [Trial(config, math.exp(belief.mean[index[config]])) for config in batch]
+            dollars += sum(explore.trial_cost(self.candidates[index[config]], budget) for config in batch)
             minutes += budget.window_minutes
-            made += 1
-            proposal = explore.next_step(
-                self.candidates, trials, request.alpha, request.beta, budget, self.prior,
-                spent_dollars=request.spent_dollars + dollars, spent_minutes=request.spent_minutes + minutes,
-            ).proposal  # fmt: skip
+            made += len(batch)
+            batch = self._next(trials, budget, request.spent_dollars + dollars, request.spent_minutes + minutes).batch
         return made, dollars, minutes
 
     def _nothing_measured(self, step: explore.Step, budget: Budget) -> str:
@@ -447,6 +457,17 @@ def trial_text(config: TrialConfig) -> str:
     cluster = f"{config.workers} × {config.worker_type}"
     how = f" with a {config.ps_type} PS" if config.ps_type else ", all-reduce,"
     return f"{cluster}{how} at ${significant(config.hourly_cost, 4)}/h"
+
+
+def _listed(configs: Sequence[TrialConfig]) -> str:
+    """Trials in words, the last after "and".
+
+    >>> a, b = TrialConfig("c4.xlarge", 2, "", "mirrored", 0.462), TrialConfig("m4.large", 1, "m4.large", "ps", 0.2)
+    >>> _listed([a, b])
+    '2 × c4.xlarge, all-reduce, at $0.462/h and 1 × m4.large with a m4.large PS at $0.2/h'
+    """
+    words = [trial_text(c) for c in configs]
+    return ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def goal_text(alpha: float, beta: float) -> str:

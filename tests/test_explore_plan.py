@@ -129,6 +129,33 @@ def test_a_workload_with_no_records_needs_a_trial_with_a_sane_estimate(lab):
     assert "first" in search.text and str(search.next.workers) in search.text
 
 
+@pytest.mark.parametrize(
+    ("at_once", "cap", "batch"),
+    [(1, None, 1), (3, None, 3), (3, 4, None)],  # None: as many as fit the provider's 4 workers, 2 at least
+)
+def test_trials_at_once_are_a_batch_in_one_window(lab, at_once, cap, batch):
+    with pytest.raises(TrialsNeeded) as needed:
+        service.recommend(explore_request(trials_at_once=at_once, workers_cap=cap), "lab")
+    search = needed.value.search
+    assert search.batch[0] == search.next and len(set(search.batch)) == len(search.batch)
+    if batch is not None:
+        assert len(search.batch) == batch
+    else:
+        assert len(search.batch) >= 2 and sum(t.workers for t in search.batch) <= cap
+    assert (f"{len(search.batch)} trials at once" in search.text) is (len(search.batch) > 1)
+    # minutes are wall-clock, a window a batch: the trials overlap; dollars are every trial's
+    windows = search.minutes / 4.0
+    assert windows == int(windows) and windows <= 7
+    assert search.trials_at_most == min(18, 7 * at_once)
+    assert sum(t.hourly_cost for t in search.batch) * 4.0 / 60 <= search.dollars <= 5.0
+
+
+@pytest.mark.parametrize("at_once", [0, -1, 1.5])
+def test_trials_at_once_are_checked(lab, at_once):
+    with pytest.raises(RecommendationError, match="trials at once"):
+        service.recommend(explore_request(trials_at_once=at_once), "lab")
+
+
 # --- the one planner ---------------------------------------------------------------------------------------------
 
 
