@@ -1,7 +1,7 @@
 """Replay benchmark of `explore`'s search (recommender/explore.py) on a grid of measured runs (issue 44 §3).
 
     python benchmarks/explore.py --grid recommender/data/lab-digits-ps-grid.csv [--catalog FILE.json] [--seeds N]
-        [--alpha A --beta B | --preset fastest|cheapest|balanced] [--transfer] [--json]
+        [--alpha A --beta B | --preset fastest|cheapest|balanced] [--transfer] [--at-once K] [--json]
 
 FILE.csv is in `import_perf_data`'s csv format. Each (workload, batch size) in it is one search problem (the user's
 batch size is fixed, so a grid measured at several batch sizes holds one problem per size); its configurations are
@@ -18,6 +18,10 @@ the file's other workloads' records as history), `random` (as many trials as exp
 at random, the best measured chosen), and `cherrypick` (CherryPick-style BO: a GP with a Matérn kernel fitted to the
 trials, plain expected improvement, three random starts, stopping once the best EI is under 10 % of the best
 objective after at least 6 trials — CherryPick's rule — or when every configuration is tried).
+
+With --at-once K explore proposes up to K trials at a time (next_step's width) that run together; random's trials
+run K at a time too; CherryPick's one after another, as published. A search's minutes are its wall-clock: one trial
+window per batch.
 
 Regret is the chosen configuration's objective (α·t/t* + β·c/c*, t and c its runs' mean epoch time and cost, t*
 and c* the grid's least) over the grid's best, minus 1; cost is the trials' $ as a share of running every
@@ -220,10 +224,15 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         for seed in range(args.seeds):
             rng = np.random.default_rng([seed, sum(map(ord, problem.name))])
             run = drawer(problem, rng)
-            ours = explore.search(candidates, run, args.alpha, args.beta, budget, prior)
+            ours = explore.search(candidates, run, args.alpha, args.beta, budget, prior, width=args.at_once)
             others = {
                 "random": random_search(candidates, run, args.alpha, args.beta, budget, len(ours.trials), rng),
                 "cherrypick": cherrypick(candidates, run, args.alpha, args.beta, budget, rng),
+            }
+            minutes = {  # wall-clock: a window a batch
+                "explore": ours.spent_minutes,
+                "random": math.ceil(len(ours.trials) / args.at_once) * budget.window_minutes,
+                "cherrypick": len(others["cherrypick"].trials) * budget.window_minutes,
             }
             for method, s in {"explore": ours, **others}.items():
                 regret = grid["scores"][s.chosen] / grid["best"] - 1 if s.chosen in grid["scores"] else None
@@ -233,11 +242,12 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                     "chosen": s.chosen.as_dict() if s.chosen else None,
                     "best": grid["best_config"].as_dict(),
                     "regret": regret, "cost_share": s.spent_dollars / exhaustive, "configurations": len(candidates),
-                    "reason": s.reason,
+                    "minutes": minutes[method], "reason": s.reason,
                 })  # fmt: skip
     return {
         "grid": str(args.grid), "format": fmt, "alpha": args.alpha, "beta": args.beta, "transfer": args.transfer,
         "seeds": args.seeds, "window_minutes": args.window_minutes, "job_hours": args.job_hours,
+        "at_once": args.at_once,
         "unpriced_types": sorted(unpriced), "unpriced_price": args.unpriced,
         "searches": searches, "summary": summary(searches),
     }  # fmt: skip
@@ -256,6 +266,7 @@ def summary(searches: Sequence[dict]) -> dict:
         out[method] = {
             "searches": len(rows), "within_5pct": within, "median_trials": trials, "median_cost_share": cost,
             "mean_cost_share": statistics.fmean(s["cost_share"] for s in rows),
+            "median_minutes": statistics.median(s["minutes"] for s in rows),
             "median_regret": statistics.median(regrets) if regrets else None,
             "max_regret": max(regrets) if regrets else None,
             "goal_met": within >= GOAL_SHARE and trials <= GOAL_TRIALS and cost < GOAL_COST,
@@ -272,18 +283,20 @@ def _config(c: dict | None) -> str:
 
 def print_text(result: dict) -> None:
     print(f"grid {result['grid']}  α={result['alpha']:g} β={result['beta']:g}  transfer={result['transfer']}  "
-          f"window {result['window_minutes']:g} min, job {result['job_hours']:g} h")  # fmt: skip
+          f"window {result['window_minutes']:g} min, job {result['job_hours']:g} h, "
+          f"{result['at_once']} at once")  # fmt: skip
     if result["unpriced_types"]:
         print(f"unpriced types (${result['unpriced_price']:g}/h a node): {', '.join(result['unpriced_types'])}")
     for s in result["searches"]:
         regret = "failed" if s["regret"] is None else f"{s['regret']:+.1%}"
         print(f"{s['workload']} seed {s['seed']} {s['method']:<10} {len(s['trials'])}/{s['configurations']} trials "
               f"[{', '.join(_config(t) for t in s['trials'])}] → {_config(s['chosen'])} regret {regret} "
-              f"cost {s['cost_share']:.1%} ({s['reason']})")  # fmt: skip
+              f"cost {s['cost_share']:.1%} {s['minutes']:g} min ({s['reason']})")  # fmt: skip
     print("summary (goal: ≥ 90 % within 5 %, median ≤ 4 trials, cost < 10 %):")
     for method, m in result["summary"].items():
         print(f"  {method:<10} within 5 %: {m['within_5pct']:.0%}  median trials {m['median_trials']:g}  "
               f"median cost {m['median_cost_share']:.1%} (mean {m['mean_cost_share']:.1%})  "
+              f"median {m['median_minutes']:g} min  "
               f"median regret {m['median_regret']:.1%} max {m['max_regret']:.1%}  "
               f"goal {'met' if m['goal_met'] else 'NOT met'}")  # fmt: skip
 
@@ -303,10 +316,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-dollars", type=float, default=math.inf)
     parser.add_argument("--budget-minutes", type=float, default=math.inf)
     parser.add_argument("--unpriced", type=float, default=1.0, help="$/h a node of a type no catalogue prices")
+    parser.add_argument("--at-once", type=int, default=1, help="explore's trials that may run at the same time")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     args = parser.parse_args(argv)
     if (args.alpha is None) != (args.beta is None):
         parser.error("give --alpha and --beta together")
+    if args.at_once < 1:
+        parser.error("--at-once must be at least 1")
     if args.alpha is None:
         args.alpha, args.beta = explore.PRESETS[args.preset]
     result = run_benchmark(args)
