@@ -14,11 +14,14 @@ same for every provider (provisioner/nodes.py). Errors are `ProvisionError`s; tr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
 
 from provisioner import nodes as _nodes
 from provisioner.errors import CapacityError, NodeError, ProvisionError, TransientProvisionError
 from provisioner.registry import PROVIDERS, Provider, get, primitives
+from provisioner.runners import run_parallel
 from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo, NodeResult, RunSpec
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "RunSpec",
     "TransientProvisionError",
     "alive",
+    "answering",
     "bootstrap",
     "fetch_logs",
     "fetch_results",
@@ -44,6 +48,7 @@ __all__ = [
     "list_clusters",
     "primitives",
     "regions",
+    "relaunch",
     "run_on",
     "stop_agents",
     "teardown",
@@ -63,6 +68,57 @@ def launch(spec: ClusterSpec, notify: Callable[[str], None] | None = None) -> Cl
     """Make (or find) the cluster; `notify(message)` is told what is worth a line on the job's timeline on the way
     (a zone out of capacity, another tried)."""
     return primitives(spec.provider).launch(spec, notify or _ignore)
+
+
+def relaunch(
+    spec: ClusterSpec, old: ClusterInfo | None, lost: Sequence[str], notify: Callable[[str], None] | None = None
+) -> ClusterInfo:
+    """The cluster made again after the nodes named in `lost` were lost (a managed job's resume), none of its nodes
+    running anything: the survivors' agents are stopped and what they kept removed, so that every node starts afresh
+    (a survivor that no longer answers is replaced too).
+
+    A provider that can replace single machines (`replace_nodes(cluster_id, region, instance_ids)`: aws) has the
+    lost nodes' machines removed, and its launch, idempotent by the cluster's tag, makes only the shortfall. Any other
+    finds its cluster by its record, which cannot tell a lost host from a live one: it is torn down and launched
+    whole (on the lab, seconds). With nothing lost (a launch that failed part-way) it is launched again."""
+    module = primitives(spec.provider)
+    replace_nodes = getattr(module, "replace_nodes", None)
+    if old is not None and lost:
+        if replace_nodes is None:
+            module.teardown(spec.cluster_id, spec.region)
+        else:
+            up = answering(replace(old, nodes=tuple(n for n in old.nodes if n.name not in lost)))
+            _settle(replace(old, nodes=tuple(n for n in old.nodes if up.get(n.name))))
+            # A survivor that no longer answers either is replaced with the lost
+            replace_nodes(spec.cluster_id, spec.region, [n.instance_id for n in old.nodes if not up.get(n.name)])
+    return module.launch(spec, notify or _ignore)
+
+
+def _settle(cluster: ClusterInfo) -> None:
+    """Stop the nodes' agents and remove the results they kept (a stopped agent keeps one), so that nothing of the
+    run before is taken for the next one's."""
+    _nodes.stop_agents(cluster)
+    for node in cluster.nodes:
+        if node.workdir:
+            _nodes.run_on(cluster, node.name, ["rm", "-rf", f"{node.workdir}/result"])
+
+
+def answering(cluster: ClusterInfo, timeout_s: float = 5.0) -> dict[str, bool]:
+    """Node name -> whether its machine answers (its SSH server, within `timeout_s`): a node that does not is lost."""
+    module = primitives(cluster.provider)
+
+    def one(node: NodeInfo) -> bool:
+        try:
+            machine = module.machine(cluster, node)
+            try:
+                machine.runner.wait_ready(timeout_s)
+            finally:
+                machine.runner.close()
+        except (ProvisionError, OSError):
+            return False
+        return True
+
+    return run_parallel({node.name: partial(one, node) for node in cluster.nodes})
 
 
 def _ignore(message: str) -> None:

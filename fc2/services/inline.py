@@ -28,24 +28,16 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
         raise RuntimeError(f"job {job_id} is driven by another process")
     with Interrupts() as interrupts, report_server() as url, lease.renewing():
         try:
-            step: str | None = pipeline.FIRST_STEP
-            attempt = 1
-            while step and lease.held:
-                interrupts.check()
-                try:
-                    if not pipeline.run_step(step, job_id, attempt, report_url=url, resume=attempt > 1):
-                        break
-                except pipeline.TryAgain as again:
-                    time.sleep(again.delay_s)  # this process is the job's driver: nothing else to do meanwhile
-                    attempt += 1
-                    continue
-                step, attempt = pipeline.STEPS[step].next, 1
+            _run_steps(pipeline.FIRST_STEP, job_id, url, lease, interrupts)
             while lease.held and not (job := Job.objects.get(pk=job_id)).is_terminal:
                 interrupts.check()
                 if job.state == State.COLLECTING:
                     pipeline.run_step(pipeline.STEP_OF[job.state], job_id)
                 elif job.state == State.RUNNING:
                     sweep.check_running(job)
+                elif job.state == State.PROVISIONING and pipeline.restarting(job) is not None:
+                    # a lost node's restart (pipeline.node_lost): its cluster made again and started
+                    _run_steps("provision", job_id, url, lease, interrupts, resume=True)
                 else:
                     break  # a step did nothing: the job is no longer this process's to drive
                 time.sleep(poll_s)
@@ -56,6 +48,23 @@ def run_inline(job_id: int, poll_s: float = 0.5) -> Job:
             pipeline.release(job_id, lease)  # an ended job's cluster: failed by a node's report, cancelled, or done
             lease.end()
     return Job.objects.get(pk=job_id)
+
+
+def _run_steps(
+    step: str | None, job_id: int, url: str, lease: Lease, interrupts: Interrupts, resume: bool = False
+) -> None:
+    """Run the pipeline's steps from `step` on, each after the one before, until one stops the job or none is left."""
+    attempt = 1
+    while step and lease.held:
+        interrupts.check()
+        try:
+            if not pipeline.run_step(step, job_id, attempt, report_url=url, resume=resume or attempt > 1):
+                return
+        except pipeline.TryAgain as again:
+            time.sleep(again.delay_s)  # this process is the job's driver: nothing else to do meanwhile
+            attempt += 1
+            continue
+        step, attempt, resume = pipeline.STEPS[step].next, 1, False
 
 
 class Interrupts:

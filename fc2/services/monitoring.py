@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from fc2.models import Job, Node, batch_size_parameter
 from monitor import figures, retention, series
+from monitor.models import LossPoint
 from monitor.series import WatchedNode
 from provisioner.types import is_chief
 
@@ -132,3 +133,18 @@ def compact_ended_jobs(days: int | None = None, dry_run: bool = False) -> retent
     cutoff = timezone.now() - timedelta(days=days)
     nodes = Node.objects.filter(job__state__in=Job.TERMINAL, job__finished_at__lt=cutoff).order_by("pk")
     return retention.compact_nodes(list(nodes.values_list("pk", "job_id")), days, dry_run)
+
+
+def steps_since(job: Job, chiefs: Iterable[str], began: datetime | None, since: datetime) -> int | None:
+    """The chief's steps (across epochs, named in `chiefs`) from `since` to its latest progress line — the work a
+    managed job's restart lost (pipeline.node_lost); None when it printed none since training `began`."""
+    points = LossPoint.objects.filter(node__job=job, node__name__in=list(chiefs), at__gte=began or since)
+
+    def step(point: LossPoint) -> int:
+        return (point.epoch - 1) * job.steps + point.step if point.epoch and job.steps else point.step
+
+    latest = points.order_by("-at", "-pk").first()
+    if latest is None:
+        return None
+    base = points.filter(at__lte=since).order_by("-at", "-pk").first() or points.order_by("at", "pk").first()
+    return max(0, step(latest) - step(base)) if base else None

@@ -21,10 +21,11 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TypeVar
 
 from django.conf import settings
@@ -39,9 +40,27 @@ import provisioner
 from fc2 import jsonbounds
 from fc2.models import Job, Node
 from fc2.results import LOG_INTRO
-from fc2.services import artifacts, datasets, feedback, monitoring, noderecords, planning, profiling, trials
+from fc2.services import (
+    artifacts,
+    checkpoints,
+    datasets,
+    feedback,
+    monitoring,
+    noderecords,
+    planning,
+    profiling,
+    trials,
+)
 from fc2.services.requests import JobRequest
-from provisioner import CapacityError, ClusterInfo, ClusterSpec, ProvisionError, RunSpec
+from provisioner import (
+    CapacityError,
+    ClusterInfo,
+    ClusterSpec,
+    NodeError,
+    ProvisionError,
+    RunSpec,
+    TransientProvisionError,
+)
 from provisioner.types import is_chief
 from recommender.types import RecommendationError
 
@@ -238,7 +257,14 @@ def provision(job_id: int, *, resume: bool = False, **_: object) -> bool:
         ],
         ignore_conflicts=True,
     )
-    job.log("nodes: " + ", ".join(f"{n.name} at {n.address}" for n in cluster.nodes))
+    if restarting(job) is not None:  # its nodes are where the relaunch put them
+        for n in cluster.nodes:
+            job.nodes.filter(name=n.name).update(instance_type=n.instance_type, address=n.address)
+        _update_restart(job, relaunched_at=timezone.now().isoformat())
+        restart_text = f" (restart {len(job.restarts)})"
+    else:
+        restart_text = ""
+    job.log("nodes: " + ", ".join(f"{n.name} at {n.address}" for n in cluster.nodes) + restart_text)
     return True
 
 
@@ -248,6 +274,10 @@ def _launch(job: Job) -> ClusterInfo:
     if job.workers is None:  # planned by the recommend step, which runs before
         raise ProvisionError("the job has no planned cluster to launch")
     unavailable: list[str] = []
+    # A resume makes the cluster again from what is left of it (provisioner.relaunch); once, before any failover
+    restart = restarting(job)
+    old = cluster_info(job) if restart is not None and "relaunched_at" not in restart else None
+    spot = job.spot
     while True:
         spec = ClusterSpec(
             cluster_id=cluster_name(job),
@@ -259,10 +289,21 @@ def _launch(job: Job) -> ClusterInfo:
             region=job.region,
             latency_ms=job.latency_ms,
             job_id=job.pk,
+            spot=spot,
+            spot_max_price=float(job.spot_max_price) if spot and job.spot_max_price is not None else None,
         )
         try:
+            if old is not None:
+                return provisioner.relaunch(spec, old, restart["nodes"] if restart else (), notify=job.log)
             return provisioner.launch(spec, notify=job.log)
         except CapacityError as error:
+            old = None  # the failed launch removed what it made: the next is made whole
+            if spot:  # as the job chose: wait for spot capacity (its step tried again), or on-demand now
+                if job.spot_fallback == Job.SpotFallback.WAIT:
+                    raise SpotWait(f"{error}: waiting for spot capacity (spot_fallback wait)") from error
+                job.log(f"{error}: on-demand instances instead (spot_fallback on-demand)")
+                spot = False
+                continue
             if job.algorithm in planning.ONE_WORKER_TYPE or error.instance_type != job.worker_type:
                 raise
             unavailable.append(job.worker_type)
@@ -278,6 +319,13 @@ def _launch(job: Job) -> ClusterInfo:
             _store(job, again)
 
 
+class SpotWait(TransientProvisionError):
+    """No spot capacity for a job that waits for it (spot_fallback wait): its provision is tried again with backoff,
+    without a limit on attempts, until capacity comes back or the job's time limit or budget stops it (the sweep)."""
+
+    waits = True
+
+
 def run_spec(job: Job) -> RunSpec:
     """What the job's nodes run: its bundle, parameters and dataset, within the platform's limits (no report URL or
     token: the bootstrap adds the job's; a profiling or trial run reports to nobody)."""
@@ -291,7 +339,17 @@ def run_spec(job: Job) -> RunSpec:
         max_artifact_mb=settings.FC2_MAX_ARTIFACT_MB,
         max_dataset_mb=settings.FC2_MAX_DATASET_MB,
         fetch_allow=tuple(settings.FC2_DATASET_ALLOWED_NETWORKS),
+        restore_from=_restore_from(job),
+        orphan_s=settings.FC2_NODE_ORPHAN_S,
     )
+
+
+def _restore_from(job: Job) -> str:
+    """The checkpoint a resumed job's nodes restore from: its latest (checkpoints.latest); "" before any restart, or
+    when its chief has shipped none (the run starts again from the start)."""
+    if not job.restarts or (latest := checkpoints.latest(job)) is None:
+        return ""
+    return latest.file.path
 
 
 def bootstrap(job_id: int, report_url: str | None = None, **_: object) -> bool:
@@ -312,7 +370,22 @@ def bootstrap(job_id: int, report_url: str | None = None, **_: object) -> bool:
     # Recorded whatever happened meanwhile, with the processes just started: a job cancelled during the start is torn
     # down by this step's runner (it holds the lease, so no teardown ran meanwhile) and must find them.
     Job.objects.filter(pk=job.pk).update(cluster=cluster.to_dict())
-    return job.transition(State.BOOTSTRAPPING, State.RUNNING, f"{len(cluster.nodes)} nodes started")
+    if (restart := restarting(job)) is None:
+        return job.transition(State.BOOTSTRAPPING, State.RUNNING, f"{len(cluster.nodes)} nodes started")
+    # Resumed: its run goes on (its start, time limit and cost count from the first), its nodes heard from now.
+    now = timezone.now()
+    resumed = {**restart, "resumed_at": now.isoformat(), "checkpoint": _checkpoint_name(run)}
+    source = f"from checkpoint {resumed['checkpoint']}" if resumed["checkpoint"] else "from the start (no checkpoint)"
+    message = f"{len(cluster.nodes)} nodes started again {source}: restart {len(job.restarts)} of {job.max_restarts}"
+    kept = {"started_at": job.started_at} if job.started_at else {}
+    if not job.transition(State.BOOTSTRAPPING, State.RUNNING, message, restarts=[*job.restarts[:-1], resumed], **kept):
+        return False
+    job.nodes.update(last_report_at=now)
+    return True
+
+
+def _checkpoint_name(run: RunSpec) -> str:
+    return Path(run.restore_from).name if run.restore_from else ""
 
 
 def node_tail(job: Job, node_name: str) -> str:
@@ -358,6 +431,83 @@ def fail(job: Job, reason: str, *, release_now: bool = False) -> bool:
     else:
         enqueue(job, "release")
     return True
+
+
+# Where a lost node restarts its job from: its run, or its start (a node lost while provisioning or bootstrapping).
+RESTARTABLE = (State.PROVISIONING, State.BOOTSTRAPPING, State.RUNNING)
+
+
+def node_lost(job: Job, nodes: Sequence[str], reason: str) -> bool:
+    """Nodes of an active job are lost — their hosts gone, their links down, their instances terminated or taken back
+    (spot) — or a node was lost while the cluster was made or started. With restarts left (`Job.max_restarts`) the
+    job gets its cluster back: the restart is recorded with the work lost since the last checkpoint, the job moved
+    back to provisioning (claimed like a step, by a conditional update; its report token revoked, so that the old
+    nodes' reports are refused from now on) and provision sent again, which relaunches the lost nodes; bootstrap
+    then starts every node from the latest checkpoint. Without, it fails as before, naming the nodes and the restarts
+    made. Returns whether it was restarted. The caller holds the job's lease (the sweep, or a step's runner)."""
+    job.refresh_from_db()
+    made = len(job.restarts)
+    if made >= job.max_restarts:
+        spent = f"; restarts made: {made} of {job.max_restarts}" if job.max_restarts else ""
+        fail(job, f"{reason}{spent}")
+        return False
+    lost = _interruption(job, nodes, reason)
+    message = f"restart {made + 1} of {job.max_restarts}: {reason} — {lost_work_text(lost)}"
+    if not job.transition(
+        RESTARTABLE, State.PROVISIONING, message[:2000], restarts=[*job.restarts, lost], token_hash=""
+    ):
+        return False
+    job.nodes.update(status=Node.Status.PENDING, exit_code=None)
+    enqueue(job, "provision", resume=True)
+    return True
+
+
+def restarting(job: Job) -> dict | None:
+    """The restart under way (its nodes not started again yet), or None."""
+    return job.restarts[-1] if job.restarts and not job.restarts[-1].get("resumed_at") else None
+
+
+def _update_restart(job: Job, **fields: object) -> None:
+    """Add `fields` to the restart under way (the caller holds the job's lease: nobody else writes it meanwhile)."""
+    job.restarts = [*job.restarts[:-1], {**job.restarts[-1], **fields}]
+    Job.objects.filter(pk=job.pk).update(restarts=job.restarts)
+
+
+def lost_work_text(restart: dict) -> str:
+    """The work a restart lost, as the timeline says it."""
+    steps = "" if restart["lost_steps"] is None else f"{restart['lost_steps']} steps, "
+    since = f"checkpoint {restart['checkpoint']}" if restart["checkpoint"] else "the start of its training"
+    return f"work lost since {since}: {steps}{restart['lost_s']:.0f} s, ${restart['lost_dollars']:.4f}"
+
+
+def _interruption(job: Job, nodes: Sequence[str], reason: str) -> dict:
+    """A restart as recorded: when the loss was seen, the nodes, why, and the work lost since the last checkpoint —
+    the training since then (or since training began again, if later), in the chief's steps, seconds and $ of the
+    cluster's cost. The cost itself goes on being billed: the job's cost and its whole-job budget include it."""
+    now = timezone.now()
+    checkpoint = checkpoints.latest(job)
+    began = _training_began(job)
+    since = max(began, checkpoint.created_at) if began and checkpoint else began
+    lost_s = max(0.0, (now - since).total_seconds()) if since else 0.0
+    return {
+        "at": now.isoformat(),
+        "nodes": list(nodes),
+        "reason": reason,
+        "state": job.state,
+        "lost_steps": monitoring.steps_since(job, chief_names(job), began, since) if since else 0,
+        "lost_s": round(lost_s, 1),
+        "lost_dollars": round(float(job.hourly_cost or 0) * lost_s / 3600, 6),
+        "checkpoint": Path(checkpoint.name).name if checkpoint else "",
+        "resumed_at": None,
+    }
+
+
+def _training_began(job: Job) -> datetime | None:
+    """When its nodes last started training: at its last resume, else when it began running; None before."""
+    if job.state != State.RUNNING:
+        return None
+    resumed = [r["resumed_at"] for r in job.restarts if r.get("resumed_at")]
+    return datetime.fromisoformat(resumed[-1]) if resumed else job.started_at
 
 
 def cancel(job: Job, by: str) -> bool:
@@ -559,12 +709,28 @@ def run_step(step: str, job_id: int, attempt: int = 1, **kwargs: object) -> bool
                 _job(job_id).log(f"{step}: {exc} — trying again in {delay} s (attempt {attempt + 1})")
             raise TryAgain(step, delay, waits=exc.waits) from exc
         logger.warning("job %s: step %s failed: %s", job_id, step, exc)
+        if (lost := _lost_nodes(step, _job(job_id), exc)) is not None:
+            node_lost(_job(job_id), lost, f"{step} failed: {exc}")  # a restart, or the job fails
+            return False
         fail(_job(job_id), f"{step} failed: {exc}")
         return False
     except Exception as exc:
         logger.exception("job %s: step %s failed", job_id, step)
         fail(_job(job_id), f"{step} failed: {exc}")
         return False
+
+
+def _lost_nodes(step: str, job: Job, error: ProvisionError) -> list[str] | None:
+    """The nodes a failed provision or bootstrap lost, when that is why it failed and the job has restarts left (a
+    node lost while its cluster was made or started is replaced like one lost in training): those whose machines do
+    not answer; None otherwise (its code's install failing, no capacity: no restart mends those)."""
+    if step not in ("provision", "bootstrap") or len(job.restarts) >= job.max_restarts:
+        return None
+    if isinstance(error, CapacityError) or not isinstance(error, NodeError):
+        return None
+    cluster = cluster_info(job)
+    silent = [name for name, up in provisioner.answering(cluster).items() if not up] if cluster else []
+    return silent if silent or step == "provision" else None
 
 
 def enqueue(job: Job, step: str, *, lease: Lease | None = None, resume: bool = False) -> None:

@@ -273,8 +273,9 @@ def check_running(job: Job) -> None:
             pipeline.fail(job, f"{node.name} stopped without reporting a result{pipeline.node_tail(job, node.name)}")
             return
         if running is None and alive is not None and quiet >= settings.FC2_NODE_UNREACHABLE_S:
-            pipeline.fail(
+            pipeline.node_lost(  # a managed job's restart (max_restarts), or its failure
                 job,
+                [name for name, up in alive.items() if up is None],
                 f"{node.name} is lost: its machine does not answer and it has not reported for {quiet:.0f} s "
                 f"(FC2_NODE_UNREACHABLE_S is {settings.FC2_NODE_UNREACHABLE_S} s): its host is gone or cut off",
             )

@@ -463,12 +463,14 @@ def _ensure_instances(
     for name, instance_type in wanted.items():
         if name in found:
             continue
-        token = hashlib.sha256(f"{spec.cluster_id}/{name}/{zone}/{generation}".encode()).hexdigest()[:64]
+        # (spot or not: a launch that fell back to on-demand is another request than the spot one)
+        market = "spot" if spec.spot else ""
+        token = hashlib.sha256(f"{spec.cluster_id}/{name}/{zone}/{generation}{market}".encode()).hexdigest()[:64]
         placement_params = {"AvailabilityZone": zone, **({"GroupName": placement} if placement else {})}
-        response = call(
-            "ec2",
+        response = _run_instance(
             region,
-            "run_instances",
+            spec,
+            zone,
             ImageId=image,
             InstanceType=instance_type,
             MinCount=1,
@@ -493,6 +495,47 @@ def _ensure_instances(
         found[name] = response["Instances"][0]
         notify(f"{name}: {instance_type} instance {found[name]['InstanceId']} in {zone}")
     return found
+
+
+def replace_nodes(cluster_id: str, region: str, instance_ids: list[str]) -> list[str]:
+    """Remove these instances of the cluster (a managed job's lost nodes: terminated, spot-interrupted, cut off), so
+    that its next launch runs new ones in their place; returns those that were still there to remove."""
+    region = region_of(region)
+    live = {instance["InstanceId"] for instance in _instances(region, cluster_id)}
+    ids = [i for i in instance_ids if i in live]
+    _terminate(region, ids)
+    return ids
+
+
+# What EC2 answers a spot request it cannot fill at the price or count asked: as no capacity for the type there.
+SPOT_UNAVAILABLE = ("SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded", "InsufficientSpotInstanceCapacity")
+
+
+def market_options(spec: ClusterSpec) -> dict:
+    """RunInstances' parameters for the cluster's market: every instance terminates when it shuts itself down (its
+    agent does, once the platform has been silent to it too long: FC2_NODE_ORPHAN_S), so that nothing stays billed;
+    a spot cluster's are one-time spot instances, terminated when EC2 takes them back, at most at its max price."""
+    options: dict = {"InstanceInitiatedShutdownBehavior": "terminate"}
+    if spec.spot:
+        spot: dict = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+        if spec.spot_max_price is not None:
+            spot["MaxPrice"] = f"{spec.spot_max_price:.4f}"
+        options["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+    return options
+
+
+def _run_instance(region: str, spec: ClusterSpec, zone: str, **params: object) -> dict:
+    """RunInstances of one node in its market; a spot request EC2 cannot fill there is a CapacityError, as a zone
+    out of the type is."""
+    try:
+        return call("ec2", region, "run_instances", **params, **market_options(spec))
+    except awsapi.AwsError as error:
+        if spec.spot and error.code in SPOT_UNAVAILABLE:
+            instance_type = str(params.get("InstanceType", ""))
+            raise CapacityError(
+                f"no spot capacity for {instance_type} in {zone}: {error}", instance_type, (zone,)
+            ) from None
+        raise
 
 
 def _cluster_info(

@@ -1,0 +1,206 @@
+"""Managed jobs' resume after a lost node (issue 45 §2): the restart as the pipeline records it — the work lost since
+the last checkpoint, the report token revoked, the restarts counted and, once spent, the job failed naming the node —
+and, on the lab (namespaces with their own sshd) and on aws (moto's EC2, its instances lab hosts), a worker's host
+destroyed mid-training: its cluster made again, every node started again, the job succeeding, nothing left behind.
+
+The heavy cases drive the job with a real Celery worker and the sweep run here every half second, as
+tests/test_node_loss.py does (its helpers): a node silent for 3 s is looked at over SSH, one that does
+not answer for 10 s is lost. Its code is the trainer wheel (a step every half second, no checkpoint), which resumes
+from its start, as the contract allows a bundle that never checkpoints.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+import provisioner
+from fc2.models import Artifact, Job, Node
+from fc2.services import artifacts, pipeline
+from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
+from monitor.models import LossPoint
+from provisioner import ClusterInfo, lab
+from recommender.catalog import load_catalog
+from tests import test_node_loss as losses
+from tests.conftest import aws_worker_env, lab_leftovers, make_job, nothing_left, wait_for
+
+State = Job.State
+
+
+def running(job: Job, **fields) -> Job:
+    """`job` as if training for 100 s at $3.6/h on a mirrored pair, worker-0 its chief."""
+    started = timezone.now() - timedelta(seconds=100)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.RUNNING, strategy="mirrored", workers=2, hourly_cost=3.6, started_at=started,
+        launched_at=started, token_hash="f" * 64, steps=100, **fields,
+    )  # fmt: skip
+    for index in range(2):
+        Node.objects.create(job=job, name=f"worker-{index}", role="worker", index=index, status=Node.Status.RUNNING)
+    job.refresh_from_db()
+    return job
+
+
+def progress(job: Job, step: int, seconds_ago: float, epoch: int = 1) -> None:
+    chief = job.nodes.get(name="worker-0")
+    LossPoint.objects.create(
+        node=chief, at=timezone.now() - timedelta(seconds=seconds_ago), epoch=epoch, step=step, loss=1
+    )
+
+
+@pytest.mark.django_db
+def test_a_lost_node_with_a_restart_left_records_the_work_lost_since_the_checkpoint_and_relaunches(job):
+    job = running(job, max_restarts=2)
+    checkpoint = artifacts.store_artifact(job, "checkpoints/3.tar.gz", b"archive")
+    Artifact.objects.filter(pk=checkpoint.pk).update(created_at=timezone.now() - timedelta(seconds=30))
+    progress(job, 40, seconds_ago=60)
+    progress(job, 70, seconds_ago=31)  # the step the checkpoint was taken at
+    progress(job, 90, seconds_ago=2, epoch=1)
+    progress(job, 5, seconds_ago=1, epoch=2)  # 100 steps an epoch: global step 105
+
+    assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost: its host is gone")
+
+    job.refresh_from_db()
+    assert job.state == State.PROVISIONING and job.token_hash == ""  # the old nodes' reports are refused now
+    (restart,) = job.restarts
+    assert restart["nodes"] == ["worker-1"] and restart["reason"] == "worker-1 is lost: its host is gone"
+    assert restart["checkpoint"] == "3.tar.gz" and restart["resumed_at"] is None
+    assert restart["lost_steps"] == 105 - 70
+    assert 30 <= restart["lost_s"] < 40 and restart["lost_dollars"] == pytest.approx(restart["lost_s"] / 1000, 0.01)
+    assert set(job.nodes.values_list("status", flat=True)) == {Node.Status.PENDING}
+    said = job.events.order_by("-pk").first().message
+    assert said.startswith("restart 1 of 2: worker-1 is lost") and "checkpoint 3.tar.gz: 35 steps, 3" in said
+    assert pipeline.restarting(job) == restart
+    assert pipeline.run_spec(job).restore_from == checkpoint.file.path  # what every node restores from
+
+
+@pytest.mark.django_db
+def test_without_a_checkpoint_the_whole_run_is_lost_and_resumed_from_the_start(job):
+    job = running(job, max_restarts=1)
+    progress(job, 20, seconds_ago=50)
+    progress(job, 60, seconds_ago=5)
+    assert pipeline.node_lost(job, ["worker-0", "worker-1"], "both lost")
+    job.refresh_from_db()
+    (restart,) = job.restarts
+    assert restart["checkpoint"] == "" and restart["lost_steps"] == 40  # from its first progress line
+    assert 100 <= restart["lost_s"] < 110
+    assert pipeline.run_spec(job).restore_from == ""
+
+
+@pytest.mark.django_db
+def test_restarts_spent_or_none_asked_fail_the_job_naming_the_node_as_before(job, bob, bundle, digits):
+    job = running(job, max_restarts=1, restarts=[{"at": "x", "nodes": ["worker-1"], "resumed_at": "y"}])
+    assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost: its host is gone") is False
+    job.refresh_from_db()
+    assert job.state == State.FAILED
+    assert job.failure_reason == "worker-1 is lost: its host is gone; restarts made: 1 of 1"
+
+    other = running(make_job(bob, bundle, digits))  # max_restarts 0: exactly today's failure
+    pipeline.node_lost(other, ["worker-1"], "worker-1 is lost: its host is gone")
+    other.refresh_from_db()
+    assert other.state == State.FAILED and other.failure_reason == "worker-1 is lost: its host is gone"
+    assert other.restarts == []
+
+
+@pytest.mark.django_db
+def test_a_resume_keeps_the_runs_start_so_its_time_limit_and_cost_count_from_the_first(job):
+    job = running(job, max_restarts=1)
+    started = job.started_at
+    pipeline.node_lost(job, ["worker-1"], "lost")
+    job.refresh_from_db()
+    job.transition(State.PROVISIONING, State.BOOTSTRAPPING)
+    # What bootstrap writes once the nodes are started again (without a cluster to start here)
+    restart = {**pipeline.restarting(job), "resumed_at": timezone.now().isoformat()}
+    assert job.transition(State.BOOTSTRAPPING, State.RUNNING, "again", restarts=[restart], started_at=started)
+    job.refresh_from_db()
+    assert job.started_at == started and pipeline.restarting(job) is None
+    assert pipeline._training_began(job) > started  # the next loss counts its lost work from the resume
+
+
+# --- on the lab and on aws, for real ----------------------------------------------------------------------------
+
+
+lab_missing = provisioner.unavailable("lab")
+
+
+@pytest.fixture
+def workers_losing(settings, workers):
+    """Real workers with the node-loss cases' timings (tests/test_node_loss.py)."""
+    settings.FC2_NODE_SILENCE_S = losses.SILENCE_S
+    settings.FC2_NODE_LOST_S = settings.FC2_NODE_UNREACHABLE_S = losses.LOST_S
+    workers.env["FC2_WORKERS_FINISH_S"] = "5"
+    return workers
+
+
+# The trainer's seconds: long enough that its chief is still training when the loss is seen (10 s after it), short
+# enough for the run from the start that follows.
+TRAIN_S = 24
+RESUMED_WITHIN_S = 60  # from the loss to the nodes started again (benchmarks/resume.py measures it)
+
+
+def _resumed(job: Job, killed_at, within_s: float) -> Job:
+    job = losses.sweep_until(
+        job, lambda j: j.is_terminal or bool(j.restarts and j.restarts[-1].get("resumed_at")), within_s
+    )
+    assert job.restarts and job.restarts[-1].get("resumed_at"), (job.state, job.failure_reason, job.restarts)
+    resumed_s = (datetime.fromisoformat(job.restarts[-1]["resumed_at"]) - killed_at).total_seconds()
+    print(f"\nFIGURE {job.provider}: training again {resumed_s:.1f} s after the loss; restart {job.restarts[-1]}")
+    assert resumed_s < within_s
+    return job
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
+@pytest.mark.django_db(transaction=True)
+def test_a_lab_workers_host_destroyed_mid_training_resumes_and_succeeds(alice, digits, workers_losing, tmp_path):
+    load_catalog("lab")
+    workers_losing.start()
+    job = losses.submit_trainer(
+        alice, digits, tmp_path, TRAIN_S, provider="lab", worker_type="lab-w-100", max_restarts=1
+    )
+    cluster = losses.run_until_killed(job, losses.host_gone, workers_losing)
+    killed_at = timezone.now()
+
+    job = _resumed(job, killed_at, RESUMED_WITHIN_S + 15)
+    job = losses.sweep_until(job, lambda j: j.is_terminal, TRAIN_S + 60)
+    assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
+    (restart,) = job.restarts
+    assert restart["nodes"] == [losses.VICTIM] and restart["lost_s"] > 0
+    timeline = list(job.events.values_list("message", flat=True))
+    assert any(m.startswith("restart 1 of 1: worker-1 is lost") for m in timeline)
+    assert any("nodes started again from the start (no checkpoint): restart 1 of 1" in m for m in timeline)
+    assert job.cost_so_far > restart["lost_dollars"] > 0  # the lost work is in the job's cost
+    losses.check_released(job, "lab resumed")
+    assert nothing_left(lab_leftovers(cluster.cluster_id, Path(cluster.workdir), lab.tag())) == {}
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
+@pytest.mark.django_db(transaction=True)
+def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
+    alice, digits, workers_losing, ec2_hosts, settings, tmp_path
+):
+    load_catalog("fc2-2018")
+    workers_losing.start(**aws_worker_env(settings))
+    job = losses.submit_trainer(
+        alice, digits, tmp_path, TRAIN_S, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1
+    )
+
+    def terminate(cluster, name: str) -> None:
+        ec2().terminate_instances(InstanceIds=[losses._node(cluster, name).instance_id])
+
+    cluster = losses.run_until_killed(job, terminate, workers_losing)
+    victim, survivor = losses._node(cluster, losses.VICTIM), losses._node(cluster, "worker-0")
+    wait_for(lambda: victim.instance_id not in ec2_hosts.hosts, "host gone", workers_losing)
+    killed_at = timezone.now()
+
+    job = _resumed(job, killed_at, RESUMED_WITHIN_S + 30)
+    now = {n.name: n for n in ClusterInfo.from_dict(job.cluster).nodes}
+    assert now[losses.VICTIM].instance_id != victim.instance_id  # a new instance in its place
+    assert now["worker-0"].instance_id == survivor.instance_id  # the survivor kept: only the shortfall is made
+    job = losses.sweep_until(job, lambda j: j.is_terminal, TRAIN_S + 60)
+    assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
+    losses.check_released(job, "aws resumed")
+    assert everything_tagged(job.cluster_name) == NOTHING and live_instances() == []
