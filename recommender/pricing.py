@@ -7,6 +7,11 @@ The parsing functions below are pure (they take what AWS returns and give values
 AWS is reached only through the platform's one boto3 adaptor (common/awsapi.py: its retries, credential chain and
 AWS_ENDPOINT_URL), whose failures become PricingErrors here.
 
+Spot prices (`fetch_spot_quotes`) come from EC2's spot price history of the region (`describe_spot_price_history`,
+every page): each type's latest price in each zone, the cheapest zone's kept, raised by the share of time a spot
+cluster is expected to lose to interruptions (SPOT_INTERRUPTION_OVERHEAD: the relaunch and the work since the last
+checkpoint) and set beside the on-demand price as the expected saving.
+
 Network capacity (B_ps when a type serves as PS) is the baseline bandwidth EC2 reports per network card, summed; a
 type that reports none falls back to its NetworkPerformance text ("25 Gigabit" → 25000 Mbps, "Up to 10 Gigabit" →
 the 10000 Mbps burst — an upper bound, not what the type sustains).
@@ -19,7 +24,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from common import awsapi
 
@@ -281,6 +286,75 @@ def type_filters(families: Iterable[str] = FAMILIES) -> list[dict]:
 def _plain(number: float) -> float | int:
     """Whole numbers as ints, so the JSON files read 16, not 16.0."""
     return int(number) if float(number).is_integer() else round(number, 3)
+
+
+# The share of a spot instance's time expected lost to interruptions — a lost node's relaunch and restart, and the
+# work since the last checkpoint (managed jobs, fc2/services/pipeline.py: node_lost) — by which its expected price is
+# raised before it is set beside the on-demand price. Spot's own interruption frequencies are mostly under 10 %.
+SPOT_INTERRUPTION_OVERHEAD = 0.10
+# How far back the spot price history is read: each zone's latest price is within it.
+SPOT_HISTORY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class SpotQuote:
+    """A type's spot price in a region beside its on-demand price."""
+
+    instance_type: str
+    spot_price: float  # $/h: the latest price of the region's cheapest zone for it
+    zone: str  # that zone
+    on_demand: float | None  # $/h, from the catalogue; None where it has no price for the type
+
+    @property
+    def expected(self) -> float:
+        """$/h expected, the interruptions' overhead included."""
+        return self.spot_price * (1 + SPOT_INTERRUPTION_OVERHEAD)
+
+    @property
+    def saving(self) -> float | None:
+        """The expected saving beside on-demand, as a share of its price (negative: spot costs more)."""
+        return 1 - self.expected / self.on_demand if self.on_demand else None
+
+    def describe(self) -> str:
+        saving = f": expected saving {self.saving:.0%}" if self.saving is not None else ""
+        on_demand = f" vs ${self.on_demand:.4f}/h on-demand" if self.on_demand else ""
+        return (
+            f"{self.instance_type} spot ${self.spot_price:.4f}/h in {self.zone}, expected ${self.expected:.4f}/h with "
+            f"{SPOT_INTERRUPTION_OVERHEAD:.0%} for interruptions{on_demand}{saving}"
+        )
+
+
+def latest_spot_prices(history: Iterable[dict]) -> dict[str, tuple[float, str]]:
+    """Instance type -> (price, zone): of each zone's latest entry in `history` (describe_spot_price_history's
+    SpotPriceHistory), the cheapest."""
+    latest: dict[tuple[str, str], tuple[str, float]] = {}
+    for entry in history:
+        key = (entry["InstanceType"], entry["AvailabilityZone"])
+        stamp = str(entry.get("Timestamp", ""))
+        if key not in latest or stamp > latest[key][0]:
+            latest[key] = (stamp, float(entry["SpotPrice"]))
+    cheapest: dict[str, tuple[float, str]] = {}
+    for (instance_type, zone), (_, price) in sorted(latest.items()):
+        if instance_type not in cheapest or price < cheapest[instance_type][0]:
+            cheapest[instance_type] = (price, zone)
+    return cheapest
+
+
+def fetch_spot_quotes(region: str, on_demand: dict[str, float | None]) -> list[SpotQuote]:
+    """The spot quotes of the types in `on_demand` (type -> its on-demand $/h) in `region`, from EC2's spot price
+    history (Linux, every page); a type with no spot price there has none."""
+    with aws_errors(f"cannot read the spot price history of {region}"):
+        history = awsapi.pages(
+            "ec2",
+            region,
+            "describe_spot_price_history",
+            "SpotPriceHistory",
+            InstanceTypes=sorted(on_demand),
+            ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+            StartTime=datetime.now(UTC) - SPOT_HISTORY,
+        )
+    prices = latest_spot_prices(history)
+    return [SpotQuote(t, *prices[t], on_demand[t]) for t in sorted(on_demand) if t in prices]
 
 
 # ---- AWS calls ----------------------------------------------------------------------------------------------------

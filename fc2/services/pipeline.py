@@ -62,6 +62,8 @@ from provisioner import (
     TransientProvisionError,
 )
 from provisioner.types import is_chief
+from recommender.models import InstanceType
+from recommender.pricing import fetch_spot_quotes
 from recommender.types import RecommendationError
 
 logger = logging.getLogger(__name__)
@@ -243,6 +245,8 @@ def provision(job_id: int, *, resume: bool = False, **_: object) -> bool:
         empty = ClusterInfo(cluster_name(job), job.provider, job.strategy, nodes=(), region=job.region)
         # Its billing starts here, before anything is made: every node is billed from its launch.
         Job.objects.filter(pk=job.pk, cluster__isnull=True).update(cluster=empty.to_dict(), launched_at=timezone.now())
+    if job.spot and restarting(job) is None:
+        _guarded(job, "pricing its spot instances", _say_spot_prices, job)
     cluster = _launch(job)
     _hold(job, State.PROVISIONING)  # launched, not yet recorded
     # Recorded whatever happened meanwhile: a job cancelled while its cluster was launched must still have it torn down.
@@ -266,6 +270,18 @@ def provision(job_id: int, *, resume: bool = False, **_: object) -> bool:
         restart_text = ""
     job.log("nodes: " + ", ".join(f"{n.name} at {n.address}" for n in cluster.nodes) + restart_text)
     return True
+
+
+def _say_spot_prices(job: Job) -> None:
+    """A spot job's types at the region's spot prices beside their on-demand prices, on its timeline: the expected
+    saving (recommender/pricing.py). Its cost is still reckoned at the catalogue's on-demand prices, which bound it."""
+    types = sorted({name for name in (job.ps_type, job.worker_type) if name})
+    on_demand = dict(
+        InstanceType.objects.filter(catalog__name=job.catalog, name__in=types).values_list("name", "hourly_price")
+    )
+    asked = {name: float(on_demand[name]) if on_demand.get(name) else None for name in types}
+    quotes = fetch_spot_quotes(job.region or settings.FC2_AWS_REGION, asked)
+    job.log("spot prices: " + ("; ".join(q.describe() for q in quotes) or f"none for {', '.join(types)}"))
 
 
 def _launch(job: Job) -> ClusterInfo:
