@@ -143,9 +143,11 @@ def check_managed(request: JobRequest) -> None:
     """A managed job's restarts and spot settings, each a value it can use, said per field; spot only where the
     provider has spot instances."""
     restarts = request.max_restarts
-    if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= MAX_RESTARTS:  # type: ignore[redundant-expr]
+    # isinstance: a request made from JSON or a form may carry a float or a bool where an int is declared
+    whole = not isinstance(restarts, bool) and isinstance(restarts, int)
+    if not whole or not 0 <= restarts <= MAX_RESTARTS:
         raise SubmitError(f"max_restarts is a whole number from 0 to {MAX_RESTARTS} (not {restarts!r})", "max_restarts")
-    if not isinstance(request.spot, bool):  # type: ignore[redundant-expr]
+    if not isinstance(request.spot, bool):
         raise SubmitError(f"spot is true or false (not {request.spot!r})", "spot")
     if request.spot_fallback not in Job.SpotFallback.values:
         raise SubmitError(
