@@ -1,13 +1,23 @@
-"""The platform's own API: the node agents' reports (POST /api/jobs/<id>/report, job-scoped bearer token) and
-GET /api/me for signed-in users, both in the OpenAPI schema."""
+"""The platform's own API: the node agents' reports (POST /api/jobs/<id>/report, job-scoped bearer token), the chief's
+checkpoints (POST /api/jobs/<id>/checkpoint, the same token) and GET /api/me for signed-in users, all in the OpenAPI
+schema."""
 
 from __future__ import annotations
 
-from django.http import JsonResponse
+import tempfile
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 from rest_framework import serializers
@@ -21,12 +31,24 @@ from rest_framework.views import APIView
 
 from fc2 import jsonbounds
 from fc2.models import Job, is_platform_admin
+from fc2.services import checkpoints
 from fc2.services.noderecords import Report
 from fc2.services.reports import ReportRejected, receive
 
 
 def _error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
+
+
+def _job_of_token(request: HttpRequest, job_id: int) -> Job | JsonResponse:
+    """The job whose token the request bears, or the refusal in the agents' form: 401 no token, 403 another's."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return _error(401, "missing bearer token")
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or not job.token_matches(token.strip()):
+        return _error(403, "this token does not belong to this job")
+    return job
 
 
 class JobTokenAuthentication(BaseAuthentication):
@@ -130,7 +152,14 @@ class ReportView(APIView):
         },
         responses={
             200: inline_serializer(
-                "ReportAccepted", {"ok": BooleanField(), "state": serializers.ChoiceField(choices=Job.State.choices)}
+                "ReportAccepted",
+                {
+                    "ok": BooleanField(),
+                    "state": serializers.ChoiceField(choices=Job.State.choices),
+                    "interruption_at": CharField(
+                        required=False, help_text="When the job's latest interruption notice came (absent: none)"
+                    ),
+                },
             ),
             400: OpenApiResponse(ReportError, description="Not a valid report, or it names no node of this job"),
             401: OpenApiResponse(ReportError, description="No bearer token"),
@@ -143,12 +172,9 @@ class ReportView(APIView):
         # The plain HttpRequest: the body is read as Django reads it (its upload handlers for multipart, raw bytes for
         # JSON), not through DRF's parsers, whose errors would not answer in the agents' form.
         request = drf_request._request
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return _error(401, "missing bearer token")
-        job = Job.objects.filter(pk=job_id).first()
-        if job is None or not job.token_matches(token.strip()):
-            return _error(403, "this token does not belong to this job")
+        job = _job_of_token(request, job_id)
+        if isinstance(job, JsonResponse):
+            return job
         raw = request.POST.get("report", "") if request.content_type == "multipart/form-data" else request.body
         try:
             data = jsonbounds.loads(raw or b"null")
@@ -164,7 +190,72 @@ class ReportView(APIView):
                 # (which an inline job prints on its terminal): Django's own marker of a response already dealt with.
                 response._has_been_logged = True
             return response
-        return JsonResponse({"ok": True, "state": job.state})
+        # The job's latest interruption notice (any node's): the chief's agent asks for a checkpoint once for each.
+        answer: dict[str, object] = {"ok": True, "state": job.state}
+        if interruption_at := checkpoints.latest_interruption(job):
+            answer["interruption_at"] = interruption_at
+        return JsonResponse(answer)
+
+
+class CheckpointView(APIView):
+    """The chief's agent ships a checkpoint its code wrote: the body is the archive (tar.gz), the headers name the node
+    (`X-FC2-Node`) and the checkpoint (`X-FC2-Checkpoint`, e.g. TensorFlow's `ckpt-88`). The platform keeps the latest
+    FC2_CHECKPOINTS_KEPT as artifacts (`checkpoints/<n>.tar.gz`); a resume restores the newest."""
+
+    authentication_classes = [JobTokenAuthentication]
+    permission_classes = []  # the token is checked in post()
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonWhateverAccepted
+    metadata_class = None
+
+    @extend_schema(
+        operation_id="job_checkpoint",
+        request={"application/gzip": OpenApiTypes.BINARY},
+        parameters=[
+            OpenApiParameter("X-FC2-Node", str, OpenApiParameter.HEADER, required=True, description="The chief's name"),
+            OpenApiParameter("X-FC2-Checkpoint", str, OpenApiParameter.HEADER, description="The checkpoint's name"),
+        ],
+        responses={
+            200: inline_serializer("CheckpointKept", {"ok": BooleanField(), "artifact": CharField()}),
+            400: OpenApiResponse(ReportError, description="Not a tar.gz of regular files, or no node of this job"),
+            401: OpenApiResponse(ReportError, description="No bearer token"),
+            403: OpenApiResponse(ReportError, description="Not this job's token, or the node is not its chief"),
+            409: OpenApiResponse(ReportError, description="The job has ended; no more checkpoints are taken"),
+            411: OpenApiResponse(ReportError, description="No Content-Length"),
+            413: OpenApiResponse(ReportError, description="Over FC2_CHECKPOINT_MAX_MB"),
+        },
+    )
+    def post(self, drf_request: Request, job_id: int) -> JsonResponse:
+        request = drf_request._request
+        job = _job_of_token(request, job_id)
+        if isinstance(job, JsonResponse):
+            return job
+        limit = checkpoints.max_bytes()
+        over = f"the checkpoint is over the {settings.FC2_CHECKPOINT_MAX_MB} MB limit (FC2_CHECKPOINT_MAX_MB)"
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or "")
+        except ValueError:
+            return _error(411, "a checkpoint needs a Content-Length")
+        if declared > limit:
+            return _error(413, over)
+        # Read as it streams, never more than the limit (Django reads no further than Content-Length): to a file, so
+        # a large checkpoint costs no memory; it is stored from there, or dropped with it.
+        with tempfile.TemporaryFile() as spooled:
+            size = 0
+            while chunk := request.read(2**20):
+                size += len(chunk)
+                if size > limit:
+                    return _error(413, over)
+                spooled.write(chunk)
+            spooled.seek(0)
+            try:
+                artifact = checkpoints.receive(
+                    job, request.headers.get("X-FC2-Node", ""), request.headers.get("X-FC2-Checkpoint", ""), spooled,
+                    size,
+                )  # fmt: skip
+            except checkpoints.CheckpointRejected as exc:
+                return _error(exc.status, str(exc))
+        return JsonResponse({"ok": True, "artifact": artifact.name})
 
 
 class MeView(APIView):

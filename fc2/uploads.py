@@ -65,6 +65,9 @@ def upload_limit(request: HttpRequest) -> UploadLimit:
             return UploadLimit(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, what="a node report without files")
         mb = settings.FC2_MAX_ARTIFACT_MB
         return _file_upload("artifact", mb * MB, f"artifacts exceed {mb} MB", "a node report")
+    if match and match.url_name == "api-job-checkpoint" and request.headers.get("Authorization", ""):
+        # A checkpoint is its whole body (the view bounds it again as it reads, and checks the token).
+        return UploadLimit(settings.FC2_CHECKPOINT_MAX_MB * MB, what="a checkpoint")
     if not signed_in and request.path.startswith("/api/") and tokens.presented_secret(request) is not None:
         # A valid personal token is as good as a session (looked up once: the view reuses the answer).
         signed_in = tokens.authenticate(request)[0] is not None

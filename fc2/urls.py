@@ -15,6 +15,7 @@ from recommender import views as recommender_views
 # meaning makes a v2 with a table of its own; v1 keeps answering as it did.
 api_urls = [
     path("jobs/<int:job_id>/report", api.ReportView.as_view(), name="api-job-report"),
+    path("jobs/<int:job_id>/checkpoint", api.CheckpointView.as_view(), name="api-job-checkpoint"),
     path("me", api.MeView.as_view(), name="api-me"),
     path("recommend", recommender_api.RecommendView.as_view(), name="api-recommend"),
     # The jobs API; fc2/uploads.py knows the URL names of those that take files.

@@ -16,6 +16,20 @@ no Django. It:
   job may live (until --deadline): a platform that is down for a while loses nothing, and if the agent itself is gone
   the platform can still fetch the kept result (the completion report is what moves the job on, as in FC² §6);
 - on SIGTERM (teardown) stops the command and exits;
+- on the chief (--ship-checkpoints), ships each new complete TensorFlow checkpoint the command writes to its
+  checkpoint directory (--checkpoints, FC2_CHECKPOINT_DIR) to `POST <url>/api/v1/jobs/<job>/checkpoint` as a tar.gz,
+  while training runs; one over --checkpoint-max-mb is not shipped, and its next report says so (`checkpoint_skipped`);
+- before the command starts, unpacks the checkpoint archive to resume from (--restore) into --restore-to, safely
+  (`archive_members`: regular files and folders only, no absolute or `..` path, bounded);
+- watches for a spot interruption notice — the instance metadata's `spot/instance-action` (--spot-metadata, aws spot
+  nodes only) or the file `spot-instance-action` in the node's directory holding the same JSON (any node: how a
+  test or an operator raises one) — and on one asks the command for a checkpoint at once (CHECKPOINT_NOW in its
+  checkpoint directory) and reports it (`interruption`); the platform's answer to a report names the job's latest
+  notice, so that the chief checkpoints whichever node got it;
+- counts the platform's silence from its last exchange with it (any answer, even a refusal): past --orphan-s it
+  stops its own machine (--self-stop: `shutdown` halts an EC2 instance, `netns` removes a lab host — every process
+  in its network namespace, its cgroups, its disk's mount and the namespace —, `processes` ends the node's command),
+  so that a platform gone for good leaves nothing running;
 - when the command was killed (SIGKILL) and the memory cgroup it ran in (--memory-cgroup) had the kernel's OOM killer
   kill a process, says so at the end of the log and the log tail: "killed: out of memory (cluster limit N MB)".
 
@@ -30,21 +44,26 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import gzip
 import io
 import json
 import os
+import posixpath
+import re
 import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -80,6 +99,10 @@ class Reporter:
         self.closed = not url
         self.refused = False  # the platform refused the last report as it was (sending it again would not help)
         self.stopping = threading.Event()  # set on SIGTERM: give up waiting between tries
+        self.base = f"{url.rstrip('/')}/api/v1/jobs/{job}"
+        # When the platform last answered anything (time.monotonic()): the orphan watchdog counts its silence from it.
+        self.last_exchange = time.monotonic()
+        self.answer: dict = {}  # the platform's last answer to a report (it names the job's latest interruption)
 
     def send(
         self, report: dict, files: dict[str, bytes] | None = None, attempts: int = 3, until: float | None = None
@@ -105,9 +128,14 @@ class Reporter:
             )
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    response.read()
+                    answer = response.read(64 * 1024)
+                self.last_exchange = time.monotonic()
+                with contextlib.suppress(ValueError, RecursionError):
+                    if isinstance(loaded := json.loads(answer), dict):
+                        self.answer = loaded
                 return True
             except urllib.error.HTTPError as exc:
+                self.last_exchange = time.monotonic()  # refused, but the platform is there
                 detail = exc.read()[:300].decode(errors="replace")
                 if exc.code == 409:
                     self.closed = True
@@ -126,6 +154,33 @@ class Reporter:
             delay = min(delay * 2, 30)
         print(f"fc2-agent: report not delivered ({attempt} tries): {detail}", file=sys.stderr, flush=True)
         return False
+
+    def ship(self, archive: bytes, checkpoint: str) -> str | None:
+        """POST one checkpoint archive (once: the next checkpoint supersedes it); None when it was taken, else why
+        not."""
+        if self.closed:
+            return "the job has ended"
+        request = urllib.request.Request(
+            f"{self.base}/checkpoint",
+            data=archive,
+            method="POST",
+            headers={
+                "Content-Type": "application/gzip",
+                "Authorization": f"Bearer {self.token}",
+                "X-FC2-Node": self.node,
+                "X-FC2-Checkpoint": checkpoint,
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=max(self.timeout, 60)) as response:
+                response.read(64 * 1024)
+            self.last_exchange = time.monotonic()
+            return None
+        except urllib.error.HTTPError as exc:
+            self.last_exchange = time.monotonic()
+            return f"refused ({exc.code}): {exc.read()[:300].decode(errors='replace')}"
+        except (urllib.error.URLError, OSError) as exc:
+            return f"not delivered: {exc}"
 
 
 def encode_multipart(report: dict, files: dict[str, bytes]) -> tuple[bytes, str]:
@@ -545,6 +600,371 @@ def keep_result(result_dir: Path, report: dict, files: dict[str, bytes]) -> None
     partial.replace(result_dir / "report.json")
 
 
+# ---- checkpoints, interruption notices, the orphan watchdog (issue 45) --------------------------------------------
+
+CHECKPOINT_INDEX = (
+    "checkpoint"  # the index file TensorFlow writes (renames into place) last, once a checkpoint is whole
+)
+CHECKPOINT_NOW = "CHECKPOINT_NOW"  # the agent's request to the command: checkpoint at once (then delete this file)
+NOTICE_FILE = "spot-instance-action"  # in the node's directory: an interruption notice raised through the agent
+MAX_CHECKPOINT_FILES = 1000  # members of one checkpoint archive
+MAX_INDEX_BYTES = 64 * 1024
+CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path: "([^"/\\]+)"$', re.MULTILINE)
+
+
+class ArchiveError(ValueError):
+    """A checkpoint archive that cannot be taken as it is; the message says why."""
+
+
+# What reading a corrupt, truncated or non-gzip archive raises.
+UNREADABLE_ARCHIVE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def archive_members(archive: tarfile.TarFile, max_bytes: int) -> list[tarfile.TarInfo]:
+    """The members of a checkpoint archive, each checked before anything is written: regular files and folders only
+    (no link, device or FIFO), relative paths that stay inside (no absolute path, no `..`, no empty or NUL name), at
+    most MAX_CHECKPOINT_FILES of them holding at most `max_bytes` together. The platform checks what a node sends
+    with it, and a node what it is given to restore; ArchiveError says what is wrong. A corrupt or truncated archive
+    is an ArchiveError too."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    try:
+        for member in archive:
+            name = member.name
+            if len(members) >= MAX_CHECKPOINT_FILES:
+                raise ArchiveError(f"more than {MAX_CHECKPOINT_FILES} members")
+            if not (member.isfile() or member.isdir()):
+                raise ArchiveError(f"{name!r} is not a regular file or a folder")
+            parts = name.split("/")
+            if not name or "\0" in name or name.startswith("/") or ".." in parts or len(name) > 1000:
+                raise ArchiveError(f"{name!r} is not a relative path inside the archive")
+            if posixpath.normpath(name) in ("", "."):
+                raise ArchiveError(f"{name!r} names no file")
+            total += member.size
+            if total > max_bytes:
+                raise ArchiveError(f"its files hold more than {max_bytes / 2**20:g} MB")
+            members.append(member)
+    except UNREADABLE_ARCHIVE as error:
+        raise ArchiveError(f"not a readable tar.gz archive ({error})") from error
+    if not any(member.isfile() for member in members):
+        raise ArchiveError("it holds no file")
+    return members
+
+
+def unpack(archive_path: Path, target: Path, max_bytes: int) -> None:
+    """Unpack the checkpoint archive at `archive_path` into `target`, made afresh: a link or anything else already
+    there is removed first, never followed. Each member is checked first (archive_members) and written relative to
+    the descriptor of its folder (O_NOFOLLOW, O_EXCL): nothing is written outside `target`."""
+    with contextlib.suppress(FileNotFoundError):
+        if target.is_symlink() or not target.is_dir():
+            target.unlink()
+        else:
+            shutil.rmtree(target)  # fd-based: it does not follow links inside
+    target.mkdir(mode=0o700)
+    top = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        with tarfile.open(archive_path, "r:gz") as archive:
+            members = archive_members(archive, max_bytes)
+            for member in members:
+                *folders, leaf = posixpath.normpath(member.name).split("/")
+                fd = os.dup(top)
+                try:
+                    for folder in folders + ([leaf] if member.isdir() else []):
+                        with contextlib.suppress(FileExistsError):
+                            os.mkdir(folder, 0o755, dir_fd=fd)
+                        inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                        os.close(fd)
+                        fd = inner
+                    if member.isfile():
+                        source = archive.extractfile(member)
+                        assert source is not None  # a regular member always has its data
+                        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                        out = os.open(leaf, flags, 0o644, dir_fd=fd)
+                        with os.fdopen(out, "wb") as written:
+                            shutil.copyfileobj(source, written, 2**20)
+                finally:
+                    os.close(fd)
+    except UNREADABLE_ARCHIVE as error:
+        raise ArchiveError(f"not a readable tar.gz archive ({error})") from error
+    finally:
+        os.chmod(top, 0o755)  # readable by the command (another uid in the sandbox) once whole
+        os.close(top)
+
+
+def own_like_parent(directory: Path) -> None:
+    """Make `directory` (a folder in the command's working directory) if it is not there, owned as its parent is (the
+    sandbox's uid): the command writes its checkpoints there. Something already there is left as it is."""
+    try:
+        directory.mkdir(mode=0o755)
+    except FileExistsError:
+        return
+    parent = directory.parent.stat()
+    os.chown(directory, parent.st_uid, parent.st_gid)
+
+
+def ask_for_checkpoint(directory: Path) -> bool:
+    """Create CHECKPOINT_NOW in the command's checkpoint directory (never through a link); whether it is there."""
+    try:
+        top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        os.close(os.open(CHECKPOINT_NOW, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=top))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(top)
+
+
+class Checkpoint:
+    """The newest complete checkpoint in a checkpoint directory, as shipped: its name (TensorFlow's, e.g. `ckpt-88`)
+    and its files, read without following links (the command that wrote them may be hostile)."""
+
+    def __init__(self, name: str, files: dict[str, bytes], over: str = ""):
+        self.name, self.files = name, files
+        self.over = over  # why it is not shipped (over the size limit); its files are then not read
+
+    @classmethod
+    def read(cls, directory: Path, max_bytes: int) -> Checkpoint | None:
+        """The checkpoint the index names, with its files (or, over `max_bytes`, why not); None while there is none,
+        or while it changes (read again later)."""
+        try:
+            top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            index = _read_index(top)
+            match = CHECKPOINT_PATH.search(index or "")
+            if match is None:
+                return None
+            name = match.group(1)
+            files: dict[str, bytes] = {}
+            room = max_bytes
+            for path, fd, mode in _entries(top, "", lambda *left: None):
+                if not stat.S_ISREG(mode) or not path.startswith(f"{name}."):
+                    continue
+                data = _read(fd, room)
+                if data is None:
+                    return cls(name, {}, over=f"over the {max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
+                room -= len(data)
+                files[path] = data
+            if f"{name}.index" not in files or _read_index(top) != index:
+                return None  # written meanwhile: the next look finds it whole
+        except OSError:
+            return None
+        finally:
+            os.close(top)
+        # An index of this checkpoint alone, with a relative path: what TensorFlow's latest_checkpoint reads.
+        files[CHECKPOINT_INDEX] = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'.encode()
+        return cls(name, files)
+
+    def archive(self) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+            for path, data in sorted(self.files.items()):
+                member = tarfile.TarInfo(path)
+                member.size, member.mode, member.mtime = len(data), 0o644, int(time.time())
+                archive.addfile(member, io.BytesIO(data))
+        return buffer.getvalue()
+
+
+def _read_index(dir_fd: int) -> str | None:
+    try:
+        fd = _open_entry(dir_fd, CHECKPOINT_INDEX)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = _read(fd, MAX_INDEX_BYTES)
+        return None if data is None else data.decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+class Shipper:
+    """The chief's checkpoints, shipped as they come: every `interval` seconds a look at the checkpoint directory's
+    index; a checkpoint not shipped yet is packed and sent (once: the next one supersedes it). One over the size limit
+    is not shipped, and said so in the next report (`checkpoint_skipped`)."""
+
+    def __init__(self, reporter: Reporter, directory: Path, max_bytes: int, interval: float = 1.0):
+        self.reporter, self.directory, self.max_bytes, self.interval = reporter, directory, max_bytes, interval
+        self.last = ""  # the last checkpoint shipped or given up on
+        self.skipped: collections.deque[dict] = collections.deque(maxlen=20)
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="fc2-checkpoints", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.look()
+
+    def look(self) -> None:
+        found = Checkpoint.read(self.directory, self.max_bytes)
+        if found is None or found.name == self.last:
+            return
+        name = self.last = found.name
+        if found.over:
+            self.skip(name, found.over)
+            return
+        archive = found.archive()
+        if len(archive) > self.max_bytes:
+            self.skip(name, f"packed, over the {self.max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
+            return
+        if (why := self.reporter.ship(archive, name)) is not None:
+            self.skip(name, why)
+        else:
+            print(f"fc2-agent: checkpoint {name} shipped ({len(archive)} bytes)", file=sys.stderr, flush=True)
+
+    def skip(self, name: str, reason: str) -> None:
+        print(f"fc2-agent: checkpoint {name} not shipped: {reason}", file=sys.stderr, flush=True)
+        with self.lock:
+            self.skipped.append({"checkpoint": name, "reason": reason})
+
+    def take_skipped(self) -> list[dict]:
+        with self.lock:
+            skipped = list(self.skipped)
+            self.skipped.clear()
+        return skipped
+
+
+def read_notice(text: str) -> dict | None:
+    """An interruption notice (EC2's `spot/instance-action` JSON, `{"action": ..., "time": ...}`) as the report carries
+    it, or None when the text is not one.
+
+    >>> read_notice('{"action": "terminate", "time": "2026-11-29T04:22:00Z"}')
+    {'at': '2026-11-29T04:22:00Z', 'action': 'terminate'}
+    >>> read_notice("<html>404 - Not Found</html>") is None, read_notice('{"action": 7}') is None
+    (True, True)
+    """
+    try:
+        notice = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(notice, dict) or not isinstance(notice.get("action"), str):
+        return None
+    at = notice.get("time")
+    return {"at": str(at)[:40] if at else "", "action": notice["action"][:40]}
+
+
+class Notices:
+    """Interruption notices: the node's notice file (any node) and, on an aws spot node, the instance metadata's
+    `spot/instance-action` (IMDSv2: a session token first), looked at every `interval` seconds. A notice new to the
+    agent asks the command for a checkpoint (CHECKPOINT_NOW) and is reported once; a newer notice of the job, named
+    in the platform's answer to a report (another node's), asks for one too."""
+
+    def __init__(self, notice_file: Path, checkpoints: Path | None, metadata: str = "", interval: float = 2.0):
+        self.notice_file, self.checkpoints, self.metadata, self.interval = notice_file, checkpoints, metadata, interval
+        self.seen: dict | None = None
+        self.to_report: dict | None = None
+        self.acted_on = ""  # the job's latest notice the command was asked to checkpoint for (its `at`)
+        self.stopped = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="fc2-notices", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            notice = self._from_file() or self._from_metadata()
+            if notice is not None and notice != self.seen:
+                self.seen = self.to_report = notice
+                self.act(notice["at"] or "now")
+
+    def act(self, at: str) -> None:
+        """Ask the command for a checkpoint, once for the notice of time `at`."""
+        if at == self.acted_on:
+            return
+        self.acted_on = at
+        if self.checkpoints is not None and ask_for_checkpoint(self.checkpoints):
+            print(f"fc2-agent: interruption notice ({at}): checkpoint asked for", file=sys.stderr, flush=True)
+
+    def _from_file(self) -> dict | None:
+        try:
+            fd = os.open(self.notice_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            data = _read(fd, MAX_INDEX_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        finally:
+            os.close(fd)
+        return read_notice(data.decode(errors="replace")) if data else None
+
+    def _from_metadata(self) -> dict | None:
+        if not self.metadata:
+            return None
+        base = self.metadata.rstrip("/")
+        try:
+            token_request = urllib.request.Request(
+                f"{base}/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"}
+            )
+            with urllib.request.urlopen(token_request, timeout=2) as response:
+                token = response.read(4096).decode(errors="replace")
+            notice_request = urllib.request.Request(
+                f"{base}/meta-data/spot/instance-action", headers={"X-aws-ec2-metadata-token": token}
+            )
+            with urllib.request.urlopen(notice_request, timeout=2) as response:
+                return read_notice(response.read(MAX_INDEX_BYTES).decode(errors="replace"))
+        except (urllib.error.URLError, OSError, ValueError):
+            return None  # 404 (no notice), or no metadata service: nothing to act on
+
+    def take(self) -> dict | None:
+        notice, self.to_report = self.to_report, None
+        return notice
+
+
+# How the agent stops its own machine (--self-stop), per provider (provisioner/registry.py, Provider.self_stop).
+SELF_STOPS = ("shutdown", "netns", "processes")
+
+
+class Watchdog:
+    """Counts the platform's silence from the reporter's last exchange; past `limit_s` stops the node's own machine
+    (`stop`), once. A platform that answers anything — a report taken, refused, or a job over (409) — is there."""
+
+    def __init__(self, reporter: Reporter, limit_s: float, stop: Callable[[], None], interval: float = 1.0):
+        self.reporter, self.limit_s, self.stop, self.interval = reporter, limit_s, stop, interval
+        self.stopped = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="fc2-watchdog", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            silent = time.monotonic() - self.reporter.last_exchange
+            if silent > self.limit_s:
+                print(f"fc2-agent: the platform silent for {silent:.0f} s: stopping this node", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                self.stop()
+                return
+
+
+def self_stop(action: str, netns: str, node_dir: Path, end_command: Callable[[], None]) -> None:
+    """Stop this node's machine as its provider does: `shutdown` halts it (an EC2 instance launched with
+    InstanceInitiatedShutdownBehavior=terminate is then terminated; sudo where the agent is not root), `netns`
+    removes the lab host it runs in, `processes` ends its command (the local provider: the node is its processes)."""
+    if action == "shutdown":
+        halt = ["shutdown", "-h", "now"]
+        subprocess.run(halt if os.geteuid() == 0 else ["sudo", "-n", *halt], check=False)
+    elif action == "netns":
+        # A script of its own, in a session of its own: it kills every process of the namespace but itself (the
+        # agent among them), then takes the host's cgroups, the mount of its disk, and the namespace, whose end takes
+        # its link with it. What is left of the cluster is the platform's (its bridge, its directory).
+        script = (
+            'ns=$1; disk=$2; for round in 1 2 3 4 5; do left=0; for pid in $(ip netns pids "$ns"); do '
+            '[ "$pid" = $$ ] || { kill -9 "$pid" 2>/dev/null; left=1; }; done; [ $left = 0 ] && break; sleep 0.2; '
+            'done; umount -l "$disk" 2>/dev/null; for g in /sys/fs/cgroup/*/*/"$ns" /sys/fs/cgroup/*/"$ns"; do '
+            '[ -d "$g" ] && rmdir "$g" 2>/dev/null; done; ip netns delete "$ns"'
+        )
+        subprocess.Popen(
+            ["setsid", "sh", "-c", script, "sh", netns, str(node_dir / "job")], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        time.sleep(60)  # the script ends this process
+    end_command()
+
+
 class NodeRun:
     """The node's command, its log and its latest progress."""
 
@@ -638,6 +1058,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch-to", type=Path, help="where the downloaded dataset goes")
     parser.add_argument("--fetch-max-mb", type=int, default=500)
     parser.add_argument("--fetch-allow", action="append", default=[], help="private network (CIDR) to allow")
+    parser.add_argument("--checkpoints", type=Path, help="the command's checkpoint directory (FC2_CHECKPOINT_DIR)")
+    parser.add_argument("--ship-checkpoints", action="store_true", help="ship its checkpoints (the chief)")
+    parser.add_argument("--checkpoint-max-mb", type=int, default=200, help="the largest checkpoint shipped or restored")
+    parser.add_argument("--restore", type=Path, help="checkpoint archive to unpack before the command starts")
+    parser.add_argument("--restore-to", type=Path, help="where to unpack it (FC2_RESTORE_FROM)")
+    parser.add_argument("--orphan-s", type=float, default=0, help="stop the node after this long without the platform")
+    parser.add_argument("--self-stop", choices=SELF_STOPS, help="how the node stops itself (its provider's way)")
+    parser.add_argument("--netns", default="", help="the lab host's network namespace (--self-stop netns)")
+    parser.add_argument("--spot-metadata", default="", help="instance metadata base URL to poll for a spot notice")
+    parser.add_argument("--notice-file", type=Path, default=Path(NOTICE_FILE), help="an interruption notice's file")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command to run")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -645,6 +1075,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command given after --")
     if args.fetch and not args.fetch_to:
         parser.error("--fetch needs --fetch-to")
+    if args.restore and not args.restore_to:
+        parser.error("--restore needs --restore-to")
     deadline = args.deadline or time.time() + 6 * 3600
 
     reporter = Reporter(args.url, args.job, args.node, args.token_file.read_text().strip())
@@ -658,8 +1090,14 @@ def main(argv: list[str] | None = None) -> int:
     run: NodeRun | None = None
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if args.orphan_s > 0 and args.self_stop and not reporter.closed:
+        # The node's disk (lab: job/, loop-mounted, holding the command's output and work directories).
+        disk = args.output.parent
+        Watchdog(
+            reporter, args.orphan_s, lambda: self_stop(args.self_stop, args.netns, disk, lambda: stop(0, None))
+        ).start()
 
-    failure = fetch_dataset(args)
+    failure = fetch_dataset(args) or restore(args)
     if failure:
         with open(args.log, "ab") as log:
             log.write(f"fc2-agent: {failure}\n".encode())
@@ -676,6 +1114,12 @@ def main(argv: list[str] | None = None) -> int:
         keep=args.keep_samples,
     )  # fmt: skip
     sampler.start()
+    notices = Notices(args.notice_file, args.checkpoints, args.spot_metadata)
+    notices.start()
+    shipper = None
+    if args.ship_checkpoints and args.checkpoints and not reporter.closed:
+        shipper = Shipper(reporter, args.checkpoints, args.checkpoint_max_mb * 2**20)
+        shipper.start()
     last_report = time.monotonic()
     while run.process.poll() is None:
         run.progress_changed.wait(args.interval)
@@ -686,10 +1130,18 @@ def main(argv: list[str] | None = None) -> int:
             break
         # A report that cannot be delivered takes its progress lines with it: training is never held up for them.
         report = {"status": "running", "progress": dict(run.progress), "progress_log": run.take_progress_log()}
+        if notice := notices.take():
+            report["interruption"] = notice
+        if shipper and (skipped := shipper.take_skipped()):
+            report["checkpoint_skipped"] = skipped
         samples = sampler.take()
         # Undelivered samples go back for the next report; refused ones do not (they would be refused again).
         if not reporter.send({**report, "samples": samples}, attempts=2) and not (reporter.closed or reporter.refused):
             sampler.give_back(samples)
+            notices.to_report = notices.to_report or notice
+        # Another node's interruption notice, as the platform names it: the chief checkpoints at once.
+        if isinstance(at := reporter.answer.get("interruption_at"), str) and at:
+            notices.act(at)
         last_report = time.monotonic()
 
     try:
@@ -728,6 +1180,20 @@ def main(argv: list[str] | None = None) -> int:
             log.write(f"{lost}\n".encode())
         final.update(status="failed", log_tail=run.log_tail())
     return finish(reporter, args, {**final, **outputs.report()}, outputs.files, deadline)
+
+
+def restore(args: argparse.Namespace) -> str | None:
+    """Make the command's checkpoint directory, and unpack the checkpoint to resume from; an error message on
+    failure."""
+    if args.checkpoints:
+        own_like_parent(args.checkpoints)
+    if not args.restore:
+        return None
+    try:
+        unpack(args.restore, args.restore_to, args.checkpoint_max_mb * 2**20)
+    except (ArchiveError, OSError) as error:
+        return f"cannot restore the checkpoint {args.restore}: {error}"
+    return None
 
 
 def finish(reporter: Reporter, args: argparse.Namespace, final: dict, files: dict[str, bytes], deadline: float) -> int:

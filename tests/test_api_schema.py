@@ -4,8 +4,9 @@ invalid ones — each answered with no 5xx and as the schema says (status code, 
 
 Path ids are the ids hypothesis makes up, or, for half the examples, those of the user's own objects (a job with nodes,
 a log and an artifact, a bundle, a dataset), and half the job submissions name the user's bundle and a built-in
-dataset, so that the happy paths are exercised too. The node agents' report
-endpoint is left out: it takes a job's own token, not a user's (tests/test_api.py covers it).
+dataset, so that the happy paths are exercised too. The node agents' report and checkpoint
+endpoints are left out: they take a job's own token, not a user's (tests/test_api.py and tests/test_checkpoints.py
+cover them).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from recommender.catalog import load_catalog
 from tests.helpers import good_npz
 
 EXAMPLES = 25  # per operation and generation mode
-LEFT_OUT = {"/api/v1/jobs/{job_id}/report"}
+LEFT_OUT = {"/api/v1/jobs/{job_id}/report", "/api/v1/jobs/{job_id}/checkpoint"}
 CHECKS = [
     schemathesis.checks.not_a_server_error,
     schemathesis.checks.status_code_conformance,

@@ -25,7 +25,7 @@ from pydantic import (
 
 from fc2 import jsonbounds
 from fc2.models import Job, Node
-from fc2.services import artifacts
+from fc2.services import artifacts, checkpoints
 from monitor.agent import MAX_NOT_KEPT_LISTED, MAX_OUTPUT_FILES
 from monitor.ingest import record_losses, record_samples
 from provisioner.types import is_chief
@@ -112,6 +112,22 @@ class NotKept(BaseModel):
     reason: Annotated[str, shortened(300)]
 
 
+class Interruption(BaseModel):
+    """A spot interruption notice a node's agent saw (monitor/agent.py, Notices): EC2's action and time, as sent."""
+
+    model_config = ConfigDict(extra="ignore")
+    at: Annotated[str, shortened(40)] = ""
+    action: Annotated[str, shortened(40)] = Field(min_length=1)
+
+
+class CheckpointSkipped(BaseModel):
+    """A checkpoint the chief's agent did not ship, and why (over FC2_CHECKPOINT_MAX_MB, refused, not delivered)."""
+
+    model_config = ConfigDict(extra="ignore")
+    checkpoint: Annotated[str, shortened(200)] = Field(min_length=1)
+    reason: Annotated[str, shortened(300)]
+
+
 class Report(BaseModel):
     model_config = ConfigDict(extra="ignore")
     node: str = Field(min_length=1, max_length=50)
@@ -128,6 +144,8 @@ class Report(BaseModel):
     outputs: list[Output] | None = Field(None, max_length=MAX_OUTPUT_FILES)
     not_kept: list[NotKept] | None = Field(None, max_length=MAX_NOT_KEPT_LISTED)
     not_kept_more: Count | None = None
+    interruption: Interruption | None = None  # a spot interruption notice the node got (issue 45)
+    checkpoint_skipped: list[CheckpointSkipped] | None = Field(None, max_length=20)  # the chief's, not shipped
     # What the door changed in the report (NaN made unknown, NUL replaced, progress out of bounds left out), one line
     # each, for the job's timeline.
     _changes: list[str] = PrivateAttr(default_factory=list)
@@ -212,6 +230,11 @@ def record(job: Job, node: Node, report: Report, files: list[UploadedFile]) -> a
             Job.objects.filter(pk=job.pk).update(**progress)
     stored = _store_outputs(job, node, report, files, chief=chief)
     changed = [f"{node.name}'s report: {change}" for change in report.changes] + stored.lines
+    if report.interruption:
+        changed.append(checkpoints.interruption_line(node.name, report.interruption.action, report.interruption.at))
+    changed += [
+        f"{node.name}: checkpoint {s.checkpoint} not shipped: {s.reason}" for s in report.checkpoint_skipped or []
+    ]
     said = set(job.events.filter(message__in=changed).values_list("message", flat=True)) if changed else set()
     return replace(stored, lines=[line for line in dict.fromkeys(changed) if line not in said])
 

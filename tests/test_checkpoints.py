@@ -1,0 +1,285 @@
+"""The chief's checkpoints (issue 45 §1): what the agent reads and packs from a checkpoint directory, what it unpacks
+to restore from, the checkpoint endpoint's answers to hostile bodies (each a clear 4xx, nothing stored), the latest
+FC2_CHECKPOINTS_KEPT kept as downloadable artifacts, and interruption notices and skipped checkpoints on the timeline.
+
+The heavy test at the end runs the example bundle on the local provider with the real agent and report API: its
+checkpoints arrive while it trains."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from fc2.models import Artifact, Job, Node
+from fc2.services import checkpoints
+from monitor import agent
+from monitor.agent import ArchiveError, Checkpoint, Notices, Reporter, Shipper, unpack
+
+State = Job.State
+
+
+@pytest.fixture
+def running_job(job) -> Job:
+    """A job running on a mirrored chief and worker, and the token its agents report with."""
+    for index in (0, 1):
+        Node.objects.create(job=job, name=f"worker-{index}", role="worker", index=index, status=Node.Status.RUNNING)
+    token = job.issue_token()
+    Job.objects.filter(pk=job.pk).update(state=State.RUNNING, strategy="mirrored", token_hash=job.token_hash)
+    job.refresh_from_db()
+    job.agent_token = token
+    return job
+
+
+def tar_gz(members: dict[str, bytes], *, kinds: dict[str, bytes] | None = None) -> bytes:
+    """A tar.gz of regular files; `kinds` adds members of another type (tarfile.SYMTYPE, …) by name."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for name, kind in (kinds or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, "/etc/passwd"
+            archive.addfile(info)
+    return buffer.getvalue()
+
+
+GOOD_ARCHIVE = tar_gz({"checkpoint": b'model_checkpoint_path: "ckpt-1"\n', "ckpt-1.index": b"i", "ckpt-1.data": b"d"})
+
+
+def ship(client, job: Job, body: bytes, node: str = "worker-0", name: str = "ckpt-1", **headers):
+    return client.post(
+        reverse("api-job-checkpoint", args=[job.pk]), body, content_type="application/gzip",
+        headers={"Authorization": f"Bearer {job.agent_token}", "X-FC2-Node": node, "X-FC2-Checkpoint": name,
+                 **headers},
+    )  # fmt: skip
+
+
+def stored_files(settings) -> list[Path]:
+    return [p for p in Path(settings.MEDIA_ROOT).rglob("*.tar.gz") if p.is_file()]
+
+
+# --- the endpoint ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not gzip at all", "not a readable tar.gz"),
+        (GOOD_ARCHIVE[: len(GOOD_ARCHIVE) // 2], "not a readable tar.gz"),
+        (tar_gz({"/etc/cron.d/x": b"x"}), "not a relative path"),
+        (tar_gz({"../../escape": b"x"}), "not a relative path"),
+        (tar_gz({"a/../../b": b"x"}), "not a relative path"),
+        (tar_gz({"ok": b"x"}, kinds={"link": tarfile.SYMTYPE}), "not a regular file or a folder"),
+        (tar_gz({"ok": b"x"}, kinds={"hard": tarfile.LNKTYPE}), "not a regular file or a folder"),
+        (tar_gz({"ok": b"x"}, kinds={"dev": tarfile.CHRTYPE}), "not a regular file or a folder"),
+        (tar_gz({"ok": b"x"}, kinds={"fifo": tarfile.FIFOTYPE}), "not a regular file or a folder"),
+        (tar_gz({}), "holds no file"),
+        (tar_gz({f"f{i}": b"" for i in range(agent.MAX_CHECKPOINT_FILES + 1)}), "more than 1000 members"),
+    ],
+    ids=["not-gzip", "truncated", "absolute", "dotdot", "dotdot-inside", "symlink", "hardlink", "device", "fifo",
+         "empty", "too-many"],
+)  # fmt: skip
+def test_a_hostile_archive_is_a_clear_400_and_nothing_is_stored(client, running_job, settings, body, reason):
+    response = ship(client, running_job, body)
+    assert response.status_code == 400, response.content
+    assert reason in response.json()["error"]
+    assert not Artifact.objects.filter(job=running_job).exists()
+    assert stored_files(settings) == []
+
+
+def test_a_bomb_past_the_limit_unpacked_is_refused_though_small_packed(client, running_job, settings):
+    settings.FC2_CHECKPOINT_MAX_MB = 1
+    bomb = tar_gz({"zeros": bytes(3 * 2**20)})  # 3 MB of zeros: a few KB packed
+    assert len(bomb) < 2**20
+    response = ship(client, running_job, bomb)
+    assert response.status_code == 400
+    assert "more than 1 MB" in response.json()["error"]
+    assert stored_files(settings) == []
+
+
+def test_a_body_over_the_limit_is_a_413_from_its_length_alone(client, running_job, settings):
+    settings.FC2_CHECKPOINT_MAX_MB = 1
+    response = ship(client, running_job, os.urandom(2**20 + 1))
+    assert response.status_code == 413
+    assert "over the 1 MB limit (FC2_CHECKPOINT_MAX_MB)" in response.json()["error"]
+    assert stored_files(settings) == []
+
+
+def test_a_body_longer_than_it_says_is_read_no_further_than_its_length(running_job, settings):
+    """Django reads no further than Content-Length: a body that claims less is cut there, and so not an archive."""
+    client = Client()
+    response = ship(client, running_job, GOOD_ARCHIVE, CONTENT_LENGTH=str(len(GOOD_ARCHIVE) // 2))
+    assert response.status_code == 400
+    assert stored_files(settings) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "error"),
+    [
+        ({"token": "wrong"}, 403, "this token does not belong to this job"),
+        ({"token": ""}, 401, "missing bearer token"),
+        ({"node": "worker-1"}, 403, "worker-1 is not the job's chief"),
+        ({"node": "nobody"}, 400, "has no node 'nobody'"),
+        ({"ended": True}, 409, "no more checkpoints are taken"),
+    ],
+)
+def test_who_may_ship_a_checkpoint(client, running_job, settings, change, status, error):
+    if change.get("ended"):
+        Job.objects.filter(pk=running_job.pk).update(state=State.SUCCEEDED)
+    if "token" in change:
+        running_job.agent_token = change["token"]
+    response = ship(client, running_job, GOOD_ARCHIVE, node=change.get("node", "worker-0"))
+    assert response.status_code == status
+    assert error in response.json()["error"]
+    assert stored_files(settings) == []
+
+
+def test_the_latest_k_are_kept_downloadable_and_the_older_removed_with_their_files(
+    client, alice, running_job, settings
+):
+    settings.FC2_CHECKPOINTS_KEPT = 2
+    names = []
+    for step in (1, 2, 3):
+        response = ship(client, running_job, GOOD_ARCHIVE, name=f"ckpt-{step}")
+        assert response.status_code == 200, response.content
+        names.append(response.json()["artifact"])
+    assert names == ["checkpoints/000001.tar.gz", "checkpoints/000002.tar.gz", "checkpoints/000003.tar.gz"]
+    kept = checkpoints.kept(running_job)
+    assert [a.name for a in kept] == names[:0:-1]
+    assert [a.original_name for a in kept] == ["ckpt-3", "ckpt-2"]
+    assert checkpoints.latest(running_job) == kept[0]
+    assert sorted(p.name for p in stored_files(settings)) == sorted(Path(a.file.name).name for a in kept)
+    owner = Client()
+    owner.force_login(alice)
+    download = owner.get(reverse("api-job-artifact", args=[running_job.pk, kept[0].pk]))
+    assert download.status_code == 200
+    assert b"".join(download.streaming_content) == GOOD_ARCHIVE
+
+
+def test_a_job_with_no_checkpoint_has_no_latest(running_job):
+    assert checkpoints.latest(running_job) is None
+
+
+# --- reports: notices and checkpoints not shipped -----------------------------------------------------------------
+
+
+def report(client, job: Job, body: dict):
+    return client.post(
+        reverse("api-job-report", args=[job.pk]), json.dumps(body), content_type="application/json",
+        headers={"Authorization": f"Bearer {job.agent_token}"},
+    )  # fmt: skip
+
+
+def test_an_interruption_notice_is_on_the_timeline_and_named_in_every_answer(client, running_job):
+    assert "interruption_at" not in report(client, running_job, {"node": "worker-1", "status": "running"}).json()
+    notice = {"at": "2026-11-29T04:22:00Z", "action": "terminate"}
+    answer = report(client, running_job, {"node": "worker-1", "status": "running", "interruption": notice}).json()
+    line = "worker-1: interruption notice (terminate at 2026-11-29T04:22:00Z): the chief is asked to checkpoint now"
+    assert running_job.events.filter(message=line).count() == 1
+    assert answer["interruption_at"]
+    # The chief learns of it from the answer to its own next report.
+    assert report(client, running_job, {"node": "worker-0", "status": "running"}).json() == answer
+
+
+def test_a_checkpoint_not_shipped_is_said_on_the_timeline(client, running_job):
+    skipped = [{"checkpoint": "ckpt-9", "reason": "over the 1 MB limit (FC2_CHECKPOINT_MAX_MB)"}]
+    body = {"node": "worker-0", "status": "running", "checkpoint_skipped": skipped}
+    assert report(client, running_job, body).status_code == 200
+    assert running_job.events.filter(
+        message="worker-0: checkpoint ckpt-9 not shipped: over the 1 MB limit (FC2_CHECKPOINT_MAX_MB)"
+    ).exists()
+
+
+# --- the agent's side ---------------------------------------------------------------------------------------------
+
+
+def tf_checkpoint(directory: Path, step: int, size: int = 10) -> None:
+    """What tf.train.CheckpointManager leaves: the data and index files, then the index file named `checkpoint`."""
+    directory.mkdir(exist_ok=True)
+    (directory / f"ckpt-{step}.data-00000-of-00001").write_bytes(b"d" * size)
+    (directory / f"ckpt-{step}.index").write_bytes(b"i")
+    (directory / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "x"\n')
+
+
+def test_the_agent_packs_the_checkpoint_the_index_names_and_nothing_else(tmp_path):
+    directory = tmp_path / "ck"
+    tf_checkpoint(directory, 1)
+    tf_checkpoint(directory, 2)
+    (directory / "secret").symlink_to("/etc/shadow")
+    (directory / "ckpt-2.evil").symlink_to("/etc/shadow")
+    found = Checkpoint.read(directory, 2**20)
+    assert found is not None and found.name == "ckpt-2"
+    assert sorted(found.files) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    assert found.files["checkpoint"] == b'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'
+    with tarfile.open(fileobj=io.BytesIO(found.archive()), mode="r:gz") as archive:
+        assert sorted(archive.getnames()) == sorted(found.files)
+
+
+def test_a_checkpoint_not_whole_yet_waits_and_one_over_the_limit_says_why(tmp_path):
+    directory = tmp_path / "ck"
+    directory.mkdir()
+    assert Checkpoint.read(directory, 2**20) is None
+    (directory / "checkpoint").write_text('model_checkpoint_path: "ckpt-5"\n')  # its files not there (yet, or ever)
+    assert Checkpoint.read(directory, 2**20) is None
+    tf_checkpoint(directory, 6, size=2000)
+    assert Checkpoint.read(directory, 1000).over == "over the 0.000953674 MB limit (FC2_CHECKPOINT_MAX_MB)"
+
+
+def test_unpacking_refuses_what_the_platform_refuses_and_writes_nothing_outside(tmp_path):
+    target = tmp_path / "work" / "restore"
+    target.parent.mkdir()
+    for body in (tar_gz({"../outside": b"x"}), tar_gz({"a": b"x"}, kinds={"b": tarfile.SYMTYPE})):
+        archive = tmp_path / "a.tar.gz"
+        archive.write_bytes(body)
+        with pytest.raises(ArchiveError):
+            unpack(archive, target, 2**20)
+    assert not (tmp_path / "work" / "outside").exists()
+    # A link planted where the checkpoint goes is removed, never followed.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target.rmdir() if target.is_dir() else None
+    target.symlink_to(elsewhere)
+    archive.write_bytes(tar_gz({"checkpoint": b"c", "sub/ckpt-1.index": b"i"}))
+    unpack(archive, target, 2**20)
+    assert not target.is_symlink() and list(elsewhere.iterdir()) == []
+    assert (target / "sub" / "ckpt-1.index").read_bytes() == b"i"
+    assert oct(target.stat().st_mode & 0o777) == "0o755"
+
+
+def test_the_shipper_ships_each_new_checkpoint_once_to_the_platform(live_server, running_job, tmp_path, settings):
+    settings.FC2_CHECKPOINTS_KEPT = 5
+    directory = tmp_path / "ck"
+    reporter = Reporter(live_server.url, running_job.pk, "worker-0", running_job.agent_token)
+    shipper = Shipper(reporter, directory, 2**20)
+    tf_checkpoint(directory, 1)
+    shipper.look()
+    shipper.look()
+    tf_checkpoint(directory, 2, size=2 * 2**20)  # over the agent's limit: said, not shipped
+    shipper.look()
+    assert [a.original_name for a in checkpoints.kept(running_job)] == ["ckpt-1"]
+    assert shipper.take_skipped() == [{"checkpoint": "ckpt-2", "reason": "over the 1 MB limit (FC2_CHECKPOINT_MAX_MB)"}]
+
+
+def test_a_notice_in_the_nodes_file_asks_the_command_for_a_checkpoint_once(tmp_path):
+    notice_file, directory = tmp_path / "spot-instance-action", tmp_path / "ck"
+    directory.mkdir()
+    notices = Notices(notice_file, directory, interval=0.05)
+    notices.start()
+    notice_file.write_text(json.dumps({"action": "terminate", "time": "2026-11-29T04:22:00Z"}))
+    for _ in range(100):
+        if (directory / "CHECKPOINT_NOW").exists():
+            break
+        notices.stopped.wait(0.05)
+    notices.stopped.set()
+    assert (directory / "CHECKPOINT_NOW").exists()
+    assert notices.take() == {"at": "2026-11-29T04:22:00Z", "action": "terminate"}
+    assert notices.take() is None
