@@ -7,18 +7,21 @@ own code's, checked as hostile input."""
 
 from __future__ import annotations
 
-import json
+import ipaddress
 import threading
 import time
-from datetime import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 import provisioner
 from fc2.models import Job
-from fc2.services import inline, jobs, pipeline, profiling, trials
+from fc2.services import inline, jobs, pipeline, planning, profiling, trials
 from fc2.services.bundles import store_bundle
 from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged
 from harness.wheels import GOOD, make_wheel, sleeper_wheel
@@ -26,6 +29,8 @@ from provisioner import ClusterInfo, NodeResult, lab
 from provisioner.lab import net as labnet
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
+from recommender.types import TrialConfig
+from tests.test_aws import inject_capacity_shortage
 from tests.test_lab import leftovers
 
 LAB = pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
@@ -290,27 +295,256 @@ def test_cancelling_during_a_trial_tears_it_down(alice, digits, settings, tmp_pa
     assert time.monotonic() - started < settings.FC2_EXPLORE_TRIAL_S  # torn down at the cancel, not at the window
 
 
-@pytest.mark.heavy
+# Trials at once (issue 44): where the provider's nodes are machines of their own, the search's batch runs together.
+
+
+def test_trials_overlap_only_where_the_nodes_are_machines_of_their_own(settings):
+    settings.FC2_EXPLORE_AT_ONCE = 3
+    assert planning.trials_at_once("aws") == 3
+    assert planning.trials_at_once("lab") == planning.trials_at_once("local") == 1  # this machine's CPUs, shared
+    settings.FC2_EXPLORE_AT_ONCE = 500
+    assert planning.trials_at_once("aws") == provisioner.get("aws").max_workers  # never more than it holds
+
+
+def test_a_searchs_minutes_are_wall_clock_and_its_dollars_the_sum():
+    """Two trials of 10 minutes that overlap by 5, then one of 2 minutes after a pause: 17 minutes, not 22."""
+    at = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+    def run(start: int, end: int, hourly: float) -> dict:
+        started, ended = (at + timedelta(minutes=start)).isoformat(), (at + timedelta(minutes=end)).isoformat()
+        return {"kind": "trial", "started_at": started, "ended_at": ended, "hourly_cost": hourly}
+
+    profiled = run(0, 30, 100.0) | {"kind": "profiling"}  # not the search's
+    job = Job(profiling_runs=[run(0, 10, 6.0), run(5, 15, 12.0), run(20, 22, 30.0), profiled])
+    dollars, minutes = trials.spent(job, now=at + timedelta(hours=1))
+    assert minutes == pytest.approx(17.0)
+    assert dollars == pytest.approx(1.0 + 2.0 + 1.0)
+
+
 @pytest.mark.django_db(transaction=True)
-def test_an_aws_explore_jobs_trial_instances_are_launched_and_terminated(ec2_hosts, alice, bundle, digits, settings):
-    """One cluster to try (1 c4.xlarge worker, an m4.large PS): its trial on moto's EC2, the instances as lab hosts,
-    then the job on it."""
+def test_runs_that_overlap_never_lose_each_others_entry(job):
+    """Eight runs kept from eight threads at once, each three times (recorded, launched, ended), merged under the
+    job's row lock (SELECT … FOR UPDATE on PostgreSQL: run with DATABASE_URL): every entry is there, in its place,
+    and the job records a cluster exactly while one is up."""
+    earlier = {"kind": "trial", "cluster": "fc2-0-earlier", "number": 0, "ended_at": "2026-01-01T00:00:00+00:00"}
+    Job.objects.filter(pk=job.pk).update(profiling_runs=[earlier])
+    start = threading.Barrier(8)
+    failures: list[BaseException] = []
+
+    def keep(number: int) -> None:
+        try:
+            mine = Job.objects.get(pk=job.pk)
+            entry = {"kind": "trial", "number": number, "cluster": f"fc2-{job.pk}-{number:08x}", "ended_at": None}
+            start.wait()
+            placeholder = ClusterInfo(entry["cluster"], "lab", "mirrored", nodes=()).to_dict()
+            profiling.keep_entry(mine, entry, cluster=placeholder)
+            profiling.keep_entry(mine, entry | {"window_ends_at": "soon"}, cluster=placeholder)
+            profiling.keep_entry(mine, entry | {"window_ends_at": "soon", "ended_at": timezone.now().isoformat()})
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=keep, args=(number,)) for number in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert not failures, failures
+    job.refresh_from_db()
+    assert job.profiling_runs[0]["cluster"] == "fc2-0-earlier"
+    assert sorted(run["number"] for run in job.profiling_runs[1:]) == list(range(1, 9))
+    assert all(run["ended_at"] and run["window_ends_at"] == "soon" for run in job.profiling_runs[1:])
+    assert job.cluster is None  # the last to end handed it to none
+
+
+@pytest.mark.django_db(transaction=True)  # (its trials may run at once, each thread on a connection of its own)
+def test_a_trial_with_no_capacity_blocks_its_type_for_the_rest_of_the_search_and_records_nothing(
+    aws_env, alice, bundle, digits, monkeypatch
+):
+    """The cloud has neither type in any zone: each trial's launch fails for want of capacity, which is no
+    measurement and no reason to do the step again; the search goes on without that type, then has none left."""
     load_catalog("fc2-2018")
-    settings.FC2_EXPLORE_TRIAL_S = 10
+    inject_capacity_shortage(monkeypatch, {(kind, f"{REGION}{zone}") for kind in ("c4.xlarge", "m4.xlarge")
+                                           for zone in "abc"})  # fmt: skip
     request = jobs.JobRequest(
         bundle=bundle, dataset=digits, parameters=dict(PARAMETERS), provider="aws", region=REGION,
-        algorithm="explore", strategy=Job.Strategy.PS, ps_type="m4.large", worker_types=["c4.xlarge"], workers=1,
-        workload_name="digits-explored-aws", search_budget=Decimal("1"),
+        algorithm="explore", strategy=Job.Strategy.MIRRORED, worker_types=["c4.xlarge", "m4.xlarge"], workers=2,
+        workload_name="digits-no-capacity", search_budget=Decimal("1"),
     )  # fmt: skip
     job = inline.run_inline(jobs.submit(alice, request, driver=Job.Driver.INLINE).pk)
+
+    assert job.state == Job.State.FAILED
+    made = trials.entries(job)
+    print(f"\nFIGURE a search with no capacity: {len(made)} trials; {job.failure_reason}")
+    assert {run["no_capacity"] for run in made} == {"c4.xlarge", "m4.xlarge"} and trials.blocked(job) == {
+        "c4.xlarge", "m4.xlarge"
+    }  # fmt: skip
+    assert "No worker type the job may use has capacity (tried c4.xlarge, m4.xlarge)" in job.failure_reason
+    for run in made:
+        assert run["record"] is None and run["ended_at"] and "no capacity for" in run["error"]
+        assert f"trial {run['number']} ({trials.describe(run)}): no capacity for {run['worker_type']}" in (
+            job.failure_reason
+        )
+        assert everything_tagged(run["cluster"]) == NOTHING
+    assert not PerformanceRecord.objects.filter(workload="digits-no-capacity").exists()
+    timeline = list(job.events.values_list("message", flat=True))
+    assert any(f"the search goes on without {kind}" in line for kind in ("c4.xlarge", "m4.xlarge")
+               for line in timeline)  # fmt: skip
+    assert not any("sent again" in line or "retry" in line for line in timeline)  # the step was not done again
+    assert job.cluster is None and provisioner.list_clusters("aws", REGION) == []
+
+
+@pytest.fixture
+def shared_subnet(ec2_hosts, settings):
+    """The operator's subnet (FC2_AWS_SUBNET_ID) for every cluster: trials at once get distinct private addresses,
+    which the lab hosts standing in for moto's instances need (a VPC of each cluster's own, of the same CIDR, would
+    give both clusters' first node the same one)."""
+    client = ec2()
+    vpc = client.create_vpc(CidrBlock=settings.FC2_AWS_VPC_CIDR)["Vpc"]["VpcId"]
+    cidr = str(next(ipaddress.ip_network(settings.FC2_AWS_VPC_CIDR).subnets(new_prefix=24)))
+    subnet = client.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+    settings.FC2_AWS_SUBNET_ID = subnet
+    yield subnet
+    client.delete_subnet(SubnetId=subnet)
+    client.delete_vpc(VpcId=vpc)
+
+
+def aws_trials(owner, code, dataset, name: str) -> tuple[Job, tuple[TrialConfig, ...]]:
+    """An explore job on aws in its recommend step, and a batch of two trials: 1 c4.xlarge and 2 m4.xlarge workers,
+    all-reduce (what the search's estimate names as `batch` where trials may overlap)."""
+    load_catalog("fc2-2018")
+    request = jobs.JobRequest(
+        bundle=code, dataset=dataset, parameters=dict(PARAMETERS), provider="aws", region=REGION,
+        algorithm="explore", strategy=Job.Strategy.MIRRORED, worker_types=["c4.xlarge", "m4.xlarge"], workers=2,
+        workload_name=name, search_budget=Decimal("1"),
+    )  # fmt: skip
+    job = jobs.submit(owner, request, driver=Job.Driver.INLINE)
+    assert job.transition(Job.State.QUEUED, Job.State.RECOMMENDING, "choosing the cluster")
+    batch = (TrialConfig("c4.xlarge", 1, "", "mirrored", 0.199), TrialConfig("m4.xlarge", 2, "", "mirrored", 0.2))
+    return job, batch
+
+
+def instances_of(cluster_id: str) -> list[dict]:
+    tagged = {"Name": "tag:fc2:cluster", "Values": [cluster_id]}
+    return [i for r in ec2().describe_instances(Filters=[tagged])["Reservations"] for i in r["Instances"]]
+
+
+@contextmanager
+def watching(job_id: int) -> Iterator[list[str]]:
+    """The clusters whose instances EC2 had while the job recorded them nowhere (neither among its runs nor as its
+    cluster), looked at every 0.2 s while the block runs: what a cancel, the release or the sweep would miss."""
+    unrecorded: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            while not done.is_set():
+                described = ec2().describe_instances()["Reservations"]
+                running = {aws_tag(instance) for r in described for instance in r["Instances"]} - {None}
+                job = Job.objects.get(pk=job_id)
+                recorded = {run["cluster"] for run in job.profiling_runs} | {(job.cluster or {}).get("cluster_id")}
+                unrecorded.extend(sorted(running - recorded - {job.cluster_name}))
+                time.sleep(0.2)
+        finally:
+            connection.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield unrecorded
+    finally:
+        done.set()
+        watcher.join()
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_an_aws_explore_jobs_trials_run_at_once_each_recorded_before_it_is_made(
+    shared_subnet, alice, bundle, digits, settings
+):
+    """Two clusters to try (1 or 2 c4.xlarge workers, an m4.large PS): the search's batch runs both at once on moto's
+    EC2 (its instances as lab hosts), each cluster recorded on the job before it is made, launched and terminated,
+    measured and recorded; then the job runs on the one chosen, its cost counting both trials, the search's minutes
+    the wall-clock."""
+    load_catalog("fc2-2018")
+    settings.FC2_EXPLORE_TRIAL_S = 8
+    settings.FC2_EXPLORE_AT_ONCE = 2
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, parameters=dict(PARAMETERS), provider="aws", region=REGION,
+        algorithm="explore", strategy=Job.Strategy.PS, ps_type="m4.large", worker_types=["c4.xlarge"], workers=2,
+        workload_name="digits-explored-aws", search_budget=Decimal("1"),
+    )  # fmt: skip
+    job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
+    with watching(job.pk) as unrecorded:
+        job = inline.run_inline(job.pk)
     assert job.state == Job.State.SUCCEEDED, job.failure_reason
 
-    (run,) = trials.entries(job)
-    assert run["epoch_time_s"] and (job.worker_type, job.workers) == ("c4.xlarge", 1)
-    tagged = {"Name": "tag:fc2:cluster", "Values": [run["cluster"]]}
-    instances = [i for r in ec2().describe_instances(Filters=[tagged])["Reservations"] for i in r["Instances"]]
-    # Launched for the trial — its PS, its chief and its worker — and terminated
-    assert sorted(i["InstanceType"] for i in instances) == ["c4.xlarge", "c4.xlarge", "m4.large"]
-    assert {i["State"]["Name"] for i in instances} == {"terminated"}
-    assert everything_tagged(run["cluster"]) == NOTHING and everything_tagged(job.cluster_name) == NOTHING
-    assert json.loads(json.dumps(job.search))["trials"] == 1
+    made = trials.entries(job)
+    dollars, minutes = trials.spent(job)
+    measured = ", ".join(f"{trials.describe(run)} {run['epoch_time_s'] or run['error']} s" for run in made)
+    print(
+        f"\nFIGURE two aws trials at once: {measured}; {sum(map(seconds, made)) / 60:.2f} trial minutes in "
+        f"{minutes:.2f} wall-clock, ${dollars:.4f}"
+    )
+    assert not unrecorded, f"instances of clusters the job did not record: {unrecorded}"
+    assert sorted(run["workers"] for run in made) == [1, 2]
+    spans = [(datetime.fromisoformat(run["started_at"]), datetime.fromisoformat(run["ended_at"])) for run in made]
+    assert max(start for start, _ in spans) < min(end for _, end in spans)  # they overlapped
+    assert minutes < sum(map(seconds, made)) / 60
+    for run in made:
+        assert run["epoch_time_s"] and run["error"] == "" and run["ended_at"], run["error"]
+        record = PerformanceRecord.objects.get(pk=run["record"])
+        assert record.source == PerformanceRecord.Source.TRIAL and record.epoch_time_s == run["epoch_time_s"]
+        launched = instances_of(run["cluster"])  # its PS, its chief and its workers
+        assert sorted(i["InstanceType"] for i in launched) == ["c4.xlarge"] * (run["workers"] + 1) + ["m4.large"]
+        assert {i["State"]["Name"] for i in launched} == {"terminated"}
+        assert everything_tagged(run["cluster"]) == NOTHING
+    assert (job.worker_type, job.ps_type) == ("c4.xlarge", "m4.large") and everything_tagged(
+        job.cluster_name
+    ) == NOTHING
+    assert job.search["trials"] == 2 and job.search["spent_dollars"] == pytest.approx(dollars, abs=1e-4)
+    assert job.cost_so_far == pytest.approx(dollars + job.cost_between(start=job.launched_at), rel=1e-6)
+
+
+def aws_tag(instance: dict) -> str | None:
+    return next((tag["Value"] for tag in instance.get("Tags", []) if tag["Key"] == "fc2:cluster"), None)
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_during_an_aws_batch_tears_every_trial_of_it_down(shared_subnet, alice, digits, tmp_path):
+    with sleeper_wheel(tmp_path).open("rb") as wheel:  # sleeps ten minutes: the trials run until cancelled
+        sleeper = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    job, batch = aws_trials(alice, sleeper, digits, "demo-sleeps-at-once")
+
+    def cancel_once_both_train() -> None:
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                current = Job.objects.get(pk=job.pk)
+                if sum(bool(run.get("window_ends_at")) for run in trials.entries(current)) == 2:
+                    pipeline.cancel(current, "alice")
+                    return
+                time.sleep(0.3)
+        finally:
+            connection.close()
+
+    canceller = threading.Thread(target=cancel_once_both_train)
+    canceller.start()
+    with pytest.raises(profiling.JobEnded):
+        trials.run_batch(job, batch, pipeline.run_spec(job))
+    canceller.join()
+    pipeline.release(job.pk)  # as the step's runner does once it ends
+
+    job.refresh_from_db()
+    assert job.state == Job.State.CANCELLED and job.cluster is None
+    made = trials.entries(job)
+    assert len(made) == 2
+    for run in made:
+        assert run["ended_at"] and "the job ended while its trial run ran" in run["error"] and run["record"] is None
+        assert {i["State"]["Name"] for i in instances_of(run["cluster"])} == {"terminated"}
+        assert everything_tagged(run["cluster"]) == NOTHING
+    assert provisioner.list_clusters("aws", REGION) == []
+    assert not PerformanceRecord.objects.filter(workload="demo-sleeps-at-once").exists()

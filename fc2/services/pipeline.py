@@ -571,6 +571,7 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             if waited is not False or job.state != State.SUCCEEDED:
                 _guarded(job, "keeping the nodes' logs", _keep_logs, job, cluster)
             _guarded(job, "keeping the reports of nodes that finished late", _keep_late_reports, job, cluster)
+            profiling.tear_down_stale(job)  # explore's trials at once: each its own cluster, one of them Job.cluster
             provisioner.teardown(cluster.provider, cluster.cluster_id, cluster.region)
             Job.objects.filter(pk=job.pk).update(cluster=None, torn_down_at=timezone.now())  # its billing ends
             job.nodes.exclude(status__in=Node.FINISHED).update(status=Node.Status.STOPPED)

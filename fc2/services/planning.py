@@ -184,13 +184,24 @@ def trial_minutes(provider: str) -> float:
     return (settings.FC2_EXPLORE_TRIAL_S + taken.startup_s + taken.teardown_s) / 60
 
 
+def trials_at_once(provider: str) -> int:
+    """How many of explore's trial runs may overlap in time on `provider`: FC2_EXPLORE_AT_ONCE where its nodes are
+    machines of their own (aws), else 1 — the lab's and local's nodes share this machine's CPUs, and trials at once
+    would slow and mis-measure each other — and never more clusters than the provider holds workers (each trial has
+    at least one; the recommender keeps the batch's workers within `workers_cap`)."""
+    entry = provisioner.get(provider)
+    if not entry.own_machine:
+        return 1
+    return max(1, min(settings.FC2_EXPLORE_AT_ONCE, entry.max_workers))
+
+
 def recommend_request(
     request: JobRequest, blocked: Collection[str] = (), trials_spent: tuple[float, float] = (0.0, 0.0)
 ) -> RecommendRequest:
     """What the recommender is asked for a job request: its workers is the limit when it has no budget; a strategy
     left open is the model's (or explore's) to choose; L^w without the `blocked` types. explore is also given its
     weights, its search's budget (the request's, else the platform's default), what this job's trials spent of it
-    (`trials_spent`: $, minutes), one trial's length and the job's epochs."""
+    (`trials_spent`: $, minutes), one trial's length, how many trials may overlap and the job's epochs."""
     explore: dict = {}
     if request.algorithm == "explore":
         dollars, minutes = request.search_limits
@@ -204,6 +215,7 @@ def recommend_request(
             "trial_minutes": trial_minutes(request.provider),
             "epochs": request.epochs,
             "workers_cap": provisioner.get(request.provider).max_workers,
+            "trials_at_once": trials_at_once(request.provider),
         }
     asked = RecommendRequest(
         algorithm=request.algorithm,

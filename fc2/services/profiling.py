@@ -192,11 +192,9 @@ def short_run(job: Job, entry: dict, spec: ClusterSpec, run: RunSpec, train_s: i
     """The short run's cluster, launched and bootstrapped with the job's code told to train for `train_s`
     (FC2_TRAIN_SECONDS) and to report to nobody (its agents keep their samples and results on the nodes). Its
     entry (`entry`, named by its "cluster") is kept on the job with when it started, when its window closes and when
-    it ended; it is torn down when the block ends, whatever happens."""
-    entry.update(cluster=spec.cluster_id, started_at=timezone.now().isoformat(), window_ends_at=None, ended_at=None)
-    # Recorded before anything is made: whatever happens to this process, the cluster is found and torn down.
-    empty = ClusterInfo(spec.cluster_id, spec.provider, spec.strategy, nodes=(), region=spec.region)
-    keep_entry(job, entry, cluster=empty.to_dict())
+    it ended; it is torn down when the block ends, whatever happens. Runs may overlap (explore's trials at once):
+    each keeps its own entry (`keep_entry`)."""
+    record_run(job, entry, spec)
     try:
         cluster = provisioner.launch(spec, notify=job.log)
         keep_entry(job, entry, cluster=cluster.to_dict())
@@ -207,7 +205,15 @@ def short_run(job: Job, entry: dict, spec: ClusterSpec, run: RunSpec, train_s: i
     finally:
         provisioner.teardown(spec.provider, spec.cluster_id, spec.region)
         entry["ended_at"] = timezone.now().isoformat()
-        keep_entry(job, entry, cluster=None)
+        keep_entry(job, entry)
+
+
+def record_run(job: Job, entry: dict, spec: ClusterSpec) -> None:
+    """The run's entry and cluster recorded on the job, its billing from now, before anything is made: whatever
+    happens to this process, the cluster is found and torn down (a cancel, the job's release, the sweep)."""
+    entry.update(cluster=spec.cluster_id, started_at=timezone.now().isoformat(), window_ends_at=None, ended_at=None)
+    empty = ClusterInfo(spec.cluster_id, spec.provider, spec.strategy, nodes=(), region=spec.region)
+    keep_entry(job, entry, cluster=empty.to_dict())
 
 
 class JobEnded(ProvisionError):
@@ -288,22 +294,51 @@ def _sample(kept: dict) -> Sample:
     )
 
 
-def keep_entry(job: Job, entry: dict, **fields: Any) -> None:
-    """Keep the run's entry (and `fields`) on the job."""
-    runs = [run for run in job.profiling_runs if run.get("cluster") != entry["cluster"]] + [dict(entry)]
-    Job.objects.filter(pk=job.pk).update(profiling_runs=runs, **fields)
-    job.profiling_runs = runs
+def keep_entry(job: Job, entry: dict, cluster: dict | None = None) -> None:
+    """Keep the run's entry on the job, merged by its cluster id into what the job holds now under its row lock:
+    runs that overlap (explore's trials at once, each in a thread of its own) never lose each other's entry. With
+    `cluster` (ClusterInfo.to_dict), that cluster becomes the job's recorded one (Job.cluster); an ended run whose
+    cluster is the recorded one hands it to a run still under way, if any — so that the job records a cluster while
+    any of its runs is up, and its release and the sweep find them all (`under_way`)."""
+    with transaction.atomic():
+        held = Job.objects.select_for_update().only("profiling_runs", "cluster").get(pk=job.pk)
+        runs = list(held.profiling_runs or [])
+        at = next((i for i, run in enumerate(runs) if run.get("cluster") == entry["cluster"]), len(runs))
+        runs[at : at + 1] = [dict(entry)]
+        recorded = held.cluster
+        if cluster is not None:
+            recorded = cluster
+        elif entry.get("ended_at") and (recorded or {}).get("cluster_id") == entry["cluster"]:
+            up = under_way(runs)
+            recorded = _placeholder(job, up[-1]) if up else None
+        Job.objects.filter(pk=job.pk).update(profiling_runs=runs, cluster=recorded)
+    job.profiling_runs, job.cluster = runs, recorded
+
+
+def under_way(runs: list) -> list[dict]:
+    """The runs (entries of Job.profiling_runs) whose cluster is not known to be gone: not ended."""
+    return [run for run in runs if isinstance(run, dict) and run.get("cluster") and not run.get("ended_at")]
+
+
+def _placeholder(job: Job, run: dict) -> dict:
+    """A run's cluster as the job records it before its nodes are known: its name, provider and region."""
+    strategy = run.get("strategy") or Job.Strategy.PS
+    return ClusterInfo(run["cluster"], job.provider, strategy, nodes=(), region=job.region).to_dict()
 
 
 def tear_down_stale(job: Job) -> None:
-    """A recommend step done again (its worker was lost mid-run): the profiling run's or trial run's cluster it left
-    is torn down and its run ended (a trial's with why it measured nothing), before anything new is made."""
-    if job.cluster and any(run.get("cluster") == job.cluster.get("cluster_id") for run in job.profiling_runs):
-        provisioner.teardown(job.provider, job.cluster["cluster_id"], job.region)
-        now = timezone.now().isoformat()
-        runs = [run if run.get("ended_at") else _cut_off(run, now) for run in job.profiling_runs]
-        Job.objects.filter(pk=job.pk).update(profiling_runs=runs, cluster=None)
-        job.profiling_runs, job.cluster = runs, None
+    """Every profiling or trial run of the job still under way torn down and ended (a trial's with why it measured
+    nothing): for a recommend step done again (its worker was lost mid-run) before anything new is made, and for the
+    job's release (pipeline.release) — overlapping trials are several clusters, only one of them Job.cluster."""
+    stale = under_way(job.profiling_runs or [])
+    for run in stale:
+        provisioner.teardown(job.provider, run["cluster"], job.region)
+    if not stale:
+        return
+    now = timezone.now().isoformat()
+    for run in stale:
+        keep_entry(job, _cut_off(run, now))
+    logger.info("job %s: %d run(s) a lost step left torn down", job.pk, len(stale))
 
 
 def _cut_off(run: dict, now: str) -> dict:

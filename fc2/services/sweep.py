@@ -44,7 +44,8 @@ fails the job with its name. A job whose result is unknown is never called faile
 Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
 records — its row deleted, or the database restored from before it — is torn down and recorded (ReapedCluster: what
 was removed, shown on the dashboard and in the admin). A job records its cluster's name before launching it and until
-its teardown has succeeded, so no cluster a job may still use is ever one.
+its teardown has succeeded — and each profiling or trial run's, several at once for explore's overlapping trials, in
+Job.profiling_runs until it ended — so no cluster a job may still use is ever one.
 
 Limits (fc2/services/limits.py: the time limit, FC2_JOB_TIMEOUT_S, and the whole-job budget, Job.total_budget — one
 rule, "a limit crossed → stopped, with the reason"), in every state: the job fails with the reason on its timeline and
@@ -72,7 +73,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node, ReapedCluster
-from fc2.services import limits, monitoring, pipeline, pricing, reports, submissions
+from fc2.services import limits, monitoring, pipeline, pricing, profiling, reports, submissions
 from fc2.services.pipeline import Lease
 from provisioner import ClusterInfo
 
@@ -141,13 +142,17 @@ JOB_CLUSTER = re.compile(r"^fc2-(\d+)-[0-9a-f]{8}$")
 def orphans(provider: str, region: str = "", *, every: bool = False) -> list[str]:
     """The provider's clusters of this installation that no job records: made for a job whose row is gone (deleted,
     or a database restored from before it), or, with `every`, also made by hand (`cluster up`). A job records its
-    cluster's name before anything is launched (pipeline.provision) and until its teardown has succeeded, so nothing
-    a live job may still use is ever among them."""
-    recorded = {
-        cluster.get("cluster_id")
-        for cluster in Job.objects.filter(cluster__isnull=False).values_list("cluster", flat=True)
-        if cluster
-    }
+    cluster's name before anything is launched (pipeline.provision; a profiling or trial run's in Job.profiling_runs,
+    profiling.record_run) and until its teardown has succeeded, so nothing a live job may still use is among them."""
+    recorded: set[str] = set()
+    # A job's profiling and trial runs not ended are its clusters too (explore's trials at once are several); a job
+    # records one of them as its cluster while any is up (profiling.keep_entry), so these are the jobs to look at.
+    for cluster, runs in Job.objects.filter(Q(cluster__isnull=False) | Q(state__in=pipeline.ACTIVE)).values_list(
+        "cluster", "profiling_runs"
+    ):
+        if cluster:
+            recorded.add(cluster.get("cluster_id"))
+        recorded |= {run["cluster"] for run in profiling.under_way(runs or [])}
     return [
         name
         for name in provisioner.list_clusters(provider, region)

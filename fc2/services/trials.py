@@ -3,14 +3,19 @@ clusters explore's search chooses (recommender/explore.py, asked through plannin
 record of the workload (source: trial) and torn down, until the search stops and the job runs on the cluster chosen.
 
 A trial is a short run as Scala-Opt's profiling run is (fc2/services/profiling.py, whose mechanics it shares): a
-cluster on the job's provider, named and recorded on the job before anything is made (Job.cluster, so that a cancel,
-the job's release or the sweep tears it down), an entry of Job.profiling_runs with `"kind": "trial"` (so that its cost
-is the job's, counted in its whole-job budget and on the dashboard like a profiling run's), torn down whatever happens.
-Its nodes are told to train for FC2_EXPLORE_TRIAL_S (FC2_TRAIN_SECONDS, the bundle contract: whole epochs until that
-many seconds have passed) and to report to nobody; the chief's command is watched until it ends, and its epoch time
-is read from the result it kept on its node (its metrics.json: the steady state's `epoch_time_s`, start-up apart,
-monitor.figures.epoch_time_s), checked against its physical bound as every figure the job's own code writes is
-(recommender/bounds.py).
+cluster on the job's provider, named and recorded on the job before anything is made (an entry of Job.profiling_runs
+with `"kind": "trial"`, and Job.cluster while it is up), so that a cancel, the job's release or the sweep tears it
+down, and so that its cost is the job's, counted in its whole-job budget and on the dashboard like a profiling run's;
+torn down whatever happens. Its nodes are told to train for FC2_EXPLORE_TRIAL_S (FC2_TRAIN_SECONDS, the bundle
+contract: whole epochs until that many seconds have passed) and to report to nobody; the chief's command is watched
+until it ends, and its epoch time is read from the result it kept on its node (its metrics.json: the steady state's
+`epoch_time_s`, start-up apart, monitor.figures.epoch_time_s), checked against its physical bound as every figure the
+job's own code writes is (recommender/bounds.py).
+
+Trials overlap in time where the provider's nodes are machines of their own (aws; planning.trials_at_once): the
+search's estimate names a batch (`SearchEstimate.batch`), whose trials run at the same time, each in a thread of its
+own, every one's cluster recorded before any is made; the search plans again once all have ended. Their $ add up;
+their minutes are wall-clock (`spent`). On the lab and local, whose nodes share this machine's CPUs, one at a time.
 
 A trial that measures nothing — the code failed, a node was lost, the code did not end within its window and a grace,
 no epoch time in its metrics — is kept all the same, as a record with no time and its entry's `error` saying why:
@@ -18,7 +23,8 @@ the search sees it and does not try that cluster again; its nodes' logs are kept
 (`logs/trial-<n>/<node>.log`). A search that finds no measured cluster to run on (every trial failed) fails the job,
 listing each trial and why. A failure that is not the cluster's — the job cancelled or failed by a limit meanwhile,
 a transient one of the provider's (its step is tried again, and the search goes on from the trials recorded) —
-records nothing. Trials run one after the other (none overlap).
+records nothing. Nor does a cloud with no capacity for a trial's type in any zone: the type is left out of the rest of
+the search (`blocked`), which the timeline says.
 
 Once the search stops, what it did is kept on the job (Job.search): the cluster believed best before the trials and
 the one chosen after, each with its predicted epoch time and interval, why it stopped, the trials made and their cost.
@@ -28,12 +34,14 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from dataclasses import asdict
 from datetime import datetime
 from typing import NoReturn
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 import provisioner
@@ -43,7 +51,7 @@ from fc2.models import Job, batch_size_parameter
 from fc2.services import artifacts, noderecords, planning, profiling
 from fc2.services.requests import JobRequest
 from monitor.figures import epoch_time_s
-from provisioner import ClusterInfo, NodeResult, ProvisionError, RunSpec
+from provisioner import CapacityError, ClusterInfo, ClusterSpec, NodeResult, ProvisionError, RunSpec
 from provisioner.types import is_chief
 from recommender import service
 from recommender.bounds import out_of_bounds
@@ -69,16 +77,26 @@ def entries(job: Job) -> list[dict]:
 
 
 def spent(job: Job, now: datetime | None = None) -> tuple[float, float]:
-    """$ and minutes the job's trials have taken so far (one under way, up to `now`): what its search has spent of its
-    budget. Each is billed from its record on the job to its teardown, at its $/h, as the job's cost counts it."""
+    """$ and minutes the job's trials have taken so far (those under way up to `now`): what its search has spent of
+    its budget. Each is billed from its record on the job to its teardown, at its $/h, as the job's cost counts it:
+    the $ are their sum; the minutes are wall-clock — trials that overlap in time take their window once."""
     now = now or timezone.now()
-    dollars = minutes = 0.0
+    dollars = 0.0
+    spans = []
     for run in entries(job):
         up_from, up_to, hourly = job.run_span(run, now)
-        seconds = max(0.0, (up_to - up_from).total_seconds())
-        dollars += hourly * seconds / 3600
-        minutes += seconds / 60
-    return dollars, minutes
+        dollars += hourly * max(0.0, (up_to - up_from).total_seconds()) / 3600
+        spans.append((up_from, max(up_from, up_to)))
+    seconds = 0.0
+    reached: datetime | None = None  # the end of the union of the spans so far, in order of their start
+    for up_from, up_to in sorted(spans):
+        if reached is None or up_from > reached:
+            seconds += (up_to - up_from).total_seconds()
+            reached = up_to
+        elif up_to > reached:
+            seconds += (up_to - reached).total_seconds()
+            reached = up_to
+    return dollars, seconds / 60
 
 
 def describe(trial: dict) -> str:
@@ -88,38 +106,85 @@ def describe(trial: dict) -> str:
     return f"{trial.get('workers')} × {trial.get('worker_type')}{ps}"
 
 
+def blocked(job: Job) -> set[str]:
+    """The instance types a cloud had no capacity for, in any zone, during this job's trials: left out of the rest of
+    its search, as the capacity failover leaves them out of a job's relaunch (planning.plan's `blocked`)."""
+    return {str(run["no_capacity"]) for run in entries(job) if run.get("no_capacity")}
+
+
 def search(job: Job, request: JobRequest, first: planning.Plan, run: RunSpec) -> planning.Plan:
-    """Run the trials explore's search asks for, one at a time, planning again after each with what this job's
-    trials have spent, until the plan needs no more (`first`: the plan before them); keep the search on the job and
-    return the final plan: a cluster this workload's records measured (this job's trials, or earlier runs).
-    RecommendationError, listing this job's trials and what became of each, when the planner finds none (every trial
-    failed) or the search asks again for a cluster whose trial is recorded (never run twice)."""
-    chosen = first
+    """Run the trials explore's search asks for — each batch of them at the same time (`run_batch`) — planning again
+    after each batch with what this job's trials have spent and without the types a cloud had no capacity for, until
+    the plan needs no more (`first`: the plan before them); keep the search on the job and return the final plan: a
+    cluster this workload's records measured (this job's trials, or earlier runs). RecommendationError, listing this
+    job's trials and what became of each, when the planner finds none (every trial failed) or the search asks again
+    for a cluster whose trial is recorded (never run twice) or that has a type with no capacity."""
+    chosen = first if not blocked(job) else _plan_again(job, request)
     while chosen.search is not None:
-        trial = chosen.search.next
-        if _key(asdict(trial)) in {_key(run) for run in entries(job) if run.get("record")}:
-            again = f"explore's search asked again for {describe(asdict(trial))}, whose trial is recorded"
-            raise RecommendationError(_nothing_ran(job, again))
-        job.log(f"explore: {chosen.search.text or chosen.search.reason}")
-        run_trial(job, trial, run)
-        try:
-            chosen = planning.plan(request, job.owner_id, trials_spent=spent(job))
-        except RecommendationError as refused:
-            raise RecommendationError(_nothing_ran(job, str(refused))) from refused
+        batch = tuple({_key(asdict(trial)): trial for trial in chosen.search.batch}.values())
+        recorded = {_key(run) for run in entries(job) if run.get("record")}
+        if again := next((trial for trial in batch if _key(asdict(trial)) in recorded), None):
+            why = f"explore's search asked again for {describe(asdict(again))}, whose trial is recorded"
+            raise RecommendationError(_nothing_ran(job, why))
+        full = blocked(job)
+        if out := next((trial for trial in batch if {trial.worker_type, trial.ps_type} & full), None):
+            no_room = ", ".join(sorted(full))
+            why = f"explore's search asked for {describe(asdict(out))}, and the cloud has no capacity for {no_room}"
+            raise RecommendationError(_nothing_ran(job, why))
+        at_once = f" ({len(batch)} trials at once)" if len(batch) > 1 else ""
+        job.log(f"explore: {chosen.search.text or chosen.search.reason}{at_once}")
+        run_batch(job, batch, run)
+        chosen = _plan_again(job, request)
     keep_search(job, request, first.search, chosen)
     return chosen
 
 
-def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
-    """One trial of the job's code (`run`) on `trial`'s cluster: made, trained for FC2_EXPLORE_TRIAL_S, measured, torn
-    down; its record (its epoch time, or None with the entry's error saying why). A job that ended meanwhile
-    (profiling.JobEnded) and a transient failure to make the cluster (its step is tried again) raise, recording
-    nothing."""
-    profiling.still_recommending(job, "search")  # cancelled between two trials: nothing more is made
-    number = len(entries(job)) + 1
+def _plan_again(job: Job, request: JobRequest) -> planning.Plan:
+    """The plan with what this job's trials have spent and taught, without the types that had no capacity."""
+    try:
+        return planning.plan(request, job.owner_id, sorted(blocked(job)), trials_spent=spent(job))
+    except RecommendationError as refused:
+        raise RecommendationError(_nothing_ran(job, str(refused))) from refused
+
+
+def run_batch(job: Job, batch: tuple[TrialConfig, ...], run: RunSpec) -> list[PerformanceRecord | None]:
+    """The trials of `batch` run at the same time, each in a thread of its own (which closes its database connection
+    when it ends), every one's cluster recorded on the job before any is made; their records, once all have ended
+    (None for a trial that did not start for want of capacity). The first error that ends the step (the job ended,
+    a transient failure of the provider's, a fault of the platform's) is raised once every trial is torn down."""
+    profiling.still_recommending(job, "search")  # cancelled between two batches: nothing more is made
+    first = len(entries(job)) + 1
+    prepared = [_prepare(job, trial, number) for number, trial in enumerate(batch, start=first)]
+    for entry, spec in prepared:  # whatever happens to this process, a cancel, the release or the sweep finds each
+        profiling.record_run(job, entry, spec)
+    if len(prepared) == 1:
+        return [run_trial(job, *prepared[0], run)]
+    records: dict[int, PerformanceRecord | None] = {}
+    errors: list[BaseException] = []
+
+    def one(entry: dict, spec: ClusterSpec) -> None:
+        try:
+            records[entry["number"]] = run_trial(Job.objects.get(pk=job.pk), entry, spec, run)
+        except BaseException as error:  # raised in the caller's thread, once every trial has ended
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=pair, name=f"trial-{pair[0]['number']}") for pair in prepared]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    job.refresh_from_db(fields=["profiling_runs", "cluster"])
+    if errors:
+        raise errors[0]
+    return [records.get(entry["number"]) for entry, _ in prepared]
+
+
+def _prepare(job: Job, trial: TrialConfig, number: int) -> tuple[dict, ClusterSpec]:
+    """Trial run `number`'s entry on the job (Job.profiling_runs) and its cluster."""
     spec = profiling.cluster_spec(job, trial.strategy, trial.workers, trial.worker_type, trial.ps_type)
     hourly = service.cluster_price(job.catalog, trial.workers, trial.worker_type, trial.ps_type)
-    window = settings.FC2_EXPLORE_TRIAL_S
     entry = {
         "kind": KIND,
         "number": number,
@@ -134,7 +199,18 @@ def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
         "error": "",
         "record": None,
     }
-    job.log(f"trial run {number}: {describe(entry)}, {window} s of training at {usd_per_hour(hourly)}")
+    return entry, spec
+
+
+def run_trial(job: Job, entry: dict, spec: ClusterSpec, run: RunSpec) -> PerformanceRecord | None:
+    """One trial of the job's code (`run`) on its cluster (`spec`; `entry`, its entry on the job): made, trained for
+    FC2_EXPLORE_TRIAL_S, measured, torn down; its record (its epoch time, or None with the entry's error saying why).
+    A cloud with no capacity for one of its types in any zone records nothing: the entry names the type (`blocked`),
+    and None is returned. A job that ended meanwhile (profiling.JobEnded) and a transient failure to make the cluster
+    (its step is tried again) raise, recording nothing."""
+    number = entry["number"]
+    window = settings.FC2_EXPLORE_TRIAL_S
+    job.log(f"trial run {number}: {describe(entry)}, {window} s of training at {usd_per_hour(entry['hourly_cost'])}")
     epoch: float | None = None
     try:
         with profiling.short_run(job, entry, spec, run, window) as cluster:
@@ -145,6 +221,11 @@ def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
                 raise
     except TrialFailed as failed:
         entry["error"] = str(failed)
+    except CapacityError as error:  # not the configuration's failure, nor a reason to do the step again
+        entry.update(error=str(error), no_capacity=error.instance_type)
+        profiling.keep_entry(job, entry)
+        job.log(f"trial run {number} did not start: {error}; the search goes on without {error.instance_type}")
+        return None
     except ProvisionError as error:
         if isinstance(error, profiling.JobEnded) or error.transient:
             _stop(job, entry, error)
@@ -154,11 +235,11 @@ def run_trial(job: Job, trial: TrialConfig, run: RunSpec) -> PerformanceRecord:
     record = profiling.keep_record(
         job,
         workload=job.workload,
-        instance_type=trial.worker_type,
-        ps_type=trial.ps_type,
-        workers=trial.workers,
+        instance_type=entry["worker_type"],
+        ps_type=entry["ps_type"],
+        workers=entry["workers"],
         batch_size=entry["batch_size"],
-        strategy=trial.strategy,
+        strategy=entry["strategy"],
         epoch_time_s=epoch,
         source=PerformanceRecord.Source.TRIAL,
         origin=f"trial run {number} of job {job.pk} on {job.provider}",
