@@ -125,6 +125,19 @@ def test_the_job_page_shows_the_search_as_it_happens(client, alice):
     assert 'id="search"' in live and "trial 3 under way" in live
 
 
+def test_trials_at_once_are_each_under_way_on_the_page_and_in_the_line(client, alice):
+    """Trials that overlap (aws: a batch at once) are every one under way, and said together."""
+    runs = [trial(1, "c4.xlarge", 1, ended=6, epoch=3.0), trial(2, "c4.xlarge", 2, ended=None)]
+    runs += [trial(3, "m4.xlarge", 2, ended=None) | {"started_at": runs[1]["started_at"]}]
+    job = explore_job(alice, state=Job.State.RECOMMENDING, profiling_runs=runs)
+    found = search.of_job(job)
+    assert [row.number for row in found.running] == [2, 3] and found.running_text == "trials 2 and 3 under way"
+    assert "trials 2 and 3 under way" in search.said(found)
+    client.force_login(alice)
+    page = client.get(job.get_absolute_url()).content.decode()
+    assert 'id="search-status" role="status">trials 2 and 3 under way<' in page
+
+
 def test_the_job_page_shows_what_the_search_chose_and_why_it_stopped(client, alice):
     runs = [trial(n, "lab-w-1g", n, ended=8 - 4 * (n - 1) - 1, epoch=20.0 - n) for n in (1, 2, 3)]
     job = explore_job(alice, state=Job.State.SUCCEEDED, profiling_runs=runs, search=SEARCH, finished_at=NOW)

@@ -123,13 +123,22 @@ class Search:
     """A job's search as its page shows it: its trials so far and, once done, what it chose and why it stopped."""
 
     trials: list[TrialRow]
-    under_way: TrialRow | None  # the trial running now
+    under_way: TrialRow | None  # the trial running now (the latest, where several overlap)
+    running: tuple[TrialRow, ...]  # every trial running now: several where trials overlap (aws)
     spent: float  # $ of its trials (part of the job's cost)
     outcome: dict | None  # Job.search, once written
     before: Prediction | None
     after: Prediction | None
     epochs: int | None
     asked: str  # what "best" means and the search's budget, as the job was submitted with them
+
+    @property
+    def running_text(self) -> str:
+        """The trials running now, in words: "trial 3 under way", "trials 3 and 4 under way"; "" when none is."""
+        numbers = [str(row.number) for row in self.running]
+        if len(numbers) < 2:
+            return f"trial {numbers[0]} under way" if numbers else ""
+        return f"trials {', '.join(numbers[:-1])} and {numbers[-1]} under way"
 
     @property
     def predictions(self) -> list[tuple[str, Prediction | None, str]]:
@@ -158,6 +167,7 @@ def of_job(job: Job) -> Search | None:
     return Search(
         trials=rows,
         under_way=next((row for row in reversed(rows) if row.state == "under way"), None),
+        running=tuple(row for row in rows if row.state == "under way"),
         spent=sum(row.cost for row in rows),
         outcome=outcome,
         before=predicted("before"),
@@ -188,8 +198,8 @@ def said(found: Search) -> str:
     failed = sum(row.state == "failed" for row in found.trials)
     parts = [f"{len(found.trials)} trial{'s' * (len(found.trials) != 1)} ({measured} measured, {failed} failed)"]
     parts.append(f"≈ {usd(found.spent)}")
-    if found.under_way:
-        parts.append(f"trial {found.under_way.number} under way")
+    if found.running:
+        parts.append(found.running_text)
     if found.outcome and found.outcome.get("reason"):
         parts.append(f"stopped: {found.outcome['reason']}")
     return " · ".join(parts)
