@@ -168,6 +168,7 @@ def build_parser() -> Parser:
         help="mirrored: All-Reduce, no PS; auto: --algorithm model compares both (default: ps)",
     )
     recommend.add_argument("--catalog", metavar="NAME", help="the instance catalogue (default: the platform's)")
+    explore_options(recommend, "--algorithm explore: what best means, and its trial runs' budget")
 
     submit = command("submit", cmd_submit, "Upload a wheel and submit a training job with it.")
     submit.add_argument("wheel", type=Path, metavar="WHEEL", help="the wheel with your training code")
@@ -203,19 +204,7 @@ def build_parser() -> Parser:
     submit.add_argument("--workload", metavar="NAME", help="the performance records' name for this code and data")
     submit.add_argument("--latency-ms", type=number, metavar="L", help="lab: delay between the nodes, ms one way")
     submit.add_argument("--region", metavar="R", help="aws: the region")
-    explore = submit.add_argument_group("--algorithm explore: trial runs find the best cluster for code never run")
-    explore.add_argument("--preset", choices=PRESETS, help="what best means (default: balanced)")
-    explore.add_argument("--alpha", type=number, metavar="A", help="the weight of time (instead of --preset)")
-    explore.add_argument("--beta", type=number, metavar="B", help="the weight of cost (instead of --preset)")
-    explore.add_argument(
-        "--search-budget", type=number, metavar="$", help="the most its trial runs may cost (default: the platform's)"
-    )
-    explore.add_argument(
-        "--search-minutes",
-        type=count,
-        metavar="M",
-        help="the most minutes its trial runs may take (default: the platform's)",
-    )
+    explore_options(submit, "--algorithm explore: trial runs find the best cluster for code never run")
     managed = submit.add_argument_group("managed jobs: resume after a lost node, spot instances (aws)")
     managed.add_argument(
         "--max-restarts",
@@ -257,10 +246,29 @@ def build_parser() -> Parser:
     return parser
 
 
+def explore_options(parser: argparse.ArgumentParser, title: str) -> None:
+    """explore's options, as `submit` and `recommend` take them: what best means (a preset, or α and β) and its
+    search's budget."""
+    explore = parser.add_argument_group(title)
+    explore.add_argument("--preset", choices=PRESETS, help="what best means (default: balanced)")
+    explore.add_argument("--alpha", type=number, metavar="A", help="the weight of time (instead of --preset)")
+    explore.add_argument("--beta", type=number, metavar="B", help="the weight of cost (instead of --preset)")
+    explore.add_argument(
+        "--search-budget", type=number, metavar="$", help="the most its trial runs may cost (default: the platform's)"
+    )
+    explore.add_argument(
+        "--search-minutes",
+        type=count,
+        metavar="M",
+        help="the most minutes its trial runs may take (default: the platform's)",
+    )
+
+
 def recommend_payload(args: argparse.Namespace) -> dict:
     """POST /api/recommend's body: what was given, the platform's defaults for the rest."""
     names = ("algorithm", "workload", "budget", "max_workers", "batch_size", "latency_ms", "worker_types", "ps_types")
-    names += ("ps_type", "worker_type", "strategy", "catalog")
+    names += ("ps_type", "worker_type", "strategy", "catalog", "preset", "alpha", "beta", "search_budget")
+    names += ("search_minutes",)
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
