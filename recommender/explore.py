@@ -26,8 +26,9 @@ Trials may overlap in time: `next_step(width=k)` proposes up to k trials to run 
 next is the rule's with the earlier ones pending (the kriging believer: the belief is conditioned on a pending trial
 as if it had measured what the belief expects there, which leaves the mean where it was and shrinks the uncertainty
 near it, so the next proposal looks elsewhere). Each must be worth its cost by the same rule and fit the budget with
-the others: dollars are the batch's sum, minutes one window for the whole batch (they run at the same time). Trials
-under way, started and not yet measured, are pending the same way.
+the others: dollars are the batch's sum, minutes one window for the whole batch (they run at the same time), and
+its workers, where the provider limits them, those of the trials under way included. Trials under way, started and
+not yet measured, are pending the same way.
 """
 
 from __future__ import annotations

@@ -339,3 +339,12 @@ def test_a_batch_search_takes_fewer_windows():
     assert three.spent_minutes < one.spent_minutes
     with pytest.raises(ValueError, match="at least one trial"):
         explore.next_step(candidates, [], 0.5, 0.5, ROOMY, width=0)
+
+
+@pytest.mark.parametrize(("cap", "under_way"), [(40, []), (40, [CONFIGS[4]]), (16, []), (130, [CONFIGS[7]])])
+def test_a_batch_keeps_its_workers_within_the_providers_limit(cap, under_way):
+    """The trials under way hold workers too: the batch's and theirs together stay within the cap."""
+    candidates = explore.make_candidates([c for c in CONFIGS if c.workers <= cap], CATALOG)
+    trials = [Trial(c, epoch_time(c)) for c in (CONFIGS[0], CONFIGS[10])]
+    step = explore.next_step(candidates, trials, 0.5, 0.5, ROOMY, width=4, pending=under_way, max_workers=cap)
+    assert step.batch and sum(c.workers for c in (*step.batch, *under_way)) <= cap
