@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
@@ -96,6 +96,17 @@ class RecommendInput(serializers.Serializer):
     epochs = serializers.IntegerField(
         required=False, min_value=1, max_value=1_000_000, help_text="explore: the job's epochs"
     )
+    provider = serializers.CharField(
+        required=False,
+        max_length=40,
+        help_text="explore: where its trials would run (lab, aws): a trial's minutes count that provider's start-up "
+        "and teardown as this installation measured them; without it, a trial is its training window alone",
+    )
+
+    def validate_provider(self, provider: str) -> str:
+        if service.trial_minutes(provider) is None:
+            raise serializers.ValidationError(f"unknown provider {provider!r}")
+        return provider
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("budget") is not None and attrs.get("max_workers") is not None:
@@ -107,6 +118,7 @@ class RecommendInput(serializers.Serializer):
     def to_request(self) -> RecommendRequest:
         data = dict(self.validated_data)
         data.pop("catalog")
+        data.pop("provider", None)  # (a trial's length on it is counted at each answer: `trial_length`)
         default = DEFAULT_WEIGHTS.get(data["algorithm"], DEFAULT_WEIGHTS["model"])
         alpha, beta = weights(data.pop("preset", None), data.get("alpha"), data.get("beta"), default)
         data["alpha"], data["beta"] = alpha, beta
@@ -179,7 +191,7 @@ BAD_REQUEST = OpenApiResponse(ErrorOutput, description=f"Invalid or infeasible. 
 # request; benchmarks/lookup_speed.py), and it is a pure function of the input: a valid input's request and catalogue
 # are kept by the input's JSON text, which tells 1, 1.0, true and "1" apart as the serializer does. Invalid input is
 # validated every time (the serializer words its errors), and so is a long one.
-_valid_inputs: LRUCache[str, tuple[RecommendRequest, str]] = LRUCache(maxsize=1024)
+_valid_inputs: LRUCache[str, tuple[RecommendRequest, str, str | None]] = LRUCache(maxsize=1024)
 _valid_inputs_lock = threading.Lock()
 MAX_INPUT_CHARS = 2000
 
@@ -197,6 +209,14 @@ def input_key(data: object) -> str | None:
     except (TypeError, ValueError):  # (a form's uploaded file)
         return None
     return key if len(key) <= MAX_INPUT_CHARS else None
+
+
+def trial_length(request: RecommendRequest, provider: str | None) -> RecommendRequest:
+    """explore's request with one trial's minutes on `provider` (its start-up and teardown as measured now), where
+    one was named."""
+    if request.algorithm != "explore" or provider is None:
+        return request
+    return replace(request, trial_minutes=service.trial_minutes(provider))
 
 
 class RecommendView(APIView):
@@ -219,13 +239,14 @@ class RecommendView(APIView):
             form = RecommendInput(data=data)
             if not form.is_valid():
                 return Response({"error": "invalid request", "fields": form.errors}, status=400)
-            valid = (form.to_request(), form.validated_data["catalog"])
+            valid = (form.to_request(), form.validated_data["catalog"], form.validated_data.get("provider"))
             if key is not None:
                 with _valid_inputs_lock:
                     _valid_inputs[key] = valid
         try:
             # From the platform's records and the caller's own, never another user's (answer["records"] says whose).
-            answer = service.recommend_as_dict(*valid, owner=self.request.user)
+            asked, catalog, provider = valid
+            answer = service.recommend_as_dict(trial_length(asked, provider), catalog, owner=self.request.user)
         except RecommendationError as exc:
             body: dict[str, Any] = {"error": str(exc)}
             if isinstance(exc, MissingProfilesError):

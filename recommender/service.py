@@ -207,6 +207,23 @@ def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "
     return algorithms.hourly_cost(workers, prices.get(worker_type, 0), prices.get(ps_type, 0))
 
 
+# explore's trial length on a provider, in minutes, its cluster's start-up and teardown included — or None for a
+# provider it does not know: the platform's rule (what this installation measured), which fc2's app config gives
+# (`count_trials_by`): the recommender knows no provider. Without it, a trial is its window alone.
+_trial_rule: Callable[[str], float | None] | None = None
+
+
+def count_trials_by(rule: Callable[[str], float | None]) -> None:
+    """Take `rule` as the length of one explore trial on a provider (fc2.services.planning.known_trial_minutes)."""
+    global _trial_rule
+    _trial_rule = rule
+
+
+def trial_minutes(provider: str) -> float | None:
+    """One explore trial's minutes on `provider`, start-up and teardown included; None where it is not known."""
+    return _trial_rule(provider) if _trial_rule is not None else None
+
+
 def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner: Owner = None) -> Recommendation:
     """Answer `request` from the catalogue and the workload's records that `owner`'s answers read — the platform's
     and their own, never another user's (`owner_id`) — or a RecommendationError saying why it cannot.

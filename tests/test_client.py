@@ -23,6 +23,7 @@ from fc2_client import cli, config, display
 from fc2_client.api import ApiError, Client, Multipart
 
 from fc2.models import ApiToken, Artifact, CodeBundle, Job, Node
+from fc2.services import planning
 from fc2.services.artifacts import store_outputs
 from harness.wheels import GOOD, make_wheel
 from recommender.catalog import load_catalog
@@ -382,8 +383,9 @@ def test_submit_arguments_make_the_jobs_request(args, expected, tmp_path):
          {"algorithm": "lookup", "workload": "anwar2021-mnist", "batch_size": 64000, "latency_ms": 0.0,
           "strategy": "mirrored", "catalog": "lab"}),
         (["--algorithm", "explore", "--workload", "w", "--preset", "cheapest", "--search-budget", "2.5",
-          "--search-minutes", "20"],
-         {"algorithm": "explore", "workload": "w", "preset": "cheapest", "search_budget": 2.5, "search_minutes": 20}),
+          "--search-minutes", "20", "--provider", "aws"],
+         {"algorithm": "explore", "workload": "w", "preset": "cheapest", "search_budget": 2.5, "search_minutes": 20,
+          "provider": "aws"}),
         (["--algorithm", "explore", "--alpha", "0.2", "--beta", "0.8"], {"algorithm": "explore", "alpha": 0.2,
                                                                           "beta": 0.8}),
     ],
@@ -762,17 +764,20 @@ def test_a_researcher_trains_and_downloads_a_model_from_their_machine(
 
 @pytest.mark.django_db(transaction=True)
 def test_fc2_recommend_sends_explores_weights_and_budget_as_fc2_submit_does(alice, live_server, tmp_path):
-    """Against the live API: a workload never run needs trials, and the estimate is within the budget asked; the
-    weights reach the recommender (a preset and weights together, or both weights 0, are refused by it)."""
+    """Against the live API: a workload never run needs trials, and the estimate is within the budget asked, a
+    trial's length counting the provider's start-up and teardown; the weights reach the recommender (a preset and
+    weights together, or both weights 0, are refused by it)."""
     load_catalog("lab")
     _, secret = ApiToken.issue(alice, "laptop")
     researcher = Researcher(tmp_path / "alice", FC2_URL=live_server.url, FC2_TOKEN=secret)
     asked = ["recommend", "--algorithm", "explore", "--workload", "never-run", "--catalog", "lab", "--max-workers", "3"]
 
-    code, answer = researcher(*asked, "--preset", "cheapest", "--search-budget", "2.5", "--search-minutes", "20")
+    budget = ["--search-budget", "2.5", "--search-minutes", "20", "--provider", "lab"]
+    code, answer = researcher(*asked, "--preset", "cheapest", *budget)
     assert (code, answer["status"]) == (1, 400) and "trial" in answer["error"], answer
     search = answer["search"]
     assert search["dollars_at_most"] == 2.5 and search["minutes_at_most"] == 20 and search["next"]["worker_type"]
+    assert search["trial_minutes"] == pytest.approx(planning.trial_minutes("lab"))  # start-up and teardown counted
     code, answer = researcher(*asked, "--preset", "cheapest", "--alpha", "1")
     assert (code, answer["status"]) == (1, 400) and "preset or alpha and beta" in str(answer["fields"]), answer
     code, answer = researcher(*asked, "--alpha", "0", "--beta", "0")

@@ -16,10 +16,11 @@ from fc2_client import cli, display
 
 import provisioner
 from fc2.models import Job
-from fc2.services import search
+from fc2.services import planning, search
 from fc2.services.planning import Plan
 from fc2.services.requests import SubmitError
 from fc2.wizard import ResourceForm
+from recommender import service
 from recommender.catalog import load_catalog
 from recommender.types import SearchEstimate, TrialConfig
 from tests.conftest import call_json
@@ -445,3 +446,31 @@ def test_submit_job_says_the_search_in_a_line(alice):
 def test_the_search_modules_examples(settings):
     settings.FC2_EXPLORE_USD, settings.FC2_EXPLORE_MINUTES = 5, 30
     assert doctest.testmod(search).failed == 0
+
+
+# --- a trial's length: its window plus the provider's start-up and teardown, at every door ---------------------------
+
+
+def test_a_trials_length_counts_its_providers_start_up_at_every_door(client, alice, lab, settings):
+    """One rule (planning.trial_minutes: the provider's start-up and teardown as measured here, else its default):
+    the job's plan, /api/v1/recommend and `manage.py recommend` given the provider; without one, the window alone;
+    an unknown provider refused."""
+    settings.FC2_EXPLORE_TRIAL_S = 60
+    on_lab = planning.trial_minutes("lab")
+    assert on_lab > 1 and on_lab == service.trial_minutes("lab") and service.trial_minutes("mars") is None
+    asked = {"algorithm": "explore", "workload": "never-run", "catalog": "lab", "max_workers": 3}
+    client.force_login(alice)
+    for provider, minutes in (("lab", on_lab), (None, 1.0)):
+        body = {**asked, "provider": provider} if provider else asked
+        refused = client.post(reverse("api-recommend"), body, content_type="application/json").json()
+        assert refused["search"]["trial_minutes"] == pytest.approx(minutes), provider
+        args = ["--provider", provider] if provider else []
+        code, out, _ = call_json("recommend", *EXPLORE_ARGS_LAB, *args)
+        assert code == 1 and out["search"]["trial_minutes"] == pytest.approx(minutes), provider
+    unknown = client.post(reverse("api-recommend"), {**asked, "provider": "mars"}, content_type="application/json")
+    assert unknown.status_code == 400 and "unknown provider 'mars'" in str(unknown.json()["fields"]["provider"])
+    code, out, _ = call_json("recommend", *EXPLORE_ARGS_LAB, "--provider", "mars")
+    assert code == 1 and out["error"] == "unknown provider 'mars'"
+
+
+EXPLORE_ARGS_LAB = ["--algorithm", "explore", "--workload", "never-run", "--catalog", "lab", "--max-workers", "3"]

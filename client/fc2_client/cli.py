@@ -168,7 +168,12 @@ def build_parser() -> Parser:
         help="mirrored: All-Reduce, no PS; auto: --algorithm model compares both (default: ps)",
     )
     recommend.add_argument("--catalog", metavar="NAME", help="the instance catalogue (default: the platform's)")
-    explore_options(recommend, "--algorithm explore: what best means, and its trial runs' budget")
+    explore = explore_options(recommend, "--algorithm explore: what best means, and its trial runs' budget")
+    explore.add_argument(
+        "--provider",
+        choices=("lab", "aws"),
+        help="where its trials would run: a trial's minutes count its start-up and teardown there",
+    )
 
     submit = command("submit", cmd_submit, "Upload a wheel and submit a training job with it.")
     submit.add_argument("wheel", type=Path, metavar="WHEEL", help="the wheel with your training code")
@@ -246,9 +251,9 @@ def build_parser() -> Parser:
     return parser
 
 
-def explore_options(parser: argparse.ArgumentParser, title: str) -> None:
+def explore_options(parser: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
     """explore's options, as `submit` and `recommend` take them: what best means (a preset, or α and β) and its
-    search's budget."""
+    search's budget; their group."""
     explore = parser.add_argument_group(title)
     explore.add_argument("--preset", choices=PRESETS, help="what best means (default: balanced)")
     explore.add_argument("--alpha", type=number, metavar="A", help="the weight of time (instead of --preset)")
@@ -262,13 +267,14 @@ def explore_options(parser: argparse.ArgumentParser, title: str) -> None:
         metavar="M",
         help="the most minutes its trial runs may take (default: the platform's)",
     )
+    return explore
 
 
 def recommend_payload(args: argparse.Namespace) -> dict:
     """POST /api/recommend's body: what was given, the platform's defaults for the rest."""
     names = ("algorithm", "workload", "budget", "max_workers", "batch_size", "latency_ms", "worker_types", "ps_types")
     names += ("ps_type", "worker_type", "strategy", "catalog", "preset", "alpha", "beta", "search_budget")
-    names += ("search_minutes",)
+    names += ("search_minutes", "provider")
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 

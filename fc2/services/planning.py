@@ -184,6 +184,12 @@ def trial_minutes(provider: str) -> float:
     return (settings.FC2_EXPLORE_TRIAL_S + taken.startup_s + taken.teardown_s) / 60
 
 
+def known_trial_minutes(provider: str) -> float | None:
+    """`trial_minutes` for a provider this platform has, else None: what the recommender's own doors (its API,
+    `manage.py recommend`) are given to count a trial's start-up and teardown (recommender.service.trial_minutes)."""
+    return trial_minutes(provider) if provider in provisioner.PROVIDERS else None
+
+
 def trials_at_once(provider: str) -> int:
     """How many of explore's trial runs may overlap in time on `provider`: FC2_EXPLORE_AT_ONCE where its nodes are
     machines of their own (aws), else 1 — the lab's and local's nodes share this machine's CPUs, and trials at once

@@ -84,6 +84,12 @@ class Command(ContractCommand):
             "--epochs", type=int, metavar="N", help="explore: the job's epochs (what a better cluster saves a share of)"
         )
         parser.add_argument(
+            "--provider",
+            metavar="NAME",
+            help="explore: where its trials would run (lab, aws): a trial counts that provider's start-up and "
+            "teardown as this installation measured them (default: its training window alone)",
+        )
+        parser.add_argument(
             "--user",
             metavar="USERNAME",
             help="answer as this user: from the platform's records and theirs (default: the platform's alone)",
@@ -93,6 +99,9 @@ class Command(ContractCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         user = user_named(options["user"])
         alpha, beta = _weights(options)
+        trial_minutes = None
+        if (provider := options["provider"]) is not None and (trial_minutes := service.trial_minutes(provider)) is None:
+            self.fail(f"unknown provider {provider!r}", options["json"])
         request = RecommendRequest(
             algorithm=options["algorithm"],
             workload=options["workload"],
@@ -111,6 +120,7 @@ class Command(ContractCommand):
             search_dollars=options["search_budget"],
             search_minutes=options["search_minutes"],
             epochs=options["epochs"],
+            trial_minutes=trial_minutes,
         )
         try:
             answer = service.as_dict(service.recommend(request, options["catalog"], owner=user))
