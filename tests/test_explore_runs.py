@@ -21,7 +21,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job
-from fc2.services import inline, jobs, pipeline, planning, profiling, trials
+from fc2.services import inline, jobs, pipeline, planning, profiling, sweep, trials
 from fc2.services.bundles import store_bundle
 from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged
 from harness.wheels import GOOD, make_wheel, sleeper_wheel
@@ -548,3 +548,29 @@ def test_cancelling_during_an_aws_batch_tears_every_trial_of_it_down(shared_subn
         assert everything_tagged(run["cluster"]) == NOTHING
     assert provisioner.list_clusters("aws", REGION) == []
     assert not PerformanceRecord.objects.filter(workload="demo-sleeps-at-once").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_trial_cluster_not_ended_is_the_jobs_until_a_redone_step_tears_them_all_down(aws_env, job):
+    """Two trials under way at once (their clusters on moto's EC2), one of them Job.cluster: the sweep's orphan check
+    counts both as the job's, and the recommend step done again tears both down and ends them."""
+    load_catalog("fc2-2018")
+    Job.objects.filter(pk=job.pk).update(provider="aws", region=REGION, catalog="fc2-2018", algorithm="explore")
+    job.refresh_from_db()
+    specs = [profiling.cluster_spec(job, "mirrored", 1, "c4.xlarge", "") for _ in range(2)]
+    for number, spec in enumerate(specs, start=1):
+        entry = {"kind": "trial", "number": number, "workers": 1, "worker_type": "c4.xlarge", "strategy": "mirrored",
+                 "hourly_cost": 0.199, "error": "", "record": None}  # fmt: skip
+        profiling.record_run(job, entry, spec)
+        profiling.keep_entry(job, entry, cluster=provisioner.launch(spec).to_dict())
+    stray = provisioner.launch(profiling.cluster_spec(job, "mirrored", 1, "c4.xlarge", ""))  # recorded nowhere
+    assert job.cluster["cluster_id"] == specs[1].cluster_id
+
+    assert sweep.orphans("aws", REGION) == [stray.cluster_id]
+    profiling.tear_down_stale(job)
+
+    job.refresh_from_db()
+    assert job.cluster is None and all(run["ended_at"] for run in trials.entries(job))
+    assert all("lost before it measured anything" in run["error"] for run in trials.entries(job))
+    assert provisioner.list_clusters("aws", REGION) == [stray.cluster_id]
+    assert sweep.orphans("aws", REGION) == [stray.cluster_id]
