@@ -147,24 +147,24 @@ def _plan_again(job: Job, request: JobRequest) -> planning.Plan:
         raise RecommendationError(_nothing_ran(job, str(refused))) from refused
 
 
-def run_batch(job: Job, batch: tuple[TrialConfig, ...], run: RunSpec) -> list[PerformanceRecord | None]:
-    """The trials of `batch` run at the same time, each in a thread of its own (which closes its database connection
-    when it ends), every one's cluster recorded on the job before any is made; their records, once all have ended
-    (None for a trial that did not start for want of capacity). The first error that ends the step (the job ended,
-    a transient failure of the provider's, a fault of the platform's) is raised once every trial is torn down."""
+def run_batch(job: Job, batch: tuple[TrialConfig, ...], run: RunSpec) -> None:
+    """Run the trials of `batch` at the same time, each in a thread of its own (which closes its database connection
+    when it ends), every one's cluster recorded on the job before any is made; return once all have ended. The first
+    error that ends the step (the job ended, a transient failure of the provider's, a fault of the platform's) is
+    raised then, every trial torn down."""
     profiling.still_recommending(job, "search")  # cancelled between two batches: nothing more is made
     first = len(entries(job)) + 1
     prepared = [_prepare(job, trial, number) for number, trial in enumerate(batch, start=first)]
     for entry, spec in prepared:  # whatever happens to this process, a cancel, the release or the sweep finds each
         profiling.record_run(job, entry, spec)
     if len(prepared) == 1:
-        return [run_trial(job, *prepared[0], run)]
-    records: dict[int, PerformanceRecord | None] = {}
+        run_trial(job, *prepared[0], run)
+        return
     errors: list[BaseException] = []
 
     def one(entry: dict, spec: ClusterSpec) -> None:
         try:
-            records[entry["number"]] = run_trial(Job.objects.get(pk=job.pk), entry, spec, run)
+            run_trial(Job.objects.get(pk=job.pk), entry, spec, run)
         except BaseException as error:  # raised in the caller's thread, once every trial has ended
             errors.append(error)
         finally:
@@ -178,7 +178,6 @@ def run_batch(job: Job, batch: tuple[TrialConfig, ...], run: RunSpec) -> list[Pe
     job.refresh_from_db(fields=["profiling_runs", "cluster"])
     if errors:
         raise errors[0]
-    return [records.get(entry["number"]) for entry, _ in prepared]
 
 
 def _prepare(job: Job, trial: TrialConfig, number: int) -> tuple[dict, ClusterSpec]:
