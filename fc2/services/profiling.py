@@ -21,9 +21,10 @@ traffic be told apart; elsewhere the job fails with the reason rather than store
 
 What it shares with explore's trial runs (fc2/services/trials.py) is written here once: a short run's cluster named
 for the job (`cluster_spec`), launched, bootstrapped with FC2_TRAIN_SECONDS and torn down whatever happens, recorded
-on the job before anything is made (`short_run`, `keep_entry`), the check that the job still wants it
+on the job before anything is made (`record_run`, `short_run`), its entry merged under the job's row lock so that runs
+at once (explore's overlapping trials) never lose each other's (`keep_entry`), the check that the job still wants it
 (`still_recommending`), what it measured kept as the owner's record linked to the job (`keep_record`), and the
-teardown of one a lost step left (`tear_down_stale`).
+teardown of every run a lost step or an ended job left under way (`tear_down_stale`).
 """
 
 from __future__ import annotations
