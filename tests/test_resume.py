@@ -11,6 +11,7 @@ from its start, as the contract allows a bundle that never checkpoints.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Artifact, Job, Node
-from fc2.services import artifacts, pipeline
+from fc2.services import artifacts, checkpoints, jobs, pipeline
+from fc2.services.bundles import store_bundle
 from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
+from harness.wheels import GOOD, make_wheel
 from monitor.models import LossPoint
 from provisioner import ClusterInfo, lab
 from recommender.catalog import load_catalog
@@ -134,45 +137,131 @@ def workers_losing(settings, workers):
     return workers
 
 
-# The trainer's seconds: long enough that its chief is still training when the loss is seen (10 s after it), short
-# enough for the run from the start that follows.
-TRAIN_S = 24
+# A trainer as a bundle under the checkpoint contract writes it (examples/README.md): a step every half second, each
+# only while every other worker answers on its TensorFlow port (as all-reduce stalls on a lost peer), its chief
+# checkpointing every CHECKPOINT_EVERY steps in TensorFlow's layout to $FC2_CHECKPOINT_DIR and restoring from
+# $FC2_RESTORE_FROM when given.
+CHECKPOINTER = b"""
+import json, os, pathlib, re, socket, sys, threading, time
+arg = lambda name, default: next((a.split("=", 1)[1] for a in sys.argv if a.startswith(f"--{name}=")), default)
+seconds, every = float(arg("seconds", "60")), int(arg("checkpoint_every", "6"))
+chief = os.environ.get("FC2_IS_CHIEF") == "1"
+config = json.loads(os.environ["TF_CONFIG"])
+addresses = config["cluster"]["worker"]
+mine = addresses[config["task"]["index"]]
+server = socket.create_server(("0.0.0.0", int(mine.rsplit(":", 1)[1])))
+threading.Thread(target=lambda: [server.accept()[0].close() for _ in iter(int, 1)], daemon=True).start()
+
+def peers_answer():
+    for address in addresses:
+        host, port = address.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=0.3).close()
+        except OSError:
+            return False
+    return True
+
+steps, start = int(seconds * 2), 0
+if os.environ.get("FC2_RESTORE_FROM"):
+    index = (pathlib.Path(os.environ["FC2_RESTORE_FROM"]) / "checkpoint").read_text()
+    start = int(re.search(r"ckpt-([0-9]+)", index).group(1))
+    print(f"restored at step {start}", flush=True)
+checkpoints = pathlib.Path(os.environ.get("FC2_CHECKPOINT_DIR") or "checkpoints")
+checkpoints.mkdir(parents=True, exist_ok=True)
+for step in range(start + 1, steps + 1):
+    while not peers_answer():
+        time.sleep(0.5)
+    time.sleep(0.5)
+    if chief:
+        print("FC2_PROGRESS " + json.dumps({"epoch": 1, "step": step, "steps": steps, "loss": 1 / step}), flush=True)
+        if step % every == 0:
+            (checkpoints / f"ckpt-{step}.index").write_text(str(step))
+            (checkpoints / "checkpoint.partial").write_text(f'model_checkpoint_path: "ckpt-{step}"')
+            (checkpoints / "checkpoint.partial").replace(checkpoints / "checkpoint")
+if chief:
+    (pathlib.Path(os.environ["FC2_OUTPUT_DIR"]) / "metrics.json").write_text(json.dumps({"steps": steps}))
+print("done", flush=True)
+"""
+CHECKPOINT_EVERY = 6  # steps: a checkpoint every 3 s
+TRAIN_S = 20  # 40 steps
 RESUMED_WITHIN_S = 60  # from the loss to the nodes started again (benchmarks/resume.py measures it)
+LAB_FAULTS = {"host gone": losses.host_gone, "link down": losses.link_down}
 
 
-def _resumed(job: Job, killed_at, within_s: float) -> Job:
+def submit_checkpointer(owner, dataset, tmp_path, **resources) -> Job:
+    """A 2-worker mirrored job of the checkpointing trainer, to the workers."""
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CHECKPOINTER}).open("rb") as wheel:
+        bundle = store_bundle(owner, wheel, "demo-1.0-py3-none-any.whl")
+    parameters = {"seconds": str(TRAIN_S), "checkpoint_every": str(CHECKPOINT_EVERY)}
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=dataset, strategy="mirrored", workers=2, parameters=parameters, **resources
+    )
+    return jobs.submit(owner, request, driver=Job.Driver.CELERY)
+
+
+def chief_step(job: Job) -> int:
+    """The chief's last step reported."""
+    point = LossPoint.objects.filter(node__job=job, node__name="worker-0").order_by("-at", "-pk").first()
+    return point.step if point else 0
+
+
+def checkpointed_and_killed(job: Job, fault, workers) -> tuple[ClusterInfo, datetime]:
+    """Wait until the chief has shipped a checkpoint and trained on past it, then hit the victim: (the cluster, the
+    moment)."""
+
+    def past_a_checkpoint() -> bool:
+        done = Job.objects.get(pk=job.pk).is_terminal
+        return done or (checkpoints.latest(job) is not None and chief_step(job) % CHECKPOINT_EVERY >= 2)
+
+    wait_for(past_a_checkpoint, "a checkpoint shipped", workers)
+    job.refresh_from_db()
+    assert job.state == State.RUNNING, (job.state, job.failure_reason, workers.logs())
+    cluster = ClusterInfo.from_dict(job.cluster)
+    fault(cluster, losses.VICTIM)
+    return cluster, timezone.now()
+
+
+def _resumed(job: Job, killed_at: datetime, within_s: float) -> tuple[Job, float]:
     job = losses.sweep_until(
         job, lambda j: j.is_terminal or bool(j.restarts and j.restarts[-1].get("resumed_at")), within_s
     )
     assert job.restarts and job.restarts[-1].get("resumed_at"), (job.state, job.failure_reason, job.restarts)
     resumed_s = (datetime.fromisoformat(job.restarts[-1]["resumed_at"]) - killed_at).total_seconds()
-    print(f"\nFIGURE {job.provider}: training again {resumed_s:.1f} s after the loss; restart {job.restarts[-1]}")
     assert resumed_s < within_s
-    return job
+    return job, resumed_s
 
 
 @pytest.mark.heavy
 @pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
 @pytest.mark.django_db(transaction=True)
-def test_a_lab_workers_host_destroyed_mid_training_resumes_and_succeeds(alice, digits, workers_losing, tmp_path):
+@pytest.mark.parametrize("fault", LAB_FAULTS)
+def test_a_lab_worker_lost_mid_training_resumes_from_the_checkpoint_and_succeeds(
+    fault, alice, digits, workers_losing, tmp_path
+):
     load_catalog("lab")
     workers_losing.start()
-    job = losses.submit_trainer(
-        alice, digits, tmp_path, TRAIN_S, provider="lab", worker_type="lab-w-100", max_restarts=1
-    )
-    cluster = losses.run_until_killed(job, losses.host_gone, workers_losing)
-    killed_at = timezone.now()
+    job = submit_checkpointer(alice, digits, tmp_path, provider="lab", worker_type="lab-w-100", max_restarts=1)
+    cluster, killed_at = checkpointed_and_killed(job, LAB_FAULTS[fault], workers_losing)
 
-    job = _resumed(job, killed_at, RESUMED_WITHIN_S + 15)
+    job, resumed_s = _resumed(job, killed_at, RESUMED_WITHIN_S + 15)
+    (restart,) = job.restarts
+    since_resume = LossPoint.objects.filter(node__job=job, at__gt=restart["resumed_at"])
+    losses.sweep_until(job, lambda j: j.is_terminal or since_resume.exists(), 30)
+    restored = min(p.step for p in since_resume) - 1  # the checkpoint's step: the chief goes on from it
+    # The chief's steps done before the loss (it stalls with its peer gone) and done again after the resume
+    lost_at_loss = max(p.step for p in LossPoint.objects.filter(node__job=job, at__lt=restart["at"])) - restored
+    figure = {"fault": fault, "training_again_s": round(resumed_s, 1), "lost_steps_at_loss": lost_at_loss}
+    figure |= {"checkpoint_every": CHECKPOINT_EVERY, "recorded": {k: restart[k] for k in ("lost_steps", "lost_s")}}
+    print(f"\nFIGURE resume {json.dumps(figure)}")
     job = losses.sweep_until(job, lambda j: j.is_terminal, TRAIN_S + 60)
     assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
-    (restart,) = job.restarts
-    assert restart["nodes"] == [losses.VICTIM] and restart["lost_s"] > 0
+    assert restart["nodes"] == [losses.VICTIM] and restart["checkpoint"] and restored > 0  # not from the start
+    assert 0 <= lost_at_loss <= CHECKPOINT_EVERY + 4  # one interval, and the steps its shipping took
     timeline = list(job.events.values_list("message", flat=True))
     assert any(m.startswith("restart 1 of 1: worker-1 is lost") for m in timeline)
-    assert any("nodes started again from the start (no checkpoint): restart 1 of 1" in m for m in timeline)
+    assert any(f"nodes started again from checkpoint {restart['checkpoint']}: restart 1 of 1" in m for m in timeline)
     assert job.cost_so_far > restart["lost_dollars"] > 0  # the lost work is in the job's cost
-    losses.check_released(job, "lab resumed")
+    losses.check_released(job, f"lab {fault} resumed")
     assert nothing_left(lab_leftovers(cluster.cluster_id, Path(cluster.workdir), lab.tag())) == {}
 
 
@@ -185,7 +274,7 @@ def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
     load_catalog("fc2-2018")
     workers_losing.start(**aws_worker_env(settings))
     job = losses.submit_trainer(
-        alice, digits, tmp_path, TRAIN_S, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1
+        alice, digits, tmp_path, 24, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1
     )
 
     def terminate(cluster, name: str) -> None:
@@ -196,11 +285,11 @@ def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
     wait_for(lambda: victim.instance_id not in ec2_hosts.hosts, "host gone", workers_losing)
     killed_at = timezone.now()
 
-    job = _resumed(job, killed_at, RESUMED_WITHIN_S + 30)
+    job, _ = _resumed(job, killed_at, RESUMED_WITHIN_S + 30)
     now = {n.name: n for n in ClusterInfo.from_dict(job.cluster).nodes}
     assert now[losses.VICTIM].instance_id != victim.instance_id  # a new instance in its place
     assert now["worker-0"].instance_id == survivor.instance_id  # the survivor kept: only the shortfall is made
-    job = losses.sweep_until(job, lambda j: j.is_terminal, TRAIN_S + 60)
+    job = losses.sweep_until(job, lambda j: j.is_terminal, 24 + 60)
     assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
     losses.check_released(job, "aws resumed")
     assert everything_tagged(job.cluster_name) == NOTHING and live_instances() == []
