@@ -10,6 +10,11 @@ the environment the platform sets (see ``examples/README.md`` for the full contr
   evaluates and saves; all workers exit 0.
 * ``FC2_STRATEGY=local`` (or no ``TF_CONFIG`` at all): one process, default strategy; handy for a quick local test.
 
+Checkpoints (``FC2_CHECKPOINT_DIR``): the model, the optimizer and the steps done are saved with
+``tf.train.CheckpointManager`` at every epoch's end, and at once (at the next step) when ``$FC2_CHECKPOINT_DIR/
+CHECKPOINT_NOW`` appears, which is then deleted; with ``FC2_RESTORE_FROM`` set, training resumes from the checkpoint
+there, at the epoch after the one it holds. Without ``FC2_CHECKPOINT_DIR`` nothing is saved.
+
 ``FC2_TRAIN_SECONDS`` (set on Scala-Opt's profiling run only): train at least that many seconds whatever ``--epochs``
 says, adding whole epochs until then. ``metrics.json`` reports ``startup_s`` (the first round of steps, which traces
 and compiles the step function) apart from ``epoch_time_s`` (the steady-state epoch time, measured after it).
@@ -21,16 +26,21 @@ custom loop around ``strategy.run``; the model itself is an ordinary Keras 3 mod
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 PROGRESS_PREFIX = "FC2_PROGRESS"
+CHECKPOINT_NOW = "CHECKPOINT_NOW"  # the platform's request (a spot interruption notice) to checkpoint at once
 MODEL_FILE = "model.keras"
 METRICS_FILE = "metrics.json"
 EVAL_BATCH = 512
@@ -82,6 +92,8 @@ class Fc2Env:
     output_dir: str
     tf_config: dict
     train_seconds: float = 0.0  # FC2_TRAIN_SECONDS: train at least this long whatever --epochs says (0: as it says)
+    checkpoint_dir: str = ""  # FC2_CHECKPOINT_DIR: where checkpoints go ("": none are written)
+    restore_from: str = ""  # FC2_RESTORE_FROM: a checkpoint directory to resume from ("": start from scratch)
 
 
 def read_env(environ: dict | None = None) -> Fc2Env:
@@ -105,7 +117,10 @@ def read_env(environ: dict | None = None) -> Fc2Env:
         train_seconds = -1.0
     if not 0 <= train_seconds < math.inf:
         raise SystemExit(f"FC2_TRAIN_SECONDS must be a number of seconds >= 0, not {environ['FC2_TRAIN_SECONDS']!r}")
-    return Fc2Env(strategy, role, task_index, is_chief, data, output_dir, tf_config, train_seconds)
+    return Fc2Env(
+        strategy, role, task_index, is_chief, data, output_dir, tf_config, train_seconds,
+        checkpoint_dir=environ.get("FC2_CHECKPOINT_DIR") or "", restore_from=environ.get("FC2_RESTORE_FROM") or "",
+    )  # fmt: skip
 
 
 def log(message: str) -> None:
@@ -249,14 +264,18 @@ def finish(model, args, env: Fc2Env, data: Dataset, tracker, global_batch: int, 
             "global_batch_size": global_batch,
             "steps": tracker.total,
             "steps_per_epoch": tracker.steps_per_epoch,
-            "final_train_loss": tracker.epoch_mean_losses[-1],
+            # None when the run restored a checkpoint of its last epoch and trained no more
+            "final_train_loss": tracker.epoch_mean_losses[-1] if tracker.epoch_mean_losses else None,
             "epoch_train_losses": tracker.epoch_mean_losses,
             "test_loss": test_loss,
             "test_accuracy": test_acc,
-            "examples_per_s": round(tracker.total * global_batch / max(timing.duration, 1e-9), 1),
+            "examples_per_s": round(
+                (tracker.total - tracker.resumed_at) * global_batch / max(timing.duration, 1e-9), 1
+            ),
         }
         | timing.metrics(tracker.total, tracker.steps_per_epoch)
         | ({"train_seconds": env.train_seconds} if env.train_seconds else {})
+        | ({"resumed_at_step": tracker.resumed_at} if env.restore_from else {})
     )
     save_outputs(model, args, data, env.output_dir, metrics)
     log(f"[fc2_digits] done: test_accuracy={test_acc:.4f} metrics={json.dumps(metrics)}")
@@ -273,6 +292,11 @@ class ProgressTracker:
         self.window: list[float] = []
         self.epoch_losses: list[float] = []
         self.epoch_mean_losses: list[float] = []
+        self.resumed_at = 0  # the step a restored checkpoint had reached
+
+    def resume(self, step: int) -> None:
+        """Go on from `step` (a restored checkpoint's): the steps before it are done."""
+        self.step = self.resumed_at = step
 
     def add(self, losses: list[float], log_now: bool) -> None:
         self.step += len(losses)
@@ -309,6 +333,15 @@ class Timing:
     warm_steps: int = 0  # steps in the first round (0: not done yet)
     warm_at: float = 0.0  # when the first round ended
     ended: float = 0.0  # when the last step ended
+    saving: float = 0.0  # seconds spent saving checkpoints, left out of the figures: they are not training
+
+    @contextlib.contextmanager
+    def checkpointing(self):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.saving += time.monotonic() - started
 
     def warmed(self, steps: int) -> None:
         self.warm_steps, self.warm_at = steps, time.monotonic()
@@ -321,16 +354,70 @@ class Timing:
 
     @property
     def duration(self) -> float:
-        return self.ended - self.started
+        return self.ended - self.started - self.saving
 
     def metrics(self, steps: int, steps_per_epoch: int) -> dict:
         """``duration_s`` (the whole loop), ``startup_s`` and, where steps ran after the first round, ``epoch_time_s``:
         their mean step time × steps per epoch."""
-        figures = {"duration_s": round(self.duration, 3), "startup_s": round(self.warm_at - self.started, 3)}
+        figures = {"duration_s": round(self.duration, 3), "checkpoint_s": round(self.saving, 3)}
+        if not self.warm_steps:  # no step ran (a checkpoint of the last epoch restored)
+            return figures
+        figures["startup_s"] = round(self.warm_at - self.started, 3)
         if steps > self.warm_steps:
-            step_s = (self.ended - self.warm_at) / (steps - self.warm_steps)
+            step_s = (self.ended - self.warm_at - self.saving) / (steps - self.warm_steps)
             figures["epoch_time_s"] = round(step_s * steps_per_epoch, 4)
         return figures
+
+
+# ------------------------------------------------------------------------------------------------------ checkpoints
+class Checkpoints:
+    """The run's checkpoints in ``FC2_CHECKPOINT_DIR``: the model, its optimizer and the epochs done (a fraction when
+    saved mid-epoch), saved by ``tf.train.CheckpointManager``, the newest kept. Under MultiWorkerMirroredStrategy every
+    worker must save (a save is a collective): those that are not the chief write to a directory of their own, thrown
+    away. Without ``FC2_CHECKPOINT_DIR`` (the bundle run outside the platform) nothing is saved."""
+
+    def __init__(self, env: Fc2Env, model, optimizer):
+        import tensorflow as tf
+
+        # Epochs rather than steps: a resumed run with another worker count has another number of steps an epoch.
+        self.epochs_done = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epochs_done=self.epochs_done)
+        self.manager = None
+        self.asked_file = ""
+        if env.checkpoint_dir:
+            directory = env.checkpoint_dir
+            if env.is_chief:
+                self.asked_file = os.path.join(directory, CHECKPOINT_NOW)
+            else:
+                directory = tempfile.mkdtemp(prefix="fc2-checkpoint-")
+                atexit.register(shutil.rmtree, directory, True)
+            self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=1)
+
+    def restore(self, directory: str, steps_per_epoch: int) -> int:
+        """Load the newest checkpoint in `directory`; the step (of this run's epochs) to go on from."""
+        import tensorflow as tf
+
+        latest = tf.train.latest_checkpoint(directory)
+        if latest is None:
+            raise SystemExit(f"FC2_RESTORE_FROM={directory!r} holds no TensorFlow checkpoint")
+        self.checkpoint.restore(latest).assert_existing_objects_matched()
+        done = float(self.epochs_done.numpy())
+        log(f"[fc2_digits] restored {latest}: {done:g} epochs done")
+        return round(done * steps_per_epoch)
+
+    def asked(self) -> bool:
+        """Whether the platform asks for a checkpoint now (CHECKPOINT_NOW in the chief's checkpoint directory)."""
+        return bool(self.asked_file) and os.path.exists(self.asked_file)
+
+    def save(self, step: int, steps_per_epoch: int) -> None:
+        if self.manager is None:
+            return
+        self.epochs_done.assign(step / steps_per_epoch)
+        path = self.manager.save(checkpoint_number=step)
+        if self.asked_file:
+            with contextlib.suppress(FileNotFoundError):  # saved: the request is answered
+                os.remove(self.asked_file)
+            log(f"[fc2_digits] checkpoint {path} at step {step}")
 
 
 # ---------------------------------------------------------------------------------------------- MultiWorkerMirrored
@@ -383,7 +470,10 @@ def run_mirrored(args, env: Fc2Env) -> int:
         # Every worker must run the same steps (each is an all-reduce): they agree on one more epoch together.
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(wants,)), axis=None) > 0
 
+    checkpoints = Checkpoints(env, model, optimizer)
     tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=env.is_chief)
+    if env.restore_from:
+        tracker.resume(checkpoints.restore(env.restore_from, steps_per_epoch))
     timing = Timing()
     while tracker.step < tracker.total:
         loss = float(train_step(iterator))
@@ -393,6 +483,14 @@ def run_mirrored(args, env: Fc2Env) -> int:
         wants = float(timing.elapsed() < env.train_seconds)
         if tracker.step == tracker.total and env.train_seconds and bool(wanted_by_any(tf.constant(wants))):
             tracker.add_epoch()
+        # Every worker saves together (a save is a collective): at each epoch's end, and at a progress point when the
+        # chief was asked to (CHECKPOINT_NOW), which the workers learn by an all-reduce.
+        asked = checkpoints.manager is not None and tracker.step % args.log_every_steps == 0
+        if tracker.step % steps_per_epoch == 0 or (
+            asked and bool(wanted_by_any(tf.constant(float(checkpoints.asked()))))
+        ):
+            with timing.checkpointing():
+                checkpoints.save(tracker.step, steps_per_epoch)
     timing.stop()
 
     failure = None
@@ -476,7 +574,10 @@ def run_ps_chief(args, env: Fc2Env) -> int:
     per_worker_iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
     worker_step = make_train_step(strategy, model, optimizer, global_batch)
+    checkpoints = Checkpoints(env, model, optimizer)
     tracker = ProgressTracker(args.epochs, steps_per_epoch, enabled=True)
+    if env.restore_from:
+        tracker.resume(checkpoints.restore(env.restore_from, steps_per_epoch))
     timing = Timing()
     while tracker.step < tracker.total:
         # Schedule up to the next log point or epoch end (the first round: one step per worker, each compiling the
@@ -491,6 +592,10 @@ def run_ps_chief(args, env: Fc2Env) -> int:
         tracker.add([float(r.fetch()) for r in remote], log_now=chunk == to_log)
         if tracker.step == tracker.total and timing.elapsed() < env.train_seconds:
             tracker.add_epoch()
+        # The steps scheduled so far are done (joined): a checkpoint at each epoch's end, and when asked to.
+        if tracker.step % steps_per_epoch == 0 or checkpoints.asked():
+            with timing.checkpointing():
+                checkpoints.save(tracker.step, steps_per_epoch)
     timing.stop()
 
     finish(
