@@ -119,7 +119,7 @@ def test_the_job_page_shows_the_search_as_it_happens(client, alice):
     assert [row.state for row in rows] == ["measured", "failed", "under way"]
     assert rows[0].cost == pytest.approx(0.525 * 4 / 60)
     assert f"{search.of_job(job).spent:.4f}" == f"{sum(row.cost for row in rows):.4f}"
-    assert 'id="job-trial"' in page and "trial 3</strong> on 3 × lab-w-1g" in page
+    assert 'id="job-trial"' in page and "trial 3 under way</strong> on 3 × lab-w-1g, a short run" in page
     assert "profiling" not in page[page.index('id="job-progress-text"') :][:400]
     assert 'hx-get="' + reverse("job-live", args=[job.pk]) in page
     live = client.get(reverse("job-live", args=[job.pk])).content.decode()
@@ -137,6 +137,8 @@ def test_trials_at_once_are_each_under_way_on_the_page_and_in_the_line(client, a
     client.force_login(alice)
     page = client.get(job.get_absolute_url()).content.decode()
     assert 'id="search-status" role="status">trials 2 and 3 under way<' in page
+    live = client.get(reverse("job-live", args=[job.pk])).content.decode()
+    assert "<strong>trials 2 and 3 under way</strong> on 2 × c4.xlarge and 2 × m4.xlarge, short runs" in live
 
 
 def test_the_job_page_shows_what_the_search_chose_and_why_it_stopped(client, alice):

@@ -104,14 +104,18 @@ def job_line(job: dict) -> str:
     >>> job_line({"id": 7, "state": "recommending", "trials": [{"number": 2, "state": "under way", "workers": 3,
     ...           "worker_type": "lab-w-1g", "ps_type": "", "strategy": "mirrored"}]})
     'job 7 recommending · trial 2 on 3 × lab-w-1g'
+    >>> job_line({"id": 7, "state": "recommending", "trials": [{"number": n, "state": "under way", "workers": n,
+    ...           "worker_type": "c4.xlarge", "ps_type": "", "strategy": "mirrored"} for n in (2, 3)]})
+    'job 7 recommending · trials 2 on 2 × c4.xlarge, 3 on 3 × c4.xlarge'
     >>> job_line({"id": 7, "state": "queued", "worker": {"taking_jobs": False,
     ...           "message": "No worker is taking jobs since 13:24 UTC"}})
     'job 7 queued · No worker is taking jobs since 13:24 UTC'
     """
     parts = [f"job {job['id']} {job['state']}"]
     under_way = [t for t in job.get("trials") or [] if t.get("state") == "under way"]  # explore's search
-    if under_way:
-        parts.append(f"trial {under_way[-1].get('number')} on {cluster(under_way[-1])}")
+    if under_way:  # several where trials overlap (aws)
+        said = ", ".join(f"{t.get('number')} on {cluster(t)}" for t in under_way)
+        parts.append(f"trial{'s' * (len(under_way) > 1)} {said}")
     progress = job.get("progress") or {}
     if progress.get("epoch") is not None:
         parts.append(f"epoch {_of(progress['epoch'], progress.get('epochs'))}")

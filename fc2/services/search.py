@@ -123,7 +123,6 @@ class Search:
     """A job's search as its page shows it: its trials so far and, once done, what it chose and why it stopped."""
 
     trials: list[TrialRow]
-    under_way: TrialRow | None  # the trial running now (the latest, where several overlap)
     running: tuple[TrialRow, ...]  # every trial running now: several where trials overlap (aws)
     spent: float  # $ of its trials (part of the job's cost)
     outcome: dict | None  # Job.search, once written
@@ -139,6 +138,12 @@ class Search:
         if len(numbers) < 2:
             return f"trial {numbers[0]} under way" if numbers else ""
         return f"trials {', '.join(numbers[:-1])} and {numbers[-1]} under way"
+
+    @property
+    def running_clusters(self) -> str:
+        """Their clusters in words, as the live line names them: "3 × lab-w-1g", "1 × c4.xlarge and 2 × c4.xlarge"."""
+        clusters = [f"{row.workers} × {row.worker_type}" for row in self.running]
+        return " and ".join(filter(None, [", ".join(clusters[:-1]), clusters[-1]])) if clusters else ""
 
     @property
     def predictions(self) -> list[tuple[str, Prediction | None, str]]:
@@ -166,7 +171,6 @@ def of_job(job: Job) -> Search | None:
 
     return Search(
         trials=rows,
-        under_way=next((row for row in reversed(rows) if row.state == "under way"), None),
         running=tuple(row for row in rows if row.state == "under way"),
         spent=sum(row.cost for row in rows),
         outcome=outcome,
