@@ -200,7 +200,7 @@ def test_benchmark_json_is_one_object(tmp_path):
     catalog.write_text(json.dumps({"name": "t", "types": [vars(s) for s in CATALOG.values()]}))
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "explore.py"), "--grid", str(grid), "--catalog", str(catalog),
-         "--seeds", "2", "--transfer", "--json"],
+         "--seeds", "2", "--transfer", "--at-once", "2", "--json"],
         capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
     )  # fmt: skip
     result = json.loads(out.stdout)  # one object and nothing else
@@ -211,6 +211,10 @@ def test_benchmark_json_is_one_object(tmp_path):
     for s in result["searches"]:
         assert set(s["chosen"]) == keys and all(keys <= set(t) for t in s["trials"])
     assert set(result["summary"]) == {"explore", "random", "cherrypick"}
+    # two at once: a search's minutes are a window a batch, fewer than a window a trial
+    assert result["at_once"] == 2 and all(len(s["trials"]) * 10 >= s["minutes"] > 0 for s in mine)
+    assert any(len(s["trials"]) * 10 > s["minutes"] for s in mine)
+    assert all(m["median_minutes"] > 0 for m in result["summary"].values())
     assert result["unpriced_types"] == []
 
 
