@@ -77,7 +77,7 @@ def relaunch(
     running anything: the survivors' agents are stopped and what they kept removed, so that every node starts afresh
     (a survivor that no longer answers is replaced too).
 
-    A provider that can replace single machines (`replace_nodes(cluster_id, region, instance_ids)`: aws) has the
+    A provider that can replace single machines (`replace_nodes(cluster_id, region, nodes)`: aws) has the
     lost nodes' machines removed, and its launch, idempotent by the cluster's tag, makes only the shortfall. Any other
     finds its cluster by its record, which cannot tell a lost host from a live one: it is torn down and launched
     whole (on the lab, seconds). With nothing lost (a launch that failed part-way) it is launched again."""
@@ -90,7 +90,7 @@ def relaunch(
             up = answering(replace(old, nodes=tuple(n for n in old.nodes if n.name not in lost)))
             _settle(replace(old, nodes=tuple(n for n in old.nodes if up.get(n.name))))
             # A survivor that no longer answers either is replaced with the lost
-            replace_nodes(spec.cluster_id, spec.region, [n.instance_id for n in old.nodes if not up.get(n.name)])
+            replace_nodes(spec.cluster_id, spec.region, [n for n in old.nodes if not up.get(n.name)])
     return module.launch(spec, notify or _ignore)
 
 

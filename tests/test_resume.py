@@ -273,14 +273,14 @@ def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
 ):
     load_catalog("fc2-2018")
     workers_losing.start(**aws_worker_env(settings))
-    job = losses.submit_trainer(
-        alice, digits, tmp_path, 24, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1
+    job = submit_checkpointer(
+        alice, digits, tmp_path, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1
     )
 
     def terminate(cluster, name: str) -> None:
         ec2().terminate_instances(InstanceIds=[losses._node(cluster, name).instance_id])
 
-    cluster = losses.run_until_killed(job, terminate, workers_losing)
+    cluster, _ = checkpointed_and_killed(job, terminate, workers_losing)
     victim, survivor = losses._node(cluster, losses.VICTIM), losses._node(cluster, "worker-0")
     wait_for(lambda: victim.instance_id not in ec2_hosts.hosts, "host gone", workers_losing)
     killed_at = timezone.now()
@@ -289,7 +289,8 @@ def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
     now = {n.name: n for n in ClusterInfo.from_dict(job.cluster).nodes}
     assert now[losses.VICTIM].instance_id != victim.instance_id  # a new instance in its place
     assert now["worker-0"].instance_id == survivor.instance_id  # the survivor kept: only the shortfall is made
-    job = losses.sweep_until(job, lambda j: j.is_terminal, 24 + 60)
+    assert job.restarts[0]["checkpoint"]  # from its shipped checkpoint
+    job = losses.sweep_until(job, lambda j: j.is_terminal, TRAIN_S + 60)
     assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
     losses.check_released(job, "aws resumed")
     assert everything_tagged(job.cluster_name) == NOTHING and live_instances() == []

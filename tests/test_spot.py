@@ -233,7 +233,7 @@ def test_a_lost_instance_is_replaced_and_only_the_shortfall_made(aws_env):
     first = aws.launch(spec("fc2-44-0000000d", spot=True))
     victim, survivor = first.nodes[1], first.nodes[0]
     ec2().terminate_instances(InstanceIds=[victim.instance_id])  # EC2 took it back
-    assert aws.replace_nodes("fc2-44-0000000d", REGION, [victim.instance_id]) == []  # already gone
+    assert aws.replace_nodes("fc2-44-0000000d", REGION, [victim]) == []  # already gone
     again = aws.launch(spec("fc2-44-0000000d", spot=True))
     assert again.nodes[0].instance_id == survivor.instance_id
     assert again.nodes[1].instance_id not in (victim.instance_id, survivor.instance_id)

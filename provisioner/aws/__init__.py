@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+import paramiko
 from django.conf import settings
 
 from common.retry import retry
@@ -497,13 +498,22 @@ def _ensure_instances(
     return found
 
 
-def replace_nodes(cluster_id: str, region: str, instance_ids: list[str]) -> list[str]:
-    """Remove these instances of the cluster (a managed job's lost nodes: terminated, spot-interrupted, cut off), so
-    that its next launch runs new ones in their place; returns those that were still there to remove."""
+def replace_nodes(cluster_id: str, region: str, nodes: list[NodeInfo]) -> list[str]:
+    """Remove the instances of these nodes of the cluster (a managed job's lost nodes: terminated, spot-interrupted,
+    cut off), so that its next launch runs new ones in their place; returns the ids of those that were still there.
+    Their host keys are forgotten: a new instance may be given a lost one's address, with a key of its own."""
     region = region_of(region)
     live = {instance["InstanceId"] for instance in _instances(region, cluster_id)}
-    ids = [i for i in instance_ids if i in live]
+    ids = [node.instance_id for node in nodes if node.instance_id in live]
     _terminate(region, ids)
+    known_hosts = _cluster_dir(cluster_id) / "known_hosts"
+    if known_hosts.exists():
+        keys = paramiko.HostKeys(str(known_hosts))
+        for node in nodes:
+            for name in (node.external_host, f"[{node.external_host}]:{node.ssh_port}"):
+                if name in keys:
+                    del keys[name]
+        keys.save(str(known_hosts))
     return ids
 
 
