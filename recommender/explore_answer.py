@@ -98,10 +98,14 @@ def _check(request: RecommendRequest) -> None:
             raise RecommendationError(f"explore's {name} must be a number of at least 0, not {value}")
     if request.trial_minutes is None or not (math.isfinite(request.trial_minutes) and request.trial_minutes > 0):
         raise RecommendationError(f"a trial's length must be a positive number of minutes, not {request.trial_minutes}")
-    if not isinstance(request.trials_at_once, int) or request.trials_at_once < 1:
-        raise RecommendationError(
-            f"explore's trials at once must be a whole number of at least 1, not {request.trials_at_once}"
-        )
+    # Counts come from callers that may pass any number (the API's JSON): a whole number is checked, not assumed.
+    counts: dict[str, tuple[object, int]] = {
+        "trials at once": (request.trials_at_once, 1),
+        "trials made": (request.spent_trials, 0),
+    }
+    for name, (count, least) in counts.items():
+        if not isinstance(count, int) or count < least:
+            raise RecommendationError(f"explore's {name} must be a whole number of at least {least}, not {count}")
     if request.epochs is not None and request.epochs < 1:
         raise RecommendationError(f"the job's epochs must be at least 1, not {request.epochs}")
 
@@ -317,7 +321,7 @@ class _Search:
             i = self._pick(belief)
             predicted = _interval(belief, i)
             predicted_config = self._trial_config(self.candidates[i].config)
-        made = round(request.spent_minutes / budget.window_minutes)
+        made = request.spent_trials
         succeeded = any(t.epoch_time_s for t in self.trials)
         reason = step.reason if succeeded else f"no run of {request.workload} at this point has a time yet"
         batch = [self._trial_config(config) for config in step.batch]

@@ -163,6 +163,7 @@ class RecommendRequest:
     search_minutes: float | None = None
     spent_dollars: float = 0.0
     spent_minutes: float = 0.0
+    spent_trials: int = 0  # the trials this search made (several may have shared a window)
     trial_minutes: float | None = None
     epochs: int | None = None
     workers_cap: int | None = None  # explore: the most workers the job's provider runs (a budget's count stops there)

@@ -150,6 +150,15 @@ def test_trials_at_once_are_a_batch_in_one_window(lab, at_once, cap, batch):
     assert sum(t.hourly_cost for t in search.batch) * 4.0 / 60 <= search.dollars <= 5.0
 
 
+def test_trials_made_are_counted_not_windows(lab):
+    """Three trials that overlapped took one window: the search has made three, and says "next"."""
+    with pytest.raises(TrialsNeeded) as needed:
+        service.recommend(
+            explore_request(trials_at_once=3, spent_dollars=0.1, spent_minutes=4.0, spent_trials=3), "lab"
+        )
+    assert needed.value.search.trials_made == 3 and "next" in needed.value.search.text
+
+
 @pytest.mark.parametrize("at_once", [0, -1, 1.5])
 def test_trials_at_once_are_checked(lab, at_once):
     with pytest.raises(RecommendationError, match="trials at once"):
@@ -181,7 +190,7 @@ def test_the_plan_of_a_search_is_its_next_trial(lab, alice, bundle, digits):
     assert (asked.workers_cap, asked.epochs, asked.alpha, asked.search_dollars) == (8, 5, 0.5, 5.0)
     # what this job's trials spent is its budget's: the whole budget spent, the search cannot go on
     with pytest.raises(RecommendationError, match="cannot make a first trial"):
-        planning.plan(job_request(bundle, digits), alice, trials_spent=(5.0, 0.0))
+        planning.plan(job_request(bundle, digits), alice, trials_spent=planning.Spent(5.0, 0.0))
 
 
 def test_local_refuses_explore(lab, alice, bundle, digits):

@@ -316,7 +316,7 @@ def test_a_searchs_minutes_are_wall_clock_and_its_dollars_the_sum():
 
     profiled = run(0, 30, 100.0) | {"kind": "profiling"}  # not the search's
     job = Job(profiling_runs=[run(0, 10, 6.0), run(5, 15, 12.0), run(20, 22, 30.0), profiled])
-    dollars, minutes = trials.spent(job, now=at + timedelta(hours=1))
+    dollars, minutes, _ = trials.spent(job, now=at + timedelta(hours=1))
     assert minutes == pytest.approx(17.0)
     assert dollars == pytest.approx(1.0 + 2.0 + 1.0)
 
@@ -482,7 +482,7 @@ def test_an_aws_explore_jobs_trials_run_at_once_each_recorded_before_it_is_made(
     assert job.state == Job.State.SUCCEEDED, job.failure_reason
 
     made = trials.entries(job)
-    dollars, minutes = trials.spent(job)
+    dollars, minutes, _ = trials.spent(job)
     measured = ", ".join(f"{trials.describe(run)} {run['epoch_time_s'] or run['error']} s" for run in made)
     print(
         f"\nFIGURE two aws trials at once: {measured}; {sum(map(seconds, made)) / 60:.2f} trial minutes in "

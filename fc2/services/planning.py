@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -105,16 +106,27 @@ def explore_unavailable(provider: str) -> str | None:
     )
 
 
+class Spent(NamedTuple):
+    """What a job's explore search has spent of its budget so far (fc2/services/trials.py, `spent`)."""
+
+    dollars: float = 0.0  # its trials' cost, summed
+    minutes: float = 0.0  # wall-clock: trials that overlap in time count once
+    trials: int = 0  # the trials it made, failed ones included
+
+
+NOTHING_SPENT = Spent()
+
+
 def plan(
     request: JobRequest,
     owner: Owner = None,
     blocked: Collection[str] = (),
     *,
-    trials_spent: tuple[float, float] = (0.0, 0.0),
+    trials_spent: Spent = NOTHING_SPENT,
 ) -> Plan:
     """The cluster `request` runs on for `owner`, from the platform's records and theirs (None: the platform's alone),
     with none of the `blocked` worker types (a cloud had no capacity for them in any zone); for explore, the search
-    while it needs a trial, `trials_spent` ($, minutes) being what this job's trials spent of its budget so far.
+    while it needs a trial, `trials_spent` being what this job's trials spent of its budget so far.
     RecommendationError when the algorithm cannot answer; SubmitError when the provider cannot run the answer."""
     if request.algorithm == "manual":
         return _manual(request, owner)
@@ -202,12 +214,12 @@ def trials_at_once(provider: str) -> int:
 
 
 def recommend_request(
-    request: JobRequest, blocked: Collection[str] = (), trials_spent: tuple[float, float] = (0.0, 0.0)
+    request: JobRequest, blocked: Collection[str] = (), trials_spent: Spent = NOTHING_SPENT
 ) -> RecommendRequest:
     """What the recommender is asked for a job request: its workers is the limit when it has no budget; a strategy
     left open is the model's (or explore's) to choose; L^w without the `blocked` types. explore is also given its
     weights, its search's budget (the request's, else the platform's default), what this job's trials spent of it
-    (`trials_spent`: $, minutes), one trial's length, how many trials may overlap and the job's epochs."""
+    (`trials_spent`), one trial's length, how many trials may overlap and the job's epochs."""
     explore: dict = {}
     if request.algorithm == "explore":
         dollars, minutes = request.search_limits
@@ -216,8 +228,9 @@ def recommend_request(
             "beta": float(request.beta),
             "search_dollars": float(dollars),
             "search_minutes": float(minutes),
-            "spent_dollars": float(trials_spent[0]),
-            "spent_minutes": float(trials_spent[1]),
+            "spent_dollars": float(trials_spent.dollars),
+            "spent_minutes": float(trials_spent.minutes),
+            "spent_trials": trials_spent.trials,
             "trial_minutes": trial_minutes(request.provider),
             "epochs": request.epochs,
             "workers_cap": provisioner.get(request.provider).max_workers,

@@ -76,10 +76,10 @@ def entries(job: Job) -> list[dict]:
     return [run for run in job.profiling_runs or [] if isinstance(run, dict) and run.get("kind") == KIND]
 
 
-def spent(job: Job, now: datetime | None = None) -> tuple[float, float]:
-    """$ and minutes the job's trials have taken so far (those under way up to `now`): what its search has spent of
-    its budget. Each is billed from its record on the job to its teardown, at its $/h, as the job's cost counts it:
-    the $ are their sum; the minutes are wall-clock — trials that overlap in time take their window once."""
+def spent(job: Job, now: datetime | None = None) -> planning.Spent:
+    """$, minutes and trials the job's trials have taken so far (those under way up to `now`): what its search has
+    spent of its budget. Each is billed from its record on the job to its teardown, at its $/h, as the job's cost
+    counts it: the $ are their sum; the minutes are wall-clock — trials that overlap in time take their window once."""
     now = now or timezone.now()
     dollars = 0.0
     spans = []
@@ -96,7 +96,7 @@ def spent(job: Job, now: datetime | None = None) -> tuple[float, float]:
         elif up_to > reached:
             seconds += (up_to - reached).total_seconds()
             reached = up_to
-    return dollars, seconds / 60
+    return planning.Spent(dollars, seconds / 60, len(spans))
 
 
 def describe(trial: dict) -> str:
@@ -366,7 +366,7 @@ def keep_search(
     extra = ((after.recommendation or {}).get("extra") or {}).get("search") or {}
     interval = extra.get("interval_s") or [None, None]
     made = entries(job)
-    dollars, _ = spent(job, now)
+    dollars = spent(job, now).dollars
     dollars_asked, minutes = request.search_limits
     budget = float(dollars_asked)
     kept = {
