@@ -218,7 +218,7 @@ class RequestOutput(serializers.Serializer):
         max_digits=10, decimal_places=4, allow_null=True, default=None, coerce_to_string=False, help_text="$/h at most"
     )
     spot_fallback = serializers.ChoiceField(
-        choices=Job.SpotFallback.values, default=Job.SpotFallback.ON_DEMAND, help_text="Without spot capacity"
+        choices=Job.SpotFallback.choices, default=Job.SpotFallback.ON_DEMAND, help_text="Without spot capacity"
     )
 
 
@@ -458,7 +458,7 @@ class JobInput(serializers.Serializer):
     spot = serializers.BooleanField(default=False, help_text="aws: spot instances rather than on-demand")
     spot_max_price = serializers.DecimalField(**MONEY, help_text="spot: the most $/h an instance may cost")
     spot_fallback = serializers.ChoiceField(
-        choices=Job.SpotFallback.values,
+        choices=Job.SpotFallback.choices,
         default=Job.SpotFallback.ON_DEMAND,
         help_text="spot without capacity: on-demand instances, or wait for spot",
     )
