@@ -15,9 +15,10 @@ Checkpoints (``FC2_CHECKPOINT_DIR``): the model, the optimizer and the steps don
 CHECKPOINT_NOW`` appears, which is then deleted; with ``FC2_RESTORE_FROM`` set, training resumes from the checkpoint
 there, at the epoch after the one it holds. Without ``FC2_CHECKPOINT_DIR`` nothing is saved.
 
-``FC2_TRAIN_SECONDS`` (set on Scala-Opt's profiling run only): train at least that many seconds whatever ``--epochs``
-says, adding whole epochs until then. ``metrics.json`` reports ``startup_s`` (the first round of steps, which traces
-and compiles the step function) apart from ``epoch_time_s`` (the steady-state epoch time, measured after it).
+``FC2_TRAIN_SECONDS`` (set on Scala-Opt's profiling run and explore's trials, which save no checkpoint): train at least
+that many seconds whatever ``--epochs`` says, adding whole epochs until then. ``metrics.json`` reports ``startup_s``
+(the first round of steps, which traces and compiles the step function) apart from ``epoch_time_s`` (the steady-state
+epoch time, measured after it), and ``checkpoint_s``, the time spent saving checkpoints, which neither counts.
 
 Keras 3 ``model.fit`` does not work under either multi-worker strategy (keras-team/keras#20585), so training is a
 custom loop around ``strategy.run``; the model itself is an ordinary Keras 3 model built inside ``strategy.scope()``.
@@ -374,7 +375,9 @@ class Checkpoints:
     """The run's checkpoints in ``FC2_CHECKPOINT_DIR``: the model, its optimizer and the epochs done (a fraction when
     saved mid-epoch), saved by ``tf.train.CheckpointManager``, the newest kept. Under MultiWorkerMirroredStrategy every
     worker must save (a save is a collective): those that are not the chief write to a directory of their own, thrown
-    away. Without ``FC2_CHECKPOINT_DIR`` (the bundle run outside the platform) nothing is saved."""
+    away. Under ParameterServerStrategy the variables live on the parameter servers, which would each write their own
+    shards on their own disk: the chief does all the reading and writing instead (``experimental_io_device``). Without
+    ``FC2_CHECKPOINT_DIR`` (the bundle run outside the platform) nothing is saved."""
 
     def __init__(self, env: Fc2Env, model, optimizer):
         import tensorflow as tf
@@ -384,7 +387,11 @@ class Checkpoints:
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epochs_done=self.epochs_done)
         self.manager = None
         self.asked_file = ""
-        if env.checkpoint_dir:
+        chief_io = "/job:chief/replica:0/task:0/device:CPU:0" if env.strategy == "ps" else None
+        self.options = tf.train.CheckpointOptions(experimental_io_device=chief_io)
+        # A run that trains for FC2_TRAIN_SECONDS measures (Scala-Opt's profiling, explore's trials) and is never
+        # resumed: its saves would only be counted as its training time.
+        if env.checkpoint_dir and not env.train_seconds:
             directory = env.checkpoint_dir
             if env.is_chief:
                 self.asked_file = os.path.join(directory, CHECKPOINT_NOW)
@@ -400,7 +407,7 @@ class Checkpoints:
         latest = tf.train.latest_checkpoint(directory)
         if latest is None:
             raise SystemExit(f"FC2_RESTORE_FROM={directory!r} holds no TensorFlow checkpoint")
-        self.checkpoint.restore(latest).assert_existing_objects_matched()
+        self.checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
         done = float(self.epochs_done.numpy())
         log(f"[fc2_digits] restored {latest}: {done:g} epochs done")
         return round(done * steps_per_epoch)
@@ -413,7 +420,7 @@ class Checkpoints:
         if self.manager is None:
             return
         self.epochs_done.assign(step / steps_per_epoch)
-        path = self.manager.save(checkpoint_number=step)
+        path = self.manager.save(checkpoint_number=step, options=self.options)
         if self.asked_file:
             with contextlib.suppress(FileNotFoundError):  # saved: the request is answered
                 os.remove(self.asked_file)
