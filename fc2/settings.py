@@ -213,6 +213,8 @@ FC2_EXPLORE_AT_ONCE = envint("FC2_EXPLORE_AT_ONCE", 3)
 FC2_NODE_ORPHAN_S = envint("FC2_NODE_ORPHAN_S", 1800)
 FC2_CHECKPOINTS_KEPT = envint("FC2_CHECKPOINTS_KEPT", 2)
 FC2_CHECKPOINT_MAX_MB = envint("FC2_CHECKPOINT_MAX_MB", 200)
+# Where an aws spot node's agent polls for an interruption notice (spot/instance-action; "": never). The tests' is "".
+FC2_AWS_METADATA_URL = os.environ.get("FC2_AWS_METADATA_URL", "http://169.254.169.254/latest")
 FC2_SWEEP_INTERVAL_S = envint("FC2_SWEEP_INTERVAL_S", 5)
 # Each Celery worker beats every third of FC2_WORKER_SILENCE_S while it consumes (fc2/celery.py); when none has
 # beaten for that long, pages, the API and the CLI say that no worker is taking jobs (fc2/services/workers.py).

@@ -10,6 +10,8 @@ import os
 
 os.environ["DEBUG"] = "true"
 os.environ.setdefault("SECRET_KEY", "tests-only-insecure-key")
+# No test polls an instance metadata service (a spot notice is raised through the agent's file instead).
+os.environ.setdefault("FC2_AWS_METADATA_URL", "")
 
 # Under pytest-xdist (`make test`'s parallel part) each worker process gets a data directory of its own under
 # FC2_VAR_DIR: the shared cache that every test clears, the filesystem broker, the SQLite test database. Set once, in

@@ -793,6 +793,7 @@ class Shipper:
         self.last = ""  # the last checkpoint shipped or given up on
         self.skipped: collections.deque[dict] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
+        self.looking = threading.Lock()
         self.stopped = threading.Event()
 
     def start(self) -> None:
@@ -803,6 +804,12 @@ class Shipper:
             self.look()
 
     def look(self) -> None:
+        """Ship the newest checkpoint if it is new (one look at a time: the last one, at the end, waits for the
+        thread's)."""
+        with self.looking:
+            self._look()
+
+    def _look(self) -> None:
         found = Checkpoint.read(self.directory, self.max_bytes)
         if found is None or found.name == self.last:
             return
@@ -1164,6 +1171,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.log, "ab") as log:
                 log.write(f"fc2-agent: {reason}\n".encode())
     sampler.stopped.set()
+    notices.stopped.set()
+    if shipper:  # its last checkpoint, before the final report ends the job and no more are taken
+        shipper.stopped.set()
+        shipper.look()
     final = {
         "status": "succeeded" if code == 0 else "failed",
         "exit_code": code,
@@ -1171,6 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
         "progress_log": run.take_progress_log(),
         "samples": sampler.take(),
         "log_tail": run.log_tail(),
+        **({"checkpoint_skipped": skipped} if shipper and (skipped := shipper.take_skipped()) else {}),
     }
     outputs = collect_outputs(args.output, args.max_artifact_mb * 2**20) if code == 0 else Outputs(0)
     if outputs.unreadable:  # the code ran, its results did not survive: the node did not succeed

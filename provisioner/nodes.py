@@ -13,12 +13,19 @@ its own bootstrap log:
 3. the dataset: copied from the platform's storage (or used where it is, when the machine is the platform's), or
    left for the agent to fetch from its URL;
 4. the report token (0600, read only by the agent) and the command's environment (TF_CONFIG for the node's role with
-   the nodes' own addresses, FC2_*; FC2_TRAIN_SECONDS on a profiling run only);
-5. the agent, started detached from the runner's session; it starts the node's command beside it and reports.
+   the nodes' own addresses, FC2_*; FC2_TRAIN_SECONDS on a profiling run only; FC2_CHECKPOINT_DIR, and
+   FC2_RESTORE_FROM when the run resumes from a checkpoint archive, RunSpec.restore_from, copied to the node);
+5. the agent, started detached from the runner's session; it starts the node's command beside it and reports. It
+   unpacks the archive to restore from before the command starts; on the chief it ships the command's checkpoints;
+   with RunSpec.orphan_s it stops its own machine, its provider's way (Provider.self_stop), once the platform has been
+   silent to it that long; on aws it polls the instance metadata for a spot interruption notice.
 
 The node's directory (its `root`) holds: `fc2_agent.py`, `safe_fetch.py`, `token`, `env.json`, `node.log` (the
 command's output), `agent.log`, `result/` (the final report the agent keeps until delivered), `data/` and, for a run
-that reports to nobody (RunSpec.report_url empty: Scala-Opt's profiling run), `samples.jsonl` (`kept_samples`).
+that reports to nobody (RunSpec.report_url empty: Scala-Opt's profiling run), `samples.jsonl` (`kept_samples`),
+`restore.tar.gz` (the checkpoint to resume from) and `spot-instance-action` (an interruption notice raised through the
+agent: `cluster ssh NAME NODE -- sh -c 'echo {...} > spot-instance-action'`). The command's working directory holds
+`checkpoints/` (FC2_CHECKPOINT_DIR) and `restore/` (FC2_RESTORE_FROM).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
+
+from django.conf import settings
 
 from common.retry import retry
 from provisioner.errors import NodeError, ProvisionError, transient
@@ -53,6 +62,11 @@ READY_TIMEOUT_S = 120  # how long a node's machine may take to answer (its SSH s
 PARALLEL_NODES = 16  # nodes bootstrapped at once (benchmarks/lab_bootstrap.py sets 1 to compare)
 MAX_REPORT_BYTES = 16 * 2**20  # a final report kept on the node: the outputs it names included
 SAMPLES_FILE = "samples.jsonl"  # where the agent of a run that reports to nobody keeps its samples
+CHECKPOINTS, RESTORED = (
+    "checkpoints",
+    "restore",
+)  # in the command's working directory: FC2_CHECKPOINT_DIR, FC2_RESTORE_FROM
+RESTORE_ARCHIVE = "restore.tar.gz"  # in the node's directory: the checkpoint archive the run resumes from
 # An output's name as its agent keeps and sends it (monitor/agent.py, Outputs).
 WIRE_NAME = re.compile(r"[0-9]{1,6}")
 
@@ -184,6 +198,7 @@ def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand,
     tf_config = {"cluster": cluster.tf_cluster(), "task": {"type": node.role, "index": node.index}}
     # Only a profiling run asks the code to train for a time (RunSpec.train_seconds); a job trains as its epochs say.
     train = {"FC2_TRAIN_SECONDS": str(run.train_seconds)} if run.train_seconds else {}
+    restore = {"FC2_RESTORE_FROM": f"{command.work}/{RESTORED}"} if run.restore_from else {}
     return {
         **PASSTHROUGH_ENV,
         "HOME": command.work,
@@ -195,6 +210,8 @@ def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand,
         "FC2_DATA": command.data,
         "FC2_OUTPUT_DIR": command.output,
         "FC2_CLUSTER_ID": cluster.cluster_id,
+        "FC2_CHECKPOINT_DIR": f"{command.work}/{CHECKPOINTS}",
+        **restore,
         "PYTHONUNBUFFERED": "1",
         "TF_CPP_MIN_LOG_LEVEL": "2",
         **train,
@@ -214,7 +231,14 @@ def _start_node(
             runner.put(MONITOR_DIR / source, str(root / name))
         return _dataset(machine, run)
 
+    def copy_checkpoint() -> str:
+        if machine.platform_storage:
+            return run.restore_from
+        runner.put(Path(run.restore_from), str(root / RESTORE_ARCHIVE))
+        return str(root / RESTORE_ARCHIVE)
+
     dataset, fetch = _step(machine, "copy the agent and the dataset", prepare)
+    restore = _step(machine, "copy the checkpoint to restore", copy_checkpoint) if run.restore_from else ""
     command = provider.node_command(cluster, node, [python, "-m", run.main_module, *run.args], dataset)
     entry = get(cluster.provider)
 
@@ -240,6 +264,11 @@ def _start_node(
         if fetch:
             agent += ["--fetch", fetch, "--fetch-to", dataset, "--fetch-max-mb", str(run.max_dataset_mb)]
             agent += [arg for net in run.fetch_allow for arg in ("--fetch-allow", net)]
+        agent += _checkpoint_args(cluster, node, command, url, restore)
+        if run.orphan_s and url:
+            agent += ["--orphan-s", str(run.orphan_s), "--self-stop", entry.self_stop, "--netns", node.instance_id]
+        if entry.spot_notices and (metadata := settings.FC2_AWS_METADATA_URL):
+            agent += ["--spot-metadata", metadata]
         return runner.start_detached(
             ["sh", "-c", f'cd {shlex.quote(str(root))} && exec "$@"', "sh", *agent, "--", *command.argv],
             str(root / "agent.log"),
@@ -247,6 +276,18 @@ def _start_node(
 
     pid = _step(machine, "start the node agent", start)
     return replace(node, pid=pid, workdir=str(root))
+
+
+def _checkpoint_args(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand, url: str, restore: str) -> list[str]:
+    """The agent's options for the command's checkpoints: where they are, whether it ships them (the chief, to a
+    platform that listens), the size bound, and the archive to restore from."""
+    args = ["--checkpoints", f"{command.agent_cwd}/{CHECKPOINTS}"]
+    args += ["--checkpoint-max-mb", str(settings.FC2_CHECKPOINT_MAX_MB)]
+    if url and is_chief(cluster.strategy, node.role, node.index):
+        args.append("--ship-checkpoints")
+    if restore:
+        args += ["--restore", restore, "--restore-to", f"{command.agent_cwd}/{RESTORED}"]
+    return args
 
 
 def _agent_running(machine: Machine, pid: int) -> bool:

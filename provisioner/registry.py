@@ -33,6 +33,12 @@ class Provider:
     # Whether its nodes are the instance types they are given (their CPU and links are the type's): what a job
     # measures on them is a performance record of those types.
     typed_nodes: bool = False
+    # How a node's agent stops its own machine when the platform has been silent to it for RunSpec.orphan_s
+    # (monitor/agent.py, self_stop): `processes` ends the node's command, `netns` removes the lab host, `shutdown`
+    # halts the instance (launched to terminate on shutdown).
+    self_stop: str = "processes"
+    # Whether its nodes poll the instance metadata for a spot interruption notice (FC2_AWS_METADATA_URL).
+    spot_notices: bool = False
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -52,6 +58,7 @@ PROVIDERS: dict[str, Provider] = {
         own_network=True,
         typed_nodes=True,
         teardown_s=3.0,
+        self_stop="netns",
         description="network namespaces with their own addresses, SSH servers and shaped links",
     ),
     "aws": Provider(
@@ -64,6 +71,8 @@ PROVIDERS: dict[str, Provider] = {
         own_machine=True,
         typed_nodes=True,
         teardown_s=90.0,  # terminate, wait for terminated (about a minute on EC2), then the network and the key
+        self_stop="shutdown",
+        spot_notices=True,
         description="EC2 instances in a VPC of their own, bootstrapped over SSH",
     ),
 }

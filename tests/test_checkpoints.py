@@ -11,16 +11,20 @@ import io
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 from django.test import Client
 from django.urls import reverse
 
+import provisioner
 from fc2.models import Artifact, Job, Node
-from fc2.services import checkpoints
+from fc2.services import checkpoints, inline
 from monitor import agent
 from monitor.agent import ArchiveError, Checkpoint, Notices, Reporter, Shipper, unpack
+from provisioner import ClusterSpec, RunSpec, local
+from tests.conftest import make_job
 
 State = Job.State
 
@@ -283,3 +287,38 @@ def test_a_notice_in_the_nodes_file_asks_the_command_for_a_checkpoint_once(tmp_p
     assert (directory / "CHECKPOINT_NOW").exists()
     assert notices.take() == {"at": "2026-11-29T04:22:00Z", "action": "terminate"}
     assert notices.take() is None
+
+
+# --- a real run (heavy) ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_a_local_job_ships_its_checkpoints_and_a_run_resumes_from_the_latest(alice, bundle, digits, settings, tmp_path):
+    """The example on the local provider, mirrored on 2 workers: the chief's agent ships checkpoints while it trains
+    (the last one before its final report), the platform keeps the latest 2; a run bootstrapped with the newest
+    (RunSpec.restore_from, unpacked on every node) resumes after the epochs it holds."""
+    settings.FC2_CHECKPOINTS_KEPT = 2
+    job = make_job(alice, bundle, digits, workers=2, strategy="mirrored", parameters={"epochs": "30"})
+    job = inline.run_inline(job.pk)
+    assert job.state == State.SUCCEEDED, list(job.events.values_list("message", flat=True))
+    kept = checkpoints.kept(job)
+    assert len(kept) == 2 and kept[0].name > kept[1].name
+    steps_per_epoch = job.metrics["steps_per_epoch"]
+    assert kept[0].original_name == f"ckpt-{30 * steps_per_epoch}"  # the last epoch's
+    with tarfile.open(kept[0].file.path, "r:gz") as archive:
+        assert sorted(archive.getnames())[:2] == ["checkpoint", f"ckpt-{30 * steps_per_epoch}.data-00000-of-00001"]
+
+    cluster = local.launch(ClusterSpec("fc2-restore-test", "local", "mirrored", 2))
+    run = RunSpec(job.pk, bundle.wheel.path, "fc2_digits.main", args=("--epochs=32",), dataset=digits.path,
+                  restore_from=checkpoints.latest(job).file.path)  # fmt: skip
+    try:
+        cluster = provisioner.bootstrap(cluster, run)
+        deadline = time.monotonic() + 180
+        while len(results := provisioner.fetch_results(cluster)) < 2 and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        provisioner.teardown("local", cluster.cluster_id)
+    assert {name: result.report["exit_code"] for name, result in results.items()} == {"worker-0": 0, "worker-1": 0}
+    metrics = json.loads(results["worker-0"].outputs["metrics.json"])
+    assert metrics["resumed_at_step"] == 30 * steps_per_epoch and len(metrics["epoch_train_losses"]) == 2
