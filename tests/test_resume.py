@@ -294,3 +294,48 @@ def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
     assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
     losses.check_released(job, "aws resumed")
     assert everything_tagged(job.cluster_name) == NOTHING and live_instances() == []
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
+@pytest.mark.django_db(transaction=True)
+def test_a_node_lost_while_bootstrapping_is_replaced_and_a_cancel_during_the_restart_leaves_nothing(
+    alice, digits, monkeypatch, tmp_path
+):
+    """The steps run here, one by one, as the inline driver runs them: a host destroyed between the launch and the
+    bootstrap fails the bootstrap on it, which has its cluster made again rather than the job failed; the job
+    cancelled while it is, its cluster is torn down by the step that made it."""
+    from provisioner import nodes
+
+    monkeypatch.setattr(nodes, "READY_TIMEOUT_S", 5)  # how long the bootstrap waits for a machine to answer
+    load_catalog("lab")
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CHECKPOINTER}).open("rb") as wheel:
+        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, strategy="mirrored", workers=2, parameters={"seconds": "60"},
+        provider="lab", worker_type="lab-w-100", max_restarts=2,
+    )  # fmt: skip
+    job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
+    assert pipeline.run_step("recommend", job.pk) and pipeline.run_step("provision", job.pk)
+    job.refresh_from_db()
+    first = ClusterInfo.from_dict(job.cluster)
+    losses.host_gone(first, losses.VICTIM)
+
+    assert not pipeline.run_step("bootstrap", job.pk, report_url="http://127.0.0.1:9")
+    job.refresh_from_db()
+    assert job.state == State.PROVISIONING and job.restarts[0]["nodes"] == [losses.VICTIM]
+    assert job.restarts[0]["state"] == State.BOOTSTRAPPING and job.restarts[0]["lost_s"] == 0
+    assert pipeline.run_step("provision", job.pk, resume=True)
+    assert pipeline.run_step("bootstrap", job.pk, report_url="http://127.0.0.1:9")
+    job.refresh_from_db()
+    assert job.state == State.RUNNING and job.restarts[0]["resumed_at"]
+    assert provisioner.answering(ClusterInfo.from_dict(job.cluster)) == {"worker-0": True, "worker-1": True}
+
+    # Lost again, and cancelled while its cluster is made again
+    assert pipeline.node_lost(job, [losses.VICTIM], "worker-1 is lost")
+    assert pipeline.cancel(Job.objects.get(pk=job.pk), "alice")
+    assert not pipeline.run_step("provision", job.pk, resume=True)  # the cancel won: nothing more is made
+    assert pipeline.release(job.pk)
+    job.refresh_from_db()
+    assert job.state == State.CANCELLED and job.cluster is None
+    assert nothing_left(lab_leftovers(first.cluster_id, Path(first.workdir), lab.tag())) == {}
