@@ -37,9 +37,11 @@ from (a report applied before reports were applied in one transaction) moves it 
 status that is not alive, or that has been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node
 fetched (provisioner.fetch_results) and applied as if reported — the chief's success completes the job with its model. A
 node that is gone and left no result fails the job; so does one whose machine does not answer (its host gone, its link
-cut, its SSH server dead) and that has been silent for FC2_NODE_UNREACHABLE_S. A node whose agent is alive but silent is
-waited for: the platform was unreachable for it, and it keeps trying — for FC2_NODE_LOST_S; a node silent that long
-fails the job with its name. A job whose result is unknown is never called failed while the result can be fetched.
+cut, its SSH server dead) and that has been silent for FC2_NODE_UNREACHABLE_S — unless the job has restarts left
+(max_restarts): then its cluster is made again and it resumes from its latest checkpoint (pipeline.node_lost). A node
+whose agent is alive but silent is waited for: the platform was unreachable for it, and it keeps trying — for
+FC2_NODE_LOST_S; a node silent that long fails the job with its name. A job whose result is unknown is never called
+failed while the result can be fetched.
 
 Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
 records — its row deleted, or the database restored from before it — is torn down and recorded (ReapedCluster: what
