@@ -13,6 +13,12 @@ when the step ends, and whatever a step made is recorded on the job before anyth
 torn down.
 A lease left to expire is how the sweep (sweep.py) knows that the worker behind it is gone; the sweep also watches
 running jobs' nodes, which nobody drives between their reports.
+
+A managed job (`max_restarts`) whose node is lost — in training, or while its cluster is made or started — goes back
+to provisioning (`node_lost`, claimed like a step): provision makes the lost nodes again (provisioner.relaunch) and
+bootstrap starts every node from the latest checkpoint its chief shipped (`run_spec`'s restore_from), each restart
+recorded on the job with the work it lost. A spot job's launch that finds no spot capacity falls back as it chose:
+on-demand, or waiting (`SpotWait`).
 """
 
 from __future__ import annotations
