@@ -947,27 +947,31 @@ class Watchdog:
                 return
 
 
-def self_stop(action: str, netns: str, node_dir: Path, end_command: Callable[[], None]) -> None:
+def self_stop(action: str, netns: str, disk: Path, end_command: Callable[[], None]) -> None:
     """Stop this node's machine as its provider does: `shutdown` halts it (an EC2 instance launched with
     InstanceInitiatedShutdownBehavior=terminate is then terminated; sudo where the agent is not root), `netns`
-    removes the lab host it runs in, `processes` ends its command (the local provider: the node is its processes)."""
+    removes the lab host it runs in (`disk`: its disk's mount point), `processes` ends its command (the local
+    provider: the node is its processes)."""
     if action == "shutdown":
         halt = ["shutdown", "-h", "now"]
         subprocess.run(halt if os.geteuid() == 0 else ["sudo", "-n", *halt], check=False)
     elif action == "netns":
-        # A script of its own, in a session of its own: it kills every process of the namespace but itself (the
-        # agent among them), then takes the host's cgroups, the mount of its disk, and the namespace, whose end takes
-        # its link with it. What is left of the cluster is the platform's (its bridge, its directory).
+        # A script in a session of its own: it leaves the host's cgroups (for its root ones), kills every process of
+        # the namespace but itself (the agent among them), then takes the host's cgroups, its disk's mount and the
+        # namespace, whose end takes its link with it. What is left of the cluster is the platform's (its bridge,
+        # its relay, its directory).
         script = (
-            'ns=$1; disk=$2; for round in 1 2 3 4 5; do left=0; for pid in $(ip netns pids "$ns"); do '
+            'ns=$1; disk=$2; for procs in /sys/fs/cgroup/*/cgroup.procs; do echo $$ > "$procs"; done 2>/dev/null; '
+            'for round in 1 2 3 4 5 6 7 8 9 10; do left=0; for pid in $(ip netns pids "$ns"); do '
             '[ "$pid" = $$ ] || { kill -9 "$pid" 2>/dev/null; left=1; }; done; [ $left = 0 ] && break; sleep 0.2; '
-            'done; umount -l "$disk" 2>/dev/null; for g in /sys/fs/cgroup/*/*/"$ns" /sys/fs/cgroup/*/"$ns"; do '
-            '[ -d "$g" ] && rmdir "$g" 2>/dev/null; done; ip netns delete "$ns"'
+            'done; umount -l "$disk"; for g in /sys/fs/cgroup/*/*/"$ns" /sys/fs/cgroup/*/"$ns"; do '
+            '[ -d "$g" ] && rmdir "$g"; done; ip netns delete "$ns"'
         )
-        subprocess.Popen(
-            ["setsid", "sh", "-c", script, "sh", netns, str(node_dir / "job")], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+        with open("self-stop.log", "ab") as log:  # the node's directory: what the script said, if it failed
+            subprocess.Popen(
+                ["sh", "-c", script, "sh", netns, str(disk)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,
+            )  # fmt: skip
         time.sleep(60)  # the script ends this process
     end_command()
 
