@@ -268,13 +268,13 @@ def test_a_lab_worker_lost_mid_training_resumes_from_the_checkpoint_and_succeeds
 @pytest.mark.heavy
 @pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
 @pytest.mark.django_db(transaction=True)
-def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
+def test_a_spot_instance_taken_back_mid_run_is_relaunched_and_the_job_resumes(
     alice, digits, workers_losing, ec2_hosts, settings, tmp_path
 ):
     load_catalog("fc2-2018")
     workers_losing.start(**aws_worker_env(settings))
     job = submit_checkpointer(
-        alice, digits, tmp_path, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1
+        alice, digits, tmp_path, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1, spot=True
     )
 
     def terminate(cluster, name: str) -> None:
@@ -289,6 +289,8 @@ def test_an_ec2_instance_terminated_mid_run_is_relaunched_and_the_job_resumes(
     now = {n.name: n for n in ClusterInfo.from_dict(job.cluster).nodes}
     assert now[losses.VICTIM].instance_id != victim.instance_id  # a new instance in its place
     assert now["worker-0"].instance_id == survivor.instance_id  # the survivor kept: only the shortfall is made
+    assert {i.get("InstanceLifecycle") for i in live_instances(job.cluster_name)} == {"spot"}  # spot again
+    assert job.events.filter(message__startswith="spot prices: c4.xlarge spot $").exists()
     assert job.restarts[0]["checkpoint"]  # from its shipped checkpoint
     job = losses.sweep_until(job, lambda j: j.is_terminal, TRAIN_S + 60)
     assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
