@@ -1,12 +1,13 @@
 """Managed jobs' resume after a lost node (issue 45 §2): the restart as the pipeline records it — the work lost since
 the last checkpoint, the report token revoked, the restarts counted and, once spent, the job failed naming the node —
-and, on the lab (namespaces with their own sshd) and on aws (moto's EC2, its instances lab hosts), a worker's host
-destroyed mid-training: its cluster made again, every node started again, the job succeeding, nothing left behind.
+and, for real, a worker lost mid-training on the lab (its host destroyed, its link down) and on aws (moto's EC2, its
+instances lab hosts: a spot instance taken back): its cluster made again, every node started again from the
+checkpoint its chief shipped, the job succeeding, nothing left behind; a node lost while bootstrapping replaced, and
+a cancel during the restart.
 
-The heavy cases drive the job with a real Celery worker and the sweep run here every half second, as
-tests/test_node_loss.py does (its helpers): a node silent for 3 s is looked at over SSH, one that does
-not answer for 10 s is lost. Its code is the trainer wheel (a step every half second, no checkpoint), which resumes
-from its start, as the contract allows a bundle that never checkpoints.
+The heavy cases in training drive the job with a real Celery worker and the sweep run here every half second, as
+tests/test_node_loss.py does (its helpers): a node silent for 3 s is looked at over SSH, one that does not answer for
+10 s is lost. Their code is CHECKPOINTER below: a trainer under the checkpoint contract.
 """
 
 from __future__ import annotations
