@@ -396,7 +396,12 @@ def bootstrap(job_id: int, report_url: str | None = None, **_: object) -> bool:
         return job.transition(State.BOOTSTRAPPING, State.RUNNING, f"{len(cluster.nodes)} nodes started")
     # Resumed: its run goes on (its start, time limit and cost count from the first), its nodes heard from now.
     now = timezone.now()
-    resumed = {**restart, "resumed_at": now.isoformat(), "checkpoint": _checkpoint_name(run)}
+    # (the checkpoint is the one the loss found: the old nodes, their token revoked, can ship none since)
+    resumed = {
+        **restart,
+        "resumed_at": now.isoformat(),
+        "checkpoint": restart["checkpoint"] if run.restore_from else "",
+    }
     source = f"from checkpoint {resumed['checkpoint']}" if resumed["checkpoint"] else "from the start (no checkpoint)"
     message = f"{len(cluster.nodes)} nodes started again {source}: restart {len(job.restarts)} of {job.max_restarts}"
     kept = {"started_at": job.started_at} if job.started_at else {}
@@ -404,10 +409,6 @@ def bootstrap(job_id: int, report_url: str | None = None, **_: object) -> bool:
         return False
     job.nodes.update(last_report_at=now)
     return True
-
-
-def _checkpoint_name(run: RunSpec) -> str:
-    return Path(run.restore_from).name if run.restore_from else ""
 
 
 def node_tail(job: Job, node_name: str) -> str:
