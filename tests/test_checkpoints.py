@@ -11,19 +11,23 @@ import io
 import json
 import os
 import tarfile
+import threading
 import time
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
 import provisioner
 from fc2.models import Artifact, Job, Node
-from fc2.services import checkpoints, inline
+from fc2.services import checkpoints, inline, pipeline
 from monitor import agent
 from monitor.agent import ArchiveError, Checkpoint, Notices, Reporter, Shipper, unpack
 from provisioner import ClusterSpec, RunSpec, local
+from recommender.catalog import load_catalog
 from tests.conftest import make_job
 
 State = Job.State
@@ -322,3 +326,41 @@ def test_a_local_job_ships_its_checkpoints_and_a_run_resumes_from_the_latest(ali
     assert {name: result.report["exit_code"] for name, result in results.items()} == {"worker-0": 0, "worker-1": 0}
     metrics = json.loads(results["worker-0"].outputs["metrics.json"])
     assert metrics["resumed_at_step"] == 30 * steps_per_epoch and len(metrics["epoch_train_losses"]) == 2
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
+@pytest.mark.django_db(transaction=True)
+def test_a_spot_notice_raised_on_a_lab_worker_has_the_chief_checkpoint_at_once(alice, bundle, digits, settings):
+    """The notice path as an aws spot node takes it, raised through the agent's own channel: `cluster ssh` writes
+    EC2's instance-action JSON into worker-1's notice file. Its agent reports it (a line on the timeline); the
+    platform's answer to the chief's next report names it; the chief's agent asks its code for a checkpoint, which it
+    saves at its next progress point, mid-epoch."""
+    load_catalog("lab")
+    job = make_job(alice, bundle, digits, provider="lab", catalog="lab", worker_type="lab-w-250", workers=2,
+                   strategy="mirrored",
+                   parameters={"epochs": "80"})  # fmt: skip
+    runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 180
+        while not Node.objects.filter(job=job, name="worker-0", step__gt=0).exists():
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.5)
+        cluster = pipeline.cluster_info(Job.objects.get(pk=job.pk))
+        assert cluster is not None
+        worker = next(node for node in cluster.nodes if node.name == "worker-1")
+        notice = json.dumps({"action": "terminate", "time": "2026-11-29T04:22:00Z"})
+        out = StringIO()
+        call_command("cluster", "ssh", "--json", cluster.cluster_id, "worker-1", "--", "sh", "-c",
+                     f"echo '{notice}' > {worker.workdir}/spot-instance-action", stdout=out)  # fmt: skip
+        assert json.loads(out.getvalue())["exit_status"] == 0, out.getvalue()
+    finally:
+        runner.join(timeout=300)
+    job.refresh_from_db()
+    assert job.state == State.SUCCEEDED, list(job.events.values_list("message", flat=True))
+    assert job.events.filter(message__startswith="worker-1: interruption notice (terminate at 2026-11-29T04:22:00Z)")
+    steps_per_epoch = job.metrics["steps_per_epoch"]
+    with open(job.artifacts.get(name="logs/worker-0.log").file.path) as log:
+        saved = [int(line.rsplit(" ", 1)[1]) for line in log if line.startswith("[fc2_digits] checkpoint ")]
+    assert any(step % steps_per_epoch for step in saved), saved  # one at a progress point, not an epoch's end
