@@ -16,7 +16,7 @@ import provisioner
 from fc2 import query
 from fc2.job_lists import filter_jobs
 from fc2.models import Artifact, Job, is_platform_admin
-from fc2.services import monitoring, pipeline, pricing, profiling, search
+from fc2.services import managed, monitoring, pipeline, pricing, profiling, search
 from monitor import series
 from monitor.models import NodeSample
 
@@ -124,6 +124,7 @@ def _job_context(job: Job) -> dict:
         # explore's trials are runs of the job too: the one under way is said as the search's, not as a profiling run
         "profiling": None if found else profiling.progress(job),
         "projection": pricing.projection(job),
+        "managed": managed.of_job(job),  # restarts, spot, checkpoints: for a job that asked for them
     }
 
 

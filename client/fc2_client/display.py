@@ -192,6 +192,8 @@ def job_report(job: dict) -> str:
         f"{job.get('provider')} ({strategy(job)}, {job.get('algorithm')})",
     ]
     lines += search_lines(job)
+    if restarts := restarts_line(job):
+        lines.append(restarts)
     cost = job.get("cost") or {}
     if cost.get("hourly_cost") is not None:
         spent = f"{usd(cost['hourly_cost'])}/h, ≈ {usd(cost.get('cost_so_far'))} so far"
@@ -213,6 +215,47 @@ def job_report(job: dict) -> str:
     if job.get("url"):
         lines.append(f"  page      {job['url']}")
     return "\n".join(lines)
+
+
+def restarts_line(job: dict) -> str | None:
+    """A managed job's restarts made of those allowed, its last interruption and its spot choice, in a line; None for
+    a job that asked for neither restarts nor spot (or from a platform without them). `--json` has every restart.
+
+    >>> restarts_line({"max_restarts": 2, "restarts": [{"at": "2026-11-03T10:10:00+00:00", "nodes": ["worker-1"],
+    ...     "lost_steps": 3, "lost_s": 40, "lost_dollars": 0.01, "checkpoint": "", "resumed_at": "2026-11-03T10:11"}]})
+    '  restarts  1 of 2 · last: worker-1 lost at 2026-11-03 10:10:00, 3 steps, 40 s, $0.01 lost, resumed from the start'
+    """
+    made = job.get("restarts") if isinstance(job.get("restarts"), list) else []
+    made = [restart for restart in made if isinstance(restart, dict)]
+    allowed = job.get("max_restarts") or 0
+    if not (allowed or made or job.get("spot")):
+        return None
+    parts = [f"{len(made)} of {allowed}"]
+    if made:
+        parts.append(_last_restart(made[-1]))
+    if job.get("spot"):
+        price = f" at most {usd(job['spot_max_price'])}/h" if job.get("spot_max_price") is not None else ""
+        parts.append(f"spot{price}, without capacity: {job.get('spot_fallback') or 'on-demand'}")
+    return f"  restarts  {' · '.join(parts)}"
+
+
+def _last_restart(last: dict) -> str:
+    """A restart in words: the nodes lost, when and why, the work lost and where it resumed from."""
+    nodes = ", ".join(map(str, last["nodes"])) if isinstance(last.get("nodes"), list) else ""
+    said = f"last: {nodes or 'a node'} lost at {str(last.get('at') or '?')[:19].replace('T', ' ')}"
+    if last.get("reason"):
+        said += f" ({last['reason']})"
+    lost = [f"{last['lost_steps']} steps"] if isinstance(last.get("lost_steps"), int) else []
+    if isinstance(last.get("lost_s"), (int, float)):
+        lost.append(f"{last['lost_s']:.0f} s")
+    if isinstance(last.get("lost_dollars"), (int, float)):
+        lost.append(usd(last["lost_dollars"]))
+    if lost:
+        said += f", {', '.join(lost)} lost"
+    if not last.get("resumed_at"):
+        return f"{said}, restart under way"
+    checkpoint = last.get("checkpoint")
+    return f"{said}, resumed from {f'checkpoint {checkpoint}' if checkpoint else 'the start'}"
 
 
 TRIALS_SHOWN = 5  # `fc2 status` lists an explore job's latest trials; the page and --json have them all
