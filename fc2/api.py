@@ -123,18 +123,28 @@ class ReportError(serializers.Serializer):
     detail = serializers.JSONField(required=False, help_text="What is wrong with the report (400 only)")
 
 
-class ReportView(APIView):
+def refusals(**described: str) -> dict[int, OpenApiResponse]:
+    """The schema's refusals of an agents' endpoint, each an `{"error": ...}` (`_401="No bearer token"`, …)."""
+    return {int(status.lstrip("_")): OpenApiResponse(ReportError, description=why) for status, why in described.items()}
+
+
+class JobTokenView(APIView):
+    """An endpoint of the node agents: authenticated by the job's token (checked in the view, `_job_of_token`), so no
+    session and no CSRF; answers JSON whatever the Accept header says; OPTIONS is 405, as any method but POST."""
+
+    authentication_classes = [JobTokenAuthentication]
+    permission_classes: list = []  # the token is checked in post()
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonWhateverAccepted
+    metadata_class = None
+
+
+class ReportView(JobTokenView):
     """A node agent reports its node: status, progress, a resource sample; with its last report, the result files.
 
     The body is the report as JSON, or multipart/form-data with the report as JSON in the `report` field and result
-    files as `artifact` fields. Machine-to-machine, authenticated by the job's token, so no session and no CSRF.
+    files as `artifact` fields. Machine-to-machine, authenticated by the job's token.
     """
-
-    authentication_classes = [JobTokenAuthentication]
-    permission_classes = []  # the token is checked in post()
-    renderer_classes = [JSONRenderer]
-    content_negotiation_class = JsonWhateverAccepted
-    metadata_class = None  # OPTIONS is 405, as for any method but POST
 
     @extend_schema(
         operation_id="job_report",
@@ -161,11 +171,13 @@ class ReportView(APIView):
                     ),
                 },
             ),
-            400: OpenApiResponse(ReportError, description="Not a valid report, or it names no node of this job"),
-            401: OpenApiResponse(ReportError, description="No bearer token"),
-            403: OpenApiResponse(ReportError, description="The token does not belong to this job"),
-            409: OpenApiResponse(ReportError, description="The job has ended; no more reports are taken"),
-            413: OpenApiResponse(ReportError, description="The artifacts exceed FC2_MAX_ARTIFACT_MB"),
+            **refusals(
+                _400="Not a valid report, or it names no node of this job",
+                _401="No bearer token",
+                _403="The token does not belong to this job",
+                _409="The job has ended; no more reports are taken",
+                _413="The artifacts exceed FC2_MAX_ARTIFACT_MB",
+            ),
         },
     )
     def post(self, drf_request: Request, job_id: int) -> JsonResponse:
@@ -197,16 +209,10 @@ class ReportView(APIView):
         return JsonResponse(answer)
 
 
-class CheckpointView(APIView):
+class CheckpointView(JobTokenView):
     """The chief's agent ships a checkpoint its code wrote: the body is the archive (tar.gz), the headers name the node
     (`X-FC2-Node`) and the checkpoint (`X-FC2-Checkpoint`, e.g. TensorFlow's `ckpt-88`). The platform keeps the latest
     FC2_CHECKPOINTS_KEPT as artifacts (`checkpoints/<n>.tar.gz`); a resume restores the newest."""
-
-    authentication_classes = [JobTokenAuthentication]
-    permission_classes = []  # the token is checked in post()
-    renderer_classes = [JSONRenderer]
-    content_negotiation_class = JsonWhateverAccepted
-    metadata_class = None
 
     @extend_schema(
         operation_id="job_checkpoint",
@@ -217,12 +223,14 @@ class CheckpointView(APIView):
         ],
         responses={
             200: inline_serializer("CheckpointKept", {"ok": BooleanField(), "artifact": CharField()}),
-            400: OpenApiResponse(ReportError, description="Not a tar.gz of regular files, or no node of this job"),
-            401: OpenApiResponse(ReportError, description="No bearer token"),
-            403: OpenApiResponse(ReportError, description="Not this job's token, or the node is not its chief"),
-            409: OpenApiResponse(ReportError, description="The job has ended; no more checkpoints are taken"),
-            411: OpenApiResponse(ReportError, description="No Content-Length"),
-            413: OpenApiResponse(ReportError, description="Over FC2_CHECKPOINT_MAX_MB"),
+            **refusals(
+                _400="Not a tar.gz of regular files, or no node of this job",
+                _401="No bearer token",
+                _403="Not this job's token, or the node is not its chief",
+                _409="The job has ended; no more checkpoints are taken",
+                _411="No Content-Length",
+                _413="Over FC2_CHECKPOINT_MAX_MB",
+            ),
         },
     )
     def post(self, drf_request: Request, job_id: int) -> JsonResponse:

@@ -28,21 +28,11 @@ from monitor import agent
 from monitor.agent import ArchiveError, Checkpoint, Notices, Reporter, Shipper, unpack
 from provisioner import ClusterSpec, RunSpec, local
 from recommender.catalog import load_catalog
+from tests import test_hostile_reports
 from tests.conftest import make_job
 
 State = Job.State
-
-
-@pytest.fixture
-def running_job(job) -> Job:
-    """A job running on a mirrored chief and worker, and the token its agents report with."""
-    for index in (0, 1):
-        Node.objects.create(job=job, name=f"worker-{index}", role="worker", index=index, status=Node.Status.RUNNING)
-    token = job.issue_token()
-    Job.objects.filter(pk=job.pk).update(state=State.RUNNING, strategy="mirrored", token_hash=job.token_hash)
-    job.refresh_from_db()
-    job.agent_token = token
-    return job
+running_job = test_hostile_reports.running_job  # the fixture: a job running on a mirrored chief and worker
 
 
 def tar_gz(members: dict[str, bytes], *, kinds: dict[str, bytes] | None = None) -> bytes:
