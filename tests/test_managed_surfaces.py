@@ -10,12 +10,17 @@ from decimal import Decimal
 
 import pytest
 from django.core.files.base import ContentFile
+from django.template.loader import render_to_string
 from django.urls import reverse
 
 from client.fc2_client import display
 from fc2.models import Artifact, Job
 from fc2.services import managed
-from tests.helpers import job_row, make_bundle, make_dataset
+from fc2.services import pricing as fc2_pricing
+from harness.ec2lab import REGION
+from recommender import pricing
+from recommender.pricing import SpotQuote
+from tests.helpers import job_row, make_bundle, make_dataset, resource_form, step_url, through_data
 
 T0 = dt.datetime(2026, 11, 3, 10, 0, tzinfo=dt.UTC)
 
@@ -177,3 +182,68 @@ def test_the_api_output_carries_the_restarts_as_status_reads_them(client, resume
     (restart,) = job["restarts"]
     assert restart["nodes"] == ["worker-1"] and restart["lost_steps"] == 4 and restart["checkpoint"] == "000002.tar.gz"
     assert "restarts  1 of 3 · last: worker-1 lost" in display.job_report(job)
+
+
+# --- the wizard's spot saving ---------------------------------------------------------------------------------------
+
+
+def aws_spot_form(**fields) -> dict:
+    aws = {"provider": "aws", "catalog": "fc2-2018", "algorithm": "manual", "strategy": "ps", "region": REGION}
+    return resource_form(**{**aws, "worker_type": "c4.xlarge", "ps_type": "m4.large", "spot": "on", **fields})
+
+
+@pytest.mark.django_db
+def test_the_wizard_prices_spot_beside_on_demand_from_the_spot_price_history(
+    client, alice, bundle, aws_env, fc2_catalog
+):
+    client.force_login(alice)
+    through_data(client, bundle)
+    preview = client.get(reverse("job-new-recommendation"), aws_spot_form()).content.decode()
+    assert 'id="plan-spot"' in preview, preview
+    spot = preview.split('id="plan-spot"')[1].split("</div>")[0]
+    assert 'id="plan-spot-saving"' in spot and "on-demand: expected saving" in spot, spot
+    quotes = {q.instance_type: q for q in pricing.fetch_spot_quotes(REGION, {"c4.xlarge": 0.199, "m4.large": 0.1})}
+    assert set(quotes) == {"c4.xlarge", "m4.large"}
+    for name in quotes:
+        assert f"{name} " in spot and f" in {quotes[name].zone}" in spot
+    assert "raised by 10 % for interruptions" in spot
+    # The review says it too; without spot, neither does.
+    assert client.post(step_url("resource"), aws_spot_form(spot_max_price="0.5")).status_code == 302
+    assert 'id="plan-spot-saving"' in client.get(step_url("review")).content.decode()
+    plain = client.get(reverse("job-new-recommendation"), aws_spot_form(spot="")).content.decode()
+    assert 'id="plan-spot"' not in plain and 'id="plan-cost"' in plain
+
+
+@pytest.mark.django_db
+def test_the_wizard_shows_no_spot_off_aws(client, alice, bundle):
+    client.force_login(alice)
+    through_data(client, bundle)
+    local = client.get(reverse("job-new-recommendation"), resource_form()).content.decode()
+    assert 'id="plan-cost"' in local and 'id="plan-spot"' not in local
+    refused = client.get(reverse("job-new-recommendation"), resource_form(spot="on")).content.decode()
+    assert "Spot instances are AWS&#x27;s" in refused and 'id="plan-spot"' not in refused
+
+
+@pytest.mark.django_db
+def test_a_spot_saving_says_why_it_is_unknown(aws_env, fc2_catalog, monkeypatch, tmp_path):
+    unknown = fc2_pricing.spot_saving({"no.such": 1}, "fc2-2018", REGION)
+    assert unknown.saving is None and unknown.unknown == f"{REGION} has no spot price for no.such"
+    assert "choose a worker type" in fc2_pricing.spot_saving({}, "fc2-2018", REGION).unknown
+    with monkeypatch.context() as blind_env:  # (aws_env's teardown needs them back)
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            blind_env.delenv(name)
+        for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+            blind_env.setenv(name, str(tmp_path / "none"))
+        blind = fc2_pricing.spot_saving({"m4.xlarge": 1}, "fc2-2018", REGION)
+    assert blind.spot is None and "the spot price is unknown" in blind.unknown and "no AWS credentials" in blind.unknown
+
+
+def test_the_spot_panel_says_a_max_price_under_the_market_and_an_unpriced_type():
+    quote = SpotQuote("c4.xlarge", 0.05, "ap-southeast-1a", 0.2)
+    over = fc2_pricing.SpotSaving((quote,), quote.expected * 2, 0.4, over_max="c4.xlarge")
+    shown = render_to_string("fc2/wizard/_spot_saving.html", {"spot": over, "job_request": {"spot_fallback": "wait"}})
+    assert "$0.11/h" in shown and "beside $0.40/h on-demand: expected saving" in shown and "72.5 %" in shown
+    assert "under the spot price of c4.xlarge: no spot capacity at that price, so the job waits for it" in shown
+    unpriced = fc2_pricing.SpotSaving((quote,), quote.expected, unknown="the x catalogue has no on-demand price of y")
+    shown = render_to_string("fc2/wizard/_spot_saving.html", {"spot": unpriced, "job_request": {}})
+    assert "expected saving" not in shown and "· the x catalogue has no on-demand price of y" in shown

@@ -17,6 +17,8 @@ from django.db.models.functions import Coalesce
 
 import provisioner
 from fc2.models import Job, JobEvent, Projection
+from recommender.models import InstanceType
+from recommender.pricing import SPOT_INTERRUPTION_OVERHEAD, PricingError, SpotQuote, fetch_spot_quotes
 
 
 def ps_node_type(job: Job) -> str:
@@ -176,3 +178,59 @@ def projection(job: Job) -> Projection | None:
 def cost_summary(job: Job) -> dict:
     """The job's costs as its JSON gives them (`Job.cost_summary`), projected with its provider's overheads."""
     return job.cost_summary(projection(job))
+
+
+# How long a region's spot quotes are reused: the wizard's live panel asks at each change of its fields, and spot
+# prices move over hours, not seconds.
+SPOT_QUOTES_CACHE_S = 600
+
+
+@dataclass(frozen=True)
+class SpotSaving:
+    """A cluster's expected price on spot beside on-demand (the wizard's, before the job runs), or why it is unknown:
+    each node at its type's spot quote (recommender.pricing.SpotQuote: the region's cheapest zone, raised for
+    interruptions) beside its on-demand price in the catalogue."""
+
+    quotes: tuple[SpotQuote, ...] = ()  # of the cluster's types
+    spot: float | None = None  # $/h expected, the interruptions' overhead included
+    on_demand: float | None = None  # $/h
+    unknown: str = ""  # why there is no saving to show; "" when there is
+    over_max: str = ""  # a type whose spot price is above the max price asked: no spot capacity at that price
+
+    @property
+    def saving(self) -> float | None:
+        """The expected saving as a share of the on-demand price (negative: spot costs more)."""
+        return 1 - self.spot / self.on_demand if self.spot is not None and self.on_demand else None
+
+    @property
+    def overhead(self) -> float:
+        return SPOT_INTERRUPTION_OVERHEAD
+
+
+def spot_saving(nodes: dict[str, int], catalog: str, region: str, max_price: Decimal | None = None) -> SpotSaving:
+    """The expected spot price of a cluster of `nodes` (type -> how many) beside on-demand: the catalogue's on-demand
+    prices, the region's spot price history (read from AWS once per SPOT_QUOTES_CACHE_S); `unknown` says why not."""
+    if not nodes:
+        return SpotSaving(unknown="no instance type chosen yet: choose a worker type to price spot")
+    prices = dict(
+        InstanceType.objects.filter(catalog__name=catalog, name__in=nodes).values_list("name", "hourly_price")
+    )
+    on_demand = {name: float(prices[name]) if prices.get(name) else None for name in sorted(nodes)}
+    key = f"fc2:spot:{region}:{','.join(on_demand)}"
+    try:
+        quotes = cache.get(key)
+        if quotes is None:
+            quotes = fetch_spot_quotes(region, on_demand)
+            cache.set(key, quotes, SPOT_QUOTES_CACHE_S)
+    except PricingError as error:
+        return SpotSaving(unknown=f"the spot price is unknown: {error}")
+    by_type = {quote.instance_type: quote for quote in quotes}
+    if missing := [name for name in on_demand if name not in by_type]:
+        return SpotSaving(tuple(quotes), unknown=f"{region} has no spot price for {', '.join(missing)}")
+    over = [q.instance_type for q in quotes if max_price is not None and q.spot_price > float(max_price)]
+    spot = sum(by_type[name].expected * count for name, count in nodes.items())
+    if unpriced := [name for name, price in on_demand.items() if price is None]:
+        unknown = f"the {catalog} catalogue has no on-demand price of {', '.join(unpriced)} to set it beside"
+        return SpotSaving(tuple(quotes), spot, unknown=unknown, over_max=", ".join(over))
+    total = sum((on_demand[name] or 0.0) * count for name, count in nodes.items())
+    return SpotSaving(tuple(quotes), spot, total, over_max=", ".join(over))
