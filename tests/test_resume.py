@@ -95,11 +95,12 @@ def test_without_a_checkpoint_the_whole_run_is_lost_and_resumed_from_the_start(j
 
 @pytest.mark.django_db
 def test_restarts_spent_or_none_asked_fail_the_job_naming_the_node_as_before(job, bob, bundle, digits):
-    job = running(job, max_restarts=1, restarts=[{"at": "x", "nodes": ["worker-1"], "resumed_at": "y"}])
+    restart = {"at": "2026-11-29T04:31:02+00:00", "nodes": ["worker-1"], "resumed_at": "2026-11-29T04:31:20+00:00"}
+    job = running(job, max_restarts=1, restarts=[restart])
     assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost: its host is gone") is False
     job.refresh_from_db()
     assert job.state == State.FAILED
-    assert job.failure_reason == "worker-1 is lost: its host is gone; restarts made: 1 of 1"
+    assert job.failure_reason == "worker-1 is lost: its host is gone; restarts made: 1 of 1 (1: worker-1 at 04:31:02)"
 
     other = running(make_job(bob, bundle, digits))  # max_restarts 0: exactly today's failure
     pipeline.node_lost(other, ["worker-1"], "worker-1 is lost: its host is gone")

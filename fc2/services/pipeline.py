@@ -471,8 +471,7 @@ def node_lost(job: Job, nodes: Sequence[str], reason: str) -> bool:
     job.refresh_from_db()
     made = len(job.restarts)
     if made >= job.max_restarts:
-        spent = f"; restarts made: {made} of {job.max_restarts}" if job.max_restarts else ""
-        fail(job, f"{reason}{spent}")
+        fail(job, f"{reason}{restarts_made(job)}")
         return False
     lost = _interruption(job, nodes, reason)
     message = f"restart {made + 1} of {job.max_restarts}: {reason} — {lost_work_text(lost)}"
@@ -483,6 +482,17 @@ def node_lost(job: Job, nodes: Sequence[str], reason: str) -> bool:
     job.nodes.update(status=Node.Status.PENDING, exit_code=None)
     enqueue(job, "provision", resume=True)
     return True
+
+
+def restarts_made(job: Job) -> str:
+    """The restarts a failing managed job made, as its failure reason ends: each with its nodes and when it was."""
+    if not job.max_restarts:
+        return ""
+    each = "; ".join(
+        f"{number}: {', '.join(r['nodes']) or 'its cluster'} at {datetime.fromisoformat(r['at']):%H:%M:%S}"
+        for number, r in enumerate(job.restarts, 1)
+    )
+    return f"; restarts made: {len(job.restarts)} of {job.max_restarts}" + (f" ({each})" if each else "")
 
 
 def restarting(job: Job) -> dict | None:
