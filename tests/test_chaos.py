@@ -9,16 +9,51 @@ once a peer it trained with stops answering.
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from fc2.models import Job
-from fc2.services import pipeline
-from tests.test_resume import running
+import provisioner
+from fc2.models import Job, Node
+from fc2.services import checkpoints, inline, jobs, pipeline, reports
+from fc2.services.bundles import store_bundle
+from harness.wheels import GOOD, make_wheel
+from provisioner import ClusterInfo, lab
+from recommender.catalog import load_catalog
+from tests import test_node_loss as losses
+from tests.conftest import lab_leftovers, nothing_left
+from tests.test_resume import CHECKPOINT_EVERY, CHECKPOINTER, TRAIN_S, chief_step, running
 
 State = Job.State
+
+
+def failed(job: Job, name: str) -> Node:
+    node = job.nodes.get(name=name)
+    Node.objects.filter(pk=node.pk).update(status=Node.Status.FAILED, exit_code=1, log_tail="UnavailableError")
+    node.refresh_from_db()
+    return node
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_a_failed_nodes_report_waits_for_its_cluster_to_be_looked_at_only_with_restarts_left(job, max_restarts):
+    """The report of a node that failed, as it arrives: a job without restarts fails at once, as always; a managed
+    one stays running until its driver has looked for a lost node (check_running), said once on its timeline."""
+    job = running(job, max_restarts=max_restarts)
+    moved = reports.move_on(job, failed(job, "worker-0"))
+    job.refresh_from_db()
+    if max_restarts:
+        assert not moved and job.state == State.RUNNING
+        assert job.events.filter(message="worker-0 failed with exit code 1: its cluster is looked at for a lost node "
+                                 "first (restarts left)").exists()  # fmt: skip
+    else:
+        assert moved and job.state == State.FAILED
+        assert job.failure_reason == "worker-0 failed with exit code 1; its log ends:\nUnavailableError"
 
 
 @pytest.mark.django_db
@@ -37,3 +72,59 @@ def test_restarts_spent_fail_the_job_naming_every_restart_and_its_nodes(job):
         f"worker-1 is lost: its host is gone; restarts made: 2 of 2 (1: worker-1 at {first}; 2: worker-0, worker-1 "
         f"at {second})"
     )
+
+
+# --- on the lab, for real ------------------------------------------------------------------------------------------
+
+lab_missing = provisioner.unavailable("lab")
+
+# CHECKPOINTER, but failing as TensorFlow's collectives do once a peer it has trained with stops answering, rather
+# than waiting for it: the job's failure reaches the platform (the survivor's report) before the loss is seen.
+PEER_FAILS = CHECKPOINTER.replace(
+    b"    while not peers_answer():\n",
+    b"    while not peers_answer():\n"
+    b"        if step > start + 1:\n"
+    b"            sys.exit('UnavailableError: peer gone')\n",
+)
+assert PEER_FAILS != CHECKPOINTER
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
+@pytest.mark.django_db(transaction=True)
+def test_a_peer_failing_because_a_lab_node_is_gone_resumes_the_job(alice, digits, settings, tmp_path):
+    settings.FC2_NODE_SILENCE_S = losses.SILENCE_S
+    settings.FC2_NODE_LOST_S = settings.FC2_NODE_UNREACHABLE_S = losses.LOST_S
+    load_catalog("lab")
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": PEER_FAILS}).open("rb") as wheel:
+        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, strategy="mirrored", workers=2, provider="lab", worker_type="lab-w-100",
+        parameters={"seconds": str(TRAIN_S), "checkpoint_every": str(CHECKPOINT_EVERY)}, max_restarts=1,
+    )  # fmt: skip
+    job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
+    runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while checkpoints.latest(job) is None or chief_step(job) % CHECKPOINT_EVERY < 2:
+            assert time.monotonic() < deadline and runner.is_alive(), "no checkpoint shipped"
+            time.sleep(0.3)
+        cluster = ClusterInfo.from_dict(Job.objects.get(pk=job.pk).cluster)
+        losses.host_gone(cluster, losses.VICTIM)
+        killed_at = timezone.now()
+    finally:
+        runner.join(timeout=180)
+    job.refresh_from_db()
+    assert job.state == State.SUCCEEDED, (job.failure_reason, list(job.events.values_list("message", flat=True)))
+    (restart,) = job.restarts
+    assert restart["nodes"] == [losses.VICTIM] and restart["checkpoint"]
+    assert restart["reason"].startswith("worker-1 lost (its machine does not answer): worker-0 failed with exit code")
+    seen_s, resumed_s = (
+        (datetime.fromisoformat(restart[at]) - killed_at).total_seconds() for at in ("at", "resumed_at")
+    )
+    figure = {"case": "peer failed", "seen_s": round(seen_s, 1), "training_again_s": round(resumed_s, 1)}
+    print(f"\nFIGURE chaos {json.dumps(figure)}")
+    assert seen_s < losses.LOST_S  # seen by the survivor's failure, before the silence would tell
+    assert job.cluster is None
+    assert nothing_left(lab_leftovers(cluster.cluster_id, Path(cluster.workdir), lab.tag())) == {}

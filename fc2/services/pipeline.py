@@ -495,6 +495,32 @@ def restarts_made(job: Job) -> str:
     return f"; restarts made: {len(job.restarts)} of {job.max_restarts}" + (f" ({each})" if each else "")
 
 
+def may_restart(job: Job) -> bool:
+    """Whether a lost node would restart the job rather than fail it: restarts left, in a state it restarts from."""
+    return job.state in RESTARTABLE and len(job.restarts) < job.max_restarts
+
+
+def node_failed(job: Job, reason: str, *, looked: bool = False) -> bool:
+    """A node's code failed (its report says so): the job fails — unless another node was lost, which a managed job
+    restarts from. A lost node makes its peers fail too (a parameter server gone fails the chief's calls to it, a
+    peer gone a mirrored worker's all-reduce), often before the loss is seen, and the failure its peer reports is
+    then the loss's, not the code's. So a job with restarts left has its nodes' machines looked at first — by its
+    driver (`looked`: the sweep or the inline runner, check_running), not in the report's transaction, which an SSH
+    connection's timeout would hold: until then it stays running, said once on its timeline. Whether it moved on."""
+    if not may_restart(job):
+        return fail(job, reason)
+    what = reason.partition(LOG_INTRO)[0]
+    if not looked:
+        job.log(f"{what}: its cluster is looked at for a lost node first (restarts left)")
+        return False
+    cluster = cluster_info(job)
+    silent = [name for name, up in provisioner.answering(cluster).items() if not up] if cluster else []
+    if not silent:
+        return fail(job, reason)
+    machines = "its machine does" if len(silent) == 1 else "their machines do"
+    return node_lost(job, silent, f"{', '.join(silent)} lost ({machines} not answer): {what}")
+
+
 def restarting(job: Job) -> dict | None:
     """The restart under way (its nodes not started again yet), or None."""
     return job.restarts[-1] if job.restarts and not job.restarts[-1].get("resumed_at") else None

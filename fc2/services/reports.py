@@ -58,16 +58,17 @@ def apply_report(job: Job, report: Report, files: list[UploadedFile]) -> Job:
     return job
 
 
-def move_on(job: Job, node: Node) -> bool:
-    """End the job as its node's recorded status says — failed with a node that failed, collected when its chief
-    succeeded — if it has not moved on yet; whether it did now."""
+def move_on(job: Job, node: Node, *, looked: bool = False) -> bool:
+    """End the job as its node's recorded status says — failed with a node that failed (or restarted, when a lost
+    node made it fail: pipeline.node_failed, `looked` by the job's driver), collected when its chief succeeded — if it
+    has not moved on yet; whether it did now."""
     if node.status == Node.Status.FAILED:
         reason = f"{node.name} failed" + (f" with exit code {node.exit_code}" if node.exit_code is not None else "")
         tail = node.log_tail.strip()
         reason = f"{reason}{LOG_INTRO}{tail[-pipeline.LOG_TAIL_CHARS :]}" if tail else reason
         if tail.startswith(DATASET_FETCH_FAILED):
             Dataset.objects.filter(pk=job.dataset_id).update(last_error=tail[: max_length(Dataset, "last_error")])
-        return pipeline.fail(job, reason, release_now=False)
+        return pipeline.node_failed(job, reason, looked=looked)
     if node.status == Node.Status.SUCCEEDED and is_chief(job.strategy, node.role, node.index):
         Dataset.objects.filter(pk=job.dataset_id).exclude(last_error="").update(last_error="")
         return pipeline.complete(job)

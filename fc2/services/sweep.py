@@ -241,9 +241,10 @@ def check_running(job: Job) -> None:
         return
     # A node's final status and the job's move are written together (reports.apply_report, one transaction), so a
     # sweep sees both or neither; a job still running under a node recorded as finished — its report applied before
-    # that was so — is moved on here, in the order its nodes finished, rather than waiting for its time limit.
+    # that was so — is moved on here, in the order its nodes finished, rather than waiting for its time limit; and so
+    # is a managed job's failed node, once its cluster has been looked at for a lost node (pipeline.node_failed).
     for node in job.nodes.filter(status__in=Node.FINISHED).order_by("last_report_at", "pk"):
-        if reports.move_on(job, node):
+        if reports.move_on(job, node, looked=True):
             job.log(f"{node.name} had {node.status} while the job was still running: moved on by the sweep")
             return
     crossed = _limit_crossed(job)
