@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node
-from fc2.services import checkpoints, inline, jobs, pipeline, reports
+from fc2.services import checkpoints, inline, jobs, pipeline, reports, sweep
 from fc2.services.bundles import store_bundle
 from harness.wheels import GOOD, make_wheel
 from provisioner import ClusterInfo, lab
@@ -72,6 +72,32 @@ def test_restarts_spent_fail_the_job_naming_every_restart_and_its_nodes(job):
         f"worker-1 is lost: its host is gone; restarts made: 2 of 2 (1: worker-1 at {first}; 2: worker-0, worker-1 "
         f"at {second})"
     )
+
+
+@pytest.mark.django_db
+def test_a_restarts_bootstrap_whose_worker_was_lost_is_made_again_not_failed(job, settings):
+    """The worker starting a restart's nodes died (its lease expired): the restart is made again from its provision —
+    the nodes that lost bootstrap may have started settled or replaced (provisioner.relaunch), the token they hold
+    revoked — without counting another restart. Bootstrap lost outside a restart still fails the job."""
+    job = running(job, max_restarts=1)
+    assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost")
+    job.refresh_from_db()
+    relaunched = {**job.restarts[0], "relaunched_at": timezone.now().isoformat()}
+    expired = timezone.now() - timedelta(seconds=1)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.BOOTSTRAPPING, restarts=[relaunched], token_hash="e" * 64, lease_until=expired
+    )
+    sweep.reconcile(Job.objects.get(pk=job.pk), pipeline.Lease.take(job.pk, expired))
+    job.refresh_from_db()
+    assert job.state == State.PROVISIONING and job.token_hash == ""
+    (restart,) = job.restarts
+    assert "relaunched_at" not in restart and restart["resumed_at"] is None  # relaunched again, the same restart
+    assert job.events.filter(message__startswith="the worker running bootstrap was lost: restart 1 of 1 made").exists()
+
+    Job.objects.filter(pk=job.pk).update(state=State.BOOTSTRAPPING, restarts=[], lease_until=expired)
+    sweep.reconcile(Job.objects.get(pk=job.pk), pipeline.Lease.take(job.pk, expired))
+    job.refresh_from_db()
+    assert job.state == State.FAILED and job.failure_reason == "the worker running bootstrap was lost"
 
 
 # --- on the lab, for real ------------------------------------------------------------------------------------------

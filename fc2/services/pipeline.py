@@ -521,6 +521,23 @@ def node_failed(job: Job, reason: str, *, looked: bool = False) -> bool:
     return node_lost(job, silent, f"{', '.join(silent)} lost ({machines} not answer): {what}")
 
 
+def restart_again(job: Job, reason: str) -> bool:
+    """The worker starting a restart's nodes was lost (bootstrap, which may not be done again): the restart is made
+    again from its provision rather than the job failed — its cluster relaunched (provisioner.relaunch settles or
+    replaces whatever the lost bootstrap started) and its report token revoked — without counting another restart,
+    since no node was lost. Whether it was; the caller (the sweep) holds the job's lease and sends provision."""
+    if job.state != State.BOOTSTRAPPING or (restart := restarting(job)) is None:
+        return False
+    again = {key: value for key, value in restart.items() if key != "relaunched_at"}
+    message = f"{reason}: restart {len(job.restarts)} of {job.max_restarts} made again from its provision"
+    if not job.transition(
+        State.BOOTSTRAPPING, State.PROVISIONING, message, restarts=[*job.restarts[:-1], again], token_hash=""
+    ):
+        return False
+    job.nodes.update(status=Node.Status.PENDING, exit_code=None)
+    return True
+
+
 def restarting(job: Job) -> dict | None:
     """The restart under way (its nodes not started again yet), or None."""
     return job.restarts[-1] if job.restarts and not job.restarts[-1].get("resumed_at") else None

@@ -21,7 +21,9 @@ What it does with a job whose lease expired, by state:
 - provisioning — provision (or the bootstrap message) was lost: provision again; launch is idempotent by the
   cluster's name, so it finds what the lost one made.
 - bootstrapping — bootstrap was lost midway: the job fails and its cluster is torn down. Nodes it started hold a
-  report token nobody knows any more, and running the user's code twice is worse than a clear failure.
+  report token nobody knows any more, and running the user's code twice is worse than a clear failure. But a managed
+  job's restart, whose code runs again anyway, is made again from its provision (pipeline.restart_again): its
+  cluster relaunched, whatever the lost bootstrap started stopped, its token revoked.
 - collecting — collect (or its message) was lost: collect again; the chief's results are stored, collect only keeps
   the logs and marks the success.
 - running — nobody drives it: every sweep looks at its nodes (check_running).
@@ -217,11 +219,17 @@ def _recover(job: Job, lease: Lease) -> None:
     else:
         lost = f"the worker running {step} was lost"
     resent = job.resends.get(step, 0)
-    if not pipeline.STEPS[step].resumable or resent >= settings.FC2_STEP_RESENDS:
+    # A restart's bootstrap is made again from its provision, which relaunches its cluster (pipeline.restart_again)
+    again = job.state == State.BOOTSTRAPPING and pipeline.restarting(job) is not None
+    if not (pipeline.STEPS[step].resumable or again) or resent >= settings.FC2_STEP_RESENDS:
         pipeline.fail(job, lost)
         return
     # The sweep holds the job's lease: nobody else writes this field meanwhile.
     Job.objects.filter(pk=job.pk).update(resends={**job.resends, step: resent + 1})
+    if again:
+        if pipeline.restart_again(job, lost):
+            pipeline.enqueue(job, "provision", lease=lease, resume=True)
+        return
     job.log(f"{lost}: {step} sent again")
     pipeline.enqueue(job, step, lease=lease, resume=job.state != State.QUEUED)
 
