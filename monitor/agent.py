@@ -952,10 +952,14 @@ def self_stop(action: str, netns: str, disk: Path, end_command: Callable[[], Non
     InstanceInitiatedShutdownBehavior=terminate is then terminated; sudo where the agent is not root), `netns`
     removes the lab host it runs in (`disk`: its disk's mount point), `processes` ends its command (the local
     provider: the node is its processes)."""
+    if action == "shutdown" and (emulated := own_netns()) is not None:
+        # An instance that is a network namespace of a machine others share (the aws tests' hosts, harness/ec2lab.py):
+        # halting would halt them all. It ends as such a host does, as a lab host.
+        action, netns = "netns", emulated
     if action == "shutdown":
         halt = ["shutdown", "-h", "now"]
         subprocess.run(halt if os.geteuid() == 0 else ["sudo", "-n", *halt], check=False)
-    elif action == "netns":
+    elif action == "netns" and netns:
         # A script in a session of its own: it leaves the host's cgroups (for its root ones), kills every process of
         # the namespace but itself (the agent among them), then takes the host's cgroups, its disk's mount and the
         # namespace, whose end takes its link with it. What is left of the cluster is the platform's (its bridge,
@@ -974,6 +978,22 @@ def self_stop(action: str, netns: str, disk: Path, end_command: Callable[[], Non
             )  # fmt: skip
         time.sleep(60)  # the script ends this process
     end_command()
+
+
+def own_netns() -> str | None:
+    """The name of the network namespace the agent runs in when it is one of those named under /run/netns (a host
+    emulated on a machine others share, such as a lab host); None on a machine of its own, whose network is not one
+    of them (pid 1's may be out of reach, even to root, in a container: the names are what tell)."""
+    try:
+        mine = os.stat("/proc/self/ns/net").st_ino
+        entries = list(os.scandir("/run/netns"))
+    except OSError:
+        return None
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if entry.stat().st_ino == mine:
+                return entry.name
+    return None
 
 
 class NodeRun:

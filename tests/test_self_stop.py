@@ -7,6 +7,7 @@ itself within the limit, and the provider's teardown finds none of them (heavy).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -168,3 +169,21 @@ def test_lab_hosts_remove_themselves_once_the_platform_is_gone_for_longer_than_t
         removed = provisioner.teardown("lab", cluster.cluster_id)
     assert not [line for line in removed if line.startswith(("namespace", "process", "cgroup"))], removed
     assert nothing_left(lab_leftovers(cluster.cluster_id, directory, tag)) == {}
+
+
+@pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
+def test_an_instance_that_is_a_namespace_of_a_shared_machine_is_never_halted():
+    """The aws tests' instances are lab hosts on this machine (harness/ec2lab.py): an agent told to `shutdown` there
+    must not halt the machine they share. It finds itself in a named network namespace, and removes that instead."""
+    name = f"fc2-test-own-netns-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        found = subprocess.run(
+            ["ip", "netns", "exec", name, sys.executable, "-c",
+             f"import sys; sys.path.insert(0, {str(AGENT.parent)!r}); import agent; print(agent.own_netns())"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], check=True)
+    assert found == name
+    assert agent.own_netns() is None  # this machine's own network: a real instance would halt
