@@ -699,7 +699,12 @@ def own_like_parent(directory: Path) -> None:
     except FileExistsError:
         return
     parent = directory.parent.stat()
-    os.chown(directory, parent.st_uid, parent.st_gid)
+    # Through a descriptor opened without following a link: the folder cannot be swapped for one in between.
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, parent.st_uid, parent.st_gid)
+    finally:
+        os.close(fd)
 
 
 def ask_for_checkpoint(directory: Path) -> bool:
@@ -709,7 +714,9 @@ def ask_for_checkpoint(directory: Path) -> bool:
     except OSError:
         return False
     try:
-        os.close(os.open(CHECKPOINT_NOW, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=top))
+        # Never through a link, nor blocking on a FIFO the command may have put there.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        os.close(os.open(CHECKPOINT_NOW, flags, 0o666, dir_fd=top))
         return True
     except OSError:
         return False

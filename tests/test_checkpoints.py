@@ -253,6 +253,25 @@ def test_unpacking_refuses_what_the_platform_refuses_and_writes_nothing_outside(
     assert oct(target.stat().st_mode & 0o777) == "0o755"
 
 
+def test_what_the_command_planted_never_leads_the_agent_elsewhere(tmp_path):
+    """The checkpoint directory is the command's: a link or a FIFO where the agent writes is never followed or waited
+    on, and a link where the directory goes is left as it is (the command's code finds no checkpoint directory)."""
+    directory, victim = tmp_path / "ck", tmp_path / "victim"
+    directory.mkdir()
+    victim.write_text("kept")
+    (directory / "CHECKPOINT_NOW").symlink_to(victim)
+    assert not agent.ask_for_checkpoint(directory)
+    (directory / "CHECKPOINT_NOW").unlink()
+    os.mkfifo(directory / "CHECKPOINT_NOW")
+    assert agent.ask_for_checkpoint(directory) is False  # at once, not blocked on the FIFO
+    linked = tmp_path / "work" / "checkpoints"
+    linked.parent.mkdir()
+    linked.symlink_to(victim)
+    agent.own_like_parent(linked)
+    assert linked.is_symlink() and victim.read_text() == "kept"
+    assert not agent.ask_for_checkpoint(linked)
+
+
 def test_the_shipper_ships_each_new_checkpoint_once_to_the_platform(live_server, running_job, tmp_path, settings):
     settings.FC2_CHECKPOINTS_KEPT = 5
     directory = tmp_path / "ck"
