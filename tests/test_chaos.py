@@ -23,10 +23,10 @@ from fc2.models import Job, Node
 from fc2.services import checkpoints, inline, jobs, pipeline, reports, sweep
 from fc2.services.bundles import store_bundle
 from harness.wheels import GOOD, make_wheel
-from provisioner import ClusterInfo, lab
+from provisioner import ClusterInfo, NodeError, lab
 from recommender.catalog import load_catalog
 from tests import test_node_loss as losses
-from tests.conftest import lab_leftovers, nothing_left
+from tests.conftest import lab_leftovers, make_job, nothing_left
 from tests.test_resume import CHECKPOINT_EVERY, CHECKPOINTER, TRAIN_S, chief_step, running
 
 State = Job.State
@@ -72,6 +72,22 @@ def test_restarts_spent_fail_the_job_naming_every_restart_and_its_nodes(job):
         f"worker-1 is lost: its host is gone; restarts made: 2 of 2 (1: worker-1 at {first}; 2: worker-0, worker-1 "
         f"at {second})"
     )
+
+
+@pytest.mark.django_db
+def test_a_node_lost_while_a_restart_is_provisioned_with_none_left_fails_naming_the_restarts(job):
+    """A second loss while the last restart's cluster is made: the job fails as one lost in training does, naming
+    the restarts made — not as a provision that failed for a reason of its own."""
+    job = running(job, max_restarts=1)
+    assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost")
+    job.refresh_from_db()
+    error = NodeError("worker-0", "SSH: connection refused")
+    lost = pipeline._lost_nodes("provision", job, error)
+    assert lost == []  # its launch failed on a node before any was recorded
+    assert not pipeline.node_lost(job, lost, f"provision failed: {error}")
+    job.refresh_from_db()
+    assert job.state == State.FAILED and "; restarts made: 1 of 1 (1: worker-1 at " in job.failure_reason
+    assert pipeline._lost_nodes("provision", running(make_job(job.owner, job.bundle, job.dataset)), error) is None
 
 
 @pytest.mark.django_db

@@ -798,10 +798,11 @@ def run_step(step: str, job_id: int, attempt: int = 1, **kwargs: object) -> bool
 
 
 def _lost_nodes(step: str, job: Job, error: ProvisionError) -> list[str] | None:
-    """The nodes a failed provision or bootstrap lost, when that is why it failed and the job has restarts left (a
-    node lost while its cluster was made or started is replaced like one lost in training): those whose machines do
-    not answer; None otherwise (its code's install failing, no capacity: no restart mends those)."""
-    if step not in ("provision", "bootstrap") or len(job.restarts) >= job.max_restarts:
+    """The nodes a failed provision or bootstrap of a managed job lost, when that is why it failed (a node lost while
+    its cluster was made or started is replaced like one lost in training, and once its restarts are spent fails the
+    job naming them, as one lost in training does): those whose machines do not answer; None otherwise (its code's
+    install failing, no capacity: no restart mends those)."""
+    if step not in ("provision", "bootstrap") or not job.max_restarts:
         return None
     if isinstance(error, CapacityError) or not isinstance(error, NodeError):
         return None
