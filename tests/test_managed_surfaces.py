@@ -57,11 +57,12 @@ def resumed(alice) -> Job:
     return job
 
 
-def checkpoint(job: Job, number: int, seconds: float) -> Artifact:
+def checkpoint(job: Job, number: int, seconds: float, content: bytes = b"tgz") -> Artifact:
+    """The job's checkpoint artifact `number`, as the checkpoint service keeps one, shipped `seconds` after T0."""
     name = f"checkpoints/{number:06d}.tar.gz"
-    artifact = Artifact(job=job, name=name, original_name=f"ckpt-{number}", size_bytes=3, created_at=T0)
+    artifact = Artifact(job=job, name=name, original_name=f"ckpt-{number}", size_bytes=len(content))
     artifact.created_at = T0 + dt.timedelta(seconds=seconds)
-    artifact.file.save(name.rsplit("/", 1)[-1], ContentFile(b"tgz"), save=True)
+    artifact.file.save(name.rsplit("/", 1)[-1], ContentFile(content), save=True)
     return artifact
 
 
