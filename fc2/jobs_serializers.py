@@ -20,7 +20,7 @@ from fc2.api import UploadedFile
 from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH
 from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
 from fc2.query import MAX_ID  # a larger id names nothing (and must not reach the database)
-from fc2.services import jobs, pricing, search, workers
+from fc2.services import jobs, managed, pricing, search, workers
 from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
 
 # --- what the API answers with ---------------------------------------------------------------------------------------
@@ -233,6 +233,10 @@ class RestartOutput(serializers.Serializer):
     lost_dollars = serializers.FloatField(help_text="$ of the cluster over those seconds")
     checkpoint = serializers.CharField(allow_blank=True, help_text="The checkpoint resumed from; empty: the start")
     resumed_at = serializers.DateTimeField(allow_null=True, help_text="When its nodes were started again")
+
+    def to_representation(self, instance: object) -> dict:
+        # Read as the job page reads it (fc2/services/managed.py): a value of the wrong kind is null, never a 500.
+        return super().to_representation(managed.restart_fields(instance))
 
 
 class TrialOutput(serializers.Serializer):

@@ -142,6 +142,13 @@ def test_hostile_restarts_render_safely(client, alice, hostile):
     assert "<script>alert(1)" not in html and "<img src=x" not in html
     if "<script>" in str(hostile):
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "checkpoint ../../x" in html
+    answer = client.get(f"/api/jobs/{job.pk}")  # and the API, which `fc2 status` reads: a null where unreadable
+    assert answer.status_code == 200
+    restarts = answer.json()["restarts"]
+    assert all(set(r) == set(RESTART) - {"state"} for r in restarts)
+    assert display.restarts_line(answer.json()).startswith("  restarts  ")
+    if isinstance(hostile, list) and isinstance(hostile[0], dict) and "lost_steps" in hostile[0]:
+        assert restarts[0]["lost_steps"] is None and restarts[0]["lost_s"] is None and restarts[0]["at"] is None
 
 
 def test_a_naive_or_unreadable_moment_is_unknown_not_a_failure():

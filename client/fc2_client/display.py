@@ -245,7 +245,8 @@ def _last_restart(last: dict) -> str:
     said = f"last: {nodes or 'a node'} lost at {str(last.get('at') or '?')[:19].replace('T', ' ')}"
     if last.get("reason"):
         said += f" ({last['reason']})"
-    lost = [f"{last['lost_steps']} steps"] if isinstance(last.get("lost_steps"), int) else []
+    steps = last.get("lost_steps")
+    lost = [f"{steps} steps"] if isinstance(steps, int) and not isinstance(steps, bool) else []
     if isinstance(last.get("lost_s"), (int, float)):
         lost.append(f"{last['lost_s']:.0f} s")
     if isinstance(last.get("lost_dollars"), (int, float)):

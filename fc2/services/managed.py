@@ -88,6 +88,14 @@ def of_job(job: Job) -> Managed | None:
     )
 
 
+def restart_fields(entry: object) -> dict:
+    """One `Job.restarts` entry as the jobs API gives it (its RestartOutput), each field None (or empty) where the
+    entry's is not of its kind."""
+    row = _restart(0, entry if isinstance(entry, dict) else {}, {})
+    fields = ("at", "reason", "lost_steps", "lost_s", "lost_dollars", "checkpoint", "resumed_at")
+    return {"nodes": list(row.nodes), **{name: getattr(row, name) for name in fields}}
+
+
 def _restart(number: int, entry: dict, by_name: dict[str, Artifact]) -> Restart:
     nodes = entry.get("nodes")
     checkpoint = entry.get("checkpoint")
