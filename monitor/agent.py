@@ -57,6 +57,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
@@ -67,6 +68,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 try:
     import psutil
@@ -155,17 +157,19 @@ class Reporter:
         print(f"fc2-agent: report not delivered ({attempt} tries): {detail}", file=sys.stderr, flush=True)
         return False
 
-    def ship(self, archive: bytes, checkpoint: str) -> str | None:
-        """POST one checkpoint archive (once: the next checkpoint supersedes it); None when it was taken, else why
-        not."""
+    def ship(self, archive: IO[bytes], size: int, checkpoint: str) -> str | None:
+        """POST one checkpoint archive of `size` bytes, streamed from its file (once: the next checkpoint supersedes
+        it); None when it was taken, else why not."""
         if self.closed:
             return "the job has ended"
+        archive.seek(0)
         request = urllib.request.Request(
             f"{self.base}/checkpoint",
             data=archive,
             method="POST",
             headers={
                 "Content-Type": "application/gzip",
+                "Content-Length": str(size),  # else urllib would send it chunked, which a WSGI server reads as empty
                 "Authorization": f"Bearer {self.token}",
                 "X-FC2-Node": self.node,
                 "X-FC2-Checkpoint": checkpoint,
@@ -726,54 +730,68 @@ def ask_for_checkpoint(directory: Path) -> bool:
 
 class Checkpoint:
     """The newest complete checkpoint in a checkpoint directory, as shipped: its name (TensorFlow's, e.g. `ckpt-88`)
-    and its files, read without following links (the command that wrote them may be hostile)."""
+    and its files packed (tar.gz) into a temporary file as they are read — one at a time, never whole in memory, and
+    without following links (the command that wrote them may be hostile) — with an index of this checkpoint alone."""
 
-    def __init__(self, name: str, files: dict[str, bytes], over: str = ""):
-        self.name, self.files = name, files
-        self.over = over  # why it is not shipped (over the size limit); its files are then not read
+    def __init__(self, name: str, archive: IO[bytes] | None = None, over: str = ""):
+        self.name, self.archive = name, archive
+        self.over = over  # why it is not shipped (over the size limit); then nothing is packed
+
+    @property
+    def size(self) -> int:
+        return self.archive.seek(0, os.SEEK_END) if self.archive else 0
+
+    def close(self) -> None:
+        if self.archive:
+            self.archive.close()
 
     @classmethod
-    def read(cls, directory: Path, max_bytes: int) -> Checkpoint | None:
-        """The checkpoint the index names, with its files (or, over `max_bytes`, why not); None while there is none,
-        or while it changes (read again later)."""
+    def read(cls, directory: Path, max_bytes: int, known: str = "") -> Checkpoint | None:
+        """The checkpoint the index names, packed (or, over `max_bytes`, why not); None while there is none, while it
+        changes (read again later), and when it is the one named `known` (its files are not read again)."""
         try:
             top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             return None
+        # Closed here unless it is handed over with the checkpoint (Checkpoint.close).
+        packed_file: IO[bytes] | None = tempfile.TemporaryFile()  # noqa: SIM115
         try:
             index = _read_index(top)
             match = CHECKPOINT_PATH.search(index or "")
-            if match is None:
+            if match is None or match.group(1) == known:
                 return None
-            name = match.group(1)
-            files: dict[str, bytes] = {}
-            room = max_bytes
-            for path, fd, mode in _entries(top, "", lambda *left: None):
-                if not stat.S_ISREG(mode) or not path.startswith(f"{name}."):
-                    continue
-                data = _read(fd, room)
-                if data is None:
-                    return cls(name, {}, over=f"over the {max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
-                room -= len(data)
-                files[path] = data
-            if f"{name}.index" not in files or _read_index(top) != index:
-                return None  # written meanwhile: the next look finds it whole
-        except OSError:
+            name, room, members = match.group(1), max_bytes, []
+            # Level 1: weights hardly compress, and the packing must not take the training's CPU.
+            with tarfile.open(fileobj=packed_file, mode="w:gz", compresslevel=1) as packed:
+                for path, fd, mode in _entries(top, "", lambda *left: None):
+                    if not stat.S_ISREG(mode) or not path.startswith(f"{name}."):
+                        continue
+                    size = os.fstat(fd).st_size
+                    if size > room:
+                        return cls(name, over=f"over the {max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
+                    room -= size
+                    with os.fdopen(os.dup(fd), "rb") as source:
+                        packed.addfile(_member(path, size), source)  # exactly `size` bytes, or an OSError
+                    members.append(path)
+                if f"{name}.index" not in members or _read_index(top) != index:
+                    return None  # written meanwhile: the next look finds it whole
+                # What TensorFlow's latest_checkpoint reads: this checkpoint alone, by a relative path.
+                own = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'.encode()
+                packed.addfile(_member(CHECKPOINT_INDEX, len(own)), io.BytesIO(own))
+            found, packed_file = cls(name, packed_file), None
+            return found
+        except (OSError, tarfile.TarError):
             return None
         finally:
             os.close(top)
-        # An index of this checkpoint alone, with a relative path: what TensorFlow's latest_checkpoint reads.
-        files[CHECKPOINT_INDEX] = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'.encode()
-        return cls(name, files)
+            if packed_file is not None:
+                packed_file.close()
 
-    def archive(self) -> bytes:
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-            for path, data in sorted(self.files.items()):
-                member = tarfile.TarInfo(path)
-                member.size, member.mode, member.mtime = len(data), 0o644, int(time.time())
-                archive.addfile(member, io.BytesIO(data))
-        return buffer.getvalue()
+
+def _member(path: str, size: int) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(path)
+    member.size, member.mode, member.mtime = size, 0o644, int(time.time())
+    return member
 
 
 def _read_index(dir_fd: int) -> str | None:
@@ -817,21 +835,22 @@ class Shipper:
             self._look()
 
     def _look(self) -> None:
-        found = Checkpoint.read(self.directory, self.max_bytes)
-        if found is None or found.name == self.last:
+        found = Checkpoint.read(self.directory, self.max_bytes, known=self.last)
+        if found is None:
             return
         name = self.last = found.name
-        if found.over:
-            self.skip(name, found.over)
-            return
-        archive = found.archive()
-        if len(archive) > self.max_bytes:
-            self.skip(name, f"packed, over the {self.max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
-            return
-        if (why := self.reporter.ship(archive, name)) is not None:
-            self.skip(name, why)
-        else:
-            print(f"fc2-agent: checkpoint {name} shipped ({len(archive)} bytes)", file=sys.stderr, flush=True)
+        try:
+            if found.over or found.archive is None:
+                self.skip(name, found.over)
+                return
+            if (size := found.size) > self.max_bytes:
+                self.skip(name, f"packed, over the {self.max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
+            elif (why := self.reporter.ship(found.archive, size, name)) is not None:
+                self.skip(name, why)
+            else:
+                print(f"fc2-agent: checkpoint {name} shipped ({size} bytes)", file=sys.stderr, flush=True)
+        finally:
+            found.close()
 
     def skip(self, name: str, reason: str) -> None:
         print(f"fc2-agent: checkpoint {name} not shipped: {reason}", file=sys.stderr, flush=True)

@@ -215,11 +215,15 @@ def test_the_agent_packs_the_checkpoint_the_index_names_and_nothing_else(tmp_pat
     (directory / "secret").symlink_to("/etc/shadow")
     (directory / "ckpt-2.evil").symlink_to("/etc/shadow")
     found = Checkpoint.read(directory, 2**20)
-    assert found is not None and found.name == "ckpt-2"
-    assert sorted(found.files) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
-    assert found.files["checkpoint"] == b'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'
-    with tarfile.open(fileobj=io.BytesIO(found.archive()), mode="r:gz") as archive:
-        assert sorted(archive.getnames()) == sorted(found.files)
+    assert found is not None and found.name == "ckpt-2" and found.archive is not None
+    found.archive.seek(0)
+    with tarfile.open(fileobj=found.archive, mode="r:gz") as archive:
+        assert sorted(archive.getnames()) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+        index = archive.extractfile("checkpoint")
+        assert index is not None
+        assert index.read() == b'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'
+    found.close()
+    assert Checkpoint.read(directory, 2**20, known="ckpt-2") is None  # shipped already: not read again
 
 
 def test_a_checkpoint_not_whole_yet_waits_and_one_over_the_limit_says_why(tmp_path):
