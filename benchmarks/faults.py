@@ -7,8 +7,10 @@ its nodes, cancel, a PS job's end, the web server down), tests/test_node_loss.py
 link lost mid-training; an EC2 instance terminated behind the platform's back, on moto with lab hosts),
 tests/test_outages.py (PostgreSQL and Redis of the test's own restarted under a running job; the 503s in process),
 tests/test_local_faults.py (a local launch SIGKILLed half-way and sent again, a node's disk gone, the worker killed
-with its whole cgroup under a running job), tests/test_local_admission.py (the machine full of local clusters) and
-the hostile bundle of tests/test_hostile_reports.py (NaN, huge integers and NUL in what a job writes, local and lab).
+with its whole cgroup under a running job), tests/test_local_admission.py (the machine full of local clusters), the
+hostile bundle of tests/test_hostile_reports.py (NaN, huge integers and NUL in what a job writes, local and lab), and
+managed jobs' lost nodes (tests/test_resume.py, tests/test_chaos.py: resumed from their checkpoint, or failed naming
+their restarts).
 This runs them in one pytest session in a scratch FC2_VAR_DIR and pytest --basetemp (nothing of the developer's var/
 is touched), reads what each printed (`FIGURE …` lines) and how it ended (a test marked xfail is a known bug, its
 reason says whose), then looks on the machine for anything of the run left: namespaces, veths, bridges, iptables
@@ -41,6 +43,8 @@ SUITES = [
     "tests/test_local_faults.py",
     "tests/test_local_admission.py",
     "tests/test_hostile_reports.py::test_a_hostile_bundle_succeeds_showably_and_leaves_nothing",
+    "tests/test_resume.py",
+    "tests/test_chaos.py",
 ]
 # test function -> (the fault, the step it hits when the test id does not say)
 FAULTS = {
@@ -80,6 +84,13 @@ FAULTS = {
     "test_the_node_report_endpoint_answers_503_for_the_agent_to_retry": ("DB error on a node report", "request"),
     "test_a_broker_error_sending_a_task_is_a_503": ("broker error in a request", "request"),
     "test_any_other_error_stays_a_500": ("any other error (a 500)", "request"),
+    "test_a_lab_worker_lost_mid_training_resumes_from_the_checkpoint_and_succeeds": ("managed, lab node:", "running"),
+    "test_a_spot_instance_taken_back_mid_run_is_relaunched_and_the_job_resumes": ("managed job, spot taken", "running"),
+    "test_a_node_lost_while_bootstrapping_is_replaced_and_a_cancel_during_the_restart_leaves_nothing": (
+        "managed job, host gone, then cancel",
+        "bootstrapping",
+    ),
+    "test_a_peer_failing_because_a_lab_node_is_gone_resumes_the_job": ("managed, peer fails, host gone", "running"),
 }
 
 
