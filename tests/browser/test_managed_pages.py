@@ -1,17 +1,21 @@
-"""A managed job's page in real Chromium: its Restarts section live while a restart is under way and once its nodes
-run again — each restart's nodes, reason, work lost and checkpoint, the spot choice, the checkpoints to download.
+"""A managed job in real Chromium: its page's Restarts section live while a restart is under way and once its nodes
+run again — each restart's nodes, reason, work lost and checkpoint, the spot choice, the checkpoints to download —
+and the wizard's expected spot saving on AWS (moto).
 Saved with the run's test-artifacts/screenshots/; with FC2_DOCS_SCREENSHOTS=1 also as docs/screenshots/managed-job.png
 (looked at by people before it is committed)."""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import pytest
 from playwright.sync_api import expect
 
 from fc2.models import Job, Node
-from tests.browser.conftest import log_in
+from harness.ec2lab import REGION
+from recommender.catalog import load_catalog
+from tests.browser.conftest import log_in, redrawn, to_resource_step
 from tests.browser.test_explore_pages import docs_screenshot
 from tests.helpers import job_row
 from tests.test_managed_surfaces import RESTART, T0, checkpoint
@@ -63,3 +67,29 @@ def test_the_job_page_shows_a_restart_live_and_its_checkpoints(page, shot, alice
     page.set_viewport_size({"width": 1280, "height": 1000})
     restarts.screenshot(path=str(docs_screenshot("managed-job.png")))
     shot("resumed")
+
+
+def test_the_wizard_shows_spots_expected_saving_on_aws(page, shot, alice, example_wheel, aws_env):
+    """Spot ticked on AWS: the cluster panel gives its expected spot price beside on-demand, from moto's spot price
+    history; unticked, it is gone."""
+    load_catalog("fc2-2018")
+    log_in(page, "alice", "alice-password-1")
+    to_resource_step(page, example_wheel, {"epochs": "2"})
+    with redrawn(page):
+        page.get_by_label("AWS EC2").check()
+    page.get_by_label("AWS region").select_option(REGION)
+    page.get_by_label("All-Reduce").check()
+    page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
+    with page.expect_response(re.compile(r"/jobs/new/recommendation")):
+        page.get_by_label("Worker type", exact=True).select_option("c4.xlarge")
+    expect(page.locator("#plan-cost")).to_be_visible()
+    expect(page.locator("#plan-spot")).to_have_count(0)
+    with page.expect_response(re.compile(r"/jobs/new/recommendation")):
+        page.get_by_label("Spot instances (AWS)").check()
+    spot = page.locator("#plan-spot")
+    expect(spot).to_contain_text("on-demand: expected saving")
+    expect(spot).to_contain_text(re.compile(rf"c4\.xlarge .+/h in {REGION}[a-z]: the region.s latest spot prices"))
+    shot("spot")
+    with page.expect_response(re.compile(r"/jobs/new/recommendation")):
+        page.get_by_label("Spot instances (AWS)").uncheck()
+    expect(page.locator("#plan-spot")).to_have_count(0)
