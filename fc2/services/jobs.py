@@ -76,7 +76,7 @@ def validate(request: JobRequest) -> None:
     if request.budget is not None and request.algorithm == "manual":
         raise SubmitError(BUDGET_WITHOUT_ALGORITHM, "budget")
     if request.total_budget is not None:
-        check_budget_amount(request.total_budget)
+        check_amount(request.total_budget, "total_budget", "a job's total budget")
     check_search(request)
     check_managed(request)
     try:
@@ -161,12 +161,7 @@ def check_managed(request: JobRequest) -> None:
     if (price := request.spot_max_price) is not None:
         if not request.spot:
             raise SubmitError("spot_max_price is the most a spot instance may cost: it needs spot", "spot_max_price")
-        if not price.is_finite() or price <= 0:
-            raise SubmitError(f"a spot price is an amount of $/h above $0 (not {price})", "spot_max_price")
-        try:
-            Job._meta.get_field("spot_max_price").run_validators(price)
-        except ValidationError as exc:
-            raise SubmitError(f"a spot price of ${price}/h: {' '.join(exc.messages)}", "spot_max_price") from exc
+        check_amount(price, "spot_max_price", "a spot price", "/h")
 
 
 # Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
@@ -223,14 +218,15 @@ def check_instance_types(request: JobRequest) -> None:
             )
 
 
-def check_budget_amount(total_budget: Decimal) -> None:
-    """A whole-job budget is an amount of dollars above $0 that its column holds."""
-    if not total_budget.is_finite() or total_budget <= 0:
-        raise SubmitError(f"a job's total budget must be more than $0 (not {total_budget})", "total_budget")
+def check_amount(amount: Decimal, field: str, what: str, per: str = "") -> None:
+    """`amount`, of Job's column `field` ("a job's total budget" in words, in $ or $`per`), is above $0 and fits that
+    column; else a SubmitError on the field saying why."""
+    if not amount.is_finite() or amount <= 0:
+        raise SubmitError(f"{what} must be more than $0{per} (not {amount})", field)
     try:
-        Job._meta.get_field("total_budget").run_validators(total_budget)
+        Job._meta.get_field(field).run_validators(amount)
     except ValidationError as exc:
-        raise SubmitError(f"a job's total budget of ${total_budget}: {' '.join(exc.messages)}", "total_budget") from exc
+        raise SubmitError(f"{what} of ${amount}{per}: {' '.join(exc.messages)}", field) from exc
 
 
 def check_budget(request: JobRequest, plan: Plan) -> None:
