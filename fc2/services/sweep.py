@@ -255,7 +255,9 @@ def check_running(job: Job) -> None:
     # is a managed job's failed node, once its cluster has been looked at for a lost node (pipeline.node_failed).
     for node in job.nodes.filter(status__in=Node.FINISHED).order_by("last_report_at", "pk"):
         if reports.move_on(job, node, looked=True):
-            job.log(f"{node.name} had {node.status} while the job was still running: moved on by the sweep")
+            job.refresh_from_db()
+            if pipeline.restarting(job) is None:  # (a restart says why on a line of its own)
+                job.log(f"{node.name} had {node.status} while the job was still running: moved on by the sweep")
             return
     crossed = _limit_crossed(job)
     # The agents' reports are the heartbeat (every few seconds while the command runs): only a node silent for
