@@ -111,6 +111,11 @@ def test_the_restarts_section_is_live_with_the_rest_of_the_page(client, resumed)
     live = client.get(reverse("job-live", args=[resumed.pk])).content.decode()
     assert 'id="restarts-status" role="status">restart 2 under way' in live
     assert 'data-restart="2"' in live and '<span class="badge running">under way</span>' in live
+    # Cancelled during it: it never ran again.
+    Job.objects.filter(pk=resumed.pk).update(state=Job.State.CANCELLED)
+    ended = client.get(resumed.get_absolute_url()).content.decode()
+    assert 'role="status">2 of 3 made' in ended and "under way" not in ended.split('id="restarts"')[1]
+    assert '<span class="muted">never</span>' in ended
 
 
 @pytest.mark.django_db
