@@ -173,6 +173,7 @@ def test_the_status_line_says_the_restarts_and_the_last_interruption():
     assert "restarts  1 of 3" in display.job_report(job)
     under_way = {**job, "restarts": [{**RESTART, "resumed_at": None, "checkpoint": ""}]}
     assert display.restarts_line(under_way).endswith("restart under way")
+    assert display.restarts_line({**under_way, "state": "cancelled"}).endswith("lost, never resumed")
     assert display.restarts_line({"id": 7, "state": "running", "max_restarts": 2, "restarts": []}) == (
         "  restarts  0 of 2"
     )

@@ -232,15 +232,16 @@ def restarts_line(job: dict) -> str | None:
         return None
     parts = [f"{len(made)} of {allowed}"]
     if made:
-        parts.append(_last_restart(made[-1]))
+        parts.append(_last_restart(made[-1], ended=job.get("state") in ENDED))
     if job.get("spot"):
         price = f" at most {usd(job['spot_max_price'])}/h" if job.get("spot_max_price") is not None else ""
         parts.append(f"spot{price}, without capacity: {job.get('spot_fallback') or 'on-demand'}")
     return f"  restarts  {' · '.join(parts)}"
 
 
-def _last_restart(last: dict) -> str:
-    """A restart in words: the nodes lost, when and why, the work lost and where it resumed from."""
+def _last_restart(last: dict, ended: bool) -> str:
+    """A restart in words: the nodes lost, when and why, the work lost and where it resumed from (`ended`: the job
+    has ended, so one not resumed never will be)."""
     nodes = ", ".join(map(str, last["nodes"])) if isinstance(last.get("nodes"), list) else ""
     said = f"last: {nodes or 'a node'} lost at {str(last.get('at') or '?')[:19].replace('T', ' ')}"
     if last.get("reason"):
@@ -254,7 +255,7 @@ def _last_restart(last: dict) -> str:
     if lost:
         said += f", {', '.join(lost)} lost"
     if not last.get("resumed_at"):
-        return f"{said}, restart under way"
+        return f"{said}, {'never resumed' if ended else 'restart under way'}"
     checkpoint = last.get("checkpoint")
     return f"{said}, resumed from {f'checkpoint {checkpoint}' if checkpoint else 'the start'}"
 
