@@ -124,8 +124,10 @@ def test_a_plain_job_has_no_restarts_section_and_one_that_ran_out_says_so(client
     assert 'id="restarts"' not in page(client, plain)
     spent = job_row(alice, state=Job.State.FAILED, max_restarts=1, restarts=[{**RESTART, "checkpoint": ""}])
     html = page(client, spent)
-    assert "none left: a node lost now fails the job" in html and "on-demand instances" in html
+    assert "none left: a node lost now fails the job" in html and 'id="restarts-spot"' not in html  # not aws
     assert "the start <span" in html and 'id="checkpoints-none"' in html
+    Job.objects.filter(pk=spent.pk).update(provider="aws")
+    assert "on-demand instances" in page(client, spent).split('id="restarts-spot">')[1].split("</dd>")[0]
 
 
 @pytest.mark.django_db
