@@ -57,6 +57,19 @@ def test_a_failed_nodes_report_waits_for_its_cluster_to_be_looked_at_only_with_r
 
 
 @pytest.mark.django_db
+def test_a_node_failing_once_its_chief_has_succeeded_fails_nothing(job):
+    """Collecting: the chief's results are stored, so a worker that fails after it (its peer gone) leaves the job to
+    succeed."""
+    job = running(job)
+    Job.objects.filter(pk=job.pk).update(state=State.COLLECTING)
+    job.refresh_from_db()
+    assert not reports.move_on(job, failed(job, "worker-1"))
+    assert job.events.filter(message__startswith="worker-1 failed with exit code 1 after the chief succeeded").exists()
+    assert pipeline.collect(job.pk)
+    assert Job.objects.get(pk=job.pk).state == State.SUCCEEDED
+
+
+@pytest.mark.django_db
 def test_restarts_spent_fail_the_job_naming_every_restart_and_its_nodes(job):
     job = running(job, max_restarts=2)
     assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost")

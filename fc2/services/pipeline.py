@@ -506,10 +506,15 @@ def node_failed(job: Job, reason: str, *, looked: bool = False) -> bool:
     peer gone a mirrored worker's all-reduce), often before the loss is seen, and the failure its peer reports is
     then the loss's, not the code's. So a job with restarts left has its nodes' machines looked at first — by its
     driver (`looked`: the sweep or the inline runner, check_running), not in the report's transaction, which an SSH
-    connection's timeout would hold: until then it stays running, said once on its timeline. Whether it moved on."""
+    connection's timeout would hold: until then it stays running, said once on its timeline. A node failing once
+    its chief has succeeded (collecting: a mirrored worker that outlived it, its peer gone) fails nothing: the job's
+    results are stored, it can only succeed. Whether it moved on."""
+    what = reason.partition(LOG_INTRO)[0]
+    if job.state == State.COLLECTING:
+        job.log(f"{what} after the chief succeeded: the job's results are kept")
+        return False
     if not may_restart(job):
         return fail(job, reason)
-    what = reason.partition(LOG_INTRO)[0]
     if not looked:
         job.log(f"{what}: its cluster is looked at for a lost node first (restarts left)")
         return False
