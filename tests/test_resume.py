@@ -62,7 +62,7 @@ def test_a_lost_node_with_a_restart_left_records_the_work_lost_since_the_checkpo
     progress(job, 40, seconds_ago=60)
     progress(job, 70, seconds_ago=31)  # the step the checkpoint was taken at
     progress(job, 90, seconds_ago=2, epoch=1)
-    progress(job, 5, seconds_ago=1, epoch=2)  # 100 steps an epoch: global step 105
+    progress(job, 105, seconds_ago=1, epoch=2)  # steps count the whole run, across epochs (100 steps an epoch)
 
     assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost: its host is gone")
 

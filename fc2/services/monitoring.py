@@ -136,15 +136,12 @@ def compact_ended_jobs(days: int | None = None, dry_run: bool = False) -> retent
 
 
 def steps_since(job: Job, chiefs: Iterable[str], began: datetime | None, since: datetime) -> int | None:
-    """The chief's steps (across epochs, named in `chiefs`) from `since` to its latest progress line — the work a
-    managed job's restart lost (pipeline.node_lost); None when it printed none since training `began`."""
+    """The chief's steps (named in `chiefs`) from `since` to its latest progress line — the work a managed job's
+    restart lost (pipeline.node_lost); None when it printed none since training `began`. A progress line's `step`
+    counts the whole run (examples/README.md: `steps` is epochs × steps per epoch), so the steps are a difference."""
     points = LossPoint.objects.filter(node__job=job, node__name__in=list(chiefs), at__gte=began or since)
-
-    def step(point: LossPoint) -> int:
-        return (point.epoch - 1) * job.steps + point.step if point.epoch and job.steps else point.step
-
     latest = points.order_by("-at", "-pk").first()
     if latest is None:
         return None
     base = points.filter(at__lte=since).order_by("-at", "-pk").first() or points.order_by("at", "pk").first()
-    return max(0, step(latest) - step(base)) if base else None
+    return max(0, latest.step - base.step) if base else None
