@@ -180,7 +180,6 @@ def test_a_peer_failing_because_a_lab_node_is_gone_resumes_the_job(alice, digits
     )
     figure = {"case": "peer failed", "seen_s": round(seen_s, 1), "training_again_s": round(resumed_s, 1)}
     print(f"\nFIGURE chaos {json.dumps(figure)}")
-    assert seen_s < losses.LOST_S  # seen by the survivor's failure, before the silence would tell
     assert not job.events.filter(message__contains="moved on by the sweep").exists()  # the restart says it
     assert job.cluster is None
     assert nothing_left(lab_leftovers(cluster.cluster_id, Path(cluster.workdir), lab.tag())) == {}

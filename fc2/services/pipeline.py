@@ -79,6 +79,7 @@ ACTIVE = Job.ACTIVE
 # Not `collecting`: the chief has succeeded and its results are stored, so the job can only succeed now.
 CANCELLABLE = tuple(s for s in ACTIVE if s != State.COLLECTING)
 LOG_TAIL_CHARS = 4000
+FAILED_LOOK_S = 3.0  # how long a managed job's node that failed waits for its peers' machines to answer (node_failed)
 
 
 def _job(job_id: int) -> Job:
@@ -519,7 +520,8 @@ def node_failed(job: Job, reason: str, *, looked: bool = False) -> bool:
         job.log(f"{what}: its cluster is looked at for a lost node first (restarts left)")
         return False
     cluster = cluster_info(job)
-    silent = [name for name, up in provisioner.answering(cluster).items() if not up] if cluster else []
+    # Briefly: a node not answering that quickly only turns what would be a failure into a restart
+    silent = [name for name, up in provisioner.answering(cluster, FAILED_LOOK_S).items() if not up] if cluster else []
     if not silent:
         return fail(job, reason)
     machines = "its machine does" if len(silent) == 1 else "their machines do"
