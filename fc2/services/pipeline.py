@@ -79,7 +79,7 @@ ACTIVE = Job.ACTIVE
 # Not `collecting`: the chief has succeeded and its results are stored, so the job can only succeed now.
 CANCELLABLE = tuple(s for s in ACTIVE if s != State.COLLECTING)
 LOG_TAIL_CHARS = 4000
-FAILED_LOOK_S = 3.0  # how long a managed job's node that failed waits for its peers' machines to answer (node_failed)
+FAILED_LOOK_S = 3.0  # how long the machines of a failed node's peers are given to answer (node_failed)
 
 
 def _job(job_id: int) -> Job:
