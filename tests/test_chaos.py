@@ -20,7 +20,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node
-from fc2.services import checkpoints, inline, jobs, pipeline, reports, sweep
+from fc2.services import artifacts, checkpoints, inline, jobs, pipeline, reports, sweep
 from fc2.services.bundles import store_bundle
 from harness.wheels import GOOD, make_wheel
 from provisioner import ClusterInfo, NodeError, lab
@@ -127,6 +127,28 @@ def test_a_restarts_bootstrap_whose_worker_was_lost_is_made_again_not_failed(job
     sweep.reconcile(Job.objects.get(pk=job.pk), pipeline.Lease.take(job.pk, expired))
     job.refresh_from_db()
     assert job.state == State.FAILED and job.failure_reason == "the worker running bootstrap was lost"
+
+
+@pytest.mark.django_db
+def test_a_spot_interruption_notice_restarts_the_job_once_its_checkpoint_is_shipped(job):
+    """The notice (its line on the timeline, as ingestion writes it) has the chief checkpoint at once; once that
+    checkpoint is shipped the job restarts from it, before the machine is taken back and seen lost."""
+    job = running(job, max_restarts=1)
+    cluster = ClusterInfo(job.cluster_name or "fc2-test", "lab", "mirrored", nodes=())
+    Job.objects.filter(pk=job.pk).update(cluster=cluster.to_dict())
+    job.nodes.update(last_report_at=timezone.now())  # every node reporting: none is looked at on its machine
+    job.log(checkpoints.interruption_line("worker-1", "terminate", "2026-11-29T04:22:00Z"))
+    job.log("worker-0: checkpoint x: interruption notice (terminate) not shipped")  # a name its code chose: no notice
+    sweep.check_running(Job.objects.get(pk=job.pk))
+    assert Job.objects.get(pk=job.pk).state == State.RUNNING  # the checkpoint it asked for is not shipped yet
+
+    artifacts.store_artifact(job, "checkpoints/000001.tar.gz", b"archive")
+    sweep.check_running(Job.objects.get(pk=job.pk))
+    job.refresh_from_db()
+    assert job.state == State.PROVISIONING
+    (restart,) = job.restarts
+    assert restart["nodes"] == ["worker-1"] and restart["checkpoint"] == "000001.tar.gz"
+    assert restart["reason"].startswith("worker-1 got a spot interruption notice: its cluster made again before")
 
 
 # --- on the lab, for real ------------------------------------------------------------------------------------------

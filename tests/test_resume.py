@@ -121,7 +121,7 @@ def test_a_resume_keeps_the_runs_start_so_its_time_limit_and_cost_count_from_the
     assert job.transition(State.BOOTSTRAPPING, State.RUNNING, "again", restarts=[restart], started_at=started)
     job.refresh_from_db()
     assert job.started_at == started and pipeline.restarting(job) is None
-    assert pipeline._training_began(job) > started  # the next loss counts its lost work from the resume
+    assert pipeline.training_began(job) > started  # the next loss counts its lost work from the resume
 
 
 # --- on the lab and on aws, for real ----------------------------------------------------------------------------

@@ -569,7 +569,7 @@ def _interruption(job: Job, nodes: Sequence[str], reason: str) -> dict:
     cluster's cost. The cost itself goes on being billed: the job's cost and its whole-job budget include it."""
     now = timezone.now()
     checkpoint = checkpoints.latest(job)
-    began = _training_began(job)
+    began = training_began(job)
     since = max(began, checkpoint.created_at) if began and checkpoint else began
     lost_s = max(0.0, (now - since).total_seconds()) if since else 0.0
     return {
@@ -585,7 +585,7 @@ def _interruption(job: Job, nodes: Sequence[str], reason: str) -> dict:
     }
 
 
-def _training_began(job: Job) -> datetime | None:
+def training_began(job: Job) -> datetime | None:
     """When its nodes last started training: at its last resume, else when it began running; None before."""
     if job.state != State.RUNNING:
         return None

@@ -79,7 +79,7 @@ from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, Node, ReapedCluster
-from fc2.services import limits, monitoring, pipeline, pricing, profiling, reports, submissions
+from fc2.services import checkpoints, limits, monitoring, pipeline, pricing, profiling, reports, submissions
 from fc2.services.pipeline import Lease
 from provisioner import ClusterInfo
 
@@ -260,6 +260,11 @@ def check_running(job: Job) -> None:
                 job.log(f"{node.name} had {node.status} while the job was still running: moved on by the sweep")
             return
     crossed = _limit_crossed(job)
+    if not crossed and (noticed := _interrupted(job)) is not None:
+        pipeline.node_lost(
+            job, [noticed], f"{noticed} got a spot interruption notice: its cluster made again before it is taken back"
+        )
+        return
     # The agents' reports are the heartbeat (every few seconds while the command runs): only a node silent for
     # FC2_NODE_SILENCE_S — or every node of a job past a limit — is looked at on its machine, which over SSH costs a
     # connection.
@@ -308,6 +313,27 @@ def check_running(job: Job) -> None:
                 f"{settings.FC2_NODE_LOST_S} s): it cannot reach the platform, or it hangs",
             )
             return
+
+
+def _interrupted(job: Job) -> str | None:
+    """The node of a managed job with restarts left that got a spot interruption notice since its training last
+    began (its line on the timeline, checkpoints.INTERRUPTION), once the checkpoint the notice asked its chief for has
+    been shipped — or, none shipped, FC2_NODE_UNREACHABLE_S after the notice; None otherwise. Its machine is taken
+    back within two minutes of the notice: restarting now, from that checkpoint, loses almost nothing, where waiting
+    for the loss would stall the job until it is seen."""
+    if not pipeline.may_restart(job) or (began := pipeline.training_began(job)) is None:
+        return None
+    # Each node's notice line begins with its name (what a node writes elsewhere on a line is not a notice)
+    said = {name: f"{name}: {checkpoints.INTERRUPTION} (" for name in job.nodes.values_list("name", flat=True)}
+    lines = Q()
+    for start in said.values():
+        lines |= Q(message__startswith=start)
+    if not said or (notice := job.events.filter(lines, at__gt=began).order_by("-at", "-pk").first()) is None:
+        return None
+    shipped = (latest := checkpoints.latest(job)) is not None and latest.created_at > notice.at
+    if not shipped and (timezone.now() - notice.at).total_seconds() < settings.FC2_NODE_UNREACHABLE_S:
+        return None
+    return next(name for name, start in said.items() if notice.message.startswith(start))
 
 
 def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str]:
