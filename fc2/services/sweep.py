@@ -37,7 +37,8 @@ sent like any other job's; its nodes, whose reports went to that process, are le
 Running jobs (check_running; run_inline calls it too): a node recorded with a final status that the job has not moved on
 from (a report applied before reports were applied in one transaction) moves it on at once — and so does a managed
 job's failed node, which its report left for this look: if another node's machine does not answer, the loss made it
-fail and the job restarts (pipeline.node_failed). A node without a final
+fail and the job restarts (pipeline.node_failed); and so does a node's spot interruption notice, once the checkpoint
+it asked the chief for is shipped (`_interrupted`). A node without a final
 status that is not alive, or that has been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node
 fetched (provisioner.fetch_results) and applied as if reported — the chief's success completes the job with its model. A
 node that is gone and left no result fails the job; so does one whose machine does not answer (its host gone, its link
