@@ -173,10 +173,13 @@ def main() -> int:
             print(describe(figure), flush=True)
     summary: dict = {"runs": len(rows), "failed": len(failures), "epochs": EPOCHS}
     if rows:
-        differences = [r["resumed"]["test_accuracy"] - r["uninterrupted"]["test_accuracy"] for r in rows]
+        plains = [r["uninterrupted"]["test_accuracy"] for r in rows]
+        differences = [r["resumed"]["test_accuracy"] - plain for r, plain in zip(rows, plains, strict=True)]
         summary |= {
-            "accuracy_uninterrupted_median": statistics.median(r["uninterrupted"]["test_accuracy"] for r in rows),
+            "accuracy_uninterrupted_median": statistics.median(plains),
             "accuracy_resumed_median": statistics.median(r["resumed"]["test_accuracy"] for r in rows),
+            # the noise to judge the difference by: how far the uninterrupted runs of different seeds are apart
+            "accuracy_uninterrupted_range": max(plains) - min(plains),
             "difference_median": statistics.median(differences),
             "difference_largest": max(differences, key=abs),
             "epochs_again_median": statistics.median(r["resumed"]["epochs_again"] for r in rows),
@@ -188,7 +191,8 @@ def main() -> int:
         print(
             f"\n{len(rows)} seeds, medians: test accuracy {summary['accuracy_uninterrupted_median']:.4f} "
             f"uninterrupted, {summary['accuracy_resumed_median']:.4f} resumed; difference "
-            f"{summary['difference_median']:+.4f} ({summary['difference_largest']:+.4f} the largest); "
+            f"{summary['difference_median']:+.4f} ({summary['difference_largest']:+.4f} the largest; the seeds' "
+            f"uninterrupted accuracies {summary['accuracy_uninterrupted_range']:.4f} apart); "
             f"{summary['epochs_again_median']:g} epochs done again; "
             f"training again {summary['training_again_s_median']:.1f} s after the loss"
         )
