@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
+from django.db import models, transaction
 
 import provisioner
 from common.numbers import usd
@@ -76,7 +76,7 @@ def validate(request: JobRequest) -> None:
     if request.budget is not None and request.algorithm == "manual":
         raise SubmitError(BUDGET_WITHOUT_ALGORITHM, "budget")
     if request.total_budget is not None:
-        check_amount(request.total_budget, "total_budget", "a job's total budget")
+        check_amount(request.total_budget, Job._meta.get_field("total_budget"), "a job's total budget")
     check_search(request)
     check_managed(request)
     try:
@@ -161,7 +161,7 @@ def check_managed(request: JobRequest) -> None:
     if (price := request.spot_max_price) is not None:
         if not request.spot:
             raise SubmitError("spot_max_price is the most a spot instance may cost: it needs spot", "spot_max_price")
-        check_amount(price, "spot_max_price", "a spot price", "/h")
+        check_amount(price, Job._meta.get_field("spot_max_price"), "a spot price", "/h")
 
 
 # Scala-Opt and Scala-Opt-M size the cluster by its parameter server's network capacity (FC² §5.2.4).
@@ -218,15 +218,15 @@ def check_instance_types(request: JobRequest) -> None:
             )
 
 
-def check_amount(amount: Decimal, field: str, what: str, per: str = "") -> None:
-    """`amount`, of Job's column `field` ("a job's total budget" in words, in $ or $`per`), is above $0 and fits that
-    column; else a SubmitError on the field saying why."""
+def check_amount(amount: Decimal, column: models.DecimalField, what: str, per: str = "") -> None:
+    """`amount`, for Job's `column` ("a job's total budget" in words, in $ or $`per`), is above $0 and fits that
+    column; else a SubmitError on its field saying why."""
     if not amount.is_finite() or amount <= 0:
-        raise SubmitError(f"{what} must be more than $0{per} (not {amount})", field)
+        raise SubmitError(f"{what} must be more than $0{per} (not {amount})", column.name)
     try:
-        Job._meta.get_field(field).run_validators(amount)
+        column.run_validators(amount)
     except ValidationError as exc:
-        raise SubmitError(f"{what} of ${amount}{per}: {' '.join(exc.messages)}", field) from exc
+        raise SubmitError(f"{what} of ${amount}{per}: {' '.join(exc.messages)}", column.name) from exc
 
 
 def check_budget(request: JobRequest, plan: Plan) -> None:
