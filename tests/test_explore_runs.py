@@ -63,6 +63,23 @@ def test_a_trials_metrics_are_the_codes_own_and_checked_at_the_door(metrics, why
         trials._epoch_time("worker-0", kept_result(metrics))
 
 
+@pytest.mark.parametrize(
+    ("limit_s", "looks", "lost"),
+    [
+        (0, [{"ps-0": True, "worker-0": None}], "worker-0"),  # silent for the whole (nil) limit: lost
+        (3600, [{"ps-0": True, "worker-0": None}], None),  # silent, but not for long yet
+        (0, [{"ps-0": None, "worker-0": False}], "ps-0"),  # ended is not lost; a PS that does not answer is
+        (0, [{"ps-0": True, "worker-0": True}, {"ps-0": True, "worker-0": False}], None),  # answering, then ended
+    ],
+)
+def test_a_short_runs_node_is_lost_once_its_machine_has_not_answered_for_the_limit(settings, limit_s, looks, lost):
+    """Profiling runs and trials tell a lost node (its machine gone) by one rule: a trial's is a failed trial; a
+    profiling run's makes its recommend step be tried again (a PS lost no longer waits out the window)."""
+    settings.FC2_NODE_UNREACHABLE_S = limit_s
+    nodes = profiling.LostNodes()
+    assert [nodes.lost(alive) for alive in looks][-1] == lost
+
+
 def test_a_trial_whose_chief_failed_says_so_with_its_log():
     with pytest.raises(trials.TrialFailed, match=r"^worker-0's code failed \(exit 1\): RuntimeError: boom$"):
         trials._epoch_time("worker-0", kept_result(b'{"epoch_time_s": 1.5}', status="failed"))

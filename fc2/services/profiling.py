@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -47,7 +47,7 @@ from common.numbers import usd_per_hour
 from fc2.models import Job, JobRecord
 from monitor.figures import MIN_BUSY_S, node_figures
 from monitor.series import Sample
-from provisioner import ClusterInfo, ClusterSpec, ProvisionError, RunSpec
+from provisioner import ClusterInfo, ClusterSpec, ProvisionError, RunSpec, TransientProvisionError
 from recommender import service
 from recommender.bounds import out_of_bounds
 from recommender.models import PerformanceRecord
@@ -262,18 +262,44 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[list[Sample], float | None]:
     after its nodes started."""
     started = time.monotonic()
     deadline = started + settings.FC2_PROFILE_S
+    lost, samples = LostNodes(), []
     while True:
-        samples = _samples(cluster)
+        alive = provisioner.alive(cluster)
+        if name := lost.lost(alive):
+            # Not the workload's doing: the recommend step is tried again, on a cluster made anew (tear_down_stale).
+            raise TransientProvisionError(f"the profiling run's {name} was lost: {lost.said()}")
+        if alive.get(WORKER) is not None:  # its machine answers: its kept samples can be read
+            samples = _samples(cluster)
         busy = node_figures(WORKER, "worker", "", samples).busy_s
         if busy >= settings.FC2_PROFILE_BUSY_S or time.monotonic() >= deadline:
             return samples, None
-        # The chief's code ending ends the training (a PS worker serves until the teardown); either gone, what the
+        # The chief's code ending ends the training (a PS worker serves until the teardown); either ended, what the
         # worker measured up to now is all there is.
-        alive = provisioner.alive(cluster)
-        if not (alive.get(WORKER, False) and alive.get(CHIEF, False)):
+        if alive.get(WORKER, False) is False or alive.get(CHIEF, False) is False:
             return _samples(cluster), time.monotonic() - started
         still_recommending(job, "profiling run")
         time.sleep(POLL_S)
+
+
+class LostNodes:
+    """Which node of a short run's cluster is lost: one whose machine has not answered (`provisioner.alive`: None) for
+    FC2_NODE_UNREACHABLE_S on end — its host gone, its link down, its instance terminated."""
+
+    def __init__(self) -> None:
+        self.since: dict[str, float] = {}  # node → since when its machine has not answered
+
+    def lost(self, alive: Mapping[str, bool | None]) -> str | None:
+        now = time.monotonic()
+        for name, up in alive.items():
+            if up is not None:
+                self.since.pop(name, None)
+            elif now - self.since.setdefault(name, now) >= settings.FC2_NODE_UNREACHABLE_S:
+                return name
+        return None
+
+    @staticmethod
+    def said() -> str:
+        return f"its machine did not answer for {settings.FC2_NODE_UNREACHABLE_S} s"
 
 
 def _samples(cluster: ClusterInfo) -> list[Sample]:

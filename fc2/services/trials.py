@@ -279,18 +279,12 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[str, NodeResult]:
     window = settings.FC2_EXPLORE_TRIAL_S
     grace = max(MIN_GRACE_S, window)
     deadline = time.monotonic() + window + grace
-    unreachable: dict[str, float] = {}  # node → since when it has not answered
+    lost = profiling.LostNodes()
     while True:
         profiling.still_recommending(job, "trial run")
         alive = provisioner.alive(cluster)
-        now = time.monotonic()
-        for name, up in alive.items():
-            if up is not None:
-                unreachable.pop(name, None)
-            elif now - unreachable.setdefault(name, now) >= settings.FC2_NODE_UNREACHABLE_S:
-                raise TrialFailed(
-                    f"{name} was lost: its machine did not answer for {settings.FC2_NODE_UNREACHABLE_S} s"
-                )
+        if name := lost.lost(alive):
+            raise TrialFailed(f"{name} was lost: {lost.said()}")
         if ended := [name for name, up in alive.items() if up is False]:
             results = provisioner.fetch_results(cluster)
             if chief in ended:
@@ -302,7 +296,7 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[str, NodeResult]:
             for name in ended:
                 if name in results and results[name].report.get("status") != "succeeded":
                     raise TrialFailed(_failed(name, results[name]))
-        if now >= deadline:
+        if time.monotonic() >= deadline:
             raise TrialFailed(
                 f"its code did not end within {window + grace} s of its start ({window} s of training asked by "
                 f"FC2_TRAIN_SECONDS, and {grace} s more for its start and its last epoch): make it honour "
