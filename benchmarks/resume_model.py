@@ -10,9 +10,11 @@ path — submitted, driven by a real Celery worker, the sweep run every half sec
   destroyed (its namespace and processes); the platform sees the loss after FC2_NODE_UNREACHABLE_S (10 s here), makes
   the cluster again and starts every node from the latest checkpoint.
 
-Figures, per run: the final test accuracy (the chief's metrics.json), the job's cost; for the resumed one, the epochs
-done again (the chief's steps before the loss less the checkpoint's it resumed from) and the seconds from the loss to
-the nodes started again (the restart's `resumed_at`). The summary gives the accuracy difference per seed.
+Figures, per run: the final test accuracy (the chief's metrics.json) and the job's cost; for the resumed one, the epochs
+done again (the chief's last step before the loss less the checkpoint's it resumed from: a progress line every step,
+in both runs, so that the count is exact), the seconds from the loss to the nodes started again (the restart's
+`resumed_at`) and the lost work's share of the cost. The summary gives the accuracy difference beside the noise: how
+far apart the uninterrupted runs of the seeds are.
 
 It runs in a scratch FC2_VAR_DIR and pytest --basetemp, so nothing of the developer's var/ is touched; root is needed
 (the lab), as for `make test`. The runs are this file's test, run by pytest with tests/conftest.py's fixtures.
@@ -82,7 +84,7 @@ def test_resumed_and_uninterrupted_models(alice, bundle, digits, workers, settin
     def submit() -> Job:
         request = jobs.JobRequest(
             bundle=bundle, dataset=digits, strategy="mirrored", workers=2, provider="lab", worker_type=WORKER_TYPE,
-            max_restarts=1, parameters={"epochs": str(EPOCHS), "seed": str(seed)},
+            max_restarts=1, parameters={"epochs": str(EPOCHS), "seed": str(seed), "log_every_steps": "1"},
         )  # fmt: skip
         return jobs.submit(alice, request, driver=Job.Driver.CELERY)
 
