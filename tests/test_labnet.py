@@ -163,6 +163,26 @@ def test_a_failed_create_removes_what_it_made(make, tag):
     assert leftovers(tag, {"broken"}) == []
 
 
+def test_removing_a_node_ends_a_command_that_joined_its_cgroup_and_not_yet_its_namespace(make, tag):
+    """node_argv puts a command in the node's cgroup before it enters the namespace: one caught between the two (here
+    held there for good) kept the cgroup busy, and removing the node failed with EBUSY."""
+    net = make("between", [labnet.NodeShape(cpus=0.5), labnet.NodeShape()])
+    group = labnet.cpu_cgroup(net.nodes[0].netns)
+    assert group is not None
+    between = subprocess.Popen(["sh", "-c", f"echo $$ > {group / 'cgroup.procs'} && exec sleep 600"])
+    try:
+        deadline = time.monotonic() + 5
+        while str(between.pid) not in (group / "cgroup.procs").read_text().split():
+            assert time.monotonic() < deadline, "the command never joined the node's cgroup"
+            time.sleep(0.01)
+        removed = labnet.remove_node(tag, "between", 0)
+        assert between.wait(timeout=5) == -signal.SIGKILL
+        assert f"cgroup {group}" in removed and not group.exists()
+    finally:
+        between.kill()
+        between.wait()
+
+
 def test_delete_twice_and_reap_what_a_crashed_creator_left(tag):
     USED.update({(tag, "crashed"), (tag, "kept")})
     crashed = labnet.create_cluster_network(tag, "crashed", [labnet.NodeShape()] * 2, latency_ms=10)

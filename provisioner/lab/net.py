@@ -37,6 +37,7 @@ Why these choices:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import ipaddress
@@ -505,9 +506,7 @@ def remove_node(tag: str, cluster_id: str, index: int) -> list[str]:
             removed += [f"process {pid}" for pid in _kill(sorted(set(pids)))]
             _run(["ip", "netns", "del", netns])
             removed.append(f"namespace {netns}")
-        with contextlib.suppress(FileNotFoundError):
-            (CGROUP_ROOT / netns).rmdir()
-            removed.append(f"cgroup {CGROUP_ROOT / netns}")
+        removed += _remove_cgroup(CGROUP_ROOT / netns)
     return removed
 
 
@@ -618,10 +617,29 @@ def _delete(tag: str, h: str) -> list[str]:
             _iptables("-X", chain)
             removed.append(f"iptables chain {chain}")
     for group in groups:
-        with contextlib.suppress(FileNotFoundError):
-            group.rmdir()
-            removed.append(f"cgroup {group}")
+        removed += _remove_cgroup(group)
     return removed
+
+
+def _remove_cgroup(group: Path, timeout_s: float = 5.0) -> list[str]:
+    """Remove a node's CPU cgroup, killing what is still in it first: a command joins the cgroup before it enters the
+    node's namespace (node_argv), so one just starting is in the one and not yet in the other, and keeps the cgroup
+    busy. What it removed; nothing when the cgroup is gone."""
+    removed: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            commands = {int(pid): _command(int(pid)) for pid in (group / "cgroup.procs").read_text().split()}
+            removed += [f"process {pid} ({commands[pid]})" for pid in _kill(list(commands))]
+            group.rmdir()
+        except FileNotFoundError:
+            return removed
+        except OSError as error:
+            if error.errno != errno.EBUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)  # a process killed but not yet gone, or one that joined meanwhile
+            continue
+        return [*removed, f"cgroup {group}"]
 
 
 def delete_cluster_network(tag: str, cluster_id: str) -> list[str]:
