@@ -341,7 +341,9 @@ def test_a_local_job_ships_its_checkpoints_and_a_run_resumes_from_the_latest(ali
     assert metrics["resumed_at_step"] == 30 * steps_per_epoch and len(metrics["epoch_train_losses"]) == 2
 
 
-@pytest.mark.heavy
+# Alone: the notice must reach the chief while it still trains. Under the heavy phase's load (four lab clusters at
+# once on two cores) one CI run saw no save at a progress point, only the epochs' (2026-11-29; not understood yet).
+@pytest.mark.alone
 @pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
 @pytest.mark.django_db(transaction=True)
 def test_a_spot_notice_raised_on_a_lab_worker_has_the_chief_checkpoint_at_once(alice, bundle, digits, settings):
