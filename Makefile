@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
+# PyTorch's CPU build (pyproject.toml): from a folder of wheels where there is one, else from PyTorch's CPU index.
+TORCH_WHEELS ?= /opt/wheels
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_SOURCE = $(if $(wildcard $(TORCH_WHEELS)/torch-*+cpu-*.whl),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX))
 
 .PHONY: run setup test lint format examples benchmark browser sandbox lab clean
 
@@ -14,7 +18,7 @@ EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet $(TORCH_SOURCE) -e '.[dev]'
 	touch $@
 
 $(EXAMPLE_WHEELS): $(BIN)/.installed $(shell find examples/digits_cnn -name '*.py' -o -name pyproject.toml)

@@ -70,6 +70,13 @@ def bundle_upload_to(instance: CodeBundle, filename: str) -> str:
     return f"bundles/{instance.owner_id}/{secrets.token_hex(8)}/{PurePosixPath(filename).name}"
 
 
+class Framework(models.TextChoices):
+    """What a bundle's code trains with: how its nodes are told their cluster (TF_CONFIG or torchrun's variables)."""
+
+    TENSORFLOW = "tensorflow", "TensorFlow"
+    PYTORCH = "pytorch", "PyTorch"
+
+
 class CodeBundle(models.Model):
     """A researcher's training code: one validated wheel and the main script to run on every node."""
 
@@ -84,6 +91,8 @@ class CodeBundle(models.Model):
     )
     size_bytes = models.BigIntegerField()
     sha256 = models.CharField(max_length=64)
+    # Read from the wheel's METADATA at upload (its Requires-Dist); empty when it names neither framework.
+    framework = models.CharField(max_length=20, choices=Framework.choices, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = OwnedQuerySet.as_manager()
@@ -210,6 +219,8 @@ class Job(models.Model):
         MIRRORED = "mirrored", "All-Reduce (mirrored)"
         # Left open (Model only), in a request: its recommend step compares both and plans the one it chose.
         AUTO = "auto", "Left open (the model chooses)"
+        # PyTorch's DistributedDataParallel: all-reduce, no parameter server (provisioner.types.ALL_REDUCE).
+        DDP = "ddp", "All-Reduce (PyTorch DDP)"
 
     class Driver(models.TextChoices):
         CELERY = "celery", "Celery worker"
@@ -237,6 +248,7 @@ class Job(models.Model):
         "a colon and the dataset's name)",
     )
 
+    framework = models.CharField(max_length=20, choices=Framework.choices, default=Framework.TENSORFLOW)
     provider = models.CharField(max_length=20, default="local")
     region = models.CharField(max_length=30, blank=True)
     # Lab clusters (provisioner/lab/): every packet from one node to another arrives this late (Anwar §5.2.3).

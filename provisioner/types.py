@@ -15,7 +15,7 @@ from pathlib import Path
 class ClusterSpec:
     cluster_id: str  # unique name; every resource the provider makes is tagged/named with it
     provider: str  # "local", "aws" or "lab"
-    strategy: str  # "ps" (1 PS + chief + workers) or "mirrored" (workers only, worker 0 is chief)
+    strategy: str  # "ps" (1 PS + chief + workers), or "mirrored" / "ddp" (workers only, worker 0 is chief)
     workers: int  # number of training workers
     ps_type: str = ""  # instance type of the parameter server (ignored by the local provider)
     worker_type: str = ""  # instance type of the workers and the chief
@@ -115,6 +115,8 @@ class RunSpec:
     restore_from: str = ""
     # The agent stops its own machine when the platform has been silent to it this long (FC2_NODE_ORPHAN_S; 0 = never)
     orphan_s: int = 0
+    # What the code trains with (issue 46): "tensorflow" (TF_CONFIG) or "pytorch" (torchrun's variables, DDP).
+    framework: str = "tensorflow"
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,11 @@ def cluster_directory(root: Path, cluster_id: str) -> Path:
     return root / cluster_id
 
 
+# The strategies with no parameter server: every node a worker, worker 0 the chief. "mirrored" is TensorFlow's
+# MultiWorkerMirroredStrategy, "ddp" PyTorch's DistributedDataParallel (rank 0 = worker 0).
+ALL_REDUCE = ("mirrored", "ddp")
+
+
 def node_layout(strategy: str, workers: int) -> list[tuple[str, int]]:
     """(role, index) of every node of a cluster.
 
@@ -157,11 +164,11 @@ def node_layout(strategy: str, workers: int) -> list[tuple[str, int]]:
         raise ValueError("a cluster needs at least one worker")
     if strategy == "ps":
         return [("ps", 0), ("chief", 0)] + [("worker", i) for i in range(workers)]
-    if strategy == "mirrored":
+    if strategy in ALL_REDUCE:
         return [("worker", i) for i in range(workers)]
-    raise ValueError(f"unknown strategy {strategy!r} (expected 'ps' or 'mirrored')")
+    raise ValueError(f"unknown strategy {strategy!r} (expected 'ps', 'mirrored' or 'ddp')")
 
 
 def is_chief(strategy: str, role: str, index: int) -> bool:
-    """The node whose completion ends the job: the PS strategy's chief, or mirrored worker 0."""
-    return role == "chief" or (strategy == "mirrored" and role == "worker" and index == 0)
+    """The node whose completion ends the job: the PS strategy's chief, or an all-reduce cluster's worker 0."""
+    return role == "chief" or (strategy in ALL_REDUCE and role == "worker" and index == 0)
