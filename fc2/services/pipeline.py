@@ -364,6 +364,7 @@ def run_spec(job: Job) -> RunSpec:
         fetch_allow=tuple(settings.FC2_DATASET_ALLOWED_NETWORKS),
         restore_from=_restore_from(job),
         orphan_s=settings.FC2_NODE_ORPHAN_S,
+        framework=job.framework,
     )
 
 
