@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
-EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl
+# The example bundles (examples/README.md): examples/<name>/ builds examples/dist/fc2_<name>-0.1.0-py3-none-any.whl,
+# TensorFlow's digits_cnn and PyTorch's digits_torch.
+EXAMPLE_WHEELS := examples/dist/fc2_digits_cnn-0.1.0-py3-none-any.whl examples/dist/fc2_digits_torch-0.1.0-py3-none-any.whl
 # PyTorch's CPU build (pyproject.toml): from a folder of wheels where there is one, else from PyTorch's CPU index.
 TORCH_WHEELS ?= /opt/wheels
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -21,8 +23,10 @@ $(BIN)/.installed: pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet $(TORCH_SOURCE) -e '.[dev]'
 	touch $@
 
-$(EXAMPLE_WHEELS): $(BIN)/.installed $(shell find examples/digits_cnn -name '*.py' -o -name pyproject.toml)
-	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w examples/dist examples/digits_cnn
+.SECONDEXPANSION:
+$(EXAMPLE_WHEELS): examples/dist/fc2_%-0.1.0-py3-none-any.whl: $(BIN)/.installed \
+		$$(shell find examples/$$* -name '*.py' -o -name pyproject.toml)
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w examples/dist examples/$*
 
 examples: $(EXAMPLE_WHEELS)
 
@@ -120,4 +124,4 @@ benchmark: setup
 	$(BIN)/python benchmarks/spine.py
 
 clean:
-	rm -rf var examples/dist examples/digits_cnn/build
+	rm -rf var examples/dist examples/digits_cnn/build examples/digits_torch/build

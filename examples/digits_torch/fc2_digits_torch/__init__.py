@@ -1,0 +1,1 @@
+"""FC² example bundle: the digits CNN trained with PyTorch's DistributedDataParallel (see main.py)."""
