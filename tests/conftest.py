@@ -124,13 +124,11 @@ def _isolated_storage(settings, runtime_dir):
                 provisioner.teardown(provider, name)
 
 
-@pytest.fixture(scope="session")
-def example_wheel(tmp_path_factory) -> Path:
-    """examples/digits_cnn built into a wheel, as `make examples` does: from a copy of its source, since setuptools
-    builds in the source folder (build/, *.egg-info) and pytest-xdist's workers each build it at once."""
-    out = tmp_path_factory.mktemp("wheels")
+def build_example(out: Path, name: str) -> Path:
+    """examples/<name> built into a wheel in `out`, as `make examples` does: from a copy of its source, since
+    setuptools builds in the source folder (build/, *.egg-info) and pytest-xdist's workers each build it at once."""
     source = shutil.copytree(
-        PROJECT_DIR / "examples" / "digits_cnn", out / "source", ignore=shutil.ignore_patterns("build", "*.egg-info")
+        PROJECT_DIR / "examples" / name, out / "source", ignore=shutil.ignore_patterns("build", "*.egg-info")
     )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out),
@@ -138,6 +136,18 @@ def example_wheel(tmp_path_factory) -> Path:
         check=True,
     )  # fmt: skip
     return next(out.glob("*.whl"))
+
+
+@pytest.fixture(scope="session")
+def example_wheel(tmp_path_factory) -> Path:
+    """The TensorFlow example, examples/digits_cnn, built."""
+    return build_example(tmp_path_factory.mktemp("wheels"), "digits_cnn")
+
+
+@pytest.fixture(scope="session")
+def torch_wheel(tmp_path_factory) -> Path:
+    """The PyTorch example, examples/digits_torch, built."""
+    return build_example(tmp_path_factory.mktemp("torch-wheels"), "digits_torch")
 
 
 @pytest.fixture
