@@ -49,7 +49,7 @@ class JobQuerySet(OwnedQuerySet["Job"]):
         """$ these jobs' clusters cost inside [start, end): each job's $/h over the part of its cluster's life in the
         window."""
         jobs = self.ran_between(start, end).filter(hourly_cost__isnull=False)
-        rows = jobs.only("hourly_cost", "launched_at", "torn_down_at", "profiling_runs")
+        rows = jobs.only("hourly_cost", "rates", "launched_at", "torn_down_at", "profiling_runs")
         return sum((job.cost_between(start, end, now) for job in rows), 0.0)
 
 
@@ -288,8 +288,14 @@ class Job(models.Model):
     worker_type = models.CharField(max_length=40, blank=True)
     workers = models.PositiveIntegerField(null=True, blank=True)
     recommendation = models.JSONField(null=True, blank=True, help_text="The recommender's answer, when one was asked")
+    # What its cluster is billed at now: the plan's price — a spot job's at the spot price it pays, to 6 places as
+    # EC2 quotes spot (fc2/services/pricing.py: `market_hourly`, `bill`).
     hourly_cost = models.DecimalField(
-        max_digits=12, decimal_places=4, null=True, blank=True, help_text="$/h of the cluster (PS + workers)"
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="$/h its cluster is billed at now (PS + workers): a spot job's at its spot price",
     )
     driver = models.CharField(max_length=10, choices=Driver.choices, default=Driver.CELERY)
 
@@ -328,6 +334,11 @@ class Job(models.Model):
     # Each time its cluster was made again after a lost node (pipeline.resume): when, which nodes, why, the work lost
     # since the last checkpoint (steps, seconds, $) and when training ran again.
     restarts = models.JSONField(default=list, blank=True)
+    # A spot job's cluster's $/h over its life (fc2/services/pricing.py: `bill`), each span {"market": "spot" or
+    # "on-demand", "hourly_cost", "started_at", "ended_at"} from its first launch on: the spot price quoted at each
+    # launch, the on-demand price from a fallback on; the current span's "ended_at" is None. Empty: billed at
+    # `hourly_cost` throughout (every on-demand job).
+    rates = models.JSONField(default=list, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -405,9 +416,9 @@ class Job(models.Model):
 
     @property
     def cost_so_far(self) -> float | None:
-        """$ at the catalogue's price: the cluster's hourly cost (every node, the PS included) per second it has been
-        up, from its launch to its teardown, plus its profiling runs' (an estimate, not a bill); None while nothing
-        of it has been priced and launched."""
+        """$ at the catalogue's price (a spot job's at its spot prices): the cluster's hourly cost (every node, the
+        PS included) per second it has been up, from its launch to its teardown, plus its profiling runs' (an
+        estimate, not a bill); None while nothing of it has been priced and launched."""
         if (self.hourly_cost is None or self.launched_at is None) and not self.profiling_runs:
             return None
         return self.cost_between()
@@ -425,8 +436,9 @@ class Job(models.Model):
         return float(self.budget) * self.billed_s / 3600
 
     def run_span(self, run: dict, now: datetime) -> tuple[datetime, datetime, float]:
-        """A profiling or trial run's (an entry of `profiling_runs`) billed span and $/h: from its start to its end;
-        one cut off (its worker lost) ended with its cluster's teardown, and one still up is billed to `now`."""
+        """A profiling or trial run's (an entry of `profiling_runs`), or a span of its cluster's `rates`, billed span
+        and $/h: from its start to its end; one cut off (its worker lost) ended with its cluster's teardown, and one
+        still up is billed to `now`."""
         ended = _moment(run.get("ended_at")) or self.torn_down_at or now
         return datetime.fromisoformat(run["started_at"]), ended, float(run["hourly_cost"])
 
@@ -434,10 +446,11 @@ class Job(models.Model):
         self, start: datetime | None = None, end: datetime | None = None, now: datetime | None = None
     ) -> float:
         """$ of the parts of its clusters' lives inside [start, end): its cluster's (launched → torn down, or `now`
-        while it is up) and its profiling runs' (fc2/services/profiling.py), each at its own $/h."""
+        while it is up: at `hourly_cost`, or a spot job's at each of its `rates` over its span) and its profiling
+        runs' (fc2/services/profiling.py), each at its own $/h."""
         now = now or timezone.now()
-        spans = [self.run_span(run, now) for run in self.profiling_runs or []]
-        if self.hourly_cost is not None and self.launched_at is not None:
+        spans = [self.run_span(run, now) for run in [*(self.profiling_runs or []), *(self.rates or [])]]
+        if self.hourly_cost is not None and self.launched_at is not None and not self.rates:
             spans.append((self.launched_at, self.torn_down_at or now, float(self.hourly_cost)))
         total = 0.0
         for up_from, up_to, hourly in spans:

@@ -5,15 +5,19 @@ spot price history priced beside on-demand, lost nodes replaced with only the sh
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from botocore.exceptions import ClientError
+from django.utils import timezone
 
 from client.fc2_client import cli
 from common import awsapi
 from fc2.models import Job
-from fc2.services import jobs, pipeline
+from fc2.services import dashboard, jobs, pipeline, planning, sweep
+from fc2.services import pricing as costs
 from fc2.services.requests import JobRequest
 from harness.ec2lab import NOTHING, REGION, ec2, everything_tagged, live_instances
 from provisioner import ClusterSpec, aws
@@ -240,3 +244,92 @@ def test_a_lost_instance_is_replaced_and_only_the_shortfall_made(aws_env):
     assert len(live_instances("fc2-44-0000000d")) == 2
     aws.teardown("fc2-44-0000000d", REGION)
     assert everything_tagged("fc2-44-0000000d") == NOTHING
+
+
+# --- a spot job's money (moto's price history: 0.00001 $/h a node, 0.000011 with the interruptions' 10 %) ----------
+
+SPOT_NODE = Decimal("0.000011")  # moto's spot price of any type, raised by SPOT_INTERRUPTION_OVERHEAD
+ON_DEMAND_NODE = Decimal("0.231")  # c4.xlarge in fc2-2018
+
+
+@pytest.mark.django_db
+def test_a_spot_plan_is_priced_at_the_spot_price_and_its_estimate_and_budget_check_follow(aws_env, bundle, digits):
+    """The plan of a spot job — what the wizard shows, submit's budget check weighs and the recommend step stores
+    on the job — is its cluster (2 workers and the PS, on the workers' type) at the expected spot price; an
+    on-demand job's stays the catalogue's."""
+    load_catalog("fc2-2018")
+    asked = JobRequest(
+        bundle=bundle, dataset=digits, provider="aws", region=REGION, catalog="fc2-2018", strategy="ps", workers=2,
+        worker_type="c4.xlarge", parameters={"epochs": "10"}, spot=True, total_budget=Decimal("0.01"),
+    )  # fmt: skip
+    on_spot = planning.plan(asked)
+    assert on_spot.hourly_cost == 3 * SPOT_NODE and on_spot.spot and on_spot.spot.billable
+    assert on_spot.spot.on_demand == pytest.approx(3 * 0.231)
+    on_demand = planning.plan(replace(asked, spot=False))
+    assert on_demand.hourly_cost == 3 * ON_DEMAND_NODE and on_demand.spot is None
+    # Its estimate at an epoch time: the spot job's fits a cent, the same job on-demand does not
+    spot_estimate = replace(on_spot, predicted_epoch_time_s=60.0).estimate(10)
+    on_demand_estimate = replace(on_demand, predicted_epoch_time_s=60.0).estimate(10)
+    assert spot_estimate.total < Decimal("0.01") < on_demand_estimate.total
+    assert spot_estimate.total / on_demand_estimate.total == SPOT_NODE / ON_DEMAND_NODE
+    # Over the max price asked there is no spot capacity: the plan is priced on-demand, which bounds it
+    capped = planning.plan(replace(asked, spot_max_price=Decimal("0.000001")))
+    assert capped.hourly_cost == 3 * ON_DEMAND_NODE and capped.spot.over_max == "c4.xlarge"
+
+
+def launched_an_hour_ago(job: Job) -> Job:
+    """Its billing moved an hour back: from its launch, every rate's span."""
+    hour = timedelta(hours=1)
+    rates = [
+        {**r, **{at: (datetime.fromisoformat(r[at]) - hour).isoformat() for at in ("started_at", "ended_at") if r[at]}}
+        for r in job.rates
+    ]
+    Job.objects.filter(pk=job.pk).update(launched_at=job.launched_at - hour, rates=rates)
+    job.refresh_from_db()
+    return job
+
+
+@pytest.mark.django_db
+def test_a_spot_jobs_cost_projection_and_budget_are_at_the_spot_price_it_pays(aws_env, job):
+    """Launched on spot, the job's $/h is the spot price from its launch: its cost so far (the job page's, the
+    dashboard's SQL), its projection and the budget watchdog — which would stop it at on-demand prices."""
+    job = spot_job(job, Job.SpotFallback.ON_DEMAND)
+    Job.objects.filter(pk=job.pk).update(spot_max_price=None, total_budget=Decimal("0.01"))
+    assert pipeline.run_step("provision", job.pk)
+    job.refresh_from_db()
+    assert {i.get("InstanceLifecycle") for i in live_instances(job.cluster_name)} == {"spot"}
+    assert job.hourly_cost == SPOT_NODE
+    (rate,) = job.rates
+    assert rate["market"] == "spot" and rate["ended_at"] is None
+    assert datetime.fromisoformat(rate["started_at"]) == job.launched_at  # billed from the start of its launch
+    assert job.events.filter(message__contains="its cluster is billed at $0.000011/h on spot ($0.2310/h").exists()
+
+    job = launched_an_hour_ago(job)
+    assert job.cost_so_far == pytest.approx(float(SPOT_NODE), rel=0.01)  # not 0.231
+    (row,) = dashboard.with_spend(Job.objects.filter(pk=job.pk), now=timezone.now())
+    assert row.cost == pytest.approx(job.cost_so_far, rel=0.01)
+    assert costs.projection(job).total < 0.001
+    assert sweep._limit_crossed(job) is None  # at on-demand it would have spent $0.231 of its $0.01
+    Job.objects.filter(pk=job.pk).update(rates=[], hourly_cost=ON_DEMAND_NODE)
+    assert "budget" in sweep._limit_crossed(Job.objects.get(pk=job.pk))
+    aws.teardown(job.cluster_name, REGION)
+
+
+@pytest.mark.django_db
+def test_a_spot_job_fallen_back_to_on_demand_is_billed_on_demand_from_then_on(aws_env, monkeypatch, job):
+    RunInstances(monkeypatch, refuse="InsufficientInstanceCapacity")
+    job = spot_job(job, Job.SpotFallback.ON_DEMAND)
+    assert pipeline.run_step("provision", job.pk)
+    job.refresh_from_db()
+    assert job.hourly_cost == ON_DEMAND_NODE and costs.market(job) == costs.ON_DEMAND
+    spot, on_demand = job.rates
+    assert (spot["market"], Decimal(str(spot["hourly_cost"]))) == ("spot", SPOT_NODE)  # while spot was asked for
+    assert (on_demand["market"], on_demand["ended_at"]) == ("on-demand", None)
+    assert spot["ended_at"] == on_demand["started_at"]
+    job = launched_an_hour_ago(job)
+    fell_back = datetime.fromisoformat(job.rates[1]["started_at"])
+    later = fell_back + timedelta(hours=1)
+    assert job.cost_between(fell_back, later, now=later) == pytest.approx(0.231)  # on-demand, not spot, from then
+    job.refresh_from_db()
+    assert costs.bill(job, spot=costs.market(job) == costs.SPOT) == ""  # a relaunch: still on-demand
+    aws.teardown(job.cluster_name, REGION)

@@ -95,10 +95,10 @@ class SecondsBetween(Func):
         return super().as_sql(compiler, connection, template=template, arg_joiner=") - julianday(", **extra_context)
 
 
-class ProfilingCost(Func):
-    """$ of a job's profiling runs (`Job.profiling_runs`: each {"hourly_cost", "started_at", "ended_at"}) in SQL, by
-    `Job.cost_between`'s rule: each run's $/h over the time it was up, to its end, else its job's teardown, else
-    `now`. NULL for a job with none."""
+class SpansCost(Func):
+    """$ of a job's spans in a list of them — its profiling runs (`Job.profiling_runs`) or a spot job's cluster's
+    rates (`Job.rates`), each {"hourly_cost", "started_at", "ended_at"} — in SQL, by `Job.cost_between`'s rule: each
+    span's $/h over the time it was up, to its end, else its job's teardown, else `now`. NULL for a job with none."""
 
     output_field = FloatField()
     POSTGRESQL = (
@@ -112,8 +112,8 @@ class ProfilingCost(Func):
         "'$.started_at'))) * 86400.0, 3))) / 3600.0 FROM json_each(%(runs)s) AS fc2_run)"
     )
 
-    def __init__(self, now: dt.datetime, **extra: Any) -> None:
-        super().__init__(F("profiling_runs"), F("torn_down_at"), Value(now, output_field=DateTimeField()), **extra)
+    def __init__(self, spans: str, now: dt.datetime, **extra: Any) -> None:
+        super().__init__(F(spans), F("torn_down_at"), Value(now, output_field=DateTimeField()), **extra)
 
     def _sql(self, template: str, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> _AsSqlType:
         (runs, runs_params), (end, end_params), (now, now_params) = (
@@ -123,7 +123,7 @@ class ProfilingCost(Func):
         return template % {"end": end, "now": now, "runs": runs}, (*end_params, *now_params, *runs_params)
 
     def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, *args: Any, **extra: Any) -> _AsSqlType:
-        raise NotSupportedError(f"ProfilingCost is written for SQLite and PostgreSQL, not {connection.vendor}")
+        raise NotSupportedError(f"SpansCost is written for SQLite and PostgreSQL, not {connection.vendor}")
 
     def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any) -> _AsSqlType:
         return self._sql(self.POSTGRESQL, compiler, connection)
@@ -134,15 +134,16 @@ class ProfilingCost(Func):
 
 def with_spend(queryset: QuerySet[Job], now: dt.datetime) -> Spent:
     """Annotate `elapsed_s` (started → finished, or → `now` while it runs) and `cost` ($ = hourly_cost × the hours
-    its cluster was up — launched → torn down, or → `now` while it is up — plus its profiling runs': `ProfilingCost`).
+    its cluster was up — launched → torn down, or → `now` while it is up; a spot job's at each of its rates over its
+    span — plus its profiling runs': `SpansCost`).
 
     Same rules as `Job.duration_s` / `Job.cost_so_far`: a job that never started has no duration, one whose cluster
     was never launched and that profiled nothing no cost (NULL), and so adds nothing to any sum.
     """
     at_now = Value(now, output_field=DateTimeField())
     up_s = SecondsBetween("launched_at", Coalesce("torn_down_at", at_now))
-    cluster = Cast("hourly_cost", FloatField()) * up_s / Value(3600.0)
-    profiling = ProfilingCost(now)
+    cluster = Coalesce(SpansCost("rates", now), Cast("hourly_cost", FloatField()) * up_s / Value(3600.0))
+    profiling = SpansCost("profiling_runs", now)
     return queryset.annotate(
         elapsed_s=SecondsBetween("started_at", Coalesce("finished_at", at_now)),
         cost=Coalesce(cluster + Coalesce(profiling, Value(0.0)), profiling),

@@ -54,6 +54,7 @@ from fc2.services import (
     monitoring,
     noderecords,
     planning,
+    pricing,
     profiling,
     trials,
 )
@@ -68,8 +69,6 @@ from provisioner import (
     TransientProvisionError,
 )
 from provisioner.types import is_chief
-from recommender.models import InstanceType
-from recommender.pricing import fetch_spot_quotes
 from recommender.types import RecommendationError
 
 logger = logging.getLogger(__name__)
@@ -252,8 +251,7 @@ def provision(job_id: int, *, resume: bool = False, **_: object) -> bool:
         empty = ClusterInfo(cluster_name(job), job.provider, job.strategy, nodes=(), region=job.region)
         # Its billing starts here, before anything is made: every node is billed from its launch.
         Job.objects.filter(pk=job.pk, cluster__isnull=True).update(cluster=empty.to_dict(), launched_at=timezone.now())
-    if job.spot and restarting(job) is None:
-        _guarded(job, "pricing its spot instances", _say_spot_prices, job)
+        job.refresh_from_db(fields=["cluster", "launched_at"])  # a spot job is billed from it (pricing.bill)
     cluster = _launch(job)
     _hold(job, State.PROVISIONING)  # launched, not yet recorded
     # Recorded whatever happened meanwhile: a job cancelled while its cluster was launched must still have it torn down.
@@ -279,29 +277,21 @@ def provision(job_id: int, *, resume: bool = False, **_: object) -> bool:
     return True
 
 
-def _say_spot_prices(job: Job) -> None:
-    """A spot job's types at the region's spot prices beside their on-demand prices, on its timeline: the expected
-    saving (recommender/pricing.py). Its cost is still reckoned at the catalogue's on-demand prices, which bound it."""
-    types = sorted({name for name in (job.ps_type, job.worker_type) if name})
-    on_demand = dict(
-        InstanceType.objects.filter(catalog__name=job.catalog, name__in=types).values_list("name", "hourly_price")
-    )
-    asked = {name: float(on_demand[name]) if on_demand.get(name) else None for name in types}
-    quotes = fetch_spot_quotes(job.region or settings.FC2_AWS_REGION, asked)
-    job.log("spot prices: " + ("; ".join(q.describe() for q in quotes) or f"none for {', '.join(types)}"))
-
-
 def _launch(job: Job) -> ClusterInfo:
     """Launch the job's cluster. A cloud out of capacity for the worker type in every zone (the provider tries them
-    all) has the recommender choose again without that type, within the same budget, until one launches."""
+    all) has the recommender choose again without that type, within the same budget, until one launches. A spot job's
+    cluster is billed from each launch at its market's price (pricing.bill): spot, or on-demand once it fell back —
+    its relaunches too."""
     if job.workers is None:  # planned by the recommend step, which runs before
         raise ProvisionError("the job has no planned cluster to launch")
     unavailable: list[str] = []
     # A resume makes the cluster again from what is left of it (provisioner.relaunch); once, before any failover
     restart = restarting(job)
     old = cluster_info(job) if restart is not None and "relaunched_at" not in restart else None
-    spot = job.spot
+    spot = job.spot and pricing.market(job) == pricing.SPOT
     while True:
+        if job.spot and (said := pricing.bill(job, spot)):
+            job.log(said)
         spec = ClusterSpec(
             cluster_id=cluster_name(job),
             provider=job.provider,

@@ -11,7 +11,10 @@ The pipeline runs that trial (fc2/services/trials.py) and plans again with what 
 
 A relaunch out of capacity plans again with the worker types no zone had blocked, as SkyPilot's optimizer plans
 again with its `blocked_resources`: the same request, the same strategy already planned, the blocked types left out
-of L^w."""
+of L^w.
+
+A spot request's plan is priced at the cluster's expected spot price (`Plan.spot`, by fc2/services/pricing.py's one
+rule, `market_hourly`), so that its estimate and submit's budget check reckon what the job will pay."""
 
 from __future__ import annotations
 
@@ -57,8 +60,9 @@ class Plan:
     ps_type: str  # what the PS node runs on; "" with no PS (all-reduce), or for a local cluster of no types
     worker_type: str  # "" when none is chosen
     workers: int  # number of workers
-    # $/h: the recommender's own price of its answer (PS included), or Manual's from the catalogue; None where it is
-    # not known yet (no worker type chosen for Manual on a typed provider; Scala-Opt's types before their profiling)
+    # $/h: the recommender's own price of its answer (PS included), or Manual's from the catalogue — on spot, the
+    # expected spot price (`spot`); None where it is not known yet (no worker type chosen for Manual on a typed
+    # provider; Scala-Opt's types before their profiling)
     hourly_cost: Decimal | None
     predicted_epoch_time_s: float | None  # measured or predicted; None when nothing is known yet
     source: str  # "manual", "profiling", or the recommender's "measured", "predicted" or "rule"
@@ -68,6 +72,9 @@ class Plan:
     epoch_time_note: str = ""  # why there is no epoch time, where the plan can say more than "none is known yet"
     missing: tuple[MissingProfile, ...] = ()  # source "profiling": the bandwidth runs to measure before it is known
     search: SearchEstimate | None = None  # source "explore": the trial runs to make before it is known
+    # Spot asked: the cluster's expected spot price beside on-demand, or why it is unknown; `hourly_cost` is the
+    # spot price where it is known (pricing.market_hourly). None: on-demand.
+    spot: pricing.SpotSaving | None = None
 
     def estimate(self, epochs: int | None) -> pricing.Estimate | None:
         """What the whole job will cost (`pricing.estimate`: start-up + epochs × epoch time + teardown, at its $/h);
@@ -126,8 +133,26 @@ def plan(
 ) -> Plan:
     """The cluster `request` runs on for `owner`, from the platform's records and theirs (None: the platform's alone),
     with none of the `blocked` worker types (a cloud had no capacity for them in any zone); for explore, the search
-    while it needs a trial, `trials_spent` being what this job's trials spent of its budget so far.
+    while it needs a trial, `trials_spent` being what this job's trials spent of its budget so far. Priced in its
+    market: spot asked, at the expected spot price (`_on_spot`).
     RecommendationError when the algorithm cannot answer; SubmitError when the provider cannot run the answer."""
+    chosen = _cluster(request, owner, blocked, trials_spent)
+    return _on_spot(chosen, request) if request.spot else chosen
+
+
+def _on_spot(chosen: Plan, request: JobRequest) -> Plan:
+    """A spot request's plan priced as its job will be billed (pricing.market_hourly): at the cluster's expected spot
+    price in the request's region, on-demand where that is unknown; `spot` says which, beside on-demand."""
+    if chosen.search:
+        return replace(chosen, spot=pricing.SpotSaving(unknown="known once the search has chosen the cluster's types"))
+    nodes = pricing.cluster_nodes(chosen.strategy, chosen.worker_type, chosen.workers, chosen.ps_type)
+    region = request.region or settings.FC2_AWS_REGION
+    saving = pricing.spot_saving(nodes, request.catalog, region, request.spot_max_price)
+    return replace(chosen, hourly_cost=pricing.market_hourly(chosen.hourly_cost, saving), spot=saving)
+
+
+def _cluster(request: JobRequest, owner: Owner, blocked: Collection[str], trials_spent: Spent) -> Plan:
+    """`plan`'s cluster at on-demand prices."""
     if request.algorithm == "manual":
         return _manual(request, owner)
     if request.algorithm == "explore" and (reason := explore_unavailable(request.provider)):

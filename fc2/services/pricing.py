@@ -2,21 +2,32 @@
 billed from the start of its launch to the end of its teardown, so the estimate is the training — epochs × epoch time
 — plus the provider's start-up and teardown, as this platform measured them), its projection while it runs, and its
 cost so far (`cost_summary`: the job page, the jobs API and the admin dashboard). A cluster's $/h is the plan's
-(fc2/services/planning.py), priced once."""
+(fc2/services/planning.py), priced once.
+
+The market a cluster runs in prices it too, by one rule (`market_hourly`): on-demand, the catalogue's price; on spot,
+the expected spot price — its types' latest spot prices in the region's cheapest zone, raised for interruptions
+(`spot_saving`, as the wizard shows it) — where that is known. The plan of a spot job is priced so (its estimate and
+submit's budget check), and each launch of its cluster bills it from then on at its market's price then (`bill`: the
+job's `hourly_cost` and `rates`), the on-demand price once it fell back to on-demand: its cost so far, projection and
+whole-job budget follow."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from decimal import Decimal
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 import provisioner
 from fc2.models import Job, JobEvent, Projection
+from recommender import service
 from recommender.models import InstanceType
 from recommender.pricing import SPOT_INTERRUPTION_OVERHEAD, PricingError, SpotQuote, fetch_spot_quotes
 
@@ -27,6 +38,24 @@ def ps_node_type(job: Job) -> str:
     if job.strategy != Job.Strategy.PS:
         return ""
     return job.ps_type or job.worker_type
+
+
+def cluster_nodes(strategy: str, worker_type: str, workers: int, ps_type: str = "") -> dict[str, int]:
+    """Instance type -> how many of a cluster's nodes run on it: its workers, and a PS cluster's PS node (on the
+    workers' type where it names none); empty for a cluster of no type.
+
+    >>> cluster_nodes("ps", "c4.xlarge", 2, "m4.large"), cluster_nodes("ps", "c4.xlarge", 2)
+    ({'c4.xlarge': 2, 'm4.large': 1}, {'c4.xlarge': 3})
+    >>> cluster_nodes("mirrored", "c4.xlarge", 2, "m4.large"), cluster_nodes("mirrored", "", 2)
+    ({'c4.xlarge': 2}, {})
+    """
+    if not worker_type:
+        return {}
+    nodes = {worker_type: workers}
+    if strategy == Job.Strategy.PS:
+        ps = ps_type or worker_type
+        nodes[ps] = nodes.get(ps, 0) + 1
+    return nodes
 
 
 # The jobs a provider's overheads are the medians of: its latest, so that they follow the cloud (a slow start or
@@ -206,6 +235,12 @@ class SpotSaving:
     def overhead(self) -> float:
         return SPOT_INTERRUPTION_OVERHEAD
 
+    @property
+    def billable(self) -> bool:
+        """Whether the cluster is billed at its expected spot price (`market_hourly`): known, and not over the max
+        price asked."""
+        return self.spot is not None and not self.over_max
+
 
 def spot_saving(nodes: dict[str, int], catalog: str, region: str, max_price: Decimal | None = None) -> SpotSaving:
     """The expected spot price of a cluster of `nodes` (type -> how many) beside on-demand: the catalogue's on-demand
@@ -234,3 +269,76 @@ def spot_saving(nodes: dict[str, int], catalog: str, region: str, max_price: Dec
         return SpotSaving(tuple(quotes), spot, unknown=unknown, over_max=", ".join(over))
     total = sum((on_demand[name] or 0.0) * count for name, count in nodes.items())
     return SpotSaving(tuple(quotes), spot, total, over_max=", ".join(over))
+
+
+SPOT, ON_DEMAND = "spot", "on-demand"  # the markets a cluster is billed in (`Job.rates`)
+# $/h are kept to 6 places: EC2 quotes spot prices so (`Job.hourly_cost`)
+HOURLY_PLACES = Decimal("0.000001")
+
+
+def market_hourly(on_demand: Decimal | None, saving: SpotSaving | None) -> Decimal | None:
+    """The $/h a cluster is billed at in its market — the one rule of a spot job's estimate, running cost,
+    projection and budget: on-demand (`saving` None) its on-demand price; on spot its expected spot price
+    (`SpotSaving.spot`: the region's latest, raised by SPOT_INTERRUPTION_OVERHEAD for interruptions) — else, where
+    that is unknown or over the max price asked (no spot capacity at it: the job falls back or waits), the
+    on-demand price, which bounds it.
+
+    >>> market_hourly(Decimal("0.462"), None), market_hourly(Decimal("0.462"), SpotSaving(spot=0.0924, on_demand=0.462))
+    (Decimal('0.462'), Decimal('0.092400'))
+    >>> market_hourly(Decimal("0.462"), SpotSaving(unknown="no price")), market_hourly(None, SpotSaving(spot=0.1))
+    (Decimal('0.462'), Decimal('0.100000'))
+    >>> market_hourly(Decimal("0.462"), SpotSaving(spot=0.0924, on_demand=0.462, over_max="c4.xlarge"))
+    Decimal('0.462')
+    """
+    if saving is None or not saving.billable:
+        return on_demand
+    return Decimal(str(saving.spot)).quantize(HOURLY_PLACES, ROUND_HALF_UP)
+
+
+def on_demand_hourly(job: Job) -> Decimal:
+    """The on-demand $/h of the job's planned cluster, at its catalogue's prices (the rule the plan priced it by)."""
+    return service.cluster_price(job.catalog, job.workers or 0, job.worker_type, ps_node_type(job))
+
+
+def market(job: Job) -> str:
+    """The market the job's cluster is in (its latest rate's): a spot job's is spot until it fell back to
+    on-demand, and on-demand from then on — its relaunches too, so that its cluster is never half of each."""
+    if job.rates:
+        return str(job.rates[-1].get("market"))
+    return SPOT if job.spot else ON_DEMAND
+
+
+def bill(job: Job, spot: bool) -> str:
+    """A spot job's cluster, launched now (again) on spot or on-demand (`spot`), billed from now on at that market's
+    $/h (`market_hourly`; on spot the region's prices now) — its first launch from its start (`launched_at`): the
+    job's `hourly_cost` becomes it, its `rates` gain a span and the one before ends. Returns the timeline's line
+    saying the price; "" where the market and price are those already billed (a launch tried again): nothing changes.
+    The caller holds the job's lease."""
+    on_demand = on_demand_hourly(job)
+    nodes = cluster_nodes(job.strategy, job.worker_type, job.workers or 0, job.ps_type)
+    region = job.region or settings.FC2_AWS_REGION
+    saving = spot_saving(nodes, job.catalog, region, job.spot_max_price) if spot else None
+    hourly = market_hourly(on_demand, saving) or on_demand
+    chosen = SPOT if spot else ON_DEMAND
+    said = _billed_text(chosen, hourly, on_demand, saving)
+    last = job.rates[-1] if job.rates else None
+    if last and (last["market"], Decimal(str(last["hourly_cost"]))) == (chosen, hourly):
+        return ""
+    now = timezone.now()
+    since: datetime = job.launched_at if last is None and job.launched_at else now
+    ended = [{**rate, "ended_at": rate.get("ended_at") or now.isoformat()} for rate in job.rates]
+    span = {"market": chosen, "hourly_cost": float(hourly), "started_at": since.isoformat(), "ended_at": None}
+    job.rates, job.hourly_cost = [*ended, span], hourly
+    Job.objects.filter(pk=job.pk).update(rates=job.rates, hourly_cost=hourly)
+    return said
+
+
+def _billed_text(chosen: str, hourly: Decimal, on_demand: Decimal, saving: SpotSaving | None) -> str:
+    """What a launch of a spot job's cluster is billed at, as its timeline says it."""
+    if saving is None:
+        return f"its cluster is billed at the on-demand ${on_demand:.4f}/h from now on"
+    prices = "spot prices: " + "; ".join(q.describe() for q in saving.quotes) + " — " if saving.quotes else ""
+    if saving.billable:
+        return f"{prices}its cluster is billed at ${hourly:.6f}/h on spot (${on_demand:.4f}/h on-demand)"
+    why = saving.unknown or f"the max price asked is under the spot price of {saving.over_max}"
+    return f"{prices}its cluster on spot is billed at the on-demand ${on_demand:.4f}/h, which bounds it: {why}"
