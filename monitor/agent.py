@@ -16,7 +16,7 @@ no Django. It:
   job may live (until --deadline): a platform that is down for a while loses nothing, and if the agent itself is gone
   the platform can still fetch the kept result (the completion report is what moves the job on, as in FC² §6);
 - on SIGTERM (teardown) stops the command and exits;
-- on the chief (--ship-checkpoints), ships each new complete TensorFlow checkpoint the command writes to its
+- on the chief (--ship-checkpoints), ships each new complete checkpoint the command writes to its
   checkpoint directory (--checkpoints, FC2_CHECKPOINT_DIR) to `POST <url>/api/v1/jobs/<job>/checkpoint` as a tar.gz,
   while training runs; one over --checkpoint-max-mb is not shipped, and its next report says so (`checkpoint_skipped`);
 - before the command starts, unpacks the checkpoint archive to resume from (--restore) into --restore-to, safely
@@ -730,8 +730,10 @@ def ask_for_checkpoint(directory: Path) -> bool:
 
 class Checkpoint:
     """The newest complete checkpoint in a checkpoint directory, as shipped: its name (TensorFlow's, e.g. `ckpt-88`)
-    and its files packed (tar.gz) into a temporary file as they are read — one at a time, never whole in memory, and
-    without following links (the command that wrote them may be hostile) — with an index of this checkpoint alone."""
+    as the index file `checkpoint` names it — TensorFlow writes it last; PyTorch code writes it itself once its own
+    files, `<name>.*`, are whole (examples/digits_torch) — and its files packed (tar.gz) into a temporary file as they
+    are read — one at a time, never whole in memory, and without following links (the command that wrote them may be
+    hostile) — with an index of this checkpoint alone."""
 
     def __init__(self, name: str, archive: IO[bytes] | None = None, over: str = ""):
         self.name, self.archive = name, archive
@@ -773,7 +775,7 @@ class Checkpoint:
                     with os.fdopen(os.dup(fd), "rb") as source:
                         packed.addfile(_member(path, size), source)  # exactly `size` bytes, or an OSError
                     members.append(path)
-                if f"{name}.index" not in members or _read_index(top) != index:
+                if not members or _read_index(top) != index:
                     return None  # written meanwhile: the next look finds it whole
                 # What TensorFlow's latest_checkpoint reads: this checkpoint alone, by a relative path.
                 own = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'.encode()

@@ -1,0 +1,156 @@
+"""The PyTorch example (examples/digits_torch) for real: its checkpoints through the node agent's shipping and
+restoring, and 2-worker DDP jobs on the local and lab providers, submitted as `submit_job --framework pytorch` is,
+trained, measured and recorded under the workload's PyTorch key.
+
+The jobs start real torch processes (gloo across nodes); keep them few and small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import provisioner
+from fc2.models import Job
+from fc2.services import datasets
+from monitor.agent import CHECKPOINT_NOW, Checkpoint, unpack
+from recommender.catalog import load_catalog
+from recommender.models import PerformanceRecord
+from tests.conftest import call_json, cluster_processes
+
+# The example's defaults on the digits set (1,437 training examples): 2 epochs of 22 steps over 2 workers' global
+# batch of 64. Its CNN has 8 × (3 × 3 + 1) + 8 × 4 × 4 × 10 + 10 = 1,370 parameters, whose gradients (float32) DDP
+# all-reduces every step.
+EPOCHS, STEPS_PER_EPOCH, GRADIENT_BYTES = 2, 1437 // 64, 1370 * 4
+
+
+def run_example(wheel: Path, tmp_path: Path, *args: str, **env: str) -> tuple[dict, str]:
+    """One process of the example straight from its wheel (a zip on sys.path), as a node without a process group
+    runs it: (its metrics.json, its output)."""
+    output = tmp_path / "out"
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(wheel),
+        "FC2_DATA": str(datasets.materialise_builtin("digits")),
+        "FC2_OUTPUT_DIR": str(output),
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "fc2_digits_torch.main", *args],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads((output / "metrics.json").read_text()), done.stdout
+
+
+@pytest.mark.django_db
+def test_a_torch_checkpoint_is_shipped_by_the_agent_and_a_run_resumes_from_it(torch_wheel, tmp_path):
+    """The chief's agent ships the checkpoint the example's `checkpoint` index names (its `.pt` alone), the one asked
+    for by CHECKPOINT_NOW included; unpacked as a resumed node's agent unpacks it, the example goes on from there."""
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / CHECKPOINT_NOW).touch()  # a spot notice before the first progress line
+
+    first, printed = run_example(
+        torch_wheel, tmp_path, "--epochs=1", "--steps_per_epoch=20", FC2_CHECKPOINT_DIR=str(checkpoints)
+    )
+
+    assert "checkpoint ckpt-10 at step 10" in printed and not (checkpoints / CHECKPOINT_NOW).exists()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint", "ckpt-20.pt"]  # the latest only
+    shipped = Checkpoint.read(checkpoints, 2**20)
+    assert shipped is not None and shipped.name == "ckpt-20" and shipped.archive is not None
+    shipped.archive.seek(0)
+    (tmp_path / "shipped.tar.gz").write_bytes(shipped.archive.read())
+    shipped.close()
+    unpack(tmp_path / "shipped.tar.gz", tmp_path / "restore", 2**20)
+
+    resumed, printed = run_example(
+        torch_wheel, tmp_path, "--epochs=2", "--steps_per_epoch=20", FC2_RESTORE_FROM=str(tmp_path / "restore")
+    )
+
+    assert "restored ckpt-20: 1 epochs done" in printed
+    assert (resumed["resumed_at_step"], resumed["steps"], len(resumed["epoch_train_losses"])) == (20, 40, 1)
+    assert resumed["epoch_train_losses"][0] < first["epoch_train_losses"][0]  # the trained weights came back
+    assert '"epoch": 2, "epochs": 2, "step": 40, "steps": 40' in printed
+
+
+def submit_torch_job(wheel: Path, provider: str, *args: str) -> tuple[dict, Job]:
+    """`submit_job --framework pytorch` with 2 workers, the example's defaults otherwise, run inline to its end."""
+    _, result, _ = call_json(  # --wait exits 1 unless the job succeeded, after the JSON
+        "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", provider, "--workers", "2",
+        "--framework", "pytorch", "--param", f"epochs={EPOCHS}", "--user", "alice", "--inline", "--wait", *args,
+    )  # fmt: skip
+    assert result["status"] == "succeeded", result.get("error")
+    return result, Job.objects.get(pk=result["id"])
+
+
+def assert_trained_and_recorded(result: dict, job: Job, tmp_path: Path) -> PerformanceRecord:
+    """What every PyTorch job of the example leaves, whatever its provider: the models and metrics of a DDP run
+    over 2 ranks, a TorchScript model that scores on the test split what metrics.json says, every node's CPU sampled,
+    and a measured record of the workload's PyTorch key with strategy ddp. Its record, for the provider's checks."""
+    assert (job.framework, job.strategy, job.workers) == ("pytorch", "ddp", 2)
+    names = {a["name"] for a in result["artifacts"]}
+    assert {"model.pt", "model.ts", "metrics.json", "logs/worker-0.log", "logs/worker-1.log"} <= names
+    metrics = result["metrics"]
+    assert (metrics["strategy"], metrics["backend"], metrics["workers"]) == ("ddp", "gloo", 2)
+    assert (metrics["steps"], metrics["global_batch_size"]) == (EPOCHS * STEPS_PER_EPOCH, 64)
+    assert metrics["test_accuracy"] > 0.8 and metrics["epoch_time_s"] > 0  # ~0.9 after two epochs
+
+    scripted = tmp_path / "model.ts"
+    scripted.write_bytes(job.artifacts.get(name="model.ts").file.read())
+    with np.load(datasets.materialise_builtin("digits")) as data:
+        images = torch.from_numpy(data["x_test"].transpose(0, 3, 1, 2).copy())
+        labels = torch.from_numpy(data["y_test"])
+    with torch.no_grad():
+        predicted = torch.jit.load(str(scripted))(images).argmax(dim=1)
+    assert float((predicted == labels).float().mean()) == pytest.approx(metrics["test_accuracy"])
+
+    assert sorted(job.nodes.values_list("name", flat=True)) == ["worker-0", "worker-1"]
+    for node in job.nodes.all():
+        assert node.samples.filter(cpu_percent__gt=0).exists(), f"{node.name}: no CPU sampled"
+
+    measured = PerformanceRecord.objects.filter(job_link__job=job, source=PerformanceRecord.Source.MEASURED)
+    record = measured.get()
+    assert record.workload == job.workload and record.workload.endswith("@pytorch")
+    assert (record.strategy, record.workers, record.batch_size) == ("ddp", 2, 32)
+    assert record.epoch_time_s == pytest.approx(metrics["epoch_time_s"])
+    assert cluster_processes() == []
+    return record
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_a_pytorch_job_trains_with_ddp_on_two_local_workers(alice, torch_wheel, tmp_path):
+    result, job = submit_torch_job(torch_wheel, "local")
+
+    assert_trained_and_recorded(result, job, tmp_path)
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
+def test_a_pytorch_job_trains_with_ddp_across_two_lab_nodes_and_its_traffic_is_measured(alice, torch_wheel, tmp_path):
+    """On the lab each node has a network of its own: what its agent counted out is at least the gradients DDP sent
+    every step (a ring all-reduce over 2 ranks sends each rank's whole gradient), and the record has a bandwidth."""
+    load_catalog("lab")
+    result, job = submit_torch_job(torch_wheel, "lab", "--worker-type", "lab-w-1g")
+
+    record = assert_trained_and_recorded(result, job, tmp_path)
+
+    assert record.instance_type == "lab-w-1g" and record.bandwidth_mbps and record.bandwidth_mbps > 0
+    for node in job.nodes.all():
+        samples = list(node.samples.order_by("measured_at"))
+        sent = samples[-1].bytes_sent - samples[0].bytes_sent
+        assert sent >= EPOCHS * STEPS_PER_EPOCH * GRADIENT_BYTES, f"{node.name} sent {sent} B"
