@@ -4,7 +4,9 @@ It owns the rules a researcher's wheel must pass before the platform stores it o
 non-empty zip within the size limit, a wheel file name pip accepts (naming the distribution and version METADATA
 names), no member path that could land outside the install
 directory, no zip bomb, exactly one complete `.dist-info` directory naming the same distribution as the file, and a
-main script that the nodes can run with `python -m`.
+main script that the nodes can run with `python -m`. It also reads what the wheel's METADATA requires (Requires-Dist):
+the framework its code trains with (`requirements_framework`) and a dependency only CUDA machines can install
+(`cuda_requirement`), which the job service holds against the framework and the cluster asked for.
 
 Everything except METADATA is judged from the zip's central directory, so refusing a hostile upload costs little.
 The central directory can lie about sizes, but Python's zipfile (which pip uses too) never yields more than the
@@ -28,7 +30,9 @@ from pathlib import PurePosixPath
 from typing import BinaryIO
 
 from django.conf import settings
+from packaging.markers import default_environment
 from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -41,6 +45,8 @@ MAIN_SCRIPT_MAX_LENGTH = 300
 # The wheel's file name is kept (CodeBundle.filename) and stored on disk under it: within both limits (255), with room
 # for the suffix storage adds on a clash.
 FILE_NAME_MAX_LENGTH = 200
+# The longest CUDA-only requirement CodeBundle keeps as written (a longer one is cut, ending in "…").
+REQUIREMENT_MAX_LENGTH = 200
 
 # Errors zipfile and its decompressors raise on a corrupt, encrypted or exotic archive or member: ValueError covers
 # a member name flagged UTF-8 that is not (UnicodeDecodeError) and a central directory whose offset points before the
@@ -76,6 +82,12 @@ class WheelInfo:
     size_bytes: int
     # SHA-256 of the wheel file, lowercase hex.
     sha256: str
+    # What its code trains with, from its Requires-Dist (`requirements_framework`): "tensorflow", "pytorch", or ""
+    # when it requires neither or both.
+    framework: str = ""
+    # Its first requirement that only a machine with CUDA can install (`cuda_requirement`), e.g. "torch==2.3.0+cu121";
+    # "" when none.
+    cuda_requirement: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,9 +140,18 @@ def validate_wheel(
         _check_same_distribution(distribution, file_distribution, "its METADATA")
         _check_same_version(version, file_version)
         resolved = resolve_main_script(names, main_script)
+        requires = parse_requirements(metadata)
     finally:
         stream.seek(0)
-    info = WheelInfo(distribution, version, resolved, size_bytes, sha256)
+    info = WheelInfo(
+        distribution,
+        version,
+        resolved,
+        size_bytes,
+        sha256,
+        requirements_framework(requires),
+        cuda_requirement(requires),
+    )
     _check_fits_columns(info)
     return info
 
@@ -263,6 +284,77 @@ def parse_metadata(data: bytes) -> tuple[str, str]:
     if missing:
         raise BundleError(f"the wheel's METADATA has no {' or '.join(missing)}")
     return name, version
+
+
+# The distributions that say which framework a bundle's code trains with (PEP 503 names). Keras 3 runs on either
+# framework's backend, so keras says nothing alone; tf-keras is TensorFlow's own Keras 2.
+FRAMEWORK_DISTRIBUTIONS = {
+    "tensorflow": "tensorflow",
+    "tensorflow-cpu": "tensorflow",
+    "tensorflow-gpu": "tensorflow",
+    "tf-keras": "tensorflow",
+    "torch": "pytorch",
+}
+# NVIDIA's CUDA libraries as PyPI names them (nvidia-cublas-cu12, nvidia-cudnn-cu11, …): a CUDA machine's only.
+_CUDA_DISTRIBUTION = re.compile(r"nvidia-.+-cu\d+")
+# A CUDA build's local version (torch==2.3.0+cu121), also as a URL writes it (…/torch-2.3.0%2Bcu121-…whl).
+_CUDA_LOCAL_VERSION = re.compile(r"(\+|%2B)cu\d+", re.IGNORECASE)
+
+
+def parse_requirements(data: bytes) -> list[Requirement]:
+    """The requirements a wheel's METADATA installs on the nodes (its Requires-Dist, as pip reads them): those an
+    extra asks for, or whose marker leaves out a Linux node's Python, are not installed and are left out.
+
+    >>> metadata = b"Name: d\\nRequires-Dist: torch>=2\\nRequires-Dist: numpy; extra == 'x'\\n"
+    >>> [str(r) for r in parse_requirements(metadata)]
+    ['torch>=2']
+    >>> parse_requirements(b"Name: d\\nRequires-Dist: torch>=>2\\n")
+    Traceback (most recent call last):
+    ...
+    fc2.bundles.BundleError: the wheel's METADATA requires 'torch>=>2', which is not a valid requirement
+    """
+    raw, _ = parse_email(data.decode("utf-8"))  # (parse_metadata has refused METADATA that is not UTF-8)
+    environment = {key: str(value) for key, value in default_environment().items()}
+    environment |= {"sys_platform": "linux", "platform_system": "Linux", "extra": ""}
+    requires = []
+    for line in raw.get("requires_dist", []):
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            raise BundleError(f"the wheel's METADATA requires {line!r}, which is not a valid requirement") from None
+        if requirement.marker is None or requirement.marker.evaluate(environment):
+            requires.append(requirement)
+    return requires
+
+
+def requirements_framework(requires: Sequence[Requirement]) -> str:
+    """The framework a bundle trains with, from what it requires: "pytorch" or "tensorflow" when it names one of
+    them (FRAMEWORK_DISTRIBUTIONS), "" when it names neither or both (unknown: the job says which).
+
+    >>> [requirements_framework([Requirement(r) for r in rs]) for rs in (["torch"], ["tensorflow-cpu", "keras"],
+    ...     ["keras"], ["torch", "tensorflow"], [])]
+    ['pytorch', 'tensorflow', '', '', '']
+    """
+    names = {canonicalize_name(r.name) for r in requires}
+    named = {FRAMEWORK_DISTRIBUTIONS[name] for name in names if name in FRAMEWORK_DISTRIBUTIONS}
+    return named.pop() if len(named) == 1 else ""
+
+
+def cuda_requirement(requires: Sequence[Requirement]) -> str:
+    """The first requirement only a machine with CUDA can install — an NVIDIA CUDA library (nvidia-*-cu12) or a CUDA
+    build's local version (+cu121) — as written (cut to REQUIREMENT_MAX_LENGTH); "" when there is none.
+
+    >>> [cuda_requirement([Requirement(r)]) for r in ("torch==2.3.0+cu121", "nvidia-cudnn-cu12>=9", "torch>=2",
+    ...     "nvidia-ml-py")]
+    ['torch==2.3.0+cu121', 'nvidia-cudnn-cu12>=9', '', '']
+    """
+    for requirement in requires:
+        written = str(requirement)
+        if _CUDA_DISTRIBUTION.fullmatch(canonicalize_name(requirement.name)) or _CUDA_LOCAL_VERSION.search(
+            f"{requirement.specifier} {requirement.url or ''}"
+        ):
+            return written if len(written) <= REQUIREMENT_MAX_LENGTH else written[: REQUIREMENT_MAX_LENGTH - 1] + "…"
+    return ""
 
 
 def resolve_main_script(names: Sequence[str], main_script: str) -> str:

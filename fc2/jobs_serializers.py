@@ -35,11 +35,17 @@ class BundleOutput(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     main = serializers.CharField(source="main_script", help_text="The main script's path inside the wheel")
     jobs = serializers.IntegerField(source="job_count", help_text="How many jobs ran it (it is deletable at 0)")
+    framework = serializers.CharField(
+        help_text="What its wheel requires (Requires-Dist): tensorflow or pytorch; empty when neither or both"
+    )
+    cuda_requirement = serializers.CharField(
+        help_text="Its requirement only a CUDA machine installs (e.g. torch==2.3.0+cu121): GPU workers only; or empty"
+    )
 
     class Meta:
         model = CodeBundle
         fields = ["id", "name", "distribution", "version", "main", "sha256", "size_bytes", "created_at", "jobs"]
-        fields += ["owner"]
+        fields += ["owner", "framework", "cuda_requirement"]
 
 
 class BundleList(serializers.Serializer):

@@ -17,7 +17,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fc2 import results
-from fc2.bundles import DISTRIBUTION_MAX_LENGTH, MAIN_SCRIPT_MAX_LENGTH, VERSION_MAX_LENGTH, module_name
+from fc2.bundles import (
+    DISTRIBUTION_MAX_LENGTH,
+    MAIN_SCRIPT_MAX_LENGTH,
+    REQUIREMENT_MAX_LENGTH,
+    VERSION_MAX_LENGTH,
+    module_name,
+)
 from recommender.types import DEFAULT_CATALOG
 
 if TYPE_CHECKING:
@@ -93,6 +99,9 @@ class CodeBundle(models.Model):
     sha256 = models.CharField(max_length=64)
     # Read from the wheel's METADATA at upload (its Requires-Dist); empty when it names neither framework.
     framework = models.CharField(max_length=20, choices=Framework.choices, blank=True)
+    # Its first Requires-Dist only a machine with CUDA can install (fc2.bundles.cuda_requirement): such a bundle runs
+    # on GPU workers alone. Empty when none.
+    cuda_requirement = models.CharField(max_length=REQUIREMENT_MAX_LENGTH, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = OwnedQuerySet.as_manager()

@@ -376,6 +376,8 @@ def test_command_ok_json(tmp_path):
         "main_script": "demo/main.py",
         "size_bytes": len(content),
         "sha256": hashlib.sha256(content).hexdigest(),
+        "framework": "",
+        "cuda_requirement": "",
     }
     assert stdout.count("\n") == 1
 

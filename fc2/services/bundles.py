@@ -17,10 +17,15 @@ if TYPE_CHECKING:
 def store_bundle(owner: User, fileobj: BinaryIO, filename: str, main_script: str = "main.py") -> CodeBundle:
     """Validate the wheel (BundleError if refused) and store it; within `atomic_with_files`, a later failure of the
     caller's transaction removes the file again. The same wheel (by sha256) with the same main script uploaded again by
-    the same owner is the bundle already stored: one library entry, one file."""
+    the same owner is the bundle already stored: one library entry, one file (what its METADATA requires read again,
+    for a bundle stored before the platform read it)."""
     info = validate_wheel(fileobj, filename, main_script)
     existing = CodeBundle.objects.filter(owner=owner, sha256=info.sha256, main_script=info.main_script).first()
     if existing is not None:
+        read = {"framework": info.framework, "cuda_requirement": info.cuda_requirement}
+        if any(getattr(existing, name) != value for name, value in read.items()):
+            CodeBundle.objects.filter(pk=existing.pk).update(**read)
+            existing.refresh_from_db(fields=list(read))
         return existing
     bundle = CodeBundle(
         owner=owner,
@@ -31,6 +36,8 @@ def store_bundle(owner: User, fileobj: BinaryIO, filename: str, main_script: str
         main_script=info.main_script,
         size_bytes=info.size_bytes,
         sha256=info.sha256,
+        framework=info.framework,
+        cuda_requirement=info.cuda_requirement,
     )
     with atomic_with_files():
         bundle.wheel.save(filename, File(fileobj, name=filename), save=False)
