@@ -18,7 +18,7 @@ import provisioner
 from fc2 import jsonbounds
 from fc2.api import UploadedFile
 from fc2.bundles import MAIN_SCRIPT_MAX_LENGTH
-from fc2.models import Artifact, CodeBundle, Dataset, Job, JobEvent, Node
+from fc2.models import Artifact, CodeBundle, Dataset, Framework, Job, JobEvent, Node
 from fc2.query import MAX_ID  # a larger id names nothing (and must not reach the database)
 from fc2.services import jobs, managed, pricing, search, workers
 from recommender.types import ALGORITHMS, DEFAULT_CATALOG, MAX_WORKERS
@@ -102,8 +102,8 @@ class JobSummary(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "state", "active", "owner", "bundle", "dataset", "provider", "algorithm", "strategy"]
-        fields += ["workers", "worker_type", "ps_type", "headline", "created_at", "finished_at", "worker"]
+        fields = ["id", "state", "active", "owner", "bundle", "dataset", "framework", "provider", "algorithm"]
+        fields += ["strategy", "workers", "worker_type", "ps_type", "headline", "created_at", "finished_at", "worker"]
 
     def get_active(self, job: Job) -> bool:
         return not job.is_terminal
@@ -191,7 +191,11 @@ class RequestOutput(serializers.Serializer):
     """What the job was submitted with (Job.request), as it came: what a re-run submits again."""
 
     algorithm = serializers.CharField()
-    strategy = serializers.CharField(help_text="ps, mirrored, or auto: left open for the model to choose")
+    # (a job submitted before frameworks holds none: it was TensorFlow's)
+    framework = serializers.CharField(default=Framework.TENSORFLOW, help_text="tensorflow or pytorch")
+    strategy = serializers.CharField(
+        help_text="ps, mirrored, or auto (left open for the model to choose): TensorFlow's; ddp: PyTorch's"
+    )
     workers = serializers.IntegerField(help_text="manual: the count; an algorithm: the limit, unless a budget")
     ps_type = serializers.CharField(allow_blank=True)
     worker_type = serializers.CharField(allow_blank=True)
@@ -418,7 +422,18 @@ class JobInput(serializers.Serializer):
     latency_ms = serializers.FloatField(
         default=0.0, min_value=0, max_value=jobs.MAX_NODE_DELAY_MS, help_text="lab: delay between the nodes, ms one way"
     )
-    strategy = serializers.ChoiceField(choices=JOB_STRATEGIES, default=Job.Strategy.PS)
+    framework = serializers.ChoiceField(
+        choices=Framework.choices,
+        required=False,
+        help_text="What the code trains with; default: what the bundle's wheel requires (Requires-Dist), else "
+        "tensorflow. A framework the bundle contradicts is refused",
+    )
+    strategy = serializers.ChoiceField(
+        choices=JOB_STRATEGIES,
+        required=False,
+        help_text="ps, mirrored or auto (left open: model, explore) for TensorFlow; ddp for PyTorch. Default: ps for "
+        "TensorFlow, ddp for PyTorch (auto too means ddp there)",
+    )
     algorithm = serializers.ChoiceField(
         choices=JOB_ALGORITHMS, default="manual", help_text="manual: the cluster given; else recommended"
     )

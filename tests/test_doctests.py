@@ -18,6 +18,7 @@ MODULES = [
     "fc2.services.limits",
     "fc2.services.monitoring",
     "fc2.services.noderecords",
+    "fc2.services.requests",
     "fc2.services.pricing",
     "fc2.templatetags.fc2_ui",
     "fc2_client.api",

@@ -35,6 +35,7 @@ PATIENCE_S = 120.0  # how long following rides out an unreachable platform (a re
 RELEASE_WAIT_S = 120.0  # how long following waits, once a job has ended, for its cluster to be torn down
 ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model", "explore")  # the platform judges
 PRESETS = ("fastest", "cheapest", "balanced")  # explore's: what "best" means (the platform's recommender.explore)
+FRAMEWORKS = ("tensorflow", "pytorch")  # what a job's code trains with (the platform's fc2.models.Framework)
 SUBMIT_RETRIES = 5  # a submission not answered (or answered 502, 503, 504, 429) is sent again this often at most
 
 
@@ -164,8 +165,9 @@ def build_parser() -> Parser:
     recommend.add_argument("--worker-type", metavar="TYPE", help="scala-opt-m: the worker type")
     recommend.add_argument(
         "--strategy",
-        choices=("ps", "mirrored", "auto"),
-        help="mirrored: All-Reduce, no PS; auto: --algorithm model compares both (default: ps)",
+        choices=("ps", "mirrored", "auto", "ddp"),
+        help="mirrored: All-Reduce, no PS; auto: --algorithm model compares both; ddp: PyTorch's All-Reduce, for a "
+        "PyTorch workload (default: ps)",
     )
     recommend.add_argument("--catalog", metavar="NAME", help="the instance catalogue (default: the platform's)")
     explore = explore_options(recommend, "--algorithm explore: what best means, and its trial runs' budget")
@@ -199,9 +201,15 @@ def build_parser() -> Parser:
         "--total-budget", type=number, metavar="$", help="a budget for the whole job: stopped before it would exceed it"
     )
     submit.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        help="what the code trains with (default: what the wheel requires, its Requires-Dist; else tensorflow)",
+    )
+    submit.add_argument(
         "--strategy",
-        choices=("ps", "mirrored", "auto"),
-        help="ps (default), mirrored (All-Reduce) or auto (left open: --algorithm model chooses)",
+        choices=("ps", "mirrored", "auto", "ddp"),
+        help="TensorFlow's: ps (its default), mirrored (All-Reduce) or auto (left open: --algorithm model chooses); "
+        "PyTorch's: ddp (DistributedDataParallel, All-Reduce; its default)",
     )
     submit.add_argument("--worker-type", metavar="TYPE", help="the workers' instance type")
     submit.add_argument("--worker-types", type=type_list, metavar="T1,T2", help="with --algorithm: types to consider")
@@ -280,6 +288,7 @@ def recommend_payload(args: argparse.Namespace) -> dict:
 
 # The job's fields in POST /api/jobs (docs/API.md), by the option that gives each.
 JOB_FIELDS = {
+    "framework": "framework",
     "provider": "provider",
     "algorithm": "algorithm",
     "workers": "workers",

@@ -151,6 +151,10 @@ def headline(job: dict) -> str:
     return str(figure or "")
 
 
+# The strategies with no parameter server: TensorFlow's mirrored, PyTorch's DDP (the platform's provisioner.ALL_REDUCE).
+ALL_REDUCE = ("mirrored", "ddp")
+
+
 def cluster(spec: dict) -> str:
     """The cluster a job or a recommendation names.
 
@@ -161,7 +165,7 @@ def cluster(spec: dict) -> str:
     """
     count = spec.get("workers")
     nodes = f"{count} × {spec['worker_type']}" if spec.get("worker_type") else f"{count} worker{'s' * (count != 1)}"
-    if spec.get("ps_type") and spec.get("strategy") != "mirrored":
+    if spec.get("ps_type") and spec.get("strategy") not in ALL_REDUCE:
         nodes += f" + PS {spec['ps_type']}"
     return nodes
 
@@ -187,7 +191,8 @@ def job_report(job: dict) -> str:
     """A job in full, as `fc2 status` prints it."""
     lines = [
         job_line(job),
-        f"  code      {name_of(job.get('bundle'))} on {name_of(job.get('dataset'))}",
+        f"  code      {name_of(job.get('bundle'))} on {name_of(job.get('dataset'))}"
+        + (f" ({job['framework']})" if job.get("framework") else ""),
         f"  cluster   {cluster(job) if job.get('workers') is not None else 'not chosen yet'} on "
         f"{job.get('provider')} ({strategy(job)}, {job.get('algorithm')})",
     ]

@@ -16,11 +16,11 @@ from django.db import models, transaction
 
 import provisioner
 from common.numbers import usd
-from fc2.models import Dataset, Job
+from fc2.models import Dataset, Framework, Job, key_framework
 from fc2.services import datasets, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
-from fc2.services.planning import Owner, Plan, check_workers, explore_unavailable, plan
+from fc2.services.planning import Owner, Plan, check_workers, explore_unavailable, gpu_worker_types, plan
 from fc2.services.requests import JobRequest, SubmitError
 from recommender.types import ALGORITHMS, RecommendationError
 
@@ -56,6 +56,7 @@ def validate(request: JobRequest) -> None:
         )
     if reason := strategy_unavailable(request.strategy, request.algorithm):
         raise SubmitError(reason, "strategy")
+    check_framework(request)
     if request.algorithm != "manual" and request.algorithm not in ALGORITHMS:
         raise SubmitError(
             f"unknown algorithm {request.algorithm!r} (expected manual or {', '.join(ALGORITHMS)})", "algorithm"
@@ -64,14 +65,14 @@ def validate(request: JobRequest) -> None:
         raise SubmitError(reason, "provider")
     if reason := algorithm_unavailable(request.provider, request.algorithm):
         raise SubmitError(reason, "algorithm")
-    if len(request.workload_name) > WORKLOAD_NAME_MAX:
-        raise SubmitError(f"a workload name has at most {WORKLOAD_NAME_MAX} characters", "workload_name")
+    check_workload_name(request)
     check_workers(request.provider, request.workers)
     if request.latency_ms and not provisioner.get(request.provider).latency:
         raise SubmitError(f"the {request.provider} provider cannot add latency between its nodes", "latency_ms")
     if not 0 <= request.latency_ms <= MAX_NODE_DELAY_MS:
         raise SubmitError(f"a latency is between 0 and {MAX_NODE_DELAY_MS} ms", "latency_ms")
     check_instance_types(request)
+    check_gpu(request)
     check_parameters(request.parameters)
     if request.budget is not None and request.algorithm == "manual":
         raise SubmitError(BUDGET_WITHOUT_ALGORITHM, "budget")
@@ -83,6 +84,87 @@ def validate(request: JobRequest) -> None:
         datasets.ready(request.dataset)
     except datasets.DatasetError as exc:
         raise SubmitError(str(exc), "dataset") from exc
+
+
+# The strategies of each framework: TensorFlow's parameter server and MultiWorkerMirroredStrategy (or left open for the
+# model to choose between them), PyTorch's DistributedDataParallel.
+FRAMEWORK_STRATEGIES = {
+    Framework.TENSORFLOW: (Job.Strategy.PS, Job.Strategy.MIRRORED, Job.Strategy.AUTO),
+    Framework.PYTORCH: (Job.Strategy.DDP,),
+}
+# The Python distribution each framework's code requires, for the refusals.
+FRAMEWORK_PACKAGES = {Framework.TENSORFLOW: "tensorflow", Framework.PYTORCH: "torch"}
+
+
+def check_framework(request: JobRequest) -> None:
+    """The framework asked is one the platform runs and the bundle does not contradict (what its Requires-Dist
+    names, CodeBundle.framework), with a strategy of that framework; a bundle that needs CUDA goes to a provider with
+    GPU workers, on GPU workers where the cluster is chosen by hand (an algorithm keeps to them:
+    planning.gpu_worker_types, and check_gpu)."""
+    if request.framework not in Framework.values:
+        raise SubmitError(
+            f"unknown framework {request.framework!r} (expected {' or '.join(map(repr, Framework.values))})",
+            "framework",
+        )
+    framework = Framework(request.framework)
+    required = request.bundle.framework
+    if required and required != framework:
+        raise SubmitError(
+            f"the bundle {request.bundle.distribution} requires {FRAMEWORK_PACKAGES[Framework(required)]} (its "
+            f"wheel's Requires-Dist), so its code trains with {Framework(required).label}, not {framework.label}: "
+            f"submit it as framework {required}, or upload a bundle that requires {FRAMEWORK_PACKAGES[framework]}",
+            "framework",
+        )
+    if request.strategy not in FRAMEWORK_STRATEGIES[framework]:
+        if framework == Framework.PYTORCH:
+            reason = (
+                f"a PyTorch job runs DistributedDataParallel, all-reduce with no parameter server: strategy ddp (or "
+                f"leave it out), not {request.strategy} — that is TensorFlow's"
+            )
+        else:
+            reason = (
+                f"strategy {request.strategy} is PyTorch's DistributedDataParallel: a TensorFlow job runs ps or "
+                "mirrored (or submit the job as framework pytorch)"
+            )
+        raise SubmitError(reason, "strategy")
+
+
+def check_workload_name(request: JobRequest) -> None:
+    """A workload name given fits the records' column once its framework's mark is added (fc2.models.workload_key),
+    and is not another framework's key: records of one framework are never read for another's job."""
+    if not request.workload_name:
+        return
+    mark = len(request.workload) - len(request.workload_name)
+    if len(request.workload) > WORKLOAD_NAME_MAX:
+        stored = f" for a {Framework(request.framework).label} job (its records' key adds {mark})" if mark else ""
+        raise SubmitError(f"a workload name has at most {WORKLOAD_NAME_MAX - mark} characters{stored}", "workload_name")
+    if (named := key_framework(request.workload)) != request.framework:
+        raise SubmitError(
+            f"workload {request.workload_name!r} is a {Framework(named).label} workload's key, and this is a "
+            f"{Framework(request.framework).label} job: name its own",
+            "workload_name",
+        )
+
+
+def check_gpu(request: JobRequest) -> None:
+    """A bundle that requires a CUDA-only package installs on GPU workers alone: refused where the provider has none,
+    or where the worker types asked for (by hand, or L^w) have none."""
+    if not request.bundle.cuda_requirement:
+        return
+    needs = f"the bundle requires {request.bundle.cuda_requirement}, which installs only where CUDA is"
+    if not provisioner.get(request.provider).typed_nodes or not gpu_worker_types(request.catalog):
+        raise SubmitError(
+            f"{needs}, and the {request.provider} provider has no GPU worker type: rebuild the wheel against the CPU "
+            "build (e.g. torch without +cu…, from https://download.pytorch.org/whl/cpu), or run it on a provider with "
+            "GPU workers",
+            "bundle",
+        )
+    if request.worker_type and not gpu_worker_types(request.catalog, [request.worker_type]):
+        raise SubmitError(f"{needs}, and worker type {request.worker_type} has no GPU", "worker_type")
+    if request.worker_types and not gpu_worker_types(request.catalog, request.worker_types):
+        raise SubmitError(
+            f"{needs}, and none of the worker types {', '.join(request.worker_types)} has a GPU", "worker_types"
+        )
 
 
 # A budget in $/h is the recommender's C: Manual, which runs the count given, takes none.
@@ -324,6 +406,7 @@ def submit(owner: User, request: JobRequest, driver: str = Job.Driver.CELERY, *,
             spot=request.spot,
             spot_max_price=request.spot_max_price,
             spot_fallback=request.spot_fallback,
+            framework=request.framework,
             driver=driver,
         )
         job.events.create(state=job.state, message=f"submitted by {owner}")

@@ -242,9 +242,10 @@ def recommend_request(
     request: JobRequest, blocked: Collection[str] = (), trials_spent: Spent = NOTHING_SPENT
 ) -> RecommendRequest:
     """What the recommender is asked for a job request: its workers is the limit when it has no budget; a strategy
-    left open is the model's (or explore's) to choose; L^w without the `blocked` types. explore is also given its
-    weights, its search's budget (the request's, else the platform's default), what this job's trials spent of it
-    (`trials_spent`), one trial's length, how many trials may overlap and the job's epochs."""
+    left open is the model's (or explore's) to choose; L^w without the `blocked` types, and for a bundle that needs
+    CUDA its GPU types alone. explore is also given its weights, its search's budget (the request's, else the
+    platform's default), what this job's trials spent of it (`trials_spent`), one trial's length, how many trials may
+    overlap and the job's epochs."""
     explore: dict = {}
     if request.algorithm == "explore":
         dollars, minutes = request.search_limits
@@ -275,7 +276,8 @@ def recommend_request(
         latency_ms=request.latency_ms if provisioner.get(request.provider).latency else None,
         **explore,
     )
-    if not blocked:
+    cuda = request.bundle.cuda_requirement
+    if not blocked and not cuda:
         return asked
     considered = request.worker_types or InstanceType.objects.filter(
         catalog__name=request.catalog, role__in=("worker", "any")
@@ -283,7 +285,23 @@ def recommend_request(
     remaining = tuple(t for t in considered if t not in blocked)
     if not remaining:
         raise RecommendationError(f"no worker type the job may use has capacity (tried {', '.join(blocked)})")
-    return replace(asked, worker_types=remaining, worker_type=None)
+    if cuda:  # a CUDA-only dependency installs on GPU workers alone (jobs.check_gpu refused the rest at submission)
+        remaining = gpu_worker_types(request.catalog, remaining)
+        if not remaining:
+            capacity = f" and capacity (no capacity for {', '.join(blocked)})" if blocked else ""
+            raise RecommendationError(
+                f"the bundle requires {cuda}, which installs only where CUDA is, and no worker type the job may use "
+                f"has a GPU{capacity}"
+            )
+    return replace(asked, worker_types=remaining, worker_type=None if blocked else asked.worker_type)
+
+
+def gpu_worker_types(catalog: str, names: Collection[str] | None = None) -> tuple[str, ...]:
+    """The worker types of `catalog` with a GPU, cheapest first (of `names` alone, when given)."""
+    types = InstanceType.objects.filter(catalog__name=catalog, role__in=("worker", "any"), gpus__gt=0)
+    if names is not None:
+        types = types.filter(name__in=list(names))
+    return tuple(types.values_list("name", flat=True))
 
 
 def _strategy(request: JobRequest, answer: Recommendation) -> str:

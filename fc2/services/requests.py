@@ -2,7 +2,8 @@
 resources, before anything is planned — and the refusal of one (`SubmitError`). Read by the job service
 (fc2/services/jobs.py), which checks it, and by the planner (fc2/services/planning.py), which plans it for the wizard,
 for submit and for the pipeline's recommend step (from the request a job keeps: `Job.request`, written once at
-submission by `as_json`, read back by `of`)."""
+submission by `as_json`, read back by `of`). A request is made whole as it is made: its framework, unless asked, is
+the bundle's (else TensorFlow), and its strategy, unless asked, the framework's (`framework_strategy`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 import provisioner
-from fc2.models import CodeBundle, Dataset, Job, epochs_parameter, workload_name
+from fc2.models import CodeBundle, Dataset, Framework, Job, epochs_parameter, workload_name
 from recommender.types import DEFAULT_CATALOG
 
 
@@ -31,7 +32,7 @@ class JobRequest:
     dataset: Dataset
     parameters: dict[str, str] = field(default_factory=dict)
     provider: str = "local"
-    strategy: str = Job.Strategy.PS
+    strategy: str = ""  # "": the framework's own (`framework_strategy`)
     workers: int = 2  # Manual: the count; an algorithm: the limit (unless a budget limits it)
     algorithm: str = "manual"
     ps_type: str = ""
@@ -54,8 +55,12 @@ class JobRequest:
     spot: bool = False
     spot_max_price: Decimal | None = None
     spot_fallback: str = Job.SpotFallback.ON_DEMAND
+    # What the code trains with; "": what the bundle requires (CodeBundle.framework), else TensorFlow
+    framework: str = ""
 
     def __post_init__(self) -> None:
+        self.framework = self.framework or self.bundle.framework or Framework.TENSORFLOW.value
+        self.strategy = framework_strategy(self.framework, self.strategy)
         # A provider whose instance types are its own (the lab's) prices and recommends from its own catalogue.
         if self.provider in provisioner.PROVIDERS and (own := provisioner.get(self.provider).catalog):
             self.catalog = own
@@ -79,7 +84,7 @@ class JobRequest:
 
     @property
     def workload(self) -> str:
-        return self.workload_name or workload_name(self.bundle, self.dataset)
+        return workload_name(self.bundle, self.dataset, self.framework, self.workload_name)
 
     @property
     def search_limits(self) -> tuple[Decimal, int]:
@@ -90,6 +95,20 @@ class JobRequest:
     def epochs(self) -> int | None:
         """The `epochs` parameter when it is a whole number of at least 1 (what the cost estimate multiplies by)."""
         return epochs_parameter(self.parameters)
+
+
+def framework_strategy(framework: str, strategy: str) -> str:
+    """The strategy a job of `framework` runs when asked for `strategy`: PyTorch's is DistributedDataParallel alone,
+    so an omitted or open one is ddp; TensorFlow's omitted one is its parameter server. Any other is kept as asked,
+    for the job service to refuse where the framework has no such strategy (jobs.check_framework).
+
+    >>> [framework_strategy(f, s) for f, s in (("pytorch", ""), ("pytorch", "auto"), ("tensorflow", ""),
+    ...     ("tensorflow", "auto"), ("pytorch", "ps"))]
+    ['ddp', 'ddp', 'ps', 'auto', 'ps']
+    """
+    if framework == Framework.PYTORCH and strategy in ("", Job.Strategy.AUTO):
+        return Job.Strategy.DDP.value
+    return strategy or Job.Strategy.PS.value
 
 
 def search_limits(dollars: Decimal | None, minutes: int | None) -> tuple[Decimal, int]:

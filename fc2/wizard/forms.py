@@ -13,7 +13,7 @@ from django.conf import settings
 
 import provisioner
 from fc2.bundles import BundleError, validate_wheel
-from fc2.models import CodeBundle, Dataset, Job
+from fc2.models import CodeBundle, Dataset, Framework, Job, workload_key
 from fc2.services import datasets, jobs, search
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import capacity, gib, per_hour
@@ -305,12 +305,22 @@ class ResourceForm(StepForm):
         label="Latency between nodes (ms)",
         help_text="Every packet from one node to another arrives this late (a round trip takes twice it).",
     )
+    framework = forms.ChoiceField(
+        required=False,
+        label="Framework",
+        choices=Framework.choices,
+        widget=forms.RadioSelect,
+        initial=Framework.TENSORFLOW,
+        help_text="What the code trains with: TensorFlow (TF_CONFIG) or PyTorch (torchrun's variables, DDP). A bundle "
+        "whose wheel requires one of them is that one's.",
+    )
     strategy = forms.ChoiceField(
         label="Distribution strategy",
         choices=[
             (Job.Strategy.PS, "Parameter server"),
             (Job.Strategy.MIRRORED, "All-Reduce"),
             (Job.Strategy.AUTO, "Left open (Model, explore)"),
+            (Job.Strategy.DDP, "All-Reduce (PyTorch DDP)"),
         ],
         widget=UnavailableRadioSelect,
         initial=Job.Strategy.PS,
@@ -493,14 +503,16 @@ class ResourceForm(StepForm):
 
     @property
     def workload(self) -> str:
-        """The workload the fields name (the default one when left empty); "" before the code and data are chosen, or
-        while the name given is no workload's name (the field says why)."""
+        """The workload the fields name (the default one when left empty), as its framework keys it; "" before the code
+        and data are chosen, or while the name given is no workload's name (the field says why)."""
         try:
-            return self.fields["workload_name"].clean(self["workload_name"].value()) or self.initial.get(
+            name = self.fields["workload_name"].clean(self["workload_name"].value()) or self.initial.get(
                 "default_workload", ""
             )
         except forms.ValidationError:
             return ""
+        framework = self["framework"].value()
+        return workload_key(name, framework) if name and framework in Framework.values else name
 
     sized_by_the_ps_reason = SIZED_BY_THE_PS_REASON
     strategy_left_open_reason = jobs.STRATEGY_LEFT_OPEN_REASON

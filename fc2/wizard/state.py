@@ -12,8 +12,9 @@ from functools import cached_property
 from django.http import HttpRequest
 
 import provisioner
-from fc2.models import CodeBundle, Dataset, Job, workload_name
+from fc2.models import CodeBundle, Dataset, Framework, Job, workload_name
 from fc2.services import datasets, jobs, planning, search
+from fc2.services.requests import framework_strategy
 from recommender import service
 
 SESSION_KEY = "fc2_wizard"
@@ -97,7 +98,7 @@ class Wizard:
     def default_workload(self) -> str:
         """The workload this code and data are filed under unless named otherwise ("" until both are chosen)."""
         bundle, dataset = self.bundle(), self.dataset()
-        return workload_name(bundle, dataset) if bundle and dataset else ""
+        return workload_name(bundle, dataset, bundle.framework or Framework.TENSORFLOW) if bundle and dataset else ""
 
     def save_resource(self, resource: dict) -> None:
         """The resource step's fields; the default workload name is kept as "" so that it follows the code and
@@ -119,6 +120,7 @@ class Wizard:
                 "dataset": job.dataset_id,
             },
             "resource": {
+                "framework": asked.framework,
                 "provider": asked.provider,
                 "region": asked.region,
                 "latency_ms": asked.latency_ms,
@@ -167,7 +169,20 @@ class Wizard:
         # An explore budget left to the platform (None) shows the platform's default, which it is, filled in.
         resource = {k: v for k, v in self.resource().items() if v is not None or k not in SEARCH_DEFAULTS}
         default = self.default_workload()
-        return {**resource, "workload_name": resource.get("workload_name") or default, "default_workload": default}
+        return {
+            **self._framework_defaults(),
+            **resource,
+            "workload_name": resource.get("workload_name") or default,
+            "default_workload": default,
+        }
+
+    def _framework_defaults(self) -> dict:
+        """The framework the bundle requires and its strategy (JobRequest's own defaults), for a resource step not
+        answered yet; none while the bundle names no framework."""
+        bundle = self.bundle()
+        if bundle is None or not bundle.framework:
+            return {}
+        return {"framework": bundle.framework, "strategy": framework_strategy(bundle.framework, "")}
 
     def resource(self) -> dict:
         """The saved resource step. One saved before `budget` meant $/h (`hourly_budget`, with `budget` the whole
@@ -191,6 +206,8 @@ class Wizard:
             region=r["region"] if r["provider"] == "aws" else "",
             latency_ms=(r.get("latency_ms") or 0.0) if provisioner.get(r["provider"]).latency else 0.0,
             strategy=r["strategy"],
+            # (a session saved before frameworks has none: the bundle's, else TensorFlow)
+            framework=r.get("framework") or "",
             # With a budget no count is asked: the recommendation sets it.
             workers=r["max_workers"] if budget is None else 1,
             algorithm=r["algorithm"],

@@ -184,7 +184,9 @@ def _save_data(request: HttpRequest, wizard: Wizard, form: DataForm) -> HttpResp
 def _save_resource(request: HttpRequest, wizard: Wizard, form: ResourceForm) -> HttpResponse | None:
     resource = form.state()
     try:
-        planned(wizard.job_request(resource), request.user)
+        job_request = wizard.job_request(resource)
+        jobs.check_framework(job_request)  # said here, beside the framework or strategy, rather than at review
+        planned(job_request, request.user)
     except (RecommendationError, jobs.SubmitError) as exc:
         form.add_error(_recommendation_field(exc, resource), str(exc))
         return None

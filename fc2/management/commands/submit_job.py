@@ -15,7 +15,7 @@ from django.core.management.base import CommandParser
 
 import provisioner
 from fc2.bundles import BundleError
-from fc2.models import Job
+from fc2.models import Framework, Job
 from fc2.services import datasets, inline, jobs, pricing, search, submissions, workers
 from fc2.templatetags.fc2_ui import estimate, usd
 from recommender.management.base import ContractCommand
@@ -74,11 +74,18 @@ class Command(ContractCommand):
             "--workers", type=int, default=2, metavar="N", help="workers (with --algorithm: at most) (default: 2)"
         )
         parser.add_argument(
+            "--framework",
+            choices=Framework.values,
+            default="",
+            help="what the code trains with (default: what the wheel requires, its Requires-Dist; else tensorflow)",
+        )
+        parser.add_argument(
             "--strategy",
             choices=Job.Strategy.values,
-            default=Job.Strategy.PS,
-            help="ps: 1 parameter server + a chief + N workers; mirrored: N workers with All-Reduce; auto: left open, "
-            "for --algorithm model to choose from the workload's records of each (default: ps)",
+            default="",
+            help="TensorFlow's: ps, 1 parameter server + a chief + N workers; mirrored, N workers with All-Reduce; "
+            "auto, left open for --algorithm model (or explore) to choose from the workload's records of each. "
+            "PyTorch's: ddp, N workers with DistributedDataParallel. (default: ps for TensorFlow, ddp for PyTorch)",
         )
         parser.add_argument("--ps-type", default="", metavar="TYPE", help="instance type of the parameter server")
         parser.add_argument("--worker-type", default="", metavar="TYPE", help="instance type of the workers")
@@ -194,6 +201,7 @@ class Command(ContractCommand):
                         driver=Job.Driver.INLINE if options["inline"] else Job.Driver.CELERY,
                         parameters=parameters,
                         provider=options["provider"],
+                        framework=options["framework"],
                         strategy=options["strategy"],
                         workers=options["workers"],
                         algorithm=options["algorithm"],
