@@ -24,7 +24,7 @@ from fc2.models import Job, Node, batch_size_parameter
 from monitor import figures, retention, series
 from monitor.models import LossPoint
 from monitor.series import WatchedNode
-from provisioner.types import is_chief
+from provisioner.types import ALL_REDUCE, is_chief
 
 LIVE_WINDOW = timedelta(hours=1)  # a running job's figures are over its last hour (an ended job's over all of it)
 LIVE_CACHE_S = 10  # a running job's figures are computed at most this often
@@ -72,15 +72,15 @@ def global_batch(job: Job) -> int | None:
     """The examples one training step takes (the bundle contract, examples/README.md "Batch and step"): `batch_size`
     from every worker under all-reduce, `batch_size` on a parameter server; None where no batch size was asked.
 
-    >>> global_batch(Job(parameters={"batch_size": "32"}, strategy="mirrored", workers=3))
-    96
+    >>> [global_batch(Job(parameters={"batch_size": "32"}, strategy=s, workers=3)) for s in ("mirrored", "ddp")]
+    [96, 96]
     >>> global_batch(Job(parameters={"batch_size": "32"}, strategy="ps", workers=3)), global_batch(Job(workers=2))
     (32, None)
     """
     batch = batch_size_parameter(job.parameters or {})
     if batch is None or not job.workers:
         return None
-    return batch * job.workers if job.strategy == Job.Strategy.MIRRORED else batch
+    return batch * job.workers if job.strategy in ALL_REDUCE else batch
 
 
 def job_figures(job: Job) -> dict:
