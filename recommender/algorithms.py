@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from recommender.types import (
     ALGORITHMS,
+    ALL_REDUCE_STRATEGIES,
     MAX_BATCH_SIZE,
     MAX_LATENCY_MS,
     Candidate,
@@ -623,8 +624,20 @@ def _within_limit(request: RecommendRequest, candidate: Candidate, priced: bool)
 
 
 def runs_through_ps(record: PerfRecord) -> bool:
-    """A run with a parameter server: the ps strategy, or a PS type named without the mirrored strategy."""
-    return record.strategy == "ps" or bool(record.ps_type and record.strategy != "mirrored")
+    """A run with a parameter server: the ps strategy, or a PS type named without an all-reduce strategy (mirrored,
+    PyTorch's ddp).
+
+    >>> [runs_through_ps(PerfRecord("w", ps_type=p, strategy=s)) for p, s in (("m4.large", ""), ("m4.large", "ddp"),
+    ...     ("", "ps"), ("m4.large", "mirrored"), ("", ""))]
+    [True, False, True, False, False]
+    """
+    return record.strategy == "ps" or bool(record.ps_type and record.strategy not in ALL_REDUCE_STRATEGIES.values())
+
+
+def all_reduce_of(record: PerfRecord) -> str:
+    """The all-reduce strategy a run without a PS ran: its own name where it gives one (mirrored, ddp), else
+    TensorFlow's (Anwar's runs, and records from before frameworks)."""
+    return record.strategy if record.strategy in ALL_REDUCE_STRATEGIES.values() else ALL_REDUCE_STRATEGIES["tensorflow"]
 
 
 def of_strategy(records: Sequence[PerfRecord], through_ps: bool) -> tuple[PerfRecord, ...]:
@@ -920,6 +933,14 @@ def recommend(
     index = _index(catalog)
     _known(request.worker_types, index, "worker")
     _known(request.ps_types, index, "ps")
+    if request.framework not in ALL_REDUCE_STRATEGIES:
+        raise RecommendationError(
+            f"unknown framework {request.framework!r}; choose one of {', '.join(ALL_REDUCE_STRATEGIES)}"
+        )
+    if request.framework == "pytorch" and request.parameter_server is not False:
+        raise RecommendationError(
+            "a PyTorch workload runs DistributedDataParallel, all-reduce with no parameter server: ask for strategy ddp"
+        )
     if request.parameter_server is None and request.algorithm not in ("model", "explore"):
         raise RecommendationError(
             f"only the model chooses between a parameter server and all-reduce (and explore tries both); "

@@ -24,10 +24,12 @@ from recommender.types import (
     MAX_BATCH_SIZE,
     MAX_LATENCY_MS,
     MAX_WORKERS,
+    STRATEGIES,
     MissingProfilesError,
     RecommendationError,
     RecommendRequest,
     TrialsNeeded,
+    strategy_request,
 )
 
 if TYPE_CHECKING:
@@ -74,9 +76,10 @@ class RecommendInput(serializers.Serializer):
     latency_ms = serializers.FloatField(required=False, min_value=0.0, max_value=MAX_LATENCY_MS)
     saturation = serializers.FloatField(default=0.95, min_value=0.01, max_value=1.0, help_text="p")
     strategy = serializers.ChoiceField(
-        choices=["ps", "mirrored", "auto"],
+        choices=list(STRATEGIES),
         default="ps",
-        help_text="mirrored: an All-Reduce cluster, no parameter server; auto: the model algorithm compares both",
+        help_text="mirrored: an All-Reduce cluster, no parameter server; auto: the model algorithm compares both; "
+        "ddp: PyTorch's All-Reduce (DistributedDataParallel), for a PyTorch workload",
     )
     alpha = serializers.FloatField(
         required=False, min_value=0.0, help_text="Weight of time (model, explore); default 1, explore's 0.5"
@@ -123,8 +126,7 @@ class RecommendInput(serializers.Serializer):
         alpha, beta = weights(data.pop("preset", None), data.get("alpha"), data.get("beta"), default)
         data["alpha"], data["beta"] = alpha, beta
         data["search_dollars"] = data.pop("search_budget", None)
-        strategy = data.pop("strategy")
-        data["parameter_server"] = None if strategy == "auto" else strategy == "ps"
+        data |= strategy_request(data.pop("strategy"))
         data["ps_types"] = tuple(data["ps_types"])
         data["worker_types"] = tuple(data["worker_types"])
         return RecommendRequest(**data)

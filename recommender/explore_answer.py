@@ -117,7 +117,8 @@ def configurations(request: RecommendRequest, specs: Sequence[InstanceSpec]) -> 
     """Every configuration the request allows (module docstring), or the reason there is none."""
     index = {spec.name: spec for spec in specs}
     workers = _types([request.worker_type] if request.worker_type else list(request.worker_types), index, "worker")
-    strategies = {True: ("ps",), False: ("mirrored",), None: ("ps", "mirrored")}[request.parameter_server]
+    all_reduce = request.all_reduce  # (a PyTorch request's parameter_server is False: algorithms.recommend)
+    strategies = {True: ("ps",), False: (all_reduce,), None: ("ps", all_reduce)}[request.parameter_server]
     latency = float(request.latency_ms or 0.0)
     configs: list[Config] = []
     refusals: list[RecommendationError] = []
@@ -198,10 +199,11 @@ def dominates(a: InstanceSpec, b: InstanceSpec, role: str) -> bool:
 
 
 def record_config(record: PerfRecord) -> Config | None:
-    """The configuration a record ran, as the search names them; None where it does not say (no type or count)."""
+    """The configuration a record ran, as the search names them (its all-reduce as its framework names it:
+    `algorithms.all_reduce_of`); None where it does not say (no type or count)."""
     if not record.instance_type or not record.workers:
         return None
-    strategy = "ps" if algorithms.runs_through_ps(record) else "mirrored"
+    strategy = "ps" if algorithms.runs_through_ps(record) else algorithms.all_reduce_of(record)
     return Config(
         record.instance_type,
         record.ps_type if strategy == "ps" else "",

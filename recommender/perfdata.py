@@ -89,7 +89,7 @@ class CsvRow(_Row):
     epoch_time_s: float | None = _bounded("epoch_time_s", None)
     bandwidth_mbps: float | None = _bounded("bandwidth_mbps", None)
     cpu_util: float | None = _bounded("cpu_util", None)
-    strategy: Literal["", "ps", "mirrored"] = ""
+    strategy: Literal["", "ps", "mirrored", "ddp"] = ""  # ddp: PyTorch's all-reduce
 
 
 ANWAR_COLUMNS = tuple(AnwarRow.model_fields)  # in the file's order

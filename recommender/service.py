@@ -453,13 +453,13 @@ def records_catalog(records: Collection[PerfRecord]) -> str:
     return known[0][0] if known else DEFAULT_CATALOG
 
 
-STRATEGY_LABELS = {"ps": "parameter server", "mirrored": "all-reduce"}
+STRATEGY_LABELS = {"ps": "parameter server", "mirrored": "all-reduce", "ddp": "all-reduce (PyTorch DDP)"}
 
 
 def strategy_counts(records: Collection[PerfRecord]) -> dict[str, int]:
-    """How many of the records ran each strategy ("ps" through a parameter server, else "mirrored"), as the
-    recommender tells them apart (algorithms.runs_through_ps)."""
-    return dict(Counter("ps" if algorithms.runs_through_ps(r) else "mirrored" for r in records))
+    """How many of the records ran each strategy ("ps" through a parameter server, else the all-reduce it ran:
+    "mirrored", PyTorch's "ddp"), as the recommender tells them apart (algorithms.runs_through_ps)."""
+    return dict(Counter("ps" if algorithms.runs_through_ps(r) else algorithms.all_reduce_of(r) for r in records))
 
 
 def model_figures(records: Sequence[PerfRecord], strategy: str, catalog: str) -> dict:

@@ -16,6 +16,25 @@ from recommender.bounds import MAX_WORKERS as MAX_WORKERS
 
 ALGORITHMS = ("cost-opt", "time-opt", "scala-opt", "scala-opt-m", "lookup", "model", "explore")
 
+# What each framework calls its all-reduce strategy — TensorFlow's MultiWorkerMirroredStrategy, PyTorch's
+# DistributedDataParallel (which has no parameter server at all): wherever the recommender decides "all-reduce" it
+# names it so for the request's framework (RecommendRequest.all_reduce).
+ALL_REDUCE_STRATEGIES = {"tensorflow": "mirrored", "pytorch": "ddp"}
+# The strategies a question may name: a parameter server, either framework's all-reduce, or left open (`auto`).
+STRATEGIES = ("ps", "mirrored", "auto", "ddp")
+
+
+def strategy_request(strategy: str) -> dict:
+    """The RecommendRequest fields a strategy asks for (the API's, `manage.py recommend`'s, a job's): whether its
+    cluster has a parameter server (None: left open) and the framework — ddp is PyTorch's, every other TensorFlow's.
+
+    >>> strategy_request("ddp"), strategy_request("auto")
+    ({'parameter_server': False, 'framework': 'pytorch'}, {'parameter_server': None, 'framework': 'tensorflow'})
+    """
+    framework = next((f for f, name in ALL_REDUCE_STRATEGIES.items() if name == strategy), "tensorflow")
+    return {"parameter_server": None if strategy == "auto" else strategy == "ps", "framework": framework}
+
+
 # The catalogue the recommender prices from when none is named: FC²'s own Tables 1–2 (recommender/catalogs/).
 DEFAULT_CATALOG = "fc2-2018"
 
@@ -68,7 +87,7 @@ class TrialConfig:
     worker_type: str
     workers: int
     ps_type: str  # "" for all-reduce
-    strategy: str  # "ps" or "mirrored"
+    strategy: str  # "ps", or the request's all-reduce ("mirrored", PyTorch's "ddp")
     hourly_cost: float  # $/h of the trial's cluster, its PS included
 
 
@@ -135,7 +154,7 @@ class PerfRecord:
     epoch_time_s: float | None = None  # None: the run failed (kept, never used as a time)
     bandwidth_mbps: float | None = None  # b_t: one worker's bandwidth use
     cpu_util: float | None = None  # 0..100
-    strategy: str = ""  # "ps", "mirrored" or ""
+    strategy: str = ""  # "ps", "mirrored", "ddp" (PyTorch's all-reduce) or ""
     source: str = "imported"  # "imported", "profiled", "measured" or "trial"
 
 
@@ -168,6 +187,13 @@ class RecommendRequest:
     epochs: int | None = None
     workers_cap: int | None = None  # explore: the most workers the job's provider runs (a budget's count stops there)
     trials_at_once: int = 1  # explore: how many trial runs may overlap in time (FC2_EXPLORE_AT_ONCE)
+    # What the workload trains with (ALL_REDUCE_STRATEGIES): "pytorch" has all-reduce alone (parameter_server False)
+    framework: str = "tensorflow"
+
+    @property
+    def all_reduce(self) -> str:
+        """What this request's all-reduce strategy is called: "mirrored", or PyTorch's "ddp"."""
+        return ALL_REDUCE_STRATEGIES[self.framework]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from django.shortcuts import render
 
 from recommender import service
 from recommender.models import Catalog, InstanceType, PerformanceRecord
-from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, RecommendationError, RecommendRequest
+from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, RecommendationError, RecommendRequest, strategy_request
 
 
 class LookupForm(forms.Form):
@@ -29,7 +29,13 @@ class LookupForm(forms.Form):
     # Anwar's runs were all-reduce: the answer comes from a workload's all-reduce runs unless the PS's are asked for
     # (a workload measured one way answers from its runs whichever is asked).
     strategy = forms.ChoiceField(
-        choices=[("mirrored", "All-reduce (mirrored)"), ("ps", "Parameter server")], required=False, label="Strategy"
+        choices=[
+            ("mirrored", "All-reduce (mirrored)"),
+            ("ps", "Parameter server"),
+            ("ddp", "All-reduce (PyTorch DDP)"),
+        ],
+        required=False,
+        label="Strategy",
     )
     catalog = forms.ChoiceField(
         label="Catalogue", required=False, help_text="Prices the machines; empty: the one that has the records' types"
@@ -65,7 +71,7 @@ def anwar(request: HttpRequest) -> HttpResponse:
             workload=data["workload"],
             batch_size=data["batch_size"],
             latency_ms=data["latency_ms"],
-            parameter_server=data["strategy"] == "ps",
+            **strategy_request(data["strategy"] or "mirrored"),
         )
         try:
             answer = service.recommend_as_dict(lookup, catalog, owner=request.user)

@@ -39,6 +39,7 @@ MODULES = [
     "recommender.perfmodel.choice",
     "recommender.perfmodel.explanation",
     "recommender.pricing",
+    "recommender.types",
     "recommender.views",
 ]
 

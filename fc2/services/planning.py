@@ -41,6 +41,7 @@ from recommender.types import (
     RecommendRequest,
     SearchEstimate,
     TrialsNeeded,
+    strategy_request,
 )
 
 # Whose records the plan reads beside the platform's: a user, a user's id, or None (the platform's alone).
@@ -270,7 +271,7 @@ def recommend_request(
         ps_type=request.ps_type or None,
         worker_types=tuple(request.worker_types),
         worker_type=request.worker_type or None,
-        parameter_server=None if request.strategy == Job.Strategy.AUTO else request.strategy == Job.Strategy.PS,
+        **strategy_request(request.strategy),
         batch_size=batch_size_parameter(request.parameters),
         # The delay its nodes will have where the provider adds one (the lab); elsewhere not the job's to say.
         latency_ms=request.latency_ms if provisioner.get(request.provider).latency else None,

@@ -27,7 +27,7 @@ class Command(ContractCommand):
         )
         parser.add_argument(
             "--strategy",
-            choices=["ps", "mirrored"],
+            choices=["ps", "mirrored", "ddp"],
             help="whose runs: through a parameter server, or all-reduce (default: the one with more records)",
         )
         parser.add_argument(

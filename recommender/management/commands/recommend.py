@@ -12,7 +12,15 @@ from recommender import service
 from recommender.catalog import bundled_catalogs
 from recommender.explore import DEFAULT_WEIGHTS, PRESETS, weights
 from recommender.management.base import ContractCommand, user_named
-from recommender.types import ALGORITHMS, MissingProfilesError, RecommendationError, RecommendRequest, TrialsNeeded
+from recommender.types import (
+    ALGORITHMS,
+    STRATEGIES,
+    MissingProfilesError,
+    RecommendationError,
+    RecommendRequest,
+    TrialsNeeded,
+    strategy_request,
+)
 
 CATALOG_HELP = (
     f"instance catalogue (default: {service.DEFAULT_CATALOG}; bundled: {', '.join(bundled_catalogs())}; "
@@ -58,10 +66,11 @@ class Command(ContractCommand):
         )
         parser.add_argument(
             "--strategy",
-            choices=["ps", "mirrored", "auto"],
+            choices=STRATEGIES,
             default="ps",
             help="ps: with a parameter server; mirrored: All-Reduce, no parameter server; auto: the model compares "
-            "both from the workload's records of each and chooses (--algorithm model only) (default: ps)",
+            "both from the workload's records of each and chooses (--algorithm model only); ddp: PyTorch's "
+            "All-Reduce, for a PyTorch workload (e.g. NAME@pytorch) (default: ps)",
         )
         parser.add_argument(
             "--alpha", type=float, metavar="A", help="model, explore: weight of time (default: 1; explore: 0.5)"
@@ -114,7 +123,7 @@ class Command(ContractCommand):
             batch_size=options["batch_size"],
             latency_ms=options["latency_ms"],
             saturation=options["saturation"],
-            parameter_server=None if options["strategy"] == "auto" else options["strategy"] == "ps",
+            **strategy_request(options["strategy"]),
             alpha=alpha,
             beta=beta,
             search_dollars=options["search_budget"],

@@ -1,0 +1,159 @@
+"""ddp in the recommender (issue 46): a PyTorch workload is treated like any other, under one rule — where the
+recommender decides "all-reduce", a PyTorch request says ddp (explore's trials, the model's choice, `recommend
+--strategy ddp`, the API) — and never with a parameter server; records of ddp runs count as all-reduce."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from fc2.services import jobs, planning
+from recommender import algorithms, explore_answer, service
+from recommender.catalog import load_catalog
+from recommender.models import PerformanceRecord
+from recommender.service import strategy_counts
+from recommender.types import PerfRecord, RecommendationError, RecommendRequest, strategy_request
+from tests.conftest import call_json
+from tests.helpers import Api
+from tests.test_frameworks import bundle_requiring
+
+GRID = Path(__file__).resolve().parents[1] / "recommender" / "data" / "lab-digits-grid.csv"
+TORCH_WORKLOAD = "digits@pytorch"
+
+
+@pytest.fixture
+def lab(db):
+    return load_catalog("lab")
+
+
+@pytest.fixture
+def ddp_records(lab, tmp_path) -> Path:
+    """The lab's measured digits grid, as a PyTorch workload's ddp runs."""
+    text = GRID.read_text().replace("lab-digits-grid,", f"{TORCH_WORKLOAD},").replace(",mirrored\n", ",ddp\n")
+    path = tmp_path / "ddp.csv"
+    path.write_text(text)
+    call_command("import_perf_data", str(path), "--format", "csv", stdout=StringIO())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("strategy", "parameter_server", "framework"),
+    [("ps", True, "tensorflow"), ("mirrored", False, "tensorflow"), ("auto", None, "tensorflow"),
+     ("ddp", False, "pytorch")],
+)  # fmt: skip
+def test_a_strategy_asks_for_its_cluster_and_framework(strategy, parameter_server, framework):
+    assert strategy_request(strategy) == {"parameter_server": parameter_server, "framework": framework}
+
+
+@pytest.mark.parametrize(
+    ("record", "through_ps", "all_reduce"),
+    [
+        (PerfRecord("w", "c4.xlarge", "", 2, strategy="ddp"), False, "ddp"),
+        (PerfRecord("w", "c4.xlarge", "m4.large", 2, strategy="ddp"), False, "ddp"),  # a PS type named, not used
+        (PerfRecord("w", "c4.xlarge", "", 2, strategy="mirrored"), False, "mirrored"),
+        (PerfRecord("w", "c4.xlarge", "", 2), False, "mirrored"),  # Anwar's runs: TensorFlow's
+        (PerfRecord("w", "c4.xlarge", "m4.large", 2, strategy="ps"), True, None),
+    ],
+)
+def test_a_ddp_run_is_all_reduce(record, through_ps, all_reduce):
+    config = explore_answer.record_config(record)
+
+    assert algorithms.runs_through_ps(record) is through_ps
+    assert config is not None and config.strategy == ("ps" if through_ps else all_reduce)
+
+
+@pytest.mark.parametrize(
+    ("framework", "parameter_server", "strategies"),
+    [
+        ("tensorflow", None, {"ps", "mirrored"}),
+        ("tensorflow", False, {"mirrored"}),
+        ("tensorflow", True, {"ps"}),
+        ("pytorch", False, {"ddp"}),
+    ],
+)
+def test_explore_considers_a_pytorch_workload_on_ddp_clusters_alone(
+    fc2_catalog, framework, parameter_server, strategies
+):
+    request = RecommendRequest(
+        algorithm="explore", workload="w", max_workers=4, parameter_server=parameter_server, framework=framework
+    )
+
+    configs = explore_answer.configurations(request, service.catalog_specs("fc2-2018"))
+
+    assert {c.strategy for c in configs} == strategies
+    assert all(not c.ps_type for c in configs if c.strategy != "ps")
+
+
+@pytest.mark.parametrize("parameter_server", [True, None])
+def test_a_pytorch_request_with_a_parameter_server_is_refused(fc2_catalog, parameter_server):
+    request = RecommendRequest(
+        algorithm="cost-opt" if parameter_server else "model", max_workers=2, parameter_server=parameter_server,
+        framework="pytorch",
+    )  # fmt: skip
+
+    with pytest.raises(RecommendationError, match="A PyTorch workload runs DistributedDataParallel, all-reduce"):
+        algorithms.recommend(request, service.catalog_specs("fc2-2018"))
+
+
+def test_ddp_records_import_and_count_as_ddp(ddp_records):
+    records = PerformanceRecord.objects.filter(workload=TORCH_WORKLOAD)
+
+    assert set(records.values_list("strategy", flat=True)) == {"ddp"}
+    assert strategy_counts(service.workload_records(TORCH_WORKLOAD)) == {"ddp": records.count()}
+
+
+def test_a_csv_strategy_is_one_the_platform_knows(lab, tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("workload,workers,epoch_time_s,strategy\nw,2,4.0,horovod\n")
+
+    code, _, err = call_json("import_perf_data", str(path), "--format", "csv")
+
+    assert code == 1 and "strategy must be '', 'ps', 'mirrored' or 'ddp', got 'horovod'" in err
+
+
+def test_recommend_with_strategy_ddp_answers_a_cluster_without_ps(ddp_records):
+    code, answer, err = call_json(
+        "recommend", "--algorithm", "model", "--catalog", "lab", "--workload", TORCH_WORKLOAD, "--max-workers", "4",
+        "--strategy", "ddp", "--batch-size", "32", "--latency-ms", "0",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert answer["ps_type"] is None and answer["worker_type"].startswith("lab-w") and 1 <= answer["workers"] <= 4
+
+
+def test_the_api_takes_strategy_ddp(client, alice, ddp_records):
+    api = Api(client, alice)
+    asked = {"algorithm": "model", "catalog": "lab", "workload": TORCH_WORKLOAD, "max_workers": 4, "batch_size": 32}
+
+    answered = api.post("/api/recommend", {**asked, "strategy": "ddp"})
+    refused = api.post("/api/recommend", {**asked, "strategy": "horovod"})
+
+    assert answered.status_code == 200, answered.json()
+    assert answered.json()["ps_type"] is None
+    assert refused.status_code == 400
+
+
+def test_a_pytorch_job_is_planned_on_ddp_by_the_model_and_by_explore(tmp_path, alice, digits, ddp_records):
+    bundle = bundle_requiring(tmp_path, alice, "torch")
+    asked = {"bundle": bundle, "dataset": digits, "provider": "lab", "parameters": {"batch_size": "32"}}
+
+    model = planning.plan(jobs.JobRequest(**asked, algorithm="model", workers=4, workload_name="digits"))
+    explore = planning.plan(jobs.JobRequest(**asked, algorithm="explore", workers=4, workload_name="new"))
+
+    assert (model.strategy, model.ps_type) == ("ddp", "")
+    assert model.recommendation is not None and model.recommendation["records"]["platform"] == 72
+    assert (explore.source, explore.strategy, explore.ps_type) == ("explore", "ddp", "")
+    assert explore.search is not None and {t.strategy for t in explore.search.batch} == {"ddp"}
+
+
+def test_a_tensorflow_job_never_reads_a_pytorch_workloads_records(tmp_path, alice, digits, ddp_records):
+    bundle = bundle_requiring(tmp_path, alice, "tensorflow-cpu")
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, provider="lab", algorithm="model", workers=4, workload_name="digits"
+    )
+
+    with pytest.raises(RecommendationError, match="(?i)no performance records for workload 'digits'"):
+        planning.plan(request)
