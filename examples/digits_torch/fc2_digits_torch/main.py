@@ -8,9 +8,9 @@ every epoch (``DistributedSampler``); DDP averages the gradients every step, so 
 over ``batch_size × WORLD_SIZE`` examples, as under TensorFlow's ``mirrored``. Without ``WORLD_SIZE``: one process, no
 process group (handy for a quick local test). See ``examples/README.md`` for the whole contract.
 
-Rank 0 (``FC2_IS_CHIEF=1``) prints the ``FC2_PROGRESS`` lines, evaluates on the test split and writes ``model.pt``
-(the state_dict), ``model.ts`` (TorchScript) and ``metrics.json`` to ``FC2_OUTPUT_DIR``; every rank waits for it at a
-final barrier and exits 0.
+Rank 0 prints the ``FC2_PROGRESS`` lines, evaluates on the test split and writes ``model.pt``
+(the state_dict), ``model.pt2`` (the exported program: ``torch.export``) and ``metrics.json`` to ``FC2_OUTPUT_DIR``;
+every rank waits for it at a final barrier and exits 0.
 
 Checkpoints (``FC2_CHECKPOINT_DIR``, rank 0 only: DDP keeps every rank's weights equal): the model, the optimizer and
 the epochs done are saved with ``torch.save`` at every epoch's end, and at the next progress line when
@@ -49,7 +49,7 @@ PROGRESS_PREFIX = "FC2_PROGRESS"
 CHECKPOINT_NOW = "CHECKPOINT_NOW"  # the platform's request (a spot interruption notice) to checkpoint at once
 CHECKPOINT_INDEX = "checkpoint"  # names the newest whole checkpoint, in TensorFlow's format: what the agent ships
 INDEX_LINE = re.compile(r'^model_checkpoint_path: "([^"/\\]+)"$', re.MULTILINE)
-MODEL_FILE, SCRIPTED_FILE, METRICS_FILE = "model.pt", "model.ts", "metrics.json"
+MODEL_FILE, EXPORTED_FILE, METRICS_FILE = "model.pt", "model.pt2", "metrics.json"
 EVAL_BATCH = 512
 
 # A 1-channel Conv2d's weight gradient comes with a stride of 1 on its size-1 axis where DDP's bucket view has 9:
@@ -97,7 +97,7 @@ class Fc2Env:
     local_rank: int  # LOCAL_RANK: this process's GPU on a GPU node
     distributed: bool  # whether torchrun's variables are there (then init_process_group)
     backend: str  # FC2_DIST_BACKEND: "gloo" (CPU) or "nccl" (GPU)
-    is_chief: bool  # FC2_IS_CHIEF (rank 0 without it): prints progress, evaluates, writes the outputs
+    is_chief: bool  # rank 0: prints progress, evaluates, writes the outputs
     data: str  # FC2_DATA: the dataset .npz
     output_dir: str  # FC2_OUTPUT_DIR: the chief's results, each file an artifact
     train_seconds: float = 0.0  # FC2_TRAIN_SECONDS: train at least this long whatever --epochs says (0: as it says)
@@ -110,7 +110,6 @@ def read_env(environ: dict | None = None) -> Fc2Env:
     rank, world_size = int(environ.get("RANK") or 0), int(environ.get("WORLD_SIZE") or 1)
     if not 0 <= rank < world_size:
         raise SystemExit(f"RANK must be in 0 .. WORLD_SIZE - 1, not RANK={rank} WORLD_SIZE={world_size}")
-    is_chief = environ["FC2_IS_CHIEF"].strip() == "1" if "FC2_IS_CHIEF" in environ else rank == 0
     try:
         train_seconds = float(environ.get("FC2_TRAIN_SECONDS") or 0)
     except ValueError:
@@ -123,7 +122,8 @@ def read_env(environ: dict | None = None) -> Fc2Env:
         local_rank=int(environ.get("LOCAL_RANK") or 0),
         distributed="WORLD_SIZE" in environ,
         backend=environ.get("FC2_DIST_BACKEND") or "gloo",
-        is_chief=is_chief,
+        # Rank 0 rather than FC2_IS_CHIEF, which is a node's: a GPU node runs a process per GPU, one of them rank 0.
+        is_chief=rank == 0,
         data=environ.get("FC2_DATA") or "",
         output_dir=environ.get("FC2_OUTPUT_DIR") or os.path.join(os.getcwd(), "fc2_output"),
         train_seconds=train_seconds,
@@ -380,6 +380,8 @@ def all_reduce(values: list[float], env: Fc2Env, op=dist.ReduceOp.SUM) -> torch.
 def train(args: argparse.Namespace, env: Fc2Env) -> int:
     data = load_data(env.data)
     device = torch.device("cuda", env.local_rank) if env.backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before the process group: nccl binds this process to its own GPU
     if env.distributed:
         # torchrun's variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE): blocks until every rank has joined.
         dist.init_process_group(backend=env.backend, init_method="env://")
@@ -440,7 +442,7 @@ def train(args: argparse.Namespace, env: Fc2Env) -> int:
 
 
 def finish(model: nn.Module, args, env: Fc2Env, data: Dataset, device, tracker, global_batch: int, timing) -> None:
-    """The chief: evaluate on the test split, then write model.pt, model.ts and metrics.json."""
+    """The chief: evaluate on the test split, then write model.pt, model.pt2 and metrics.json."""
     test_loss, test_acc = evaluate(model, data.x_test, data.y_test, device)
     steps_run = tracker.total - tracker.resumed_at
     metrics = (
@@ -475,7 +477,11 @@ def finish(model: nn.Module, args, env: Fc2Env, data: Dataset, device, tracker, 
     os.makedirs(env.output_dir, exist_ok=True)
     model = model.cpu().eval()
     torch.save(model.state_dict(), os.path.join(env.output_dir, MODEL_FILE))
-    torch.jit.script(model).save(os.path.join(env.output_dir, SCRIPTED_FILE))
+    # The model with its code, loaded by torch.export.load(...).module() without this package; any batch size. (Not
+    # TorchScript, which torch deprecates.) About 2 s, after training: duration_s does not count it.
+    example = data.x_test[:2].to("cpu")
+    exported = torch.export.export(model, (example,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    torch.export.save(exported, os.path.join(env.output_dir, EXPORTED_FILE))
     with open(os.path.join(env.output_dir, METRICS_FILE), "w") as out:
         json.dump(metrics, out, indent=2, sort_keys=True)
         out.write("\n")
