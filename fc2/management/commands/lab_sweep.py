@@ -1,8 +1,8 @@
 """`manage.py lab_sweep`: run a grid of real jobs on the lab and keep each one's epoch time as a performance record.
 
     lab_sweep --bundle PATH --dataset NAME --workers 1,2,3 --batch-sizes 32,64 --latency-ms 0,40,80
-              [--worker-type T] [--ps-type T] [--strategy ps|mirrored] --workload NAME [--param K=V …]
-              [--csv PATH] [--json]
+              [--worker-type T] [--ps-type T] [--framework tensorflow|pytorch] [--strategy ps|mirrored|ddp]
+              --workload NAME [--param K=V …] [--csv PATH] [--json]
 
 What Anwar et al. measured by hand (epoch time for each worker count, batch size and network latency, §5.2.3) and
 FC² for each PS capacity (§8.2): each cell is a job on lab nodes whose links have the types' capacities and, between
@@ -10,6 +10,10 @@ them, the latency asked for; it runs in this process (as `submit_job --inline`),
 measurement becomes a record of the workload (source: measured) that `recommend --algorithm lookup|model` reads. A
 cell whose job failed is recorded as a failed run. Interrupted (Ctrl-C or SIGTERM), the running cell's job is
 cancelled and its cluster torn down before the command exits.
+
+A PyTorch bundle (its wheel requires torch, or `--framework pytorch`) is swept as DistributedDataParallel (strategy
+ddp, the one PyTorch has); its records go under the workload's PyTorch key (`NAME@pytorch`, fc2.models.workload_key),
+so that they never mix with a TensorFlow grid of the same name. The output's `workload` is the key they went under.
 
 Each cell reports its record's epoch time, bandwidth and CPU use. `--csv PATH` also writes the sweep's records, once
 it has run every cell, in `import_perf_data --format csv`'s format (recommender.perfdata.to_csv): a grid to ship in
@@ -26,7 +30,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 
 from fc2.bundles import BundleError
-from fc2.models import Job
+from fc2.models import Framework, Job
 from fc2.services import datasets, inline, jobs
 from recommender.management.base import ContractCommand
 from recommender.models import PerformanceRecord
@@ -62,7 +66,18 @@ class Command(ContractCommand):
         parser.add_argument("--latency-ms", default="0", metavar="L,L,…", help="latencies between nodes (default: 0)")
         parser.add_argument("--worker-type", default="", metavar="TYPE", help="lab worker type (default: the first)")
         parser.add_argument("--ps-type", default="", metavar="TYPE", help="lab PS type (default: the worker type)")
-        parser.add_argument("--strategy", choices=Job.Strategy.values, default=Job.Strategy.PS, help="(default: ps)")
+        parser.add_argument(
+            "--framework",
+            choices=Framework.values,
+            default="",
+            help="what the code trains with (default: what the wheel requires, else tensorflow)",
+        )
+        parser.add_argument(
+            "--strategy",
+            choices=Job.Strategy.values,
+            default="",
+            help="(default: the framework's: ps for TensorFlow, ddp for PyTorch)",
+        )
         parser.add_argument("--workload", required=True, metavar="NAME", help="the records' workload name")
         parser.add_argument("--param", action="append", default=[], metavar="K=V", help="a parameter (repeatable)")
         parser.add_argument("--user", default="researcher", help="username the jobs belong to (default: researcher)")
@@ -84,7 +99,7 @@ class Command(ContractCommand):
         except get_user_model().DoesNotExist:
             self.fail(f"no user {options['user']!r}", as_json)
 
-        cells, records = [], []
+        cells, records, workload = [], [], options["workload"]
         for latency in latencies:
             for batch_size in batch_sizes:
                 for count in workers:
@@ -92,7 +107,7 @@ class Command(ContractCommand):
                         job = self._submit(owner, dataset, parameters, count, batch_size, latency, options)
                     except (BundleError, jobs.SubmitError, OSError) as exc:
                         self.fail(str(exc), as_json, cells=cells)
-                    job = inline.run_inline(job.pk)
+                    job, workload = inline.run_inline(job.pk), job.workload
                     measured = PerformanceRecord.Source.MEASURED
                     record = PerformanceRecord.objects.filter(job_link__job=job, source=measured).first()
                     cell = {
@@ -110,7 +125,7 @@ class Command(ContractCommand):
                         self.stderr.write(
                             f"workers {count:>3}  batch {batch_size:>6}  latency {latency:>6g} ms  {time}"
                         )
-        out = {"workload": options["workload"], "cells": cells}
+        out = {"workload": workload, "cells": cells}
         if csv_path is not None:
             _write(csv_path, to_csv(records))
             out["csv"] = str(csv_path)
@@ -127,6 +142,7 @@ class Command(ContractCommand):
                 driver=Job.Driver.INLINE,
                 parameters={**parameters, "batch_size": str(batch_size)},
                 provider="lab",
+                framework=options["framework"],
                 strategy=options["strategy"],
                 workers=workers,
                 ps_type=options["ps_type"],
