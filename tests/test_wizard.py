@@ -970,11 +970,14 @@ def test_resource_step_shows_the_workload_and_disables_algorithms_without_its_re
     assert [value for value, _ in ALGORITHMS if algorithm_disabled(lab, value)] == ["model", "lookup"]
 
 
+@pytest.mark.parametrize("strategy", ["mirrored", "ddp"])
 @pytest.mark.parametrize("algorithm", ["scala-opt", "scala-opt-m"])
-def test_scala_opt_with_all_reduce_is_refused_beside_the_algorithm(client, alice, bundle, fc2_2018, algorithm):
+def test_scala_opt_with_all_reduce_is_refused_beside_the_algorithm(
+    client, alice, bundle, fc2_2018, algorithm, strategy
+):
     client.force_login(alice)
     through_data(client, bundle)
-    form = resource_form(algorithm=algorithm, strategy="mirrored", provider="lab", worker_type="lab-w-1g")
+    form = resource_form(algorithm=algorithm, strategy=strategy, provider="lab", worker_type="lab-w-1g")
 
     response = client.post(step_url("resource"), form)
 

@@ -17,6 +17,7 @@ from fc2.models import CodeBundle, Dataset, Framework, Job, workload_key
 from fc2.services import datasets, jobs, search
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import capacity, gib, per_hour
+from provisioner.types import ALL_REDUCE
 from recommender import service
 from recommender.models import Catalog, InstanceType
 
@@ -568,7 +569,7 @@ class ResourceForm(StepForm):
             )
         if algorithm and provider and (reason := jobs.algorithm_unavailable(provider, algorithm)):
             self.add_error("algorithm", f"{reason}.")
-        elif algorithm in jobs.SIZED_BY_THE_PS and cleaned.get("strategy") == Job.Strategy.MIRRORED:
+        elif algorithm in jobs.SIZED_BY_THE_PS and cleaned.get("strategy") in ALL_REDUCE:
             self.add_error("algorithm", SIZED_BY_THE_PS_REASON)
         if algorithm and (reason := jobs.strategy_unavailable(cleaned.get("strategy", ""), algorithm)):
             self.add_error("strategy", reason)
