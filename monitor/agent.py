@@ -891,12 +891,18 @@ class Notices:
     agent asks the command for a checkpoint (CHECKPOINT_NOW) and is reported once; a newer notice of the job, named
     in the platform's answer to a report (another node's), asks for one too."""
 
-    def __init__(self, notice_file: Path, checkpoints: Path | None, metadata: str = "", interval: float = 2.0):
+    def __init__(
+        self, notice_file: Path, checkpoints: Path | None, metadata: str = "", interval: float = 2.0,
+        wake: threading.Event | None = None,
+    ):  # fmt: skip
         self.notice_file, self.checkpoints, self.metadata, self.interval = notice_file, checkpoints, metadata, interval
         self.seen: dict | None = None
         self.to_report: dict | None = None
         self.acted_on = ""  # the job's latest notice the command was asked to checkpoint for (its `at`)
         self.stopped = threading.Event()
+        # Set on a new notice: the report loop waits on it, so that the notice is reported now, not at the next
+        # interval — the chief, whichever node got it, learns of it from the answer to its own next report.
+        self.wake = wake
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="fc2-notices", daemon=True).start()
@@ -907,6 +913,8 @@ class Notices:
             if notice is not None and notice != self.seen:
                 self.seen = self.to_report = notice
                 self.act(notice["at"] or "now")
+                if self.wake is not None:
+                    self.wake.set()
 
     def act(self, at: str) -> None:
         """Ask the command for a checkpoint, once for the notice of time `at`."""
@@ -1173,7 +1181,7 @@ def main(argv: list[str] | None = None) -> int:
         keep=args.keep_samples,
     )  # fmt: skip
     sampler.start()
-    notices = Notices(args.notice_file, args.checkpoints, args.spot_metadata)
+    notices = Notices(args.notice_file, args.checkpoints, args.spot_metadata, wake=run.progress_changed)
     notices.start()
     shipper = None
     if args.ship_checkpoints and args.checkpoints and not reporter.closed:

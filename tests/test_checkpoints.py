@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -27,6 +26,7 @@ from fc2.models import Artifact, Job, Node
 from fc2.services import checkpoints, inline, pipeline
 from monitor import agent
 from monitor.agent import ArchiveError, Checkpoint, Notices, Reporter, Shipper, unpack
+from monitor.models import LossPoint
 from provisioner import ClusterSpec, RunSpec, local
 from recommender.catalog import load_catalog
 from tests import test_hostile_reports
@@ -294,15 +294,13 @@ def test_the_shipper_ships_each_new_checkpoint_once_to_the_platform(live_server,
 def test_a_notice_in_the_nodes_file_asks_the_command_for_a_checkpoint_once(tmp_path):
     notice_file, directory = tmp_path / "spot-instance-action", tmp_path / "ck"
     directory.mkdir()
-    notices = Notices(notice_file, directory, interval=0.05)
+    wake = threading.Event()  # what the agent's report loop waits on: the notice is reported at once
+    notices = Notices(notice_file, directory, interval=0.05, wake=wake)
     notices.start()
     notice_file.write_text(json.dumps({"action": "terminate", "time": "2026-11-29T04:22:00Z"}))
-    for _ in range(100):
-        if (directory / "CHECKPOINT_NOW").exists():
-            break
-        notices.stopped.wait(0.05)
+    woken = wake.wait(5)
     notices.stopped.set()
-    assert (directory / "CHECKPOINT_NOW").exists()
+    assert woken and (directory / "CHECKPOINT_NOW").exists()
     assert notices.take() == {"at": "2026-11-29T04:22:00Z", "action": "terminate"}
     assert notices.take() is None
 
@@ -347,13 +345,17 @@ def test_a_local_job_ships_its_checkpoints_and_a_run_resumes_from_the_latest(ali
 @pytest.mark.django_db(transaction=True)
 def test_a_spot_notice_raised_on_a_lab_worker_has_the_chief_checkpoint_at_once(alice, bundle, digits, settings):
     """The notice path as an aws spot node takes it, raised through the agent's own channel: `cluster ssh` writes
-    EC2's instance-action JSON into worker-1's notice file. Its agent reports it (a line on the timeline); the
+    EC2's instance-action JSON into worker-1's notice file. Its agent reports it at once (a line on the timeline); the
     platform's answer to the chief's next report names it; the chief's agent asks its code for a checkpoint, which it
-    saves at its next progress point, mid-epoch."""
+    saves at its next progress point, mid-epoch.
+
+    One epoch of 3,000 steps: a save at a progress point that is also an epoch's end (every 110th step with the
+    digits' 22 steps an epoch and a progress line every 10) cannot be told from the epoch's own save, which made
+    this test fail about one run in eleven, whatever the database."""
     load_catalog("lab")
     job = make_job(alice, bundle, digits, provider="lab", catalog="lab", worker_type="lab-w-250", workers=2,
                    strategy="mirrored",
-                   parameters={"epochs": "80"})  # fmt: skip
+                   parameters={"epochs": "1", "steps_per_epoch": "3000"})  # fmt: skip
     runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
     runner.start()
     try:
@@ -373,12 +375,14 @@ def test_a_spot_notice_raised_on_a_lab_worker_has_the_chief_checkpoint_at_once(a
         runner.join(timeout=300)
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED, list(job.events.values_list("message", flat=True))
-    assert job.events.filter(message__startswith="worker-1: interruption notice (terminate at 2026-11-29T04:22:00Z)")
-    steps_per_epoch = job.metrics["steps_per_epoch"]
+    notice = job.events.get(message__startswith="worker-1: interruption notice (terminate at 2026-11-29T04:22:00Z)")
     with open(job.artifacts.get(name="logs/worker-0.log").file.path) as log:
         saved = [int(line.rsplit(" ", 1)[1]) for line in log if line.startswith("[fc2_digits] checkpoint ")]
-    if connection.vendor == "postgresql" and not any(step % steps_per_epoch for step in saved):
-        # A known bug (2026-11-29): on PostgreSQL the chief never saves at the progress point the notice asks for,
-        # three runs out of three, while on SQLite it does; not found yet. Said, not hidden: the rest is checked.
-        pytest.xfail("on PostgreSQL the chief saves at the epochs' ends only, not when the notice asks (known bug)")
-    assert any(step % steps_per_epoch for step in saved), saved  # one at a progress point, not an epoch's end
+    asked = [step for step in saved if step != 3000]  # 3000: the epoch's end
+    assert len(asked) == 1, saved
+    # The progress line of the step it saved at, read by the chief's agent just before the save.
+    line = LossPoint.objects.filter(node__job=job, node__name="worker-0", step=asked[0]).first()
+    assert line is not None and line.printed_at is not None, asked
+    after_s = (line.printed_at - notice.at).total_seconds()
+    print(f"FIGURE spot notice: the chief saved at step {asked[0]}, {after_s:.1f} s after the notice's report")
+    assert 0 < after_s < 15
