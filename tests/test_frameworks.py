@@ -230,6 +230,9 @@ def test_the_wizard_starts_from_the_bundles_framework_and_refuses_a_contradictio
         "pytorch",
         "ddp",
     )
+    reasons = shown.context["form"].fields["strategy"].widget.unavailable
+    assert reasons == {s: "it is TensorFlow's, and this is a PyTorch job" for s in ("ps", "mirrored", "auto")}
+    assert "<strong>Parameter server</strong> cannot be chosen: it is TensorFlow&#x27;s" in shown.content.decode()
     assert "not TensorFlow: submit it as framework pytorch" in refused.context["form"].errors["framework"][0]
     assert accepted.status_code == 302
     assert 'id="review-framework">PyTorch' in review and "All-Reduce (PyTorch DDP)" in review

@@ -495,12 +495,26 @@ class ResourceForm(StepForm):
             self.fields["strategy"].widget.unavailable = {
                 Job.Strategy.AUTO: f"only Model and explore choose the strategy, and neither can here ({reasons})"
             }
+        self._framework_strategies()
         if not self.is_bound:  # types the catalogue shown does not offer are forgotten, not refused
             self.initial = dict(self.initial)
             for name, offered in (("ps_type", ps_types), ("worker_type", worker_types)):
                 if self.initial.get(name) not in dict(offered):
                     self.initial[name] = ""
             self.initial["worker_types"] = [t for t in self.initial.get("worker_types", []) if t in dict(worker_types)]
+
+    def _framework_strategies(self) -> None:
+        """The strategies of another framework than the one shown (jobs.FRAMEWORK_STRATEGIES), drawn disabled with
+        why; the step is drawn again when the framework changes."""
+        shown = (self.data.get("framework") if self.is_bound else self.initial.get("framework")) or Framework.TENSORFLOW
+        if shown not in Framework.values:
+            return  # (the field says why)
+        framework = Framework(shown)
+        other = f"{Framework.TENSORFLOW.label}'s" if framework == Framework.PYTORCH else f"{Framework.PYTORCH.label}'s"
+        unavailable = self.fields["strategy"].widget.unavailable
+        for strategy in Job.Strategy.values:
+            if strategy not in jobs.FRAMEWORK_STRATEGIES[framework]:
+                unavailable[strategy] = f"it is {other}, and this is a {framework.label} job"
 
     @property
     def workload(self) -> str:
