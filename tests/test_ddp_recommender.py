@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from fc2.services import jobs, planning
+from fc2.models import Job
+from fc2.services import feedback, jobs, planning
 from recommender import algorithms, explore_answer, service
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from recommender.service import strategy_counts
 from recommender.types import PerfRecord, RecommendationError, RecommendRequest, strategy_request
 from tests.conftest import call_json
-from tests.helpers import Api
+from tests.helpers import Api, job_row
 from tests.test_frameworks import bundle_requiring
 
 GRID = Path(__file__).resolve().parents[1] / "recommender" / "data" / "lab-digits-grid.csv"
@@ -157,3 +158,16 @@ def test_a_tensorflow_job_never_reads_a_pytorch_workloads_records(tmp_path, alic
 
     with pytest.raises(RecommendationError, match="(?i)no performance records for workload 'digits'"):
         planning.plan(request)
+
+
+def test_a_ddp_jobs_run_is_recorded_as_ddp_under_its_own_key(lab, alice):
+    job = job_row(
+        alice, provider="lab", state=Job.State.SUCCEEDED, framework="pytorch", strategy=Job.Strategy.DDP, workers=2,
+        worker_type="lab-w-1g", parameters={"batch_size": "32"}, metrics={"batch_size": 64, "epoch_time_s": 2.5},
+    )  # fmt: skip
+
+    record = feedback.record_job(job)
+
+    assert record is not None
+    assert (record.workload, record.strategy, record.ps_type) == ("code-of-alice:data-of-alice@pytorch", "ddp", "")
+    assert strategy_counts(service.workload_records(record.workload, alice)) == {"ddp": 1}
