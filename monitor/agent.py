@@ -16,9 +16,11 @@ no Django. It:
   job may live (until --deadline): a platform that is down for a while loses nothing, and if the agent itself is gone
   the platform can still fetch the kept result (the completion report is what moves the job on, as in FC² §6);
 - on SIGTERM (teardown) stops the command and exits;
-- on the chief (--ship-checkpoints), ships each new complete checkpoint the command writes to its
-  checkpoint directory (--checkpoints, FC2_CHECKPOINT_DIR) to `POST <url>/api/v1/jobs/<job>/checkpoint` as a tar.gz,
-  while training runs; one over --checkpoint-max-mb is not shipped, and its next report says so (`checkpoint_skipped`);
+- on the chief (--ship-checkpoints), ships each new complete checkpoint the command writes to its checkpoint
+  directory (--checkpoints, FC2_CHECKPOINT_DIR) to `POST <url>/api/v1/jobs/<job>/checkpoint` as a tar.gz, while
+  training runs — one its index file names once the index names it, any other (no index) once the directory has
+  changed and then stayed quiet with no temporary file in it (Shipper); one over --checkpoint-max-mb is not shipped,
+  and its next report says so (`checkpoint_skipped`);
 - before the command starts, unpacks the checkpoint archive to resume from (--restore) into --restore-to, safely
   (`archive_members`: regular files and folders only, no absolute or `..` path, bounded);
 - watches for a spot interruption notice — the instance metadata's `spot/instance-action` (--spot-metadata, aws spot
@@ -44,6 +46,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import gzip
 import io
 import json
@@ -729,15 +732,19 @@ def ask_for_checkpoint(directory: Path) -> bool:
 
 
 class Checkpoint:
-    """The newest complete checkpoint in a checkpoint directory, as shipped: its name (TensorFlow's, e.g. `ckpt-88`)
-    as the index file `checkpoint` names it — TensorFlow writes it last; PyTorch code writes it itself once its own
-    files, `<name>.*`, are whole (examples/digits_torch) — and its files packed (tar.gz) into a temporary file as they
-    are read — one at a time, never whole in memory, and without following links (the command that wrote them may be
-    hostile) — with an index of this checkpoint alone."""
+    """A complete checkpoint in the command's checkpoint directory, as shipped: its name and its files packed (tar.gz)
+    into a temporary file as they are read — one at a time, never whole in memory, and without following links (the
+    command that wrote them may be hostile). With an index (the file `checkpoint`, which TensorFlow writes last, and
+    PyTorch code itself once its `<name>.*` files are whole: examples/digits_torch) the name is the one it names
+    (e.g. `ckpt-88`), the files are `<name>.*`, and an index of this checkpoint alone goes with them; without one,
+    the name is the file written last and every file goes. `written_at`: when its newest file was written (the
+    node's clock)."""
 
-    def __init__(self, name: str, archive: IO[bytes] | None = None, over: str = ""):
+    def __init__(self, name: str, archive: IO[bytes] | None = None, over: str = "", written_at: float = 0.0):
         self.name, self.archive = name, archive
         self.over = over  # why it is not shipped (over the size limit); then nothing is packed
+        self.written_at = written_at
+        self.members: list[str] = []  # the paths packed
 
     @property
     def size(self) -> int:
@@ -748,52 +755,102 @@ class Checkpoint:
             self.archive.close()
 
     @classmethod
+    def pack(cls, name: str, files: Iterator[tuple[str, int]], max_bytes: int, own_index: bytes = b"") -> Checkpoint:
+        """`files` (path in the archive, open descriptor of a regular file) packed, then `own_index` as the archive's
+        CHECKPOINT_INDEX when given; over `max_bytes` or MAX_CHECKPOINT_FILES, nothing packed and why not. An OSError
+        when a file shrank while it was read."""
+        packed_file: IO[bytes] | None = tempfile.TemporaryFile()  # noqa: SIM115 - handed over, or closed below
+        assert packed_file is not None
+        found = cls(name)
+        try:
+            room = max_bytes
+            # Level 1: weights hardly compress, and the packing must not take the training's CPU.
+            with tarfile.open(fileobj=packed_file, mode="w:gz", compresslevel=1) as packed:
+                for path, fd in files:
+                    seen = os.fstat(fd)
+                    if len(found.members) >= MAX_CHECKPOINT_FILES:
+                        return cls(name, over=f"more than {MAX_CHECKPOINT_FILES} files")
+                    if seen.st_size > room:
+                        return cls(name, over=f"over the {max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
+                    room -= seen.st_size
+                    with os.fdopen(os.dup(fd), "rb") as source:
+                        packed.addfile(_member(path, seen.st_size), source)  # exactly `size` bytes, or an OSError
+                    found.members.append(path)
+                    found.written_at = max(found.written_at, seen.st_mtime)
+                if own_index:
+                    packed.addfile(_member(CHECKPOINT_INDEX, len(own_index)), io.BytesIO(own_index))
+            found.archive, packed_file = packed_file, None
+            return found
+        finally:
+            if packed_file is not None:
+                packed_file.close()
+
+    @classmethod
     def read(cls, directory: Path, max_bytes: int, known: str = "") -> Checkpoint | None:
-        """The checkpoint the index names, packed (or, over `max_bytes`, why not); None while there is none, while it
-        changes (read again later), and when it is the one named `known` (its files are not read again)."""
+        """The checkpoint the directory's index names, packed (or, over `max_bytes`, why not); None while
+        there is none, while it changes (read again later), and when it is the one named `known` (its files are not
+        read again)."""
         try:
             top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             return None
-        # Closed here unless it is handed over with the checkpoint (Checkpoint.close).
-        packed_file: IO[bytes] | None = tempfile.TemporaryFile()  # noqa: SIM115
         try:
             index = _read_index(top)
             match = CHECKPOINT_PATH.search(index or "")
             if match is None or match.group(1) == known:
                 return None
-            name, room, members = match.group(1), max_bytes, []
-            # Level 1: weights hardly compress, and the packing must not take the training's CPU.
-            with tarfile.open(fileobj=packed_file, mode="w:gz", compresslevel=1) as packed:
-                for path, fd, mode in _entries(top, "", lambda *left: None):
-                    if not stat.S_ISREG(mode) or not path.startswith(f"{name}."):
-                        continue
-                    size = os.fstat(fd).st_size
-                    if size > room:
-                        return cls(name, over=f"over the {max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
-                    room -= size
-                    with os.fdopen(os.dup(fd), "rb") as source:
-                        packed.addfile(_member(path, size), source)  # exactly `size` bytes, or an OSError
-                    members.append(path)
-                if not members or _read_index(top) != index:
-                    return None  # written meanwhile: the next look finds it whole
-                # What TensorFlow's latest_checkpoint reads: this checkpoint alone, by a relative path.
-                own = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'.encode()
-                packed.addfile(_member(CHECKPOINT_INDEX, len(own)), io.BytesIO(own))
-            found, packed_file = cls(name, packed_file), None
+            name = match.group(1)
+            files = (
+                (path, fd)
+                for path, fd, mode in _entries(top, "", lambda *left: None)
+                if stat.S_ISREG(mode) and path.startswith(f"{name}.")
+            )
+            # What TensorFlow's latest_checkpoint reads: this checkpoint alone, by a relative path.
+            own = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'.encode()
+            found = cls.pack(name, files, max_bytes, own)
+            if not found.over and (not found.members or _read_index(top) != index):
+                found.close()
+                return None  # written meanwhile: the next look finds it whole
             return found
         except (OSError, tarfile.TarError):
             return None
         finally:
             os.close(top)
-            if packed_file is not None:
-                packed_file.close()
+
+    @classmethod
+    def read_tree(cls, directory: Path, max_bytes: int, state: TreeState) -> Checkpoint | None:
+        """Every file of a checkpoint directory without an index (the agent's CHECKPOINT_NOW aside),
+        packed, named after the file written last, when it is still as `state` saw it; None when it changed
+        meanwhile (read again later)."""
+        try:
+            top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            files = ((path, fd) for path, fd in _tree_files(top, "", 1, lambda *left: None) if path != CHECKPOINT_NOW)
+            found = cls.pack(state.newest, files, max_bytes)
+            if tree_state(directory) != state:
+                found.close()
+                return None
+            return found
+        except (OSError, tarfile.TarError):
+            return None
+        finally:
+            os.close(top)
 
 
 def _member(path: str, size: int) -> tarfile.TarInfo:
     member = tarfile.TarInfo(path)
     member.size, member.mode, member.mtime = size, 0o644, int(time.time())
     return member
+
+
+def _has_index(directory: Path) -> bool:
+    """Whether the directory holds an index, CHECKPOINT_INDEX (a regular file, never a link's target)."""
+    try:
+        return stat.S_ISREG(os.lstat(directory / CHECKPOINT_INDEX).st_mode)
+    except OSError:
+        return False
 
 
 def _read_index(dir_fd: int) -> str | None:
@@ -810,14 +867,61 @@ def _read_index(dir_fd: int) -> str | None:
         os.close(fd)
 
 
+# A file a writer has not finished: `torch.save(obj, "ckpt.pt.tmp"); os.replace(...)`'s, a download's `.partial`,
+# TensorFlow's `*.tempstate<n>` and the `<prefix>_temp` folder of a sharded save.
+TEMPORARY = re.compile(r"\.(tmp|partial)$|tempstate|_temp$")
+QUIET_S = 2.0  # a checkpoint directory without an index is shipped once no file changed for this long
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeState:
+    """What a checkpoint directory holds, the agent's CHECKPOINT_NOW aside: each regular file's (path, size, mtime),
+    the file written last, and whether any file or folder is a temporary one (TEMPORARY)."""
+
+    files: tuple[tuple[str, int, int], ...] = ()
+    newest: str = ""
+    temporary: bool = False
+
+
+def tree_state(directory: Path) -> TreeState:
+    """The state of the checkpoint directory now (empty when it cannot be read), without following links."""
+    try:
+        top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return TreeState()
+    files: list[tuple[str, int, int]] = []
+    newest, temporary = (0, ""), False
+    try:
+        for path, fd in _tree_files(top, "", 1, lambda *left: None):
+            if path == CHECKPOINT_NOW:
+                continue
+            if len(files) > MAX_CHECKPOINT_FILES:  # enough to say it is too many (Checkpoint.pack)
+                break
+            seen = os.fstat(fd)
+            files.append((path, seen.st_size, seen.st_mtime_ns))
+            newest = max(newest, (seen.st_mtime_ns, path))
+            temporary = temporary or any(TEMPORARY.search(part) for part in path.split("/"))
+    except OSError:
+        return TreeState()
+    finally:
+        os.close(top)
+    return TreeState(tuple(files), newest[1], temporary)
+
+
 class Shipper:
-    """The chief's checkpoints, shipped as they come: every `interval` seconds a look at the checkpoint directory's
-    index; a checkpoint not shipped yet is packed and sent (once: the next one supersedes it). One over the size limit
-    is not shipped, and said so in the next report (`checkpoint_skipped`)."""
+    """The chief's checkpoints, shipped as they come: every `interval` seconds a look at the checkpoint directory. A
+    checkpoint with an index (the file `checkpoint`, which TensorFlow renames into place last) is whole once the
+    index names it; any other framework's (a directory without one: torch.save's files, Keras's BackupAndRestore
+    folder, a plain file) once its content has changed and then stayed as it is for QUIET_S, holding no temporary
+    file (TEMPORARY). A checkpoint not shipped yet is packed and sent (once: the next one supersedes it). One over
+    the size limit is not shipped, and said so in the next report (`checkpoint_skipped`)."""
 
     def __init__(self, reporter: Reporter, directory: Path, max_bytes: int, interval: float = 1.0):
         self.reporter, self.directory, self.max_bytes, self.interval = reporter, directory, max_bytes, interval
-        self.last = ""  # the last checkpoint shipped or given up on
+        self.last = ""  # the last checkpoint an index named, shipped or given up on
+        self.seen = TreeState()  # the directory without an index as the last look saw it
+        self.seen_since = time.monotonic()  # since when it has been so
+        self.shipped = TreeState()  # the last such checkpoint shipped or given up on
         self.skipped: collections.deque[dict] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
         self.looking = threading.Lock()
@@ -830,17 +934,34 @@ class Shipper:
         while not self.stopped.wait(self.interval):
             self.look()
 
-    def look(self) -> None:
+    def look(self, final: bool = False) -> None:
         """Ship the newest checkpoint if it is new (one look at a time: the last one, at the end, waits for the
-        thread's)."""
+        thread's). `final`: the command has exited, so a directory without an index is as quiet as it will be."""
         with self.looking:
-            self._look()
+            found = self._indexed() if _has_index(self.directory) else self._quiet(final)
+            if found is not None:
+                self._ship(found)
 
-    def _look(self) -> None:
+    def _indexed(self) -> Checkpoint | None:
         found = Checkpoint.read(self.directory, self.max_bytes, known=self.last)
-        if found is None:
-            return
-        name = self.last = found.name
+        if found is not None:
+            self.last = found.name
+        return found
+
+    def _quiet(self, final: bool) -> Checkpoint | None:
+        now, state = time.monotonic(), tree_state(self.directory)
+        if changed := state != self.seen:
+            self.seen, self.seen_since = state, now
+        quiet = final or (not changed and now - self.seen_since >= QUIET_S)
+        if not quiet or not state.files or state.temporary or state == self.shipped:
+            return None
+        found = Checkpoint.read_tree(self.directory, self.max_bytes, state)
+        if found is not None:
+            self.shipped = state
+        return found
+
+    def _ship(self, found: Checkpoint) -> None:
+        name = found.name
         try:
             if found.over or found.archive is None:
                 self.skip(name, found.over)
@@ -1234,7 +1355,7 @@ def main(argv: list[str] | None = None) -> int:
     notices.stopped.set()
     if shipper:  # its last checkpoint, before the final report ends the job and no more are taken
         shipper.stopped.set()
-        shipper.look()
+        shipper.look(final=True)
     final = {
         "status": "succeeded" if code == 0 else "failed",
         "exit_code": code,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -31,6 +33,8 @@ from provisioner import ClusterSpec, RunSpec, local
 from recommender.catalog import load_catalog
 from tests import test_hostile_reports
 from tests.conftest import make_job
+
+AGENT = Path(agent.__file__)
 
 State = Job.State
 running_job = test_hostile_reports.running_job  # the fixture: a job running on a mirrored chief and worker
@@ -289,6 +293,86 @@ def test_the_shipper_ships_each_new_checkpoint_once_to_the_platform(live_server,
     shipper.look()
     assert [a.original_name for a in checkpoints.kept(running_job)] == ["ckpt-1"]
     assert shipper.take_skipped() == [{"checkpoint": "ckpt-2", "reason": "over the 1 MB limit (FC2_CHECKPOINT_MAX_MB)"}]
+
+
+def run_chief_agent(live_server, job: Job, tmp_path: Path, code: str) -> subprocess.CompletedProcess:
+    """The real agent run as the job's chief runs it (shipping its checkpoints from `ck/` to the platform), over a
+    command that runs `code` in Python with FC2_CHECKPOINT_DIR set."""
+    (token := tmp_path / "token").write_text(job.agent_token)
+    directory = tmp_path / "ck"
+    (env := tmp_path / "env.json").write_text(json.dumps({**os.environ, "FC2_CHECKPOINT_DIR": str(directory)}))
+    argv = [sys.executable, str(AGENT), "--url", live_server.url, "--job", str(job.pk), "--node", "worker-0"]
+    argv += ["--token-file", str(token), "--log", str(tmp_path / "node.log"), "--output", str(tmp_path / "output")]
+    argv += ["--result", str(tmp_path / "result"), "--env-file", str(env), "--checkpoints", str(directory)]
+    argv += ["--ship-checkpoints", "--", sys.executable, "-c", code]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def shipped_members(job: Job) -> list[dict[str, bytes]]:
+    """Each checkpoint the platform kept for the job, oldest first: its members' bytes by name."""
+    kept = []
+    for artifact in reversed(checkpoints.kept(job)):
+        with tarfile.open(artifact.file.path, "r:gz") as archive:
+            kept.append({m.name: archive.extractfile(m).read() for m in archive if m.isfile()})  # type: ignore[union-attr]
+    return kept
+
+
+@pytest.mark.heavy  # PyTorch starts in the node's command
+def test_a_torch_checkpoint_written_then_renamed_is_shipped_whole_each_time(live_server, running_job, tmp_path,
+                                                                            settings):  # fmt: skip
+    """`torch.save(obj, "ckpt.pt.tmp"); os.replace(...)`: no TensorFlow index, so the agent ships the directory once
+    it has changed and stayed so for agent.QUIET_S with no temporary file in it. Each save here stays half-written
+    (the .tmp alone beside the last checkpoint) for longer than that: never shipped so."""
+    settings.FC2_CHECKPOINTS_KEPT = 5
+    code = f"""
+import os, time, torch
+directory = os.environ["FC2_CHECKPOINT_DIR"]
+for step in (10, 20, 30):
+    partial = os.path.join(directory, "ckpt.pt.tmp")
+    torch.save({{"step": step, "weights": torch.full((1000,), float(step))}}, partial)
+    time.sleep({agent.QUIET_S + 1.5})  # written, not yet renamed into place
+    os.replace(partial, os.path.join(directory, "ckpt.pt"))
+    time.sleep({agent.QUIET_S + 1.5})
+"""
+    ran = run_chief_agent(live_server, running_job, tmp_path, code)
+    assert ran.returncode == 0, ran.stderr
+    shipped = shipped_members(running_job)
+    assert [sorted(members) for members in shipped] == [["ckpt.pt"]] * 3, ran.stderr
+    import torch
+
+    saved = [torch.load(io.BytesIO(members["ckpt.pt"])) for members in shipped]
+    assert [entry["step"] for entry in saved] == [10, 20, 30]
+    assert all(torch.equal(entry["weights"], torch.full((1000,), float(entry["step"]))) for entry in saved)
+    assert [a.original_name for a in checkpoints.kept(running_job)] == ["ckpt.pt"] * 3
+
+
+def test_a_plain_file_written_in_pieces_is_shipped_once_whole_and_the_last_at_exit(live_server, running_job,
+                                                                                    tmp_path, settings):  # fmt: skip
+    """A framework that writes its checkpoint in place, in pieces (here 4 writes half a second apart, each flushed):
+    shipped once it has been quiet for agent.QUIET_S, whole, never a piece; and a checkpoint written just before
+    the command exits is shipped by the agent's last look, before its final report."""
+    settings.FC2_CHECKPOINTS_KEPT = 5
+    code = f"""
+import os, time
+directory = os.environ["FC2_CHECKPOINT_DIR"]
+with open(os.path.join(directory, "weights.bin"), "wb") as out:
+    for piece in range(4):
+        out.write(bytes([piece]) * 1000)
+        out.flush()
+        time.sleep(0.5)
+time.sleep({agent.QUIET_S + 1.5})
+os.makedirs(os.path.join(directory, "state"))
+with open(os.path.join(directory, "state", "epoch.json"), "w") as out:
+    out.write('{{"epoch": 2}}')
+"""
+    ran = run_chief_agent(live_server, running_job, tmp_path, code)
+    assert ran.returncode == 0, ran.stderr
+    pieces = b"".join(bytes([piece]) * 1000 for piece in range(4))
+    assert shipped_members(running_job) == [
+        {"weights.bin": pieces},
+        {"weights.bin": pieces, "state/epoch.json": b'{"epoch": 2}'},
+    ], ran.stderr
+    assert [a.original_name for a in checkpoints.kept(running_job)] == ["state/epoch.json", "weights.bin"]
 
 
 def test_a_notice_in_the_nodes_file_asks_the_command_for_a_checkpoint_once(tmp_path):
