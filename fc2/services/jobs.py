@@ -31,10 +31,10 @@ WORKLOAD_NAME_MAX = 100  # PerformanceRecord.workload's length
 # What a job's workload name is, said the same by the wizard and `submit_job --help`.
 WORKLOAD_NAME_HELP = (
     "The name this code and data's performance records are looked up (Model, Scala-Opt) and stored under; by "
-    "default the wheel's distribution name, a colon and the dataset's name, e.g. fc2-digits-cnn:digits. Name another "
-    "workload to use its records; add records with: manage.py import_perf_data PATH --workload NAME, with --format "
-    "anwar2021 for headerless rows of that one workload (as Anwar et al. give them) or --format csv for rows under a "
-    "header naming their columns."
+    "default the wheel's distribution name, a colon and the dataset's name, e.g. fc2-digits-cnn:digits; a PyTorch "
+    "job's records are filed apart, under the name with @pytorch added. Name another workload to use its records; "
+    "add records with: manage.py import_perf_data PATH --workload NAME, with --format anwar2021 for headerless rows "
+    "of that one workload (as Anwar et al. give them) or --format csv for rows under a header naming their columns."
 )
 
 
