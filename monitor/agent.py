@@ -1006,17 +1006,70 @@ def read_notice(text: str) -> dict | None:
     return {"at": str(at)[:40] if at else "", "action": notice["action"][:40]}
 
 
+IMDS_TOKEN_TTL_S = 6 * 3600  # the session token's life the agent asks for: IMDSv2's longest
+IMDS_TOKEN_EARLY_S = 60  # a token is renewed this long before it expires (capped at a tenth of its life)
+
+
+class Metadata:
+    """The instance metadata service, IMDSv2: a session token asked for once (`PUT <base>/api/token` with its TTL in
+    X-aws-ec2-metadata-token-ttl-seconds) and sent with every read (X-aws-ec2-metadata-token) until a little before
+    it expires, or until the service refuses it (401: a token it no longer knows), when a new one is asked for.
+    Stdlib only, as the whole agent."""
+
+    def __init__(self, base: str, ttl_s: int = IMDS_TOKEN_TTL_S, timeout: float = 2.0):
+        self.base, self.ttl_s, self.timeout = base.rstrip("/"), ttl_s, timeout
+        self.token = ""
+        self.renew_at = 0.0  # time.monotonic() from which the token is asked for again
+
+    def get(self, path: str) -> str | None:
+        """The text at `meta-data/<path>`; None when there is none (404: on `spot/instance-action`, no notice).
+        OSError (urllib's errors among them) when the service cannot be reached or refuses."""
+        try:
+            return self._get(path)
+        except urllib.error.HTTPError as error:
+            if error.code != 401:
+                raise
+        self.token = ""  # refused: expired, or revoked early (the service restarted): a new one, once
+        return self._get(path)
+
+    def _get(self, path: str) -> str | None:
+        request = urllib.request.Request(
+            f"{self.base}/meta-data/{path}", headers={"X-aws-ec2-metadata-token": self._token()}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.read(MAX_INDEX_BYTES).decode(errors="replace")
+        except urllib.error.HTTPError as error:
+            error.close()  # its body is not read
+            if error.code == 404:
+                return None
+            raise
+
+    def _token(self) -> str:
+        if not self.token or time.monotonic() >= self.renew_at:
+            asked_at = time.monotonic()
+            request = urllib.request.Request(
+                f"{self.base}/api/token", method="PUT",
+                headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.ttl_s)},
+            )  # fmt: skip
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                self.token = response.read(4096).decode(errors="replace").strip()
+            self.renew_at = asked_at + self.ttl_s - min(IMDS_TOKEN_EARLY_S, self.ttl_s / 10)
+        return self.token
+
+
 class Notices:
     """Interruption notices: the node's notice file (any node) and, on an aws spot node, the instance metadata's
-    `spot/instance-action` (IMDSv2: a session token first), looked at every `interval` seconds. A notice new to the
-    agent asks the command for a checkpoint (CHECKPOINT_NOW) and is reported once; a newer notice of the job, named
-    in the platform's answer to a report (another node's), asks for one too."""
+    `spot/instance-action` (IMDSv2, Metadata: its session token kept for its life), looked at every `interval`
+    seconds. A notice new to the agent asks the command for a checkpoint (CHECKPOINT_NOW) and is reported once; a
+    newer notice of the job, named in the platform's answer to a report (another node's), asks for one too."""
 
     def __init__(
         self, notice_file: Path, checkpoints: Path | None, metadata: str = "", interval: float = 2.0,
         wake: threading.Event | None = None,
     ):  # fmt: skip
-        self.notice_file, self.checkpoints, self.metadata, self.interval = notice_file, checkpoints, metadata, interval
+        self.notice_file, self.checkpoints, self.interval = notice_file, checkpoints, interval
+        self.metadata = Metadata(metadata) if metadata else None  # its session token kept between looks
         self.seen: dict | None = None
         self.to_report: dict | None = None
         self.acted_on = ""  # the job's latest notice the command was asked to checkpoint for (its `at`)
@@ -1057,22 +1110,13 @@ class Notices:
         return read_notice(data.decode(errors="replace")) if data else None
 
     def _from_metadata(self) -> dict | None:
-        if not self.metadata:
+        if self.metadata is None:
             return None
-        base = self.metadata.rstrip("/")
         try:
-            token_request = urllib.request.Request(
-                f"{base}/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"}
-            )
-            with urllib.request.urlopen(token_request, timeout=2) as response:
-                token = response.read(4096).decode(errors="replace")
-            notice_request = urllib.request.Request(
-                f"{base}/meta-data/spot/instance-action", headers={"X-aws-ec2-metadata-token": token}
-            )
-            with urllib.request.urlopen(notice_request, timeout=2) as response:
-                return read_notice(response.read(MAX_INDEX_BYTES).decode(errors="replace"))
-        except (urllib.error.URLError, OSError, ValueError):
-            return None  # 404 (no notice), or no metadata service: nothing to act on
+            text = self.metadata.get("spot/instance-action")
+        except (OSError, ValueError):  # urllib's errors are OSErrors
+            return None  # no metadata service, or one refusing: nothing to act on
+        return None if text is None else read_notice(text)
 
     def take(self) -> dict | None:
         notice, self.to_report = self.to_report, None
