@@ -80,10 +80,12 @@ def relaunch(
     A provider that can replace single machines (`replace_nodes(cluster_id, region, nodes)`: aws) has the
     lost nodes' machines removed, and its launch, idempotent by the cluster's tag, makes only the shortfall. Any other
     finds its cluster by its record, which cannot tell a lost host from a live one: it is torn down and launched
-    whole (on the lab, seconds). With no node made yet (a launch that failed before any) it is launched again."""
+    whole (on the lab, seconds). With no node made yet (a launch that failed before any) it is launched again. With
+    none named in `lost` (a restart made again after its bootstrap was lost: its lost nodes' machines were replaced
+    by its first relaunch) every node's machine is looked at, and those that answer are kept, not replaced again."""
     module = primitives(spec.provider)
     replace_nodes = getattr(module, "replace_nodes", None)
-    if old is not None and old.nodes:  # (a restart made again after its bootstrap was lost: nothing new lost)
+    if old is not None and old.nodes:
         if replace_nodes is None:
             module.teardown(spec.cluster_id, spec.region)
         else:

@@ -298,6 +298,29 @@ def _agent_running(machine: Machine, pid: int) -> bool:
     return machine.runner.run(check, check=False).exit_status == 0
 
 
+# Prints the pids of the processes whose program is the agent file given (argv[1] of `python agent.py …`, as the
+# bootstrap starts it): never this script itself, which has it as a later argument.
+_FIND_AGENTS = """
+import os, sys
+agent = os.fsencode(sys.argv[1])
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\\0")
+    except OSError:
+        continue
+    if len(argv) > 1 and argv[1] == agent:
+        print(pid)
+"""
+
+
+def _agents(machine: Machine) -> list[int]:
+    """The pids of the agents running the node's agent file on its machine."""
+    agent = str(PurePosixPath(machine.root) / AGENT_FILES["agent.py"])
+    found = machine.runner.run([machine.python, "-c", _FIND_AGENTS, agent], check=False)
+    return [int(pid) for pid in found.stdout.split() if pid.isdigit()]
+
+
 def alive(cluster: ClusterInfo) -> dict[str, bool | None]:
     """Node name -> whether its agent is still running; None for a node whose machine cannot be reached (its host
     gone, its link cut, its SSH server dead): the others are answered all the same."""
@@ -405,20 +428,21 @@ def kept_samples(cluster: ClusterInfo, node_name: str, max_bytes: int = 16 * 2**
 
 
 def stop_agents(cluster: ClusterInfo, grace_s: float = 5.0) -> None:
-    """Ask every node's agent to stop its command (SIGTERM), and wait up to `grace_s` for them to go."""
+    """Ask every node's agent to stop its command (SIGTERM), and wait up to `grace_s` for them to go: the agent its
+    record names, else every agent of the node's directory (`_agents`: one a bootstrap started whose worker was lost
+    before it recorded the pid)."""
     provider = primitives(cluster.provider)
 
     def one(node: NodeInfo) -> None:
-        if not node.pid:
-            return
         machine = provider.machine(cluster, node)
         try:
-            if _agent_running(machine, node.pid):
-                machine.runner.run(
-                    f"kill -TERM {int(node.pid)}; for i in $(seq {int(grace_s * 10)}); do "
-                    f"kill -0 {int(node.pid)} 2>/dev/null || exit 0; sleep 0.1; done",
-                    check=False,
-                )
+            for pid in [node.pid] if node.pid else _agents(machine):
+                if _agent_running(machine, pid):
+                    machine.runner.run(
+                        f"kill -TERM {int(pid)}; for i in $(seq {int(grace_s * 10)}); do "
+                        f"kill -0 {int(pid)} 2>/dev/null || exit 0; sleep 0.1; done",
+                        check=False,
+                    )
         finally:
             machine.runner.close()
 

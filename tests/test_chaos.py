@@ -121,6 +121,7 @@ def test_a_restarts_bootstrap_whose_worker_was_lost_is_made_again_not_failed(job
     assert job.state == State.PROVISIONING and job.token_hash == ""
     (restart,) = job.restarts
     assert "relaunched_at" not in restart and restart["resumed_at"] is None  # relaunched again, the same restart
+    assert restart["redone_at"]  # its first relaunch's instances kept where they answer (provisioner.relaunch)
     assert job.events.filter(message__startswith="the worker running bootstrap was lost: restart 1 of 1 made").exists()
 
     Job.objects.filter(pk=job.pk).update(state=State.BOOTSTRAPPING, restarts=[], lease_until=expired)

@@ -13,6 +13,8 @@ tests/test_node_loss.py does (its helpers): a node silent for 3 s is looked at o
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from provisioner import ClusterInfo, lab
 from recommender.catalog import load_catalog
 from tests import test_node_loss as losses
 from tests.conftest import aws_worker_env, lab_leftovers, make_job, nothing_left, wait_for
+from tests.test_spot import RunInstances
 
 State = Job.State
 
@@ -343,3 +346,65 @@ def test_a_node_lost_while_bootstrapping_is_replaced_and_a_cancel_during_the_res
     job.refresh_from_db()
     assert job.state == State.CANCELLED and job.cluster is None
     assert nothing_left(lab_leftovers(first.cluster_id, Path(first.workdir), lab.tag())) == {}
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
+@pytest.mark.django_db(transaction=True)
+def test_an_aws_restart_made_again_after_its_bootstrap_was_lost_keeps_the_instances_it_launched(
+    alice, digits, ec2_hosts, monkeypatch, settings, tmp_path
+):
+    """An instance terminated mid-run (not spot) is relaunched; the worker starting the restart's nodes is lost
+    (its lease expires mid-bootstrap, the nodes started): the restart made again from its provision keeps the
+    instances its first relaunch made — nothing launched or terminated — stops what the lost bootstrap started, and
+    its bootstrap starts the same machines again. Cancelled, nothing is left."""
+    load_catalog("fc2-2018")
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CHECKPOINTER}).open("rb") as wheel:
+        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, strategy="mirrored", workers=2, parameters={"seconds": "120"},
+        provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1,
+    )  # fmt: skip
+    job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
+    assert pipeline.run_step("recommend", job.pk) and pipeline.run_step("provision", job.pk)
+    assert pipeline.run_step("bootstrap", job.pk)
+    job.refresh_from_db()
+    victim = losses._node(ClusterInfo.from_dict(job.cluster), losses.VICTIM)
+    ec2().terminate_instances(InstanceIds=[victim.instance_id])
+    deadline = time.monotonic() + 30
+    while victim.instance_id in ec2_hosts.hosts:  # its host goes with it
+        assert time.monotonic() < deadline, "the terminated instance's host is still there"
+        time.sleep(0.2)
+    assert pipeline.node_lost(job, [losses.VICTIM], "worker-1 is lost: its instance was terminated")
+    assert pipeline.run_step("provision", job.pk, resume=True)
+    job.refresh_from_db()
+    relaunched = ClusterInfo.from_dict(job.cluster)
+    assert losses._node(relaunched, losses.VICTIM).instance_id != victim.instance_id
+
+    # Its bootstrap starts the nodes, and its worker is lost before it records them
+    assert job.transition(State.PROVISIONING, State.BOOTSTRAPPING, "installing the bundle and starting the nodes")
+    run = replace(pipeline.run_spec(job), report_url=settings.FC2_PUBLIC_URL, token="held-by-the-lost-worker")
+    started_by_the_lost = provisioner.bootstrap(relaunched, run)
+    assert all(provisioner.alive(started_by_the_lost).values())
+    # What the sweep does once the lost worker's lease expired (tests/test_chaos.py), the provision it sends run here
+    assert pipeline.restart_again(Job.objects.get(pk=job.pk), "the worker running bootstrap was lost")
+    job.refresh_from_db()
+    assert job.state == State.PROVISIONING and job.restarts[0]["redone_at"]
+
+    calls = RunInstances(monkeypatch)
+    started = time.monotonic()
+    assert pipeline.run_step("provision", job.pk, resume=True)
+    redo_s = time.monotonic() - started
+    job.refresh_from_db()
+    again = ClusterInfo.from_dict(job.cluster)
+    assert "run_instances" not in calls.operations and "terminate_instances" not in calls.operations
+    assert [n.instance_id for n in again.nodes] == [n.instance_id for n in relaunched.nodes]
+    assert not any(provisioner.alive(started_by_the_lost).values())  # what the lost bootstrap started is stopped
+    assert len(job.restarts) == 1  # no restart counted: no node was lost
+    assert pipeline.run_step("bootstrap", job.pk)
+    job.refresh_from_db()
+    assert job.state == State.RUNNING and job.restarts[0]["resumed_at"]
+    print(f"\nFIGURE redo {json.dumps({'relaunch_redone_s': round(redo_s, 1), 'launched': 0})}")
+
+    assert pipeline.cancel(job, "alice") and pipeline.release(job.pk)
+    assert everything_tagged(job.cluster_name) == NOTHING and live_instances() == []

@@ -129,14 +129,16 @@ def spec(name: str, **more) -> ClusterSpec:
 
 
 class RunInstances:
-    """Every RunInstances as sent, at the adaptor's boundary; with `refuse`, EC2's answer to a spot request it cannot
-    fill (`SpotMaxPriceTooLow`) in every zone."""
+    """Every RunInstances as sent (and every operation's name), at the adaptor's boundary; with `refuse`, EC2's
+    answer to a spot request it cannot fill (`SpotMaxPriceTooLow`) in every zone."""
 
     def __init__(self, monkeypatch, refuse: str = ""):
         self.sent: list[dict] = []
+        self.operations: list[str] = []
         send = awsapi._send
 
         def answer(service, region, operation, params):
+            self.operations.append(operation)
             if operation == "run_instances":
                 self.sent.append(params)
                 if refuse and "InstanceMarketOptions" in params:

@@ -285,9 +285,12 @@ def _launch(job: Job) -> ClusterInfo:
     if job.workers is None:  # planned by the recommend step, which runs before
         raise ProvisionError("the job has no planned cluster to launch")
     unavailable: list[str] = []
-    # A resume makes the cluster again from what is left of it (provisioner.relaunch); once, before any failover
+    # A resume makes the cluster again from what is left of it (provisioner.relaunch); once, before any failover.
+    # Made again after its bootstrap was lost (restart_again), its lost nodes' places hold the instances its first
+    # relaunch made: only the machines that do not answer are replaced.
     restart = restarting(job)
     old = cluster_info(job) if restart is not None and "relaunched_at" not in restart else None
+    lost = restart["nodes"] if restart is not None and not restart.get("redone_at") else ()
     spot = job.spot and pricing.market(job) == pricing.SPOT
     while True:
         if job.spot and (said := pricing.bill(job, spot)):
@@ -307,7 +310,7 @@ def _launch(job: Job) -> ClusterInfo:
         )
         try:
             if old is not None:
-                return provisioner.relaunch(spec, old, restart["nodes"] if restart else (), notify=job.log)
+                return provisioner.relaunch(spec, old, lost, notify=job.log)
             return provisioner.launch(spec, notify=job.log)
         except CapacityError as error:
             old = None  # the failed launch removed what it made: the next is made whole
@@ -523,10 +526,13 @@ def restart_again(job: Job, reason: str) -> bool:
     """The worker starting a restart's nodes was lost (bootstrap, which may not be done again): the restart is made
     again from its provision rather than the job failed — its cluster relaunched (provisioner.relaunch settles or
     replaces whatever the lost bootstrap started) and its report token revoked — without counting another restart,
-    since no node was lost. Whether it was; the caller (the sweep) holds the job's lease and sends provision."""
+    since no node was lost. Its lost nodes were replaced by its first relaunch (`redone_at`): those instances are
+    kept where they answer, not replaced twice. Whether it was; the caller (the sweep) holds the job's lease and
+    sends provision."""
     if job.state != State.BOOTSTRAPPING or (restart := restarting(job)) is None:
         return False
     again = {key: value for key, value in restart.items() if key != "relaunched_at"}
+    again["redone_at"] = timezone.now().isoformat()
     message = f"{reason}: restart {len(job.restarts)} of {job.max_restarts} made again from its provision"
     if not job.transition(
         State.BOOTSTRAPPING, State.PROVISIONING, message, restarts=[*job.restarts[:-1], again], token_hash=""
