@@ -211,8 +211,9 @@ class ReportView(JobTokenView):
 
 class CheckpointView(JobTokenView):
     """The chief's agent ships a checkpoint its code wrote: the body is the archive (tar.gz), the headers name the node
-    (`X-FC2-Node`) and the checkpoint (`X-FC2-Checkpoint`, e.g. TensorFlow's `ckpt-88`). The platform keeps the latest
-    FC2_CHECKPOINTS_KEPT as artifacts (`checkpoints/<n>.tar.gz`); a resume restores the newest."""
+    (`X-FC2-Node`) and the checkpoint (`X-FC2-Checkpoint`, e.g. TensorFlow's `ckpt-88`; `X-FC2-Step`, the chief's step
+    it was saved at, when its agent knows it). The platform keeps the latest FC2_CHECKPOINTS_KEPT as artifacts
+    (`checkpoints/<n>.tar.gz`); a resume restores the newest, and a restart counts the work lost from its step."""
 
     @extend_schema(
         operation_id="job_checkpoint",
@@ -220,11 +221,14 @@ class CheckpointView(JobTokenView):
         parameters=[
             OpenApiParameter("X-FC2-Node", str, OpenApiParameter.HEADER, required=True, description="The chief's name"),
             OpenApiParameter("X-FC2-Checkpoint", str, OpenApiParameter.HEADER, description="The checkpoint's name"),
+            OpenApiParameter(
+                "X-FC2-Step", int, OpenApiParameter.HEADER, description="The chief's step it was saved at, if known"
+            ),
         ],
         responses={
             200: inline_serializer("CheckpointKept", {"ok": BooleanField(), "artifact": CharField()}),
             **refusals(
-                _400="Not a tar.gz of regular files, or no node of this job",
+                _400="Not a tar.gz of regular files, no node of this job, or a step that is not a whole number",
                 _401="No bearer token",
                 _403="Not this job's token, or the node is not its chief",
                 _409="The job has ended; no more checkpoints are taken",
@@ -238,6 +242,10 @@ class CheckpointView(JobTokenView):
         job = _job_of_token(request, job_id)
         if isinstance(job, JsonResponse):
             return job
+        try:
+            step = checkpoints.parse_step(request.headers.get("X-FC2-Step", ""))
+        except checkpoints.CheckpointRejected as exc:
+            return _error(exc.status, str(exc))
         limit = checkpoints.max_bytes()
         over = f"the checkpoint is over the {settings.FC2_CHECKPOINT_MAX_MB} MB limit (FC2_CHECKPOINT_MAX_MB)"
         try:
@@ -259,7 +267,7 @@ class CheckpointView(JobTokenView):
             try:
                 artifact = checkpoints.receive(
                     job, request.headers.get("X-FC2-Node", ""), request.headers.get("X-FC2-Checkpoint", ""), spooled,
-                    size,
+                    size, step,
                 )  # fmt: skip
             except checkpoints.CheckpointRejected as exc:
                 return _error(exc.status, str(exc))

@@ -686,6 +686,9 @@ class Artifact(models.Model):
     # Why the output was not kept (e.g. over FC2_MAX_ARTIFACT_MB), with no file; empty for an artifact kept.
     not_kept = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    step = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="A checkpoint's: the chief's step it was saved at, as its agent saw it"
+    )
 
     class Meta:
         ordering = ["name"]

@@ -19,8 +19,9 @@ no Django. It:
 - on the chief (--ship-checkpoints), ships each new complete checkpoint the command writes to its checkpoint
   directory (--checkpoints, FC2_CHECKPOINT_DIR) to `POST <url>/api/v1/jobs/<job>/checkpoint` as a tar.gz, while
   training runs — one its index file names once the index names it, any other (no index) once the directory has
-  changed and then stayed quiet with no temporary file in it (Shipper); one over --checkpoint-max-mb is not shipped,
-  and its next report says so (`checkpoint_skipped`);
+  changed and then stayed quiet with no temporary file in it (Shipper), each with the step it was saved at as its
+  progress lines tell (NodeRun.step_at); one over --checkpoint-max-mb is not shipped, and its next report says so
+  (`checkpoint_skipped`);
 - before the command starts, unpacks the checkpoint archive to resume from (--restore) into --restore-to, safely
   (`archive_members`: regular files and folders only, no absolute or `..` path, bounded);
 - watches for a spot interruption notice — the instance metadata's `spot/instance-action` (--spot-metadata, aws spot
@@ -44,12 +45,14 @@ Progress reports never block the training: one that cannot be delivered is dropp
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import contextlib
 import dataclasses
 import gzip
 import io
 import json
+import math
 import os
 import posixpath
 import re
@@ -85,6 +88,7 @@ LOG_TAIL_LINE_CHARS = 1000  # of each line kept in the log tail
 MAX_LINE_BYTES = 64 * 1024  # a longer line is read in pieces: the agent never holds more of the output at once
 MIN_REPORT_GAP_S = 1.0
 MAX_PROGRESS_LOG = 1000  # progress lines one report carries: the newest, when a chief prints faster than that
+MAX_STEP_HISTORY = 10_000  # (when read, step) of the newest progress lines, to tell a checkpoint's step (step_at)
 MAX_BUFFERED_SAMPLES = 3600  # resource samples kept while the platform cannot be reached: an hour at 1 Hz
 MAX_KEPT_SAMPLES = 86400  # samples --keep-samples writes: a day's at 1 Hz (about 10 MB)
 
@@ -160,9 +164,9 @@ class Reporter:
         print(f"fc2-agent: report not delivered ({attempt} tries): {detail}", file=sys.stderr, flush=True)
         return False
 
-    def ship(self, archive: IO[bytes], size: int, checkpoint: str) -> str | None:
+    def ship(self, archive: IO[bytes], size: int, checkpoint: str, step: int | None = None) -> str | None:
         """POST one checkpoint archive of `size` bytes, streamed from its file (once: the next checkpoint supersedes
-        it); None when it was taken, else why not."""
+        it), with the step it was saved at when known; None when it was taken, else why not."""
         if self.closed:
             return "the job has ended"
         archive.seek(0)
@@ -176,6 +180,7 @@ class Reporter:
                 "Authorization": f"Bearer {self.token}",
                 "X-FC2-Node": self.node,
                 "X-FC2-Checkpoint": checkpoint,
+                **({"X-FC2-Step": str(step)} if step is not None else {}),
             },
         )
         try:
@@ -914,10 +919,16 @@ class Shipper:
     index names it; any other framework's (a directory without one: torch.save's files, Keras's BackupAndRestore
     folder, a plain file) once its content has changed and then stayed as it is for QUIET_S, holding no temporary
     file (TEMPORARY). A checkpoint not shipped yet is packed and sent (once: the next one supersedes it). One over
-    the size limit is not shipped, and said so in the next report (`checkpoint_skipped`)."""
+    the size limit is not shipped, and said so in the next report (`checkpoint_skipped`). With `step_at`
+    (NodeRun.step_at), each carries the step it was saved at: that of the last progress line read by the time of its
+    newest file."""
 
-    def __init__(self, reporter: Reporter, directory: Path, max_bytes: int, interval: float = 1.0):
+    def __init__(
+        self, reporter: Reporter, directory: Path, max_bytes: int, interval: float = 1.0,
+        step_at: Callable[[float], int | None] | None = None,
+    ):  # fmt: skip
         self.reporter, self.directory, self.max_bytes, self.interval = reporter, directory, max_bytes, interval
+        self.step_at = step_at
         self.last = ""  # the last checkpoint an index named, shipped or given up on
         self.seen = TreeState()  # the directory without an index as the last look saw it
         self.seen_since = time.monotonic()  # since when it has been so
@@ -968,10 +979,13 @@ class Shipper:
                 return
             if (size := found.size) > self.max_bytes:
                 self.skip(name, f"packed, over the {self.max_bytes / 2**20:g} MB limit (FC2_CHECKPOINT_MAX_MB)")
-            elif (why := self.reporter.ship(found.archive, size, name)) is not None:
+                return
+            step = self.step_at(found.written_at) if self.step_at and found.written_at else None
+            if (why := self.reporter.ship(found.archive, size, name, step)) is not None:
                 self.skip(name, why)
             else:
-                print(f"fc2-agent: checkpoint {name} shipped ({size} bytes)", file=sys.stderr, flush=True)
+                at = f", step {step}" if step is not None else ""
+                print(f"fc2-agent: checkpoint {name} shipped ({size} bytes{at})", file=sys.stderr, flush=True)
         finally:
             found.close()
 
@@ -1208,6 +1222,7 @@ class NodeRun:
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.progress: dict = {}
         self.progress_log: collections.deque[dict] = collections.deque(maxlen=MAX_PROGRESS_LOG)
+        self.steps: collections.deque[tuple[float, int]] = collections.deque(maxlen=MAX_STEP_HISTORY)
         self.progress_lock = threading.Lock()
         self.progress_changed = threading.Event()
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
@@ -1228,9 +1243,12 @@ class NodeRun:
                 self.tail.append(line[:LOG_TAIL_LINE_CHARS].decode(errors="replace").rstrip("\n"))
                 progress = parse_progress(line)
                 if progress:
+                    read_at = time.time()
                     with self.progress_lock:
                         self.progress.update(progress)
-                        self.progress_log.append({**progress, "at": round(time.time(), 3)})
+                        self.progress_log.append({**progress, "at": round(read_at, 3)})
+                        if isinstance(step := progress.get("step"), int):
+                            self.steps.append((read_at, step))
                     self.progress_changed.set()
 
     def take_progress_log(self) -> list[dict]:
@@ -1239,6 +1257,15 @@ class NodeRun:
             lines = list(self.progress_log)
             self.progress_log.clear()
         return lines
+
+    def step_at(self, when: float) -> int | None:
+        """The step of the last progress line read at or before `when` (a time.time(), such as a checkpoint's files'
+        time): the step a checkpoint written then was saved at — or, for code that prints a step after saving it, at
+        most a progress interval before. None when no line that old is remembered."""
+        with self.progress_lock:
+            steps = list(self.steps)
+        before = bisect.bisect_right(steps, (when, math.inf))  # read in order: sorted by when they were read
+        return steps[before - 1][1] if before else None
 
     def log_tail(self) -> str:
         return "\n".join(self.tail)
@@ -1350,7 +1377,7 @@ def main(argv: list[str] | None = None) -> int:
     notices.start()
     shipper = None
     if args.ship_checkpoints and args.checkpoints and not reporter.closed:
-        shipper = Shipper(reporter, args.checkpoints, args.checkpoint_max_mb * 2**20)
+        shipper = Shipper(reporter, args.checkpoints, args.checkpoint_max_mb * 2**20, step_at=run.step_at)
         shipper.start()
     last_report = time.monotonic()
     while run.process.poll() is None:

@@ -22,6 +22,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 import provisioner
 from fc2.models import Artifact, Job, Node
@@ -202,6 +203,36 @@ def test_a_checkpoint_not_shipped_is_said_on_the_timeline(client, running_job):
     ).exists()
 
 
+def progress_lines(*steps: int) -> list[dict]:
+    return [{"step": step, "steps": 60, "loss": 1.0, "at": time.time()} for step in steps]
+
+
+@pytest.mark.parametrize(("sent", "lost"), [("30", 20), (None, 30)], ids=["its-step", "no-step"])
+def test_a_restart_counts_the_steps_lost_from_the_checkpoints_own_step(client, running_job, sent, lost):
+    """The chief prints a line every 10 steps and saves at step 30; its checkpoint arrives before the report that
+    holds step 30's line (reports go every second or two, a checkpoint as soon as it is packed), and the node is lost
+    at step 50. Counted from the checkpoint's own step, which its agent sends: 20 steps lost. Without one, from the
+    last line the platform had before the checkpoint, step 20's: 30 — a progress interval too many."""
+    Job.objects.filter(pk=running_job.pk).update(max_restarts=1, started_at=timezone.now())
+    body = {"node": "worker-0", "status": "running"}
+    assert report(client, running_job, {**body, "progress_log": progress_lines(10, 20)}).status_code == 200
+    headers = {"X-FC2-Step": sent} if sent else {}
+    assert ship(client, running_job, GOOD_ARCHIVE, name="ckpt-30", **headers).status_code == 200
+    assert report(client, running_job, {**body, "progress_log": progress_lines(30, 40, 50)}).status_code == 200
+    job = Job.objects.get(pk=running_job.pk)
+    assert pipeline.node_lost(job, ["worker-1"], "worker-1 is lost")
+    job.refresh_from_db()
+    assert job.restarts[-1]["lost_steps"] == lost
+    assert f"work lost since checkpoint 000001.tar.gz: {lost} steps" in job.events.last().message
+
+
+def test_a_step_that_is_not_a_whole_number_is_a_clear_400(client, running_job, settings):
+    response = ship(client, running_job, GOOD_ARCHIVE, **{"X-FC2-Step": "-3"})
+    assert response.status_code == 400
+    assert response.json()["error"] == "X-FC2-Step must be a whole number of steps, not '-3'"
+    assert stored_files(settings) == []
+
+
 # --- the agent's side ---------------------------------------------------------------------------------------------
 
 
@@ -373,6 +404,29 @@ with open(os.path.join(directory, "state", "epoch.json"), "w") as out:
         {"weights.bin": pieces, "state/epoch.json": b'{"epoch": 2}'},
     ], ran.stderr
     assert [a.original_name for a in checkpoints.kept(running_job)] == ["state/epoch.json", "weights.bin"]
+
+
+def test_a_checkpoint_carries_the_step_its_chief_saved_it_at(live_server, running_job, tmp_path):
+    """The agent sends the step of the last progress line it read before the checkpoint's files were written: 30 here,
+    though it ships the checkpoint only once it has been quiet for agent.QUIET_S, after steps 40 to 60."""
+    code = f"""
+import json, os, time
+directory = os.environ["FC2_CHECKPOINT_DIR"]
+def progress(step):
+    print("FC2_PROGRESS " + json.dumps({{"step": step, "steps": 60, "loss": 1.0}}), flush=True)
+    time.sleep(0.3)
+for step in (10, 20, 30):
+    progress(step)
+with open(os.path.join(directory, "ckpt.bin.tmp"), "wb") as out:
+    out.write(b"w" * 100)
+os.replace(os.path.join(directory, "ckpt.bin.tmp"), os.path.join(directory, "ckpt.bin"))
+for step in (40, 50, 60):
+    progress(step)
+time.sleep({agent.QUIET_S + 1.5})
+"""
+    ran = run_chief_agent(live_server, running_job, tmp_path, code)
+    assert ran.returncode == 0, ran.stderr
+    assert [(a.original_name, a.step) for a in checkpoints.kept(running_job)] == [("ckpt.bin", 30)], ran.stderr
 
 
 def test_a_notice_in_the_nodes_file_asks_the_command_for_a_checkpoint_once(tmp_path):

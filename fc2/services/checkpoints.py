@@ -28,6 +28,7 @@ PREFIX = "checkpoints/"
 NUMBERED = re.compile(rf"^{PREFIX}([0-9]+)\.tar\.gz$")
 INTERRUPTION = "interruption notice"  # how a notice's line on the timeline reads, after the node's name
 MAX_NAME = 200  # characters of a checkpoint's own name (TensorFlow's, e.g. ckpt-88) kept beside it
+MAX_STEP = 2**63 - 1  # the largest step a checkpoint's row holds (PositiveBigIntegerField)
 
 
 class CheckpointRejected(ValueError):
@@ -36,6 +37,15 @@ class CheckpointRejected(ValueError):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
+
+
+def parse_step(header: str) -> int | None:
+    """A checkpoint's step as its agent sends it (X-FC2-Step): a whole number, or none ("")."""
+    if not header:
+        return None
+    if not header.isascii() or not header.isdigit() or int(header) > MAX_STEP:
+        raise CheckpointRejected(f"X-FC2-Step must be a whole number of steps, not {header[:40]!r}")
+    return int(header)
 
 
 def max_bytes() -> int:
@@ -71,10 +81,13 @@ def check(archive: IO[bytes]) -> None:
         archive.seek(0)
 
 
-def receive(job: Job, node_name: str, checkpoint: str, archive: IO[bytes], size: int) -> Artifact:
-    """Keep a checkpoint archive the job's chief sent (`archive`, `size` bytes, read whole and bounded by the caller):
-    refused when the job has ended, the node is not the job's chief, or the archive is not one; stored otherwise,
-    and the job's older checkpoints past FC2_CHECKPOINTS_KEPT removed with their files."""
+def receive(
+    job: Job, node_name: str, checkpoint: str, archive: IO[bytes], size: int, step: int | None = None
+) -> Artifact:
+    """Keep a checkpoint archive the job's chief sent (`archive`, `size` bytes, read whole and bounded by the caller;
+    `step`, the chief's step it was saved at when its agent knew it): refused when the job has ended, the node is not
+    the job's chief, or the archive is not one; stored otherwise, and the job's older checkpoints past
+    FC2_CHECKPOINTS_KEPT removed with their files."""
     if job.is_terminal:
         raise CheckpointRejected(f"job {job.pk} is {job.state}; no more checkpoints are taken", 409)
     node = job.nodes.filter(name=node_name).first()
@@ -83,10 +96,10 @@ def receive(job: Job, node_name: str, checkpoint: str, archive: IO[bytes], size:
     if not is_chief(job.strategy, node.role, node.index):
         raise CheckpointRejected(f"{node.name} is not the job's chief: only the chief's checkpoints are kept", 403)
     check(archive)
-    return store(job, node, jsonbounds.clean_text(checkpoint)[:MAX_NAME], archive, size)
+    return store(job, node, jsonbounds.clean_text(checkpoint)[:MAX_NAME], archive, size, step)
 
 
-def store(job: Job, node: Node, checkpoint: str, archive: IO[bytes], size: int) -> Artifact:
+def store(job: Job, node: Node, checkpoint: str, archive: IO[bytes], size: int, step: int | None = None) -> Artifact:
     """Store the archive as the job's next checkpoint artifact and remove the oldest past FC2_CHECKPOINTS_KEPT: rows
     in one transaction, the new file removed again when it fails, the old files once it has not (nothing is
     half-written)."""
@@ -98,7 +111,7 @@ def store(job: Job, node: Node, checkpoint: str, archive: IO[bytes], size: int) 
             if (match := NUMBERED.match(name))
         ]
         name = f"{PREFIX}{max(numbers, default=0) + 1:06d}.tar.gz"
-        artifact = Artifact(job=job, node=node, name=name, original_name=checkpoint, size_bytes=size)
+        artifact = Artifact(job=job, node=node, name=name, original_name=checkpoint, size_bytes=size, step=step)
         artifact.file.save(name.rsplit("/", 1)[-1], File(archive), save=False)
         try:
             artifact.save()

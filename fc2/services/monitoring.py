@@ -135,13 +135,19 @@ def compact_ended_jobs(days: int | None = None, dry_run: bool = False) -> retent
     return retention.compact_nodes(list(nodes.values_list("pk", "job_id")), days, dry_run)
 
 
-def steps_since(job: Job, chiefs: Iterable[str], began: datetime | None, since: datetime) -> int | None:
+def steps_since(
+    job: Job, chiefs: Iterable[str], began: datetime | None, since: datetime, from_step: int | None = None
+) -> int | None:
     """The chief's steps (named in `chiefs`) from `since` to its latest progress line — the work a managed job's
     restart lost (pipeline.node_lost); None when it printed none since training `began`. A progress line's `step`
-    counts the whole run (examples/README.md: `steps` is epochs × steps per epoch), so the steps are a difference."""
+    counts the whole run (examples/README.md: `steps` is epochs × steps per epoch), so the steps are a difference:
+    from `from_step` (a checkpoint's own step) when it is known, else from the last line received by `since` — which
+    may be a progress interval before the checkpoint's step, its own line being still on its way."""
     points = LossPoint.objects.filter(node__job=job, node__name__in=list(chiefs), at__gte=began or since)
     latest = points.order_by("-at", "-pk").first()
     if latest is None:
         return None
+    if from_step is not None:
+        return max(0, latest.step - from_step)
     base = points.filter(at__lte=since).order_by("-at", "-pk").first() or points.order_by("at", "pk").first()
     return max(0, latest.step - base.step) if base else None

@@ -569,12 +569,15 @@ def _interruption(job: Job, nodes: Sequence[str], reason: str) -> dict:
     began = training_began(job)
     since = max(began, checkpoint.created_at) if began and checkpoint else began
     lost_s = max(0.0, (now - since).total_seconds()) if since else 0.0
+    # From the checkpoint's own step (its agent's) when it was saved in this run of the training: steps resumed from
+    # it on another number of workers are other steps.
+    step = checkpoint.step if checkpoint and since == checkpoint.created_at else None
     return {
         "at": now.isoformat(),
         "nodes": list(nodes),
         "reason": reason,
         "state": job.state,
-        "lost_steps": monitoring.steps_since(job, chief_names(job), began, since) if since else 0,
+        "lost_steps": monitoring.steps_since(job, chief_names(job), began, since, step) if since else 0,
         "lost_s": round(lost_s, 1),
         "lost_dollars": round(float(job.hourly_cost or 0) * lost_s / 3600, 6),
         "checkpoint": Path(checkpoint.name).name if checkpoint else "",
