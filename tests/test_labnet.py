@@ -81,6 +81,13 @@ def on_node(netns: str, *argv: str) -> str:
     return subprocess.run(labnet.node_argv(netns, argv), capture_output=True, text=True, check=True).stdout
 
 
+def queue_bound(netns: str) -> bool:
+    """Whether the kernel has the delay queue bound in the node's namespace (/proc/net is the reader's namespace:
+    each line of this file is a bound queue, its number first)."""
+    lines = on_node(netns, "cat", str(labnet.NFQUEUE_PROC)).splitlines()
+    return any(line.split()[:1] == [str(labnet.DELAY_QUEUE)] for line in lines)
+
+
 def test_a_shaped_link_moves_data_at_its_rate_and_a_node_gets_its_cpu_share(make):
     net = make("bw", [labnet.NodeShape(rate_mbit=100, cpus=0.5), labnet.NodeShape(rate_mbit=100)])
     a, b = net.nodes
@@ -149,7 +156,7 @@ def test_create_is_idempotent_and_finishes_a_half_made_cluster(make):
     subprocess.run(["ip", "link", "del", first.nodes[1].veth], check=True)
     assert make("again", shapes, latency_ms=5) == first
     assert labnet._alive(labnet._delay_daemons(first.nodes[1].netns)[0][0])
-    assert labnet._queue_bound(first.nodes[1].netns)
+    assert queue_bound(first.nodes[1].netns)
     qdiscs = subprocess.run(["tc", "qdisc", "show", "dev", first.nodes[1].veth], capture_output=True, text=True)
     assert "tbf" in qdiscs.stdout
 
@@ -212,23 +219,51 @@ def test_two_installations_launching_at_once_get_different_subnets(make):
     assert nets[0].bridge != nets[1].bridge
 
 
-def test_the_delay_daemon_accepts_what_it_holds_and_exits_on_sigterm(make):
+def test_the_delay_daemon_says_ready_once_bound_and_exits_on_sigterm(make):
     net = make("daemon", [labnet.NodeShape()])
     node = net.nodes[0]
     daemon = subprocess.Popen(
         ["ip", "netns", "exec", node.netns, sys.executable, "-m", "provisioner.lab.delay", "--delay-ms", "5"],
-        cwd=PROJECT_DIR,
-    )
+        cwd=PROJECT_DIR, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while not labnet._queue_bound(node.netns):
-            assert time.monotonic() < deadline and daemon.poll() is None
-            time.sleep(0.02)
+        assert daemon.stdout is not None
+        assert daemon.stdout.readline() == "ready\n"
+        assert queue_bound(node.netns)
+        assert daemon.stdout.read() == ""  # it let go of its output: nothing more is ever written there
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=5) == 0
     finally:
         daemon.kill()
-        daemon.wait()
+        daemon.communicate()  # reaped, its output closed
+
+
+def test_a_delay_daemon_slow_to_start_is_waited_for_until_its_queue_is_bound(make, monkeypatch, tmp_path):
+    """A clean-clone CI run under heavy load failed a lab sweep with "the latency daemon did not start: no output":
+    its Python took longer than the 10 s the start-up then allowed. Here Python starts 12 s late (a sitecustomize
+    that sleeps, on the daemon's PYTHONPATH): the start waits for the daemon's own word that its queue is bound."""
+    (tmp_path / "sitecustomize.py").write_text("import time\ntime.sleep(12)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    node = make("slow", [labnet.NodeShape()]).nodes[0]
+    started = time.monotonic()
+    labnet._start_delay_daemon(node.netns, 5)
+    took = time.monotonic() - started
+    print(f"FIGURE a delay daemon whose Python starts 12 s late: bound and ready after {took:.1f} s")
+    assert took >= 12
+    assert queue_bound(node.netns)
+    assert len(labnet._delay_daemons(node.netns)) == 1
+
+
+def test_a_delay_daemon_that_dies_at_start_is_said_with_its_error_at_once(make):
+    """A second daemon on a node whose queue is bound already is refused the queue by the kernel (EPERM) and exits:
+    the start says so with the daemon's last words, at once, and the daemon that holds the queue is left as it is."""
+    node = make("dies", [labnet.NodeShape()], latency_ms=5).nodes[0]
+    (first,) = labnet._delay_daemons(node.netns)
+    started = time.monotonic()
+    with pytest.raises(ProvisionError, match=r"exited before binding its queue\): .*nfqueue configuration refused"):
+        labnet._start_delay_daemon(node.netns, 5)
+    assert time.monotonic() - started < labnet.DELAY_START_S / 2
+    assert labnet._delay_daemons(node.netns) == [first] and queue_bound(node.netns)
 
 
 def test_delete_finds_a_delay_daemon_whose_namespace_lost_its_name(make, tag):

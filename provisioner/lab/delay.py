@@ -28,7 +28,10 @@ so it can still see the cluster, diagnose it and tear it down.
 
     python -m provisioner.lab.delay --queue 0 --delay-ms 40 [--node NETNS]
 
-SIGTERM or SIGINT: every packet still held is accepted at once and the daemon exits 0.
+Once its queue is bound (the kernel has acknowledged the binding) it prints one line, `ready`, on its standard output
+and lets go of it: whoever starts it waits for that line (provisioner/lab/net.py), not for a fixed while, so a start
+slowed by a busy machine is waited for and a daemon that dies is seen at once, by the end of its output. SIGTERM or
+SIGINT: every packet still held is accepted at once and the daemon exits 0.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import select
 import signal
 import socket
 import struct
+import sys
 import time
 
 NETLINK_NETFILTER = 12
@@ -64,6 +68,8 @@ NLMSG_ERROR = 2
 NLM_F_REQUEST = 1
 NLM_F_ACK = 4
 NF_ACCEPT = 1
+
+READY = "ready"  # the daemon's one line on its standard output, once its queue is bound
 
 NLMSGHDR = struct.Struct("=IHHII")
 NFGENMSG = struct.Struct("=BBH")  # family, version, res_id (big-endian queue number, packed by hand)
@@ -151,6 +157,16 @@ class PacketQueue:
         self.sock.send(_message(NFQNL_MSG_VERDICT_BATCH, self.queue, verdict))
 
 
+def say_ready() -> None:
+    """Say READY on the standard output, then put /dev/null in its place: the daemon outlives whoever started it,
+    and a pipe nobody reads any more must never block it or break it (nor hold the starter's read open)."""
+    sys.stdout.write(f"{READY}\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def run(queue: int, delay_s: float, *, max_len: int = 100_000, socket_bytes: int = 64 << 20) -> None:
     packets = PacketQueue(queue, max_len=max_len, socket_bytes=socket_bytes)
     held: collections.deque[tuple[float, int]] = collections.deque()
@@ -160,6 +176,7 @@ def run(queue: int, delay_s: float, *, max_len: int = 100_000, socket_bytes: int
     signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _signum, _frame: None)
+    say_ready()  # bound, and a signal from now on ends the loop below
     while True:
         timeout = max(0.0, held[0][0] - time.monotonic()) if held else None
         readable, _, _ = select.select([packets.sock, wake_read], [], [], timeout)

@@ -44,6 +44,7 @@ import ipaddress
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -56,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
+from provisioner.lab import delay
 
 LOCK_PATH = Path("/run/fc2lab.lock")
 NETNS_DIR = Path("/run/netns")
@@ -65,6 +67,9 @@ SSHD = Path("/usr/sbin/sshd")
 NFQUEUE_PROC = Path("/proc/net/netfilter/nfnetlink_queue")
 DELAY_QUEUE = 0
 DELAY_CHAIN = "FC2DELAY"
+# How long a delay daemon may take to bind its queue: Python starting on cores a dozen TensorFlow processes share
+# took more than 10 s in CI; past this it is stuck, not slow.
+DELAY_START_S = 60
 TBF_MIN_BURST_BYTES = 70_000  # one 64 KiB GSO packet plus headers: tbf never has to segment one
 TBF_QUEUE_S = 0.020
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -380,32 +385,48 @@ def _netns_pids(netns: str) -> list[int]:
     return [int(pid) for pid in _run(["ip", "netns", "pids", netns], check=False).stdout.split()]
 
 
-def _queue_bound(netns: str) -> bool:
-    # /proc/net is the reader's namespace: each line of this file is a bound queue (its number first).
-    lines = _run(_in_netns(netns, ["cat", str(NFQUEUE_PROC)]), check=False).stdout.splitlines()
-    return any(line.split()[:1] == [str(DELAY_QUEUE)] for line in lines)
-
-
 def _start_delay_daemon(netns: str, latency_ms: float) -> None:
+    """Start the node's delay daemon and return once it says its queue is bound (delay.READY): a start slowed by a
+    busy machine is waited for, up to DELAY_START_S; a daemon that dies first is an error naming its last words."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
     argv = [sys.executable, "-m", "provisioner.lab.delay", "--queue", str(DELAY_QUEUE), "--delay-ms", _ms(latency_ms)]
     argv += ["--node", netns]
-    # An unlinked file, not a pipe: the daemon outlives us, and a pipe nobody reads would one day block or break it.
+    # Its errors to an unlinked file, not a pipe: the daemon outlives us, and a pipe nobody reads would one day block
+    # or break it. Its output is a pipe read here: it says READY there once, then lets go of it (delay.say_ready).
     with tempfile.TemporaryFile() as errors:
         # setsid -f: the daemon is nobody's child (it outlives the caller, and no Popen is left to wait for it) and
         # in a session of its own (not killed with the caller's process group); delete_cluster_network kills it.
-        subprocess.run(
-            _in_netns(netns, ["setsid", "-f", *argv]), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=errors, check=False,
+        starter = subprocess.Popen(
+            _in_netns(netns, ["setsid", "-f", *argv]), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=errors,
         )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while not _queue_bound(netns):
-            if not _delay_daemons(netns) or time.monotonic() > deadline:
-                _kill([pid for pid, _ in _delay_daemons(netns)])
-                errors.seek(0)
-                detail = errors.read().decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                raise ProvisionError(f"lab node {netns}: the latency daemon did not start: {detail[0]}")
-            time.sleep(0.02)
+        assert starter.stdout is not None  # stdout=PIPE
+        with starter.stdout:
+            said = _first_line(starter.stdout.fileno(), time.monotonic() + DELAY_START_S)
+        starter.wait()
+        if said == delay.READY:
+            return
+        errors.seek(0)
+        detail = errors.read().decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        if said is None:  # still starting: it is not left to bind a queue behind a cluster that failed
+            _kill([pid for pid, _ in _delay_daemons(netns)])
+            why = f"its queue not bound within {DELAY_START_S} s"
+        else:
+            why = "it exited before binding its queue"
+        raise ProvisionError(f"lab node {netns}: the latency daemon did not start ({why}): {detail[0]}")
+
+
+def _first_line(fd: int, deadline: float) -> str | None:
+    """The first line read from `fd` ("" at its end without one), or None if none came by `deadline` (monotonic)."""
+    read = b""
+    while b"\n" not in read:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        if not (chunk := os.read(fd, 4096)):
+            return ""
+        read += chunk
+    return read.split(b"\n", 1)[0].decode(errors="replace")
 
 
 def _ensure_latency(netns: str, subnet: ipaddress.IPv4Network, latency_ms: float) -> None:
