@@ -30,7 +30,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 
 from fc2.bundles import BundleError
-from fc2.models import Framework, Job
+from fc2.management.commands.submit_job import add_framework_arguments
+from fc2.models import Job
 from fc2.services import datasets, inline, jobs
 from recommender.management.base import ContractCommand
 from recommender.models import PerformanceRecord
@@ -66,18 +67,7 @@ class Command(ContractCommand):
         parser.add_argument("--latency-ms", default="0", metavar="L,L,…", help="latencies between nodes (default: 0)")
         parser.add_argument("--worker-type", default="", metavar="TYPE", help="lab worker type (default: the first)")
         parser.add_argument("--ps-type", default="", metavar="TYPE", help="lab PS type (default: the worker type)")
-        parser.add_argument(
-            "--framework",
-            choices=Framework.values,
-            default="",
-            help="what the code trains with (default: what the wheel requires, else tensorflow)",
-        )
-        parser.add_argument(
-            "--strategy",
-            choices=Job.Strategy.values,
-            default="",
-            help="(default: the framework's: ps for TensorFlow, ddp for PyTorch)",
-        )
+        add_framework_arguments(parser, "each cell's cluster, as submit_job's")
         parser.add_argument("--workload", required=True, metavar="NAME", help="the records' workload name")
         parser.add_argument("--param", action="append", default=[], metavar="K=V", help="a parameter (repeatable)")
         parser.add_argument("--user", default="researcher", help="username the jobs belong to (default: researcher)")

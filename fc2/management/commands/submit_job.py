@@ -36,6 +36,23 @@ def dollars(text: str) -> Decimal:
     return amount
 
 
+def add_framework_arguments(parser: CommandParser, strategies: str) -> None:
+    """--framework and --strategy, as every command that submits jobs takes them (the job service resolves and
+    judges them: fc2.services.requests.framework_strategy, jobs.check_framework); `strategies` says what each is."""
+    parser.add_argument(
+        "--framework",
+        choices=Framework.values,
+        default="",
+        help="what the code trains with (default: what the wheel requires, its Requires-Dist; else tensorflow)",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=Job.Strategy.values,
+        default="",
+        help=f"{strategies} (default: the framework's, ps for TensorFlow, ddp for PyTorch)",
+    )
+
+
 class Command(ContractCommand):
     help = "Submit a training job: a wheel bundle, a dataset and a cluster; optionally run it here and wait."
 
@@ -73,19 +90,11 @@ class Command(ContractCommand):
         parser.add_argument(
             "--workers", type=int, default=2, metavar="N", help="workers (with --algorithm: at most) (default: 2)"
         )
-        parser.add_argument(
-            "--framework",
-            choices=Framework.values,
-            default="",
-            help="what the code trains with (default: what the wheel requires, its Requires-Dist; else tensorflow)",
-        )
-        parser.add_argument(
-            "--strategy",
-            choices=Job.Strategy.values,
-            default="",
-            help="TensorFlow's: ps, 1 parameter server + a chief + N workers; mirrored, N workers with All-Reduce; "
-            "auto, left open for --algorithm model (or explore) to choose from the workload's records of each. "
-            "PyTorch's: ddp, N workers with DistributedDataParallel. (default: ps for TensorFlow, ddp for PyTorch)",
+        add_framework_arguments(
+            parser,
+            "TensorFlow's: ps, 1 parameter server + a chief + N workers; mirrored, N workers with All-Reduce; auto, "
+            "left open for --algorithm model (or explore) to choose from the workload's records of each. PyTorch's: "
+            "ddp, N workers with DistributedDataParallel.",
         )
         parser.add_argument("--ps-type", default="", metavar="TYPE", help="instance type of the parameter server")
         parser.add_argument("--worker-type", default="", metavar="TYPE", help="instance type of the workers")
