@@ -18,7 +18,7 @@ def store_bundle(owner: User, fileobj: BinaryIO, filename: str, main_script: str
     """Validate the wheel (BundleError if refused) and store it; within `atomic_with_files`, a later failure of the
     caller's transaction removes the file again. The same wheel (by sha256) with the same main script uploaded again by
     the same owner is the bundle already stored: one library entry, one file (what its METADATA requires read again,
-    for a bundle stored before the platform read it)."""
+    for a bundle stored before the platform read it whose file migration 0030 could not read)."""
     info = validate_wheel(fileobj, filename, main_script)
     existing = CodeBundle.objects.filter(owner=owner, sha256=info.sha256, main_script=info.main_script).first()
     if existing is not None:
