@@ -764,8 +764,7 @@ class Checkpoint:
         """`files` (path in the archive, open descriptor of a regular file) packed, then `own_index` as the archive's
         CHECKPOINT_INDEX when given; over `max_bytes` or MAX_CHECKPOINT_FILES, nothing packed and why not. An OSError
         when a file shrank while it was read."""
-        packed_file: IO[bytes] | None = tempfile.TemporaryFile()  # noqa: SIM115 - handed over, or closed below
-        assert packed_file is not None
+        packed_file = tempfile.TemporaryFile()  # noqa: SIM115 - handed over with the checkpoint, or closed below
         found = cls(name)
         try:
             room = max_bytes
@@ -784,10 +783,10 @@ class Checkpoint:
                     found.written_at = max(found.written_at, seen.st_mtime)
                 if own_index:
                     packed.addfile(_member(CHECKPOINT_INDEX, len(own_index)), io.BytesIO(own_index))
-            found.archive, packed_file = packed_file, None
+            found.archive = packed_file
             return found
         finally:
-            if packed_file is not None:
+            if found.archive is None:
                 packed_file.close()
 
     @classmethod
