@@ -150,6 +150,10 @@ FC2_AWS_AMI_PARAMETER = os.environ.get(
 FC2_AWS_SSH_USER = os.environ.get("FC2_AWS_SSH_USER", "ec2-user")
 FC2_AWS_NODE_DIR = os.environ.get("FC2_AWS_NODE_DIR", "/home/{user}/fc2")
 FC2_AWS_PYTHON = os.environ.get("FC2_AWS_PYTHON", "python3")
+# A PyTorch job's nodes without a GPU get torch's CPU build from this index, before the bundle, at the version the
+# bundle asks (PyPI's Linux torch is the CUDA build: GBs with its nvidia-* dependencies); an operator may name a
+# mirror. A machine whose image has torch already (local and lab nodes: the platform's own) takes nothing from it.
+FC2_TORCH_INDEX_URL = os.environ.get("FC2_TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
 # The network: a VPC per cluster from FC2_AWS_VPC_CIDR, or the operator's subnet FC2_AWS_SUBNET_ID; SSH admitted
 # from FC2_AWS_SSH_CIDR and made to the nodes' public addresses (FC2_AWS_SSH_ADDRESS=private: a platform in the VPC).
 FC2_AWS_SUBNET_ID = os.environ.get("FC2_AWS_SUBNET_ID", "")

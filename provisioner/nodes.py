@@ -13,8 +13,10 @@ its own bootstrap log:
 3. the dataset: copied from the platform's storage (or used where it is, when the machine is the platform's), or
    left for the agent to fetch from its URL;
 4. the report token (0600, read only by the agent) and the command's environment (TF_CONFIG for the node's role with
-   the nodes' own addresses, FC2_*; FC2_TRAIN_SECONDS on a profiling run only; FC2_CHECKPOINT_DIR, and
-   FC2_RESTORE_FROM when the run resumes from a checkpoint archive, RunSpec.restore_from, copied to the node);
+   the nodes' own addresses — or, for a PyTorch run, torchrun's variables with worker 0 as the rendezvous, and on a
+   node with GPUs the command run through torch.distributed.run, one process per GPU: `torch_environment` — FC2_*;
+   FC2_TRAIN_SECONDS on a profiling run only; FC2_CHECKPOINT_DIR, and FC2_RESTORE_FROM when the run resumes from a
+   checkpoint archive, RunSpec.restore_from, copied to the node);
 5. the agent, started detached from the runner's session; it starts the node's command beside it and reports. It
    unpacks the archive to restore from before the command starts; on the chief it ships the command's checkpoints;
    with RunSpec.orphan_s it stops its own machine, its provider's way (Provider.self_stop), once the platform has been
@@ -30,11 +32,13 @@ agent: `cluster ssh NAME NODE -- sh -c 'echo {...} > spot-instance-action'`). Th
 
 from __future__ import annotations
 
+import email.parser
 import json
 import logging
 import re
 import shlex
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
@@ -42,13 +46,15 @@ from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from django.conf import settings
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from common.retry import retry
 from provisioner.errors import NodeError, ProvisionError, transient
 from provisioner.interface import AGENT_FILES, Machine, NodeCommand, Primitives
 from provisioner.registry import get, primitives
 from provisioner.runners import Result, run_parallel
-from provisioner.types import ClusterInfo, NodeInfo, NodeResult, RunSpec, is_chief
+from provisioner.types import ALL_REDUCE, ClusterInfo, NodeInfo, NodeResult, RunSpec, is_chief
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +73,9 @@ CHECKPOINTS, RESTORED = (
     "restore",
 )  # in the command's working directory: FC2_CHECKPOINT_DIR, FC2_RESTORE_FROM
 RESTORE_ARCHIVE = "restore.tar.gz"  # in the node's directory: the checkpoint archive the run resumes from
+# RunSpec.framework's values: how the nodes are told their cluster (TF_CONFIG, or torchrun's variables).
+PYTORCH = "pytorch"
+FRAMEWORKS = ("tensorflow", PYTORCH)
 # An output's name as its agent keeps and sends it (monitor/agent.py, Outputs).
 WIRE_NAME = re.compile(r"[0-9]{1,6}")
 
@@ -75,6 +84,7 @@ def bootstrap(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
     """Install and start every node of the cluster in parallel; returns the cluster with each node's agent pid.
 
     A node already started (a redelivered step) is left running as it is."""
+    check_framework(cluster, run)
     provider = primitives(cluster.provider)
     machines = {node.name: provider.machine(cluster, node) for node in cluster.nodes}
     try:
@@ -85,9 +95,9 @@ def bootstrap(cluster: ClusterInfo, run: RunSpec) -> ClusterInfo:
             machine = machines[node.name]
             installs.setdefault(f"{machine.host}:{machine.install_dir}", []).append(node)
         # One install per machine, by its first node; the other nodes of that machine wait for it.
-        firsts = {nodes[0].name: machines[nodes[0].name] for nodes in installs.values()}
+        firsts = {nodes[0].name: (machines[nodes[0].name], nodes[0].gpus) for nodes in installs.values()}
         python = run_parallel(
-            {name: partial(_step, m, "install the bundle", _install, m, run) for name, m in firsts.items()},
+            {name: partial(_step, m, "install the bundle", _install, m, run, g) for name, (m, g) in firsts.items()},
             max_workers=PARALLEL_NODES,
         )
         env_python = {node.name: python[nodes[0].name] for nodes in installs.values() for node in nodes}
@@ -140,8 +150,9 @@ def _step(machine: Machine, what: str, action: Callable[..., T], *args: object) 
         raise NodeError(machine.runner.node, f"{what}: {error}", transient=error.transient) from error
 
 
-def _install(machine: Machine, run: RunSpec) -> str:
-    """The job's env on the machine with the wheel installed (once); returns its interpreter."""
+def _install(machine: Machine, run: RunSpec, gpus: int) -> str:
+    """The job's env on the machine with the wheel installed (once), after torch's CPU build for a PyTorch run on a
+    machine without `gpus`; returns its interpreter."""
     runner, base = machine.runner, PurePosixPath(machine.install_dir)
     env, marker = (
         base / "env",
@@ -168,13 +179,47 @@ def _install(machine: Machine, run: RunSpec) -> str:
     # Only wheels: pip runs no code to install one, whereas building a source distribution (a dependency's) would
     # run its setup.py on the machine, as root.
     pip = [machine.python, "-m", "pip", "--python", env_python, "install", "--no-input", "--only-binary=:all:"]
-    pip += ["--disable-pip-version-check", "--no-warn-script-location", "--quiet", str(wheel)]
-    result = runner.run(pip, timeout_s=INSTALL_TIMEOUT_S, check=False)
-    if result.exit_status != 0:
-        tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-5:])
-        raise NodeError(runner.node, f"installing the bundle failed: {tail}")
+    pip += ["--disable-pip-version-check", "--no-warn-script-location", "--quiet"]
+    for what, arguments in install_steps(run, gpus, Path(run.wheel_path), str(wheel)):
+        result = runner.run([*pip, *arguments], timeout_s=INSTALL_TIMEOUT_S, check=False)
+        if result.exit_status != 0:
+            tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-5:])
+            raise NodeError(runner.node, f"installing {what} failed: {tail}")
     runner.run(["touch", str(marker)])
     return env_python
+
+
+def install_steps(run: RunSpec, gpus: int, wheel: Path, remote_wheel: str) -> list[tuple[str, list[str]]]:
+    """(what, pip's arguments) of each install into the job's env. A PyTorch run on a machine without a GPU installs
+    torch first, alone (--no-deps: nothing else from that index), from FC2_TORCH_INDEX_URL, at the version the bundle
+    asks (`torch_requirement`): the bundle's install then finds torch there and never pulls PyPI's CUDA build, which
+    a GPU machine gets. pip takes nothing where the machine's image has a torch that satisfies it (local, lab)."""
+    steps = [("the bundle", [remote_wheel])]
+    if run.framework == PYTORCH and not gpus:
+        torch = ["--no-deps", "--index-url", settings.FC2_TORCH_INDEX_URL, torch_requirement(wheel)]
+        steps.insert(0, ("torch's CPU build", torch))
+    return steps
+
+
+def torch_requirement(wheel: Path) -> str:
+    """The bundle's requirement on torch (its wheel's Requires-Dist, without extras and markers), e.g.
+    `torch==2.13.0`; `torch` when it names none (its code imports torch all the same)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+            metadata = email.parser.BytesParser().parsebytes(archive.read(name))
+    except (OSError, zipfile.BadZipFile, StopIteration) as error:
+        raise ProvisionError(f"the bundle's wheel has no readable METADATA: {error}") from error
+    for line in metadata.get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue  # pip refuses it when it installs the bundle, and says why
+        if canonicalize_name(requirement.name) == "torch" and (
+            requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+        ):
+            return f"torch{requirement.specifier}"
+    return "torch"
 
 
 def _dataset(machine: Machine, run: RunSpec) -> tuple[str, str]:
@@ -193,16 +238,23 @@ def _dataset(machine: Machine, run: RunSpec) -> tuple[str, str]:
     return target, ""
 
 
-def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand, run: RunSpec) -> dict[str, str]:
-    """The node's command's whole environment."""
-    tf_config = {"cluster": cluster.tf_cluster(), "task": {"type": node.role, "index": node.index}}
+def node_environment(
+    cluster: ClusterInfo, node: NodeInfo, command: NodeCommand, run: RunSpec, interface: str = ""
+) -> dict[str, str]:
+    """The node's command's whole environment: the platform's FC2_* and its framework's (`interface`: the network
+    interface holding the node's own address, where the node found one; see `torch_environment`)."""
     # Only a profiling run asks the code to train for a time (RunSpec.train_seconds); a job trains as its epochs say.
     train = {"FC2_TRAIN_SECONDS": str(run.train_seconds)} if run.train_seconds else {}
     restore = {"FC2_RESTORE_FROM": f"{command.work}/{RESTORED}"} if run.restore_from else {}
+    if run.framework == PYTORCH:
+        framework = torch_environment(cluster, node, interface)
+    else:
+        tf_config = {"cluster": cluster.tf_cluster(), "task": {"type": node.role, "index": node.index}}
+        framework = {"TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
     return {
         **PASSTHROUGH_ENV,
         "HOME": command.work,
-        "TF_CONFIG": json.dumps(tf_config),
+        **framework,
         "FC2_STRATEGY": cluster.strategy,
         "FC2_ROLE": node.role,
         "FC2_TASK_INDEX": str(node.index),
@@ -213,9 +265,58 @@ def node_environment(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand,
         "FC2_CHECKPOINT_DIR": f"{command.work}/{CHECKPOINTS}",
         **restore,
         "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
         **train,
     }
+
+
+def torch_environment(cluster: ClusterInfo, node: NodeInfo, interface: str = "") -> dict[str, str]:
+    """What `torchrun` would give a PyTorch node's code, so that code written for it runs unchanged with
+    `init_process_group(init_method="env://")`: worker 0 is rank 0 and its address and port (the TensorFlow port, free
+    since no TensorFlow server runs) the rendezvous. A CPU node runs one process, given torchrun's variables here, and
+    trains on gloo; a GPU node runs one process per GPU through torch.distributed.run (`node_argv`), which gives each
+    its own ranks, on nccl. None of TORCHELASTIC_*: they tell code an elastic agent is there (its store to join,
+    `is_torchelastic_launched`), which only a GPU node's has. FC2_DIST_BACKEND says which backend the node's hardware
+    wants; GLOO_SOCKET_IFNAME (NCCL_SOCKET_IFNAME on a GPU node) is the interface of the node's own address: left to
+    itself gloo binds the address its host name resolves to, the loopback where it resolves to nothing (a sandbox's
+    host name, a lab host's), which the other nodes cannot reach."""
+    master = _ranks(cluster)[0]
+    found = {"GLOO_SOCKET_IFNAME": interface} if interface else {}
+    env = {"MASTER_ADDR": master.host, "MASTER_PORT": str(master.port), **found}
+    if node.gpus:
+        return env | {"FC2_DIST_BACKEND": "nccl"} | ({"NCCL_SOCKET_IFNAME": interface} if interface else {})
+    rank, world = str(node.index), str(len(_ranks(cluster)))
+    torchrun = {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    torchrun |= {"GROUP_RANK": rank, "GROUP_WORLD_SIZE": world, "ROLE_RANK": rank, "ROLE_WORLD_SIZE": world}
+    return env | torchrun | {"ROLE_NAME": "default", "FC2_DIST_BACKEND": "gloo"}
+
+
+def node_argv(cluster: ClusterInfo, node: NodeInfo, run: RunSpec, python: str) -> list[str]:
+    """The node's command: the bundle's main module, through torch.distributed.run on a PyTorch node with GPUs (one
+    process per GPU, each given its RANK, LOCAL_RANK and WORLD_SIZE by it)."""
+    module = [run.main_module, *run.args]
+    if run.framework != PYTORCH or not node.gpus:
+        return [python, "-m", *module]
+    master = _ranks(cluster)[0]
+    launcher = ["--nnodes", str(len(_ranks(cluster))), "--nproc-per-node", str(node.gpus)]
+    launcher += ["--node-rank", str(node.index), "--master-addr", master.host, "--master-port", str(master.port)]
+    return [python, "-m", "torch.distributed.run", *launcher, "-m", *module]
+
+
+def _ranks(cluster: ClusterInfo) -> list[NodeInfo]:
+    """A PyTorch cluster's nodes in rank order: its workers by index (an all-reduce layout: worker 0 is the chief)."""
+    return sorted((node for node in cluster.nodes if node.role == "worker"), key=lambda node: node.index)
+
+
+def check_framework(cluster: ClusterInfo, run: RunSpec) -> None:
+    """Refuse, before anything is installed, a framework the nodes cannot be told their cluster for, and a PyTorch job
+    on a cluster with a parameter server (DDP is all-reduce: every node a rank, nothing for a PS to run)."""
+    if run.framework not in FRAMEWORKS:
+        raise ProvisionError(f"unknown framework {run.framework!r} (expected {' or '.join(map(repr, FRAMEWORKS))})")
+    if run.framework == PYTORCH and cluster.strategy not in ALL_REDUCE:
+        raise ProvisionError(
+            f"a PyTorch job trains with DistributedDataParallel (all-reduce), not on a {cluster.strategy!r} cluster: "
+            "its strategy must be ddp"
+        )
 
 
 def _start_node(
@@ -239,14 +340,15 @@ def _start_node(
 
     dataset, fetch = _step(machine, "copy the agent and the dataset", prepare)
     restore = _step(machine, "copy the checkpoint to restore", copy_checkpoint) if run.restore_from else ""
-    command = provider.node_command(cluster, node, [python, "-m", run.main_module, *run.args], dataset)
+    command = provider.node_command(cluster, node, node_argv(cluster, node, run, python), dataset)
     entry = get(cluster.provider)
 
     def start() -> int:
         # The command's output and working directories: a sandbox made them already, a cloud node has none.
         runner.run(["mkdir", "-p", command.agent_output, command.agent_cwd])
         runner.put_bytes(run.token.encode(), str(root / "token"), 0o600)
-        environment = json.dumps(node_environment(cluster, node, command, run)).encode()
+        interface = _interface(machine, node.host) if run.framework == PYTORCH else ""
+        environment = json.dumps(node_environment(cluster, node, command, run, interface)).encode()
         runner.put_bytes(environment, str(root / "env.json"), 0o600)
         agent = [machine.python, str(root / AGENT_FILES["agent.py"])]
         # No report URL: a run that reports to nobody, whose agents keep their samples on the node (samples.jsonl).
@@ -276,6 +378,13 @@ def _start_node(
 
     pid = _step(machine, "start the node agent", start)
     return replace(node, pid=pid, workdir=str(root))
+
+
+def _interface(machine: Machine, address: str) -> str:
+    """The network interface that holds `address` on the node's machine, as `ip` names it; "" when none does."""
+    found = machine.runner.run(["ip", "-o", "address", "show", "to", address], check=False)
+    fields = found.stdout.split()
+    return fields[1] if found.exit_status == 0 and len(fields) > 1 else ""
 
 
 def _checkpoint_args(cluster: ClusterInfo, node: NodeInfo, command: NodeCommand, url: str, restore: str) -> list[str]:

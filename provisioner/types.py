@@ -41,6 +41,7 @@ class NodeInfo:
     pid: int | None = None  # the node's agent process on its machine, once started
     pid_started: float | None = None  # local provider: its create_time, so a recycled pid is never mistaken for it
     workdir: str = ""  # the node's directory on its machine: its log, result, job's work and output
+    gpus: int = 0  # GPUs of its machine (its instance type's): a PyTorch node runs one process per GPU, on nccl
 
     @property
     def address(self) -> str:

@@ -27,8 +27,9 @@ The nodes are bootstrapped over SSH like the lab's (provisioner/nodes.py): to th
 one with FC2_AWS_SSH_ADDRESS=private (a platform inside the VPC); the nodes' private addresses are their TF_CONFIG
 and their agents report to FC2_PUBLIC_URL. The machine image (FC2_AWS_AMI, else the SSM public parameter
 FC2_AWS_AMI_PARAMETER: Amazon Linux 2023 by default) must have Python 3 with venv and pip; the job's wheel brings
-its own dependencies (TensorFlow) from the package index. The node is the job's: its code runs as the image's login
-user, with no platform secret on the machine but the job's report token.
+its own dependencies (TensorFlow) from the package index — torch, on a node with no GPU (`gpus_of`), from
+FC2_TORCH_INDEX_URL, PyTorch's CPU build (provisioner/nodes.py, `install_steps`). The node is the job's: its code runs
+as the image's login user, with no platform secret on the machine but the job's report token.
 """
 
 from __future__ import annotations
@@ -206,7 +207,8 @@ def launch(spec: ClusterSpec, notify: Callable[[str], None] = _ignore) -> Cluste
         ids = [instance["InstanceId"] for instance in instances.values()]
         awsapi.wait(region, "instance_running", timeout_s=READY_TIMEOUT_S, InstanceIds=ids)
         awsapi.wait(region, "instance_status_ok", timeout_s=READY_TIMEOUT_S, InstanceIds=ids)
-        cluster = _cluster_info(spec, region, workdir, nodes_of, _instances(region, spec.cluster_id))
+        gpus = gpus_of(region, types)
+        cluster = _cluster_info(spec, region, workdir, nodes_of, _instances(region, spec.cluster_id), gpus)
         cluster.save(workdir)
         return cluster
     except BaseException:
@@ -548,8 +550,18 @@ def _run_instance(region: str, spec: ClusterSpec, zone: str, **params: object) -
         raise
 
 
+def gpus_of(region: str, types: set[str]) -> dict[str, int]:
+    """Instance type -> how many GPUs it has, as EC2 describes it (a PyTorch node runs one process per GPU, and a node
+    with none gets torch's CPU build)."""
+    described = pages("ec2", region, "describe_instance_types", "InstanceTypes", InstanceTypes=sorted(types))
+    return {
+        item["InstanceType"]: sum(gpu.get("Count", 0) for gpu in (item.get("GpuInfo") or {}).get("Gpus", []))
+        for item in described
+    }
+
+
 def _cluster_info(
-    spec: ClusterSpec, region: str, workdir: Path, nodes_of: NodeTypes, instances: list[dict]
+    spec: ClusterSpec, region: str, workdir: Path, nodes_of: NodeTypes, instances: list[dict], gpus: dict[str, int]
 ) -> ClusterInfo:
     by_node = {_tag(instance, "fc2:node"): instance for instance in instances}
     user = settings.FC2_AWS_SSH_USER
@@ -579,6 +591,7 @@ def _cluster_info(
                 ssh_port=22,
                 ssh_user=user,
                 workdir=f"{settings.FC2_AWS_NODE_DIR.format(user=user)}/{spec.cluster_id}/{name}",
+                gpus=gpus.get(instance_type, 0),
             )
         )
     return ClusterInfo(

@@ -144,6 +144,7 @@ def launch(spec: ClusterSpec, notify: Callable[[str], None] | None = None) -> Cl
                     ssh_port=SSH_PORT,
                     ssh_user="root",
                     workdir=str(root),
+                    gpus=int(types[type_name].get("gpus") or 0),
                 )
             )
         cluster = ClusterInfo(
