@@ -24,7 +24,7 @@ from fc2.bundles import (
     VERSION_MAX_LENGTH,
     module_name,
 )
-from recommender.types import DEFAULT_CATALOG
+from recommender.types import DEFAULT_CATALOG, workload_key
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -194,38 +194,10 @@ class Projection(NamedTuple):
 
 
 def workload_name(bundle: CodeBundle, dataset: Dataset, framework: str = Framework.TENSORFLOW, name: str = "") -> str:
-    """The key under which a job's performance is recorded and looked up (`workload_key`): by default
+    """The key under which a job's performance is recorded and looked up (recommender.types.workload_key): by default
     `<distribution>:<dataset name>`, the code and the data it trains on, unless the job names another (`name`,
     `Job.workload_name`)."""
     return workload_key(name or f"{bundle.distribution}:{dataset.name}", framework)
-
-
-# What a workload key of a framework other than TensorFlow ends with (TensorFlow's ends with nothing: its keys are the
-# ones records were filed under before there were other frameworks, the shipped data's among them).
-FRAMEWORK_KEY_SUFFIX = {Framework.PYTORCH: "@pytorch"}
-
-
-def workload_key(name: str, framework: str) -> str:
-    """A workload's key for `framework`, so that its records never mix with another framework's: TensorFlow's is the
-    name itself, PyTorch's carries `@pytorch` (once).
-
-    >>> [workload_key("fc2-digits:digits", f) for f in ("tensorflow", "pytorch")]
-    ['fc2-digits:digits', 'fc2-digits:digits@pytorch']
-    >>> workload_key("mine@pytorch", "pytorch")
-    'mine@pytorch'
-    """
-    suffix = FRAMEWORK_KEY_SUFFIX.get(framework, "")  # type: ignore[call-overload]  # (Framework is a str)
-    return name if name.endswith(suffix) else name + suffix
-
-
-def key_framework(key: str) -> str:
-    """The framework a workload key is of (`workload_key`'s inverse).
-
-    >>> [key_framework(k) for k in ("fc2-digits:digits", "fc2-digits:digits@pytorch")]
-    ['tensorflow', 'pytorch']
-    """
-    found = next((f for f, suffix in FRAMEWORK_KEY_SUFFIX.items() if key.endswith(suffix)), Framework.TENSORFLOW)
-    return found.value
 
 
 class Job(models.Model):

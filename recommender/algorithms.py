@@ -33,6 +33,8 @@ from recommender.types import (
     Recommendation,
     RecommendationError,
     RecommendRequest,
+    key_conflict,
+    key_framework,
 )
 
 Predictor = Callable[[RecommendRequest], Recommendation]
@@ -635,9 +637,15 @@ def runs_through_ps(record: PerfRecord) -> bool:
 
 
 def all_reduce_of(record: PerfRecord) -> str:
-    """The all-reduce strategy a run without a PS ran: its own name where it gives one (mirrored, ddp), else
-    TensorFlow's (Anwar's runs, and records from before frameworks)."""
-    return record.strategy if record.strategy in ALL_REDUCE_STRATEGIES.values() else ALL_REDUCE_STRATEGIES["tensorflow"]
+    """The all-reduce strategy a run without a PS ran: its own name where it gives one (mirrored, ddp), else its
+    workload key's framework's (`key_framework`: TensorFlow's for Anwar's runs and records from before frameworks).
+
+    >>> [all_reduce_of(PerfRecord(w, strategy=s)) for w, s in (("w", ""), ("w@pytorch", ""), ("w", "ddp"))]
+    ['mirrored', 'ddp', 'ddp']
+    """
+    if record.strategy in ALL_REDUCE_STRATEGIES.values():
+        return record.strategy
+    return ALL_REDUCE_STRATEGIES[key_framework(record.workload)]
 
 
 def of_strategy(records: Sequence[PerfRecord], through_ps: bool) -> tuple[PerfRecord, ...]:
@@ -941,6 +949,9 @@ def recommend(
         raise RecommendationError(
             "a PyTorch workload runs DistributedDataParallel, all-reduce with no parameter server: ask for strategy ddp"
         )
+    asked = "ps" if request.parameter_server else "auto" if request.parameter_server is None else request.all_reduce
+    if reason := key_conflict(request.workload, asked):
+        raise RecommendationError(reason)
     if request.parameter_server is None and request.algorithm not in ("model", "explore"):
         raise RecommendationError(
             f"only the model chooses between a parameter server and all-reduce (and explore tries both); "

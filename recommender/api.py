@@ -77,9 +77,11 @@ class RecommendInput(serializers.Serializer):
     saturation = serializers.FloatField(default=0.95, min_value=0.01, max_value=1.0, help_text="p")
     strategy = serializers.ChoiceField(
         choices=list(STRATEGIES),
-        default="ps",
-        help_text="mirrored: an All-Reduce cluster, no parameter server; auto: the model algorithm compares both; "
-        "ddp: PyTorch's All-Reduce (DistributedDataParallel), for a PyTorch workload",
+        required=False,
+        help_text="ps (the default): with a parameter server; mirrored: an All-Reduce cluster, no parameter server; "
+        "auto: the model algorithm compares both; ddp: PyTorch's All-Reduce (DistributedDataParallel), the one "
+        "strategy of a PyTorch workload (its key ends in @pytorch), and its default; the other framework's strategy "
+        "is a 400",
     )
     alpha = serializers.FloatField(
         required=False, min_value=0.0, help_text="Weight of time (model, explore); default 1, explore's 0.5"
@@ -126,7 +128,7 @@ class RecommendInput(serializers.Serializer):
         alpha, beta = weights(data.pop("preset", None), data.get("alpha"), data.get("beta"), default)
         data["alpha"], data["beta"] = alpha, beta
         data["search_dollars"] = data.pop("search_budget", None)
-        data |= strategy_request(data.pop("strategy"))
+        data |= strategy_request(data.pop("strategy", ""), data["workload"])
         data["ps_types"] = tuple(data["ps_types"])
         data["worker_types"] = tuple(data["worker_types"])
         return RecommendRequest(**data)

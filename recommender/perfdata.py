@@ -30,6 +30,7 @@ from common.columns import max_length
 from recommender import service
 from recommender.bounds import BOUNDS
 from recommender.models import PerformanceRecord
+from recommender.types import ALL_REDUCE_STRATEGIES, key_conflict, key_framework
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -168,7 +169,9 @@ def parse_anwar2021(text: str, workload: str) -> list[PerformanceRecord]:
                 f"line {line}: expected {len(ANWAR_COLUMNS)} fields ({','.join(ANWAR_COLUMNS)}), got {len(row)}"
             )
         fields = _validate(AnwarRow, dict(zip(ANWAR_COLUMNS, row, strict=True)), line)
-        records.append(PerformanceRecord(workload=workload, strategy="mirrored", **fields.model_dump()))
+        # All-reduce runs, named as the workload key's framework names its all-reduce (a PyTorch workload's: ddp).
+        strategy = ALL_REDUCE_STRATEGIES[key_framework(workload)]
+        records.append(PerformanceRecord(workload=workload, strategy=strategy, **fields.model_dump()))
     return records
 
 
@@ -196,7 +199,10 @@ def parse_csv(text: str, workload: str | None = None) -> list[PerformanceRecord]
         if len(row) != len(header):
             raise PerfDataError(f"line {line}: expected {len(header)} fields, got {len(row)}")
         fields = dict(zip(header, row, strict=True)) | ({"workload": workload} if workload else {})
-        records.append(PerformanceRecord(**_validate(CsvRow, fields, line).model_dump()))
+        valid = _validate(CsvRow, fields, line).model_dump()
+        if valid["strategy"] and (reason := key_conflict(valid["workload"], valid["strategy"])):
+            raise PerfDataError(f"line {line}: {reason}")
+        records.append(PerformanceRecord(**valid))
     return records
 
 

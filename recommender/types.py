@@ -24,15 +24,76 @@ ALL_REDUCE_STRATEGIES = {"tensorflow": "mirrored", "pytorch": "ddp"}
 STRATEGIES = ("ps", "mirrored", "auto", "ddp")
 
 
-def strategy_request(strategy: str) -> dict:
+# What a workload key of a framework other than TensorFlow ends with (TensorFlow's ends with nothing: its keys are the
+# ones records were filed under before there were other frameworks, the shipped data's among them).
+FRAMEWORK_KEY_SUFFIX = {"pytorch": "@pytorch"}
+
+
+def workload_key(name: str, framework: str) -> str:
+    """A workload's key for `framework`, so that its records never mix with another framework's: TensorFlow's is the
+    name itself, PyTorch's carries `@pytorch` (once).
+
+    >>> [workload_key("fc2-digits:digits", f) for f in ("tensorflow", "pytorch")]
+    ['fc2-digits:digits', 'fc2-digits:digits@pytorch']
+    >>> workload_key("mine@pytorch", "pytorch")
+    'mine@pytorch'
+    """
+    suffix = FRAMEWORK_KEY_SUFFIX.get(framework, "")
+    return name if name.endswith(suffix) else name + suffix
+
+
+def key_framework(key: str) -> str:
+    """The framework a workload key is of (`workload_key`'s inverse); a key without a mark is TensorFlow's.
+
+    >>> [key_framework(k) for k in ("fc2-digits:digits", "fc2-digits:digits@pytorch", "")]
+    ['tensorflow', 'pytorch', 'tensorflow']
+    """
+    return next((f for f, suffix in FRAMEWORK_KEY_SUFFIX.items() if key.endswith(suffix)), "tensorflow")
+
+
+def strategy_request(strategy: str, workload: str = "", omitted: str = "ps") -> dict:
     """The RecommendRequest fields a strategy asks for (the API's, `manage.py recommend`'s, a job's): whether its
     cluster has a parameter server (None: left open) and the framework — ddp is PyTorch's, every other TensorFlow's.
+    A strategy omitted ("") is `omitted`; for a PyTorch workload's key (`key_framework`) an omitted or open one is
+    ddp, the one strategy PyTorch has. One of the other framework's is asked as it is, for the recommender to refuse
+    (algorithms.recommend): a key's records never answer for the other framework.
 
     >>> strategy_request("ddp"), strategy_request("auto")
     ({'parameter_server': False, 'framework': 'pytorch'}, {'parameter_server': None, 'framework': 'tensorflow'})
+    >>> [strategy_request(s, "w@pytorch")["framework"] for s in ("", "auto", "ps")]
+    ['pytorch', 'pytorch', 'tensorflow']
     """
+    if key_framework(workload) == "pytorch" and strategy in ("", "auto"):
+        strategy = ALL_REDUCE_STRATEGIES["pytorch"]
+    strategy = strategy or omitted
     framework = next((f for f, name in ALL_REDUCE_STRATEGIES.items() if name == strategy), "tensorflow")
     return {"parameter_server": None if strategy == "auto" else strategy == "ps", "framework": framework}
+
+
+def key_conflict(workload: str, strategy: str) -> str:
+    """Why `strategy` (ps, mirrored, auto, ddp) is not for the workload whose key is `workload`: a PyTorch workload's
+    key (`key_framework`) runs ddp alone, a TensorFlow workload's never ddp, so that one framework's records never
+    answer for the other's. "" when it is (or no workload is named).
+
+    >>> key_conflict("w@pytorch", "ddp"), key_conflict("w", "mirrored"), key_conflict("", "ddp")
+    ('', '', '')
+    >>> key_conflict("w", "ddp")
+    "strategy ddp is PyTorch's DistributedDataParallel, and workload 'w' is a TensorFlow workload's key (a PyTorch \
+workload's is 'w@pytorch')"
+    """
+    keyed = key_framework(workload)
+    if not workload or strategy_request(strategy)["framework"] == keyed:
+        return ""
+    if keyed == "pytorch":
+        return (
+            f"workload {workload!r} is a PyTorch workload's key (it ends in @pytorch): it runs "
+            f"DistributedDataParallel, strategy {ALL_REDUCE_STRATEGIES['pytorch']}, not {strategy} — that is "
+            "TensorFlow's"
+        )
+    return (
+        f"strategy {strategy} is PyTorch's DistributedDataParallel, and workload {workload!r} is a TensorFlow "
+        f"workload's key (a PyTorch workload's is {workload_key(workload, 'pytorch')!r})"
+    )
 
 
 # The catalogue the recommender prices from when none is named: FC²'s own Tables 1–2 (recommender/catalogs/).

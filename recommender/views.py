@@ -27,10 +27,12 @@ class LookupForm(forms.Form):
     batch_size = forms.IntegerField(min_value=1, max_value=MAX_BATCH_SIZE, label="Batch size")
     latency_ms = forms.FloatField(min_value=0, max_value=MAX_LATENCY_MS, label="Network latency (ms)")
     # Anwar's runs were all-reduce: the answer comes from a workload's all-reduce runs unless the PS's are asked for
-    # (a workload measured one way answers from its runs whichever is asked).
+    # (a workload measured one way answers from its runs whichever is asked). Left blank, the all-reduce is the
+    # workload key's framework's (mirrored, or a PyTorch workload's ddp): the other framework's is refused.
     strategy = forms.ChoiceField(
         choices=[
-            ("mirrored", "All-reduce (mirrored)"),
+            ("", "All-reduce (the workload's framework's)"),
+            ("mirrored", "All-reduce (TensorFlow mirrored)"),
             ("ps", "Parameter server"),
             ("ddp", "All-reduce (PyTorch DDP)"),
         ],
@@ -71,7 +73,7 @@ def anwar(request: HttpRequest) -> HttpResponse:
             workload=data["workload"],
             batch_size=data["batch_size"],
             latency_ms=data["latency_ms"],
-            **strategy_request(data["strategy"] or "mirrored"),
+            **strategy_request(data["strategy"], data["workload"], omitted="mirrored"),
         )
         try:
             answer = service.recommend_as_dict(lookup, catalog, owner=request.user)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 from fc2.models import Job
 from fc2.services import feedback, jobs, planning
@@ -17,7 +18,7 @@ from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
 from recommender.service import strategy_counts
 from recommender.types import PerfRecord, RecommendationError, RecommendRequest, strategy_request
-from tests.conftest import call_json
+from tests.conftest import TABLE4, call_json
 from tests.helpers import Api, job_row
 from tests.test_frameworks import bundle_requiring
 
@@ -171,3 +172,112 @@ def test_a_ddp_jobs_run_is_recorded_as_ddp_under_its_own_key(lab, alice):
     assert record is not None
     assert (record.workload, record.strategy, record.ps_type) == ("code-of-alice:data-of-alice@pytorch", "ddp", "")
     assert strategy_counts(service.workload_records(record.workload, alice)) == {"ddp": 1}
+
+
+# --- the workload key says the framework, at each of the recommender's doors -----------------------------------------
+
+TF_WORKLOAD = "lab-digits-grid"
+PYTORCH_KEY_REFUSES = "is a PyTorch workload's key (it ends in @pytorch): it runs DistributedDataParallel, strategy ddp"
+TENSORFLOW_KEY_REFUSES = f"is a TensorFlow workload's key (a PyTorch workload's is '{TF_WORKLOAD}@pytorch')"
+WITH_PS = "answered with a PS"
+# workload | strategy asked ("": none) | answered with no PS (None), with one (WITH_PS), or the reason it is refused
+KEY_CASES = [
+    (TORCH_WORKLOAD, "ddp", None),
+    (TORCH_WORKLOAD, "", None),  # omitted: PyTorch's one strategy
+    (TORCH_WORKLOAD, "ps", PYTORCH_KEY_REFUSES),
+    (TORCH_WORKLOAD, "mirrored", PYTORCH_KEY_REFUSES),
+    (TF_WORKLOAD, "ddp", TENSORFLOW_KEY_REFUSES),
+    (TF_WORKLOAD, "mirrored", None),
+    (TF_WORKLOAD, "", WITH_PS),  # omitted: TensorFlow's default, a parameter server (the page's: all-reduce)
+]
+
+
+@pytest.fixture
+def both_frameworks(ddp_records) -> None:
+    """The lab's digits grid twice: as TensorFlow's mirrored runs (its own key) and as a PyTorch workload's ddp runs."""
+    call_command("import_perf_data", str(GRID), "--format", "csv", stdout=StringIO())
+
+
+def expect(outcome: str | None, answered: dict | None, refusal: str) -> None:
+    if outcome in (None, WITH_PS):
+        assert answered is not None, refusal
+        assert bool(answered["ps_type"]) is (outcome == WITH_PS)
+    else:
+        assert answered is None and outcome in refusal
+
+
+LOOKUP = {"algorithm": "lookup", "catalog": "lab", "batch_size": 128, "latency_ms": 0}
+
+
+@pytest.mark.parametrize(("workload", "strategy", "outcome"), KEY_CASES)
+def test_recommend_holds_the_strategy_to_the_workload_keys_framework(both_frameworks, workload, strategy, outcome):
+    asked = [f"--{name.replace('_', '-')}={value}" for name, value in LOOKUP.items()]
+    code, answer, err = call_json(
+        "recommend", *asked, "--workload", workload, *(["--strategy", strategy] * bool(strategy))
+    )
+
+    assert code in (0, 1)
+    expect(outcome, answer if code == 0 else None, err)
+
+
+@pytest.mark.parametrize(("workload", "strategy", "outcome"), KEY_CASES)
+def test_the_api_holds_the_strategy_to_the_workload_keys_framework(
+    client, alice, both_frameworks, workload, strategy, outcome
+):
+    response = Api(client, alice).post(
+        "/api/recommend", {**LOOKUP, "workload": workload, **({"strategy": strategy} if strategy else {})}
+    )
+
+    assert response.status_code in (200, 400)
+    expect(outcome, response.json() if response.status_code == 200 else None, response.json().get("error", ""))
+
+
+@pytest.mark.parametrize(("workload", "strategy", "outcome"), KEY_CASES)
+def test_the_recommender_page_holds_the_strategy_to_the_workload_keys_framework(
+    client, alice, both_frameworks, workload, strategy, outcome
+):
+    client.force_login(alice)
+    response = client.get(reverse("recommender-anwar"), {**LOOKUP, "workload": workload, "strategy": strategy})
+
+    answered = response.context["answer"]
+    expect(None if outcome == WITH_PS else outcome, answered, response.context["error"] or "")
+
+
+def test_model_report_holds_the_strategy_to_the_workload_keys_framework(both_frameworks):
+    code, _, err = call_json("model_report", "--workload", TORCH_WORKLOAD, "--strategy", "mirrored")
+
+    assert code == 1 and PYTORCH_KEY_REFUSES in err
+
+
+@pytest.mark.parametrize(
+    ("row", "refusal"),
+    [
+        ("w@pytorch,2,4.0,ddp", None),
+        ("w@pytorch,2,4.0,", None),
+        ("w@pytorch,2,4.0,mirrored", "line 2: workload 'w@pytorch' is a PyTorch workload's key"),
+        ("w@pytorch,2,4.0,ps", "line 2: workload 'w@pytorch' is a PyTorch workload's key"),
+        ("w,2,4.0,ddp", "line 2: strategy ddp is PyTorch's DistributedDataParallel, and workload 'w' is a TensorFlow"),
+        ("w,2,4.0,mirrored", None),
+    ],
+)
+def test_import_refuses_a_run_of_the_other_framework_than_its_key(lab, tmp_path, row, refusal):
+    path = tmp_path / "runs.csv"
+    path.write_text(f"workload,workers,epoch_time_s,strategy\n{row}\n")
+
+    code, _, err = call_json("import_perf_data", str(path), "--format", "csv")
+
+    assert (code, refusal is None or refusal in err) == (0 if refusal is None else 1, True), err
+
+
+def test_a_pytorch_workloads_runs_that_name_no_strategy_are_ddp(lab, tmp_path):
+    """Anwar's rows are all-reduce runs, as are a csv's that name no PS and no strategy: a PyTorch workload's are its
+    ddp, as every page and answer counts them."""
+    path = tmp_path / "runs.csv"
+    path.write_text("workload,workers,epoch_time_s\nw@pytorch,2,4.0\nw,2,4.0\n")
+    call_command(
+        "import_perf_data", str(TABLE4), "--format", "anwar2021", "--workload", "mnist@pytorch", stdout=StringIO()
+    )
+    call_command("import_perf_data", str(path), "--format", "csv", stdout=StringIO())
+
+    assert set(PerformanceRecord.objects.filter(workload="mnist@pytorch").values_list("strategy", flat=True)) == {"ddp"}
+    assert [strategy_counts(service.workload_records(w)) for w in ("w@pytorch", "w")] == [{"ddp": 1}, {"mirrored": 1}]

@@ -166,8 +166,8 @@ def build_parser() -> Parser:
     recommend.add_argument(
         "--strategy",
         choices=("ps", "mirrored", "auto", "ddp"),
-        help="mirrored: All-Reduce, no PS; auto: --algorithm model compares both; ddp: PyTorch's All-Reduce, for a "
-        "PyTorch workload (default: ps)",
+        help="mirrored: All-Reduce, no PS; auto: --algorithm model compares both; ddp: PyTorch's All-Reduce, the one "
+        "strategy of a PyTorch workload (NAME@pytorch) (default: ps; ddp for a PyTorch workload)",
     )
     recommend.add_argument("--catalog", metavar="NAME", help="the instance catalogue (default: the platform's)")
     explore = explore_options(recommend, "--algorithm explore: what best means, and its trial runs' budget")

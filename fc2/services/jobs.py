@@ -16,13 +16,13 @@ from django.db import models, transaction
 
 import provisioner
 from common.numbers import usd
-from fc2.models import Dataset, Framework, Job, key_framework
+from fc2.models import Dataset, Framework, Job
 from fc2.services import datasets, pipeline
 from fc2.services.bundles import store_bundle
 from fc2.services.files import atomic_with_files
 from fc2.services.planning import Owner, Plan, check_workers, explore_unavailable, gpu_worker_types, plan
 from fc2.services.requests import JobRequest, SubmitError
-from recommender.types import ALGORITHMS, RecommendationError
+from recommender.types import ALGORITHMS, RecommendationError, key_framework
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -130,8 +130,9 @@ def check_framework(request: JobRequest) -> None:
 
 
 def check_workload_name(request: JobRequest) -> None:
-    """A workload name given fits the records' column once its framework's mark is added (fc2.models.workload_key),
-    and is not another framework's key: records of one framework are never read for another's job."""
+    """A workload name given fits the records' column once its framework's mark is added
+    (recommender.types.workload_key), and is not another framework's key: records of one framework are never read for
+    another's job."""
     if not request.workload_name:
         return
     mark = len(request.workload) - len(request.workload_name)

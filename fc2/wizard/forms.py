@@ -13,13 +13,14 @@ from django.conf import settings
 
 import provisioner
 from fc2.bundles import BundleError, validate_wheel
-from fc2.models import CodeBundle, Dataset, Framework, Job, workload_key
+from fc2.models import CodeBundle, Dataset, Framework, Job
 from fc2.services import datasets, jobs, search
 from fc2.services.bundles import store_bundle
 from fc2.templatetags.fc2_ui import capacity, gib, per_hour
 from provisioner.types import ALL_REDUCE
 from recommender import service
 from recommender.models import Catalog, InstanceType
+from recommender.types import workload_key
 
 ALGORITHMS = [
     ("manual", "Manual"),

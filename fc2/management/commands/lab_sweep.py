@@ -12,8 +12,9 @@ cell whose job failed is recorded as a failed run. Interrupted (Ctrl-C or SIGTER
 cancelled and its cluster torn down before the command exits.
 
 A PyTorch bundle (its wheel requires torch, or `--framework pytorch`) is swept as DistributedDataParallel (strategy
-ddp, the one PyTorch has); its records go under the workload's PyTorch key (`NAME@pytorch`, fc2.models.workload_key),
-so that they never mix with a TensorFlow grid of the same name. The output's `workload` is the key they went under.
+ddp, the one PyTorch has); its records go under the workload's PyTorch key (`NAME@pytorch`,
+recommender.types.workload_key), so that they never mix with a TensorFlow grid of the same name. The output's
+`workload` is the key they went under.
 
 Each cell reports its record's epoch time, bandwidth and CPU use. `--csv PATH` also writes the sweep's records, once
 it has run every cell, in `import_perf_data --format csv`'s format (recommender.perfdata.to_csv): a grid to ship in

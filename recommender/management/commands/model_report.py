@@ -13,7 +13,7 @@ from django.core.management.base import CommandParser
 from recommender import algorithms, perfmodel, service
 from recommender.management.base import ContractCommand, user_named
 from recommender.management.commands.recommend import CATALOG_HELP
-from recommender.types import RecommendationError
+from recommender.types import RecommendationError, key_conflict
 
 
 class Command(ContractCommand):
@@ -54,6 +54,8 @@ class Command(ContractCommand):
                 )
             counts = service.strategy_counts(records)
             strategy = options["strategy"] or max(counts, key=lambda strategy: counts[strategy])
+            if reason := key_conflict(options["workload"], strategy):
+                raise RecommendationError(reason)
             if strategy not in counts:
                 raise RecommendationError(f"workload {options['workload']!r} has no records of the {strategy} strategy")
             catalog = options["catalog"] or service.records_catalog(records)

@@ -67,10 +67,11 @@ class Command(ContractCommand):
         parser.add_argument(
             "--strategy",
             choices=STRATEGIES,
-            default="ps",
+            default="",
             help="ps: with a parameter server; mirrored: All-Reduce, no parameter server; auto: the model compares "
             "both from the workload's records of each and chooses (--algorithm model only); ddp: PyTorch's "
-            "All-Reduce, for a PyTorch workload (e.g. NAME@pytorch) (default: ps)",
+            "All-Reduce, the one strategy of a PyTorch workload (its key ends in @pytorch: NAME@pytorch), which "
+            "refuses the others (default: ps; ddp for a PyTorch workload)",
         )
         parser.add_argument(
             "--alpha", type=float, metavar="A", help="model, explore: weight of time (default: 1; explore: 0.5)"
@@ -123,7 +124,7 @@ class Command(ContractCommand):
             batch_size=options["batch_size"],
             latency_ms=options["latency_ms"],
             saturation=options["saturation"],
-            **strategy_request(options["strategy"]),
+            **strategy_request(options["strategy"], options["workload"]),
             alpha=alpha,
             beta=beta,
             search_dollars=options["search_budget"],
