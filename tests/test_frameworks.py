@@ -18,7 +18,7 @@ from fc2.services.bundles import store_bundle
 from harness.wheels import DIST_INFO, FILENAME, GOOD, METADATA, make_wheel
 from recommender.catalog import load_catalog
 from recommender.types import RecommendationError
-from tests.helpers import Api, resource_form, step_url, through_data, wheel_upload
+from tests.helpers import Api, code_form, resource_form, step_url, through_data, wheel_upload
 
 JOBS = "/api/jobs"
 
@@ -240,6 +240,38 @@ def test_the_wizard_starts_from_the_bundles_framework_and_refuses_a_contradictio
     job = Job.objects.get()
     assert (job.framework, job.workload) == ("pytorch", "demo:digits@pytorch")
     assert 'id="job-framework">PyTorch' in client.get(job.get_absolute_url()).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("first", "saved", "then", "shown"),
+    [
+        (("tensorflow-cpu",), ("tensorflow", "mirrored"), ("torch",), ("pytorch", "ddp")),
+        (("torch",), ("pytorch", "ddp"), ("tensorflow-cpu",), ("tensorflow", "ps")),  # ddp is not TensorFlow's
+        (("tensorflow-cpu",), ("tensorflow", "mirrored"), ("tensorflow",), ("tensorflow", "mirrored")),  # offered
+        (("torch",), ("pytorch", "ddp"), ("numpy",), ("pytorch", "ddp")),  # a bundle naming none keeps the choice
+    ],
+)
+def test_another_bundle_takes_the_saved_resource_step_to_its_framework(
+    tmp_path, client, alice, digits, first, saved, then, shown
+):
+    framework, strategy = saved
+    client.force_login(alice)
+    through_data(client, bundle_requiring(tmp_path, alice, *first))
+    assert client.post(step_url("resource"), resource_form(framework=framework, strategy=strategy)).status_code == 302
+
+    other = bundle_requiring(tmp_path, alice, *then)
+    assert client.post(step_url("code"), code_form(bundle=other)).status_code == 302
+    form = client.get(step_url("resource")).context["form"]
+    saved_again = client.post(
+        step_url("resource"), resource_form(**{n: form[n].value() for n in ("framework", "strategy")})
+    )
+    ran = client.post(step_url("review"))
+
+    assert (form["framework"].value(), form["strategy"].value()) == shown
+    assert saved_again.status_code == 302, saved_again.context["form"].errors
+    assert ran.status_code == 302
+    job = Job.objects.get()
+    assert (job.framework, job.request["strategy"]) == shown
 
 
 # --- a CUDA-only dependency -------------------------------------------------------------------------------------

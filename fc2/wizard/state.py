@@ -88,6 +88,10 @@ class Wizard:
             self._save()
 
     def save_code(self, bundle: CodeBundle, parameters: dict[str, str]) -> None:
+        """The code step's answer. Another bundle than the one saved takes a saved resource step to its framework
+        (`for_bundle`): what the framework was for the old code is no choice the user made for the new."""
+        if "resource" in self.state and self.state.get("code", {}).get("bundle") != bundle.pk:
+            self.state["resource"] = for_bundle(self.resource(), bundle)
         self.state["code"] = {"bundle": bundle.pk, "parameters": parameters}
         self._save()
 
@@ -225,6 +229,16 @@ class Wizard:
             spot_fallback=r.get("spot_fallback") or Job.SpotFallback.ON_DEMAND,
             **(_search(r) if r["algorithm"] == "explore" else {}),
         )
+
+
+def for_bundle(resource: dict, bundle: CodeBundle) -> dict:
+    """A saved resource step as it stands for `bundle`: the framework the bundle requires (one that names none keeps
+    the saved framework), and the saved strategy where that framework offers it, else the framework's own
+    (`framework_strategy`, as JobRequest makes it)."""
+    framework = Framework(bundle.framework or resource.get("framework") or Framework.TENSORFLOW)
+    strategy = resource.get("strategy") or ""
+    offered = strategy if strategy in jobs.FRAMEWORK_STRATEGIES[framework] else ""
+    return {**resource, "framework": framework.value, "strategy": framework_strategy(framework, offered)}
 
 
 def _search(resource: dict) -> dict:
