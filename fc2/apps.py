@@ -10,10 +10,6 @@ class Fc2Config(AppConfig):
 
     def ready(self) -> None:
         from fc2 import checks  # noqa: F401 - registers the system checks
-        from fc2.services.planning import known_trial_minutes
-        from recommender import service
-
-        service.count_trials_by(known_trial_minutes)  # a trial's start-up and teardown, at the recommender's doors
 
 
 class PlatformAdminConfig(admin_apps.AdminConfig):

@@ -210,6 +210,10 @@ FC2_EXPLORE_USD = envint("FC2_EXPLORE_USD", 5)
 FC2_EXPLORE_MINUTES = envint("FC2_EXPLORE_MINUTES", 30)
 # How many trial runs of one search may overlap in time, where its budget allows (1: one after another).
 FC2_EXPLORE_AT_ONCE = envint("FC2_EXPLORE_AT_ONCE", 3)
+# The rule the recommender's own doors (its API, `manage.py recommend --provider`) count a trial's minutes on a
+# provider by, its start-up and teardown included, None for a provider there is not: the platform's, by dotted path,
+# since the recommender knows no provider (recommender.service.trial_minutes); "": a trial is its window alone.
+FC2_TRIAL_MINUTES_RULE = "fc2.services.planning.known_trial_minutes"
 
 # Managed jobs (issue 45): a node's agent stops its own machine once the platform has been silent to it for
 # FC2_NODE_ORPHAN_S; the chief's checkpoints are kept on the platform, the latest FC2_CHECKPOINTS_KEPT, each at most

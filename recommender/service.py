@@ -23,6 +23,7 @@ bound (recommender/bounds.py) is not read, and an answer with a NaN or an infini
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -37,6 +38,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 # recommender.perfmodel is imported where an answer needs it: it pulls in scikit-learn and scipy, about a second of
 # CPU that every process setting Django up (the admin imports this module) would otherwise pay at its start.
@@ -207,21 +209,20 @@ def cluster_price(catalog: str, workers: int, worker_type: str, ps_type: str = "
     return algorithms.hourly_cost(workers, prices.get(worker_type, 0), prices.get(ps_type, 0))
 
 
-# explore's trial length on a provider, in minutes, its cluster's start-up and teardown included — or None for a
-# provider it does not know: the platform's rule (what this installation measured), which fc2's app config gives
-# (`count_trials_by`): the recommender knows no provider. Without it, a trial is its window alone.
-_trial_rule: Callable[[str], float | None] | None = None
-
-
-def count_trials_by(rule: Callable[[str], float | None]) -> None:
-    """Take `rule` as the length of one explore trial on a provider (fc2.services.planning.known_trial_minutes)."""
-    global _trial_rule
-    _trial_rule = rule
-
-
 def trial_minutes(provider: str) -> float | None:
-    """One explore trial's minutes on `provider`, start-up and teardown included; None where it is not known."""
-    return _trial_rule(provider) if _trial_rule is not None else None
+    """One explore trial's minutes on `provider`, start-up and teardown included; None where it is not known.
+
+    The rule is the platform's — what this installation measured of each provider — named by its dotted path in
+    settings.FC2_TRIAL_MINUTES_RULE, since the recommender knows no provider; with none named, no provider is known
+    (a trial is its training window alone)."""
+    rule = _trial_rule(settings.FC2_TRIAL_MINUTES_RULE)
+    return rule(provider) if rule is not None else None
+
+
+@functools.cache
+def _trial_rule(path: str) -> Callable[[str], float | None] | None:
+    """The function `path` names, imported once per path (a setting changed in a test imports its own)."""
+    return import_string(path) if path else None
 
 
 def recommend(request: RecommendRequest, catalog: str = DEFAULT_CATALOG, owner: Owner = None) -> Recommendation:

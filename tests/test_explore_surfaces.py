@@ -476,3 +476,13 @@ def test_a_trials_length_counts_its_providers_start_up_at_every_door(client, ali
 
 
 EXPLORE_ARGS_LAB = ["--algorithm", "explore", "--workload", "never-run", "--catalog", "lab", "--max-workers", "3"]
+
+
+def test_the_recommenders_trial_rule_is_the_one_its_setting_names(db, settings):
+    """The recommender knows no provider: the rule it counts a trial by is the platform's, named by
+    FC2_TRIAL_MINUTES_RULE (fc2.services.planning.known_trial_minutes); another named is the one used, none none."""
+    assert service.trial_minutes("lab") == pytest.approx(planning.trial_minutes("lab"))
+    settings.FC2_TRIAL_MINUTES_RULE = "builtins.len"  # any function of a provider's name
+    assert service.trial_minutes("lab") == 3
+    settings.FC2_TRIAL_MINUTES_RULE = ""
+    assert service.trial_minutes("lab") is None

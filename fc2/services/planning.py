@@ -224,7 +224,8 @@ def trial_minutes(provider: str) -> float:
 
 def known_trial_minutes(provider: str) -> float | None:
     """`trial_minutes` for a provider this platform has, else None: what the recommender's own doors (its API,
-    `manage.py recommend`) are given to count a trial's start-up and teardown (recommender.service.trial_minutes)."""
+    `manage.py recommend`) count a trial's start-up and teardown by (recommender.service.trial_minutes, which
+    settings.FC2_TRIAL_MINUTES_RULE names it to)."""
     return trial_minutes(provider) if provider in provisioner.PROVIDERS else None
 
 
