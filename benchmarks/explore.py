@@ -46,7 +46,7 @@ import numpy as np
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
 
-from benchmarks.model_calibration import _django, read_grid, shipped_grids  # noqa: E402
+from benchmarks.model_calibration import read_grid, setup_django, shipped_grids  # noqa: E402
 from recommender import explore  # noqa: E402
 from recommender.types import InstanceSpec, PerfRecord  # noqa: E402
 
@@ -185,9 +185,9 @@ def grid_format(path: Path) -> tuple[str, str | None]:
     if path.resolve() in listed:
         fmt, workload = listed[path.resolve()]
         return fmt, workload or (path.stem if fmt == "anwar2021" else None)
-    from recommender.perfdata import CSV_COLUMNS, _rows
+    from recommender.perfdata import CSV_COLUMNS, data_lines
 
-    first = next(_rows(path.read_text(encoding="utf-8-sig")), (0, [""]))[1]
+    first = next(data_lines(path.read_text(encoding="utf-8-sig")), (0, [""]))[1]
     return ("csv", None) if first[0].lower() in CSV_COLUMNS else ("anwar2021", path.stem)
 
 
@@ -195,7 +195,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     path = Path(args.grid)
     if not path.is_file():
         raise SystemExit(f"error: no grid file {path}")
-    _django()  # the import's parsers and the catalogue's checks read the models
+    setup_django()  # the import's parsers and the catalogue's checks read the models
     fmt, workload = grid_format(path)
     if args.format and args.format != fmt:
         fmt, workload = args.format, path.stem if args.format == "anwar2021" else None

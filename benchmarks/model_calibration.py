@@ -246,7 +246,7 @@ def write_constructed(path: Path = CONSTRUCTED_GRID) -> None:
 # --- real and constructed grids: parsing through the import's own parsers -------------------------------------------
 
 
-def _django() -> None:
+def setup_django() -> None:
     """The import's parsers build (unsaved) model rows: Django set up on a throw-away var dir, no database used."""
     os.environ.setdefault("FC2_VAR_DIR", tempfile.mkdtemp(prefix="fc2-calibration-"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
@@ -259,7 +259,7 @@ def _django() -> None:
 
 def read_grid(path: Path, fmt: str, workload: str | None = None) -> list[PerfRecord]:
     """A grid file as the recommender's records (`import_perf_data`'s parsers, nothing stored)."""
-    _django()
+    setup_django()
     from recommender.perfdata import parse_anwar2021, parse_csv
 
     text = path.read_text(encoding="utf-8-sig")

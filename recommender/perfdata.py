@@ -163,7 +163,7 @@ def parse_anwar2021(text: str, workload: str) -> list[PerformanceRecord]:
     True
     """
     records = []
-    for line, row in _rows(text):
+    for line, row in data_lines(text):
         if len(row) != len(ANWAR_COLUMNS):
             raise PerfDataError(
                 f"line {line}: expected {len(ANWAR_COLUMNS)} fields ({','.join(ANWAR_COLUMNS)}), got {len(row)}"
@@ -181,7 +181,7 @@ def parse_csv(text: str, workload: str | None = None) -> list[PerformanceRecord]
     >>> [(r.workload, r.workers, r.bandwidth_mbps) for r in parse_csv("workers,bandwidth_mbps\\n,420\\n", "w")]
     [('w', None, 420.0)]
     """
-    rows = _rows(text)
+    rows = data_lines(text)
     try:
         line, header = next(rows)
     except StopIteration:
@@ -206,8 +206,13 @@ def parse_csv(text: str, workload: str | None = None) -> list[PerformanceRecord]
     return records
 
 
-def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
-    """(line number, stripped fields) of every non-blank, non-comment line."""
+def data_lines(text: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, stripped fields) of every non-blank, non-comment line of a grid file: what both formats'
+    parsers read, and what tells them apart (benchmarks/explore.py's grid_format).
+
+    >>> list(data_lines("# a grid\\n\\n2, 64 ,0\\n"))
+    [(3, ['2', '64', '0'])]
+    """
     for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         fields = [field.strip() for field in row]
         if not any(fields) or fields[0].startswith("#"):
