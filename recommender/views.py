@@ -19,7 +19,14 @@ from django.shortcuts import render
 
 from recommender import service
 from recommender.models import Catalog, InstanceType, PerformanceRecord
-from recommender.types import MAX_BATCH_SIZE, MAX_LATENCY_MS, RecommendationError, RecommendRequest, strategy_request
+from recommender.types import (
+    MAX_BATCH_SIZE,
+    MAX_LATENCY_MS,
+    RecommendationError,
+    RecommendRequest,
+    key_conflict,
+    strategy_request,
+)
 
 
 class LookupForm(forms.Form):
@@ -271,6 +278,8 @@ def records(request: HttpRequest) -> HttpResponse:
     records = read.records if read else ()
     strategies = service.strategy_counts(records)
     strategy = query.get("strategy")
+    if strategy and (conflict := key_conflict(workload, strategy)):
+        ignored.append(f"Ignored strategy {strategy}: {conflict}.")
     strategy = strategy if strategy in strategies else max(strategies, key=lambda name: strategies[name], default="")
     report, error, catalog = None, None, service.records_catalog(records)
     if records:

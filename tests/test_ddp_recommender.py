@@ -243,6 +243,23 @@ def test_the_recommender_page_holds_the_strategy_to_the_workload_keys_framework(
     expect(None if outcome == WITH_PS else outcome, answered, response.context["error"] or "")
 
 
+@pytest.mark.parametrize(("workload", "strategy", "outcome"), KEY_CASES)
+def test_the_records_page_holds_the_strategy_to_the_workload_keys_framework(
+    client, alice, both_frameworks, workload, strategy, outcome
+):
+    """The Records page shows a workload's runs of a strategy: one its key's framework does not run is ignored, and
+    the page says why (it shows the workload's own)."""
+    client.force_login(alice)
+    response = client.get(reverse("recommender-records"), {"workload": workload, "strategy": strategy})
+
+    refused = [m for m in response.context["ignored"] if m.startswith("Ignored strategy")]
+    assert response.context["strategy"] == ("ddp" if workload == TORCH_WORKLOAD else "mirrored")
+    if outcome in (None, WITH_PS):
+        assert refused == []
+    else:
+        assert len(refused) == 1 and outcome in refused[0]
+
+
 def test_model_report_holds_the_strategy_to_the_workload_keys_framework(both_frameworks):
     code, _, err = call_json("model_report", "--workload", TORCH_WORKLOAD, "--strategy", "mirrored")
 
