@@ -13,10 +13,12 @@ or DDP's buckets), evaluation and saving cancel out:
 * CPU per epoch: a worker's CPU seconds (its agent's samples: the command's processes, 1 s apart), the same way;
 * test accuracy after the long run.
 
-Then the ratio of each, PyTorch / TensorFlow. Needs root and the lab's tools (`make lab`) and both wheels (`make
+PyTorch runs twice over: as torch sets itself up (one intra-op thread a core of the machine) and with one thread
+(`--threads=1`), since lab nodes share this machine's cores and torch's OpenMP threads then wait on each other. Then
+the ratio of each figure, PyTorch / TensorFlow. Needs root and the lab's tools (`make lab`) and both wheels (`make
 examples`); leaves nothing behind.
 
-    .venv/bin/python benchmarks/frameworks.py [--worker-type lab-w-1g] [--latency-ms 0] [--short 2] [--long 12]
+    .venv/bin/python benchmarks/frameworks.py [--worker-type lab-w-1g] [--latency-ms 0] [--short 2] [--long 32]
 """
 
 from __future__ import annotations
@@ -50,15 +52,19 @@ RUN_TIMEOUT_S = 600
 
 @dataclass(frozen=True)
 class Framework:
+    label: str  # the column's
     name: str  # RunSpec.framework
     strategy: str  # the cluster's
     wheel: Path
     module: str
+    params: tuple[str, ...] = ()  # beyond --epochs
 
 
+TF_WHEEL, TORCH_WHEEL = (DIST / f"fc2_{name}-0.1.0-py3-none-any.whl" for name in ("digits_cnn", "digits_torch"))
 FRAMEWORKS = (
-    Framework("tensorflow", "mirrored", DIST / "fc2_digits_cnn-0.1.0-py3-none-any.whl", "fc2_digits.main"),
-    Framework("pytorch", "ddp", DIST / "fc2_digits_torch-0.1.0-py3-none-any.whl", "fc2_digits_torch.main"),
+    Framework("TF mirrored", "tensorflow", "mirrored", TF_WHEEL, "fc2_digits.main"),
+    Framework("torch ddp", "pytorch", "ddp", TORCH_WHEEL, "fc2_digits_torch.main"),
+    Framework("ddp 1 thread", "pytorch", "ddp", TORCH_WHEEL, "fc2_digits_torch.main", ("--threads=1",)),
 )
 
 
@@ -81,11 +87,11 @@ def worker_use(samples: list[dict]) -> tuple[float, float]:
 
 
 def run(framework: Framework, epochs: int, args: argparse.Namespace, dataset: Path) -> Run:
-    name = f"fc2-bench-{framework.name}-{epochs}"
+    name = f"fc2-bench-{framework.name}-{len(framework.params)}-{epochs}"
     spec = ClusterSpec(name, "lab", framework.strategy, 2, worker_type=args.worker_type, latency_ms=args.latency_ms)
     cluster = provisioner.launch(spec)
     try:
-        params = (f"--epochs={epochs}",)
+        params = (f"--epochs={epochs}", *framework.params)
         spec_run = RunSpec(1, str(framework.wheel), framework.module, params, str(dataset), framework=framework.name)
         cluster = provisioner.bootstrap(cluster, spec_run)
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -108,7 +114,7 @@ def main() -> None:
     parser.add_argument("--worker-type", default="lab-w-1g", help="the workers' lab type (default: lab-w-1g)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="between the nodes (default: 0)")
     parser.add_argument("--short", type=int, default=2, help="epochs of the short run (default: 2)")
-    parser.add_argument("--long", type=int, default=12, help="epochs of the long run (default: 12)")
+    parser.add_argument("--long", type=int, default=32, help="epochs of the long run (default: 32)")
     args = parser.parse_args()
     if reason := provisioner.unavailable("lab"):
         sys.exit(f"error: {reason}")
@@ -121,32 +127,34 @@ def main() -> None:
     dataset = datasets.materialise_builtin("digits")
     extra = args.long - args.short
 
-    figures = {}
+    figures = []
     for framework in FRAMEWORKS:
         short, long = run(framework, args.short, args, dataset), run(framework, args.long, args, dataset)
-        figures[framework.name] = {
-            "epoch_time_s": long.metrics["epoch_time_s"],
-            "bytes_per_epoch": (long.bytes - short.bytes) / extra,
-            "cpu_s_per_epoch": (long.cpu_s - short.cpu_s) / extra,
-            "test_accuracy": long.metrics["test_accuracy"],
-            "steps_per_epoch": long.metrics["steps_per_epoch"],
-        }
-    tf, torch = figures["tensorflow"], figures["pytorch"]
+        figures.append(
+            {
+                "epoch_time_s": long.metrics["epoch_time_s"],
+                "bytes_per_epoch": (long.bytes - short.bytes) / extra / 1000,
+                "cpu_s_per_epoch": (long.cpu_s - short.cpu_s) / extra,
+                "test_accuracy": long.metrics["test_accuracy"],
+            }
+        )
+    steps = long.metrics["steps_per_epoch"]
     print(
-        f"digits CNN, 2 × {args.worker_type}, latency {args.latency_ms:g} ms, batch 32 a worker, "
-        f"{tf['steps_per_epoch']} steps an epoch; per epoch from {args.long} − {args.short} epochs:"
+        f"digits CNN, 2 × {args.worker_type}, latency {args.latency_ms:g} ms, batch 32 a worker, {steps} steps an "
+        f"epoch; per epoch from {args.long} − {args.short} epochs; ratios to TensorFlow's:"
     )
-    print(f"{'':24}{'TensorFlow mirrored':>20}{'PyTorch ddp':>14}{'PyTorch / TF':>14}")
+    print(f"{'':26}" + "".join(f"{f.label:>14}" for f in FRAMEWORKS) + "".join(f"{'÷ TF':>8}" for _ in FRAMEWORKS[1:]))
     rows = (
         ("epoch time (s)", "epoch_time_s", "{:.3f}"),
         ("bytes a worker (KB)", "bytes_per_epoch", "{:.1f}"),
-        ("CPU a worker (s)", "cpu_s_per_epoch", "{:.2f}"),
+        ("CPU a worker (s)", "cpu_s_per_epoch", "{:.3f}"),
         (f"test accuracy ({args.long} ep.)", "test_accuracy", "{:.3f}"),
     )
+    tf = figures[0]
     for label, key, shape in rows:
-        scale = 1 / 1000 if key == "bytes_per_epoch" else 1
-        ratio = torch[key] / tf[key] if tf[key] else float("nan")
-        print(f"{label:24}{shape.format(tf[key] * scale):>20}{shape.format(torch[key] * scale):>14}{ratio:>14.2f}")
+        values = "".join(f"{shape.format(f[key]):>14}" for f in figures)
+        ratios = "".join(f"{f[key] / tf[key] if tf[key] else float('nan'):>8.2f}" for f in figures[1:])
+        print(f"{label:26}{values}{ratios}")
 
 
 if __name__ == "__main__":

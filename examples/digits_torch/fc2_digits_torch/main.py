@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--log_every_steps", type=_positive_int, default=10, help="progress line every N steps")
     parser.add_argument("--filters", type=_positive_int, default=8, help="Conv2d filters")
     parser.add_argument("--seed", type=int, default=42, help="weight-initialisation and shuffle seed")
+    # PyTorch's own: its intra-op threads (torch.set_num_threads). Left to torch (0), a process takes one a core of the
+    # machine; nodes that share a machine's cores (the lab's, local ones) then wait on each other's OpenMP threads.
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (default 0: torch's choice)")
     return parser.parse_known_args(argv)
 
 
@@ -379,6 +382,8 @@ def all_reduce(values: list[float], env: Fc2Env, op=dist.ReduceOp.SUM) -> torch.
 
 def train(args: argparse.Namespace, env: Fc2Env) -> int:
     data = load_data(env.data)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     device = torch.device("cuda", env.local_rank) if env.backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before the process group: nccl binds this process to its own GPU
@@ -390,7 +395,8 @@ def train(args: argparse.Namespace, env: Fc2Env) -> int:
     log(
         f"rank={env.rank} world_size={env.world_size} backend={env.backend if env.distributed else 'none'} "
         f"chief={env.is_chief} global_batch={global_batch} steps_per_epoch={steps_per_epoch} "
-        f"input_shape={data.input_shape} classes={data.num_classes} torch={torch.__version__}"
+        f"input_shape={data.input_shape} classes={data.num_classes} torch={torch.__version__} "
+        f"threads={torch.get_num_threads()}"
     )
     plain = build_model(data.input_shape, data.num_classes, args.filters, args.seed).to(device)
     # DDP broadcasts rank 0's weights at construction and averages the gradients across ranks in backward().
@@ -469,6 +475,7 @@ def finish(model: nn.Module, args, env: Fc2Env, data: Dataset, device, tracker, 
             "train_examples": len(data.x_train),
             "test_examples": len(data.x_test),
             "torch_version": torch.__version__,
+            "threads": torch.get_num_threads(),
         }
         | timing.metrics(steps_run, tracker.steps_per_epoch)
         | ({"train_seconds": env.train_seconds} if env.train_seconds else {})
