@@ -1,6 +1,7 @@
 """Managed jobs' nodes lost at moments the resume's own tests (tests/test_resume.py) do not choose: a peer's failure
 that a lost node caused, a second loss once the restarts are spent, the platform's worker lost while a restart starts
-its nodes. Each ends in a clear state — resumed, or failed naming the nodes and the restarts — with nothing left.
+its nodes, a node lost once the chief has succeeded (collecting, and the release tearing the cluster down). Each ends
+in a clear state — resumed, succeeded, or failed naming the nodes and the restarts — with nothing left.
 
 The light cases drive the pipeline's functions on the database; the lab case runs a job for real, driven inline (the
 steps in a thread here, the report API served by it), its code a trainer that fails, as TensorFlow's collectives do,
@@ -206,3 +207,60 @@ def test_a_peer_failing_because_a_lab_node_is_gone_resumes_the_job(alice, digits
     assert not job.events.filter(message__contains="moved on by the sweep").exists()  # the restart says it
     assert job.cluster is None
     assert nothing_left(lab_leftovers(cluster.cluster_id, Path(cluster.workdir), lab.tag())) == {}
+
+
+# Where a lab node is lost once its job's chief has succeeded: while the job is collecting (the collect step held
+# there a few seconds, FC2_FAULT_PAUSE, and the chief's own host destroyed), or as its release begins (a worker's
+# host destroyed while the workers are waited for, their late reports fetched and the cluster torn down).
+LOST_AFTER_TRAINING = {"collecting": "worker-0", "release": losses.VICTIM}
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("moment", LOST_AFTER_TRAINING)
+def test_a_lab_node_lost_after_the_chief_succeeded_leaves_the_job_succeeded_and_nothing_behind(
+    moment, alice, digits, settings, tmp_path
+):
+    """The chief's result is on the platform's storage: the job succeeds with it, and with what the surviving
+    nodes still hold (their logs); the half-gone cluster is torn down whole."""
+    settings.FC2_NODE_SILENCE_S = losses.SILENCE_S
+    settings.FC2_NODE_LOST_S = settings.FC2_NODE_UNREACHABLE_S = losses.LOST_S
+    settings.FC2_FAULT_PAUSE = {"collecting": 3} if moment == "collecting" else {}
+    load_catalog("lab")
+    victim = LOST_AFTER_TRAINING[moment]
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CHECKPOINTER}).open("rb") as wheel:
+        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, strategy="mirrored", workers=2, provider="lab", worker_type="lab-w-100",
+        parameters={"seconds": "5", "checkpoint_every": str(CHECKPOINT_EVERY)}, max_restarts=1,
+    )  # fmt: skip
+    job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
+    runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        at = State.COLLECTING if moment == "collecting" else State.SUCCEEDED
+        while (now := Job.objects.get(pk=job.pk)).state != at:
+            alive = runner.is_alive() and not now.is_terminal
+            assert time.monotonic() < deadline and alive, (now.state, now.failure_reason)
+            time.sleep(0.05)
+        cluster = ClusterInfo.from_dict(now.cluster)
+        losses.host_gone(cluster, victim)
+        lost_at = timezone.now()
+    finally:
+        runner.join(timeout=180)
+    assert not runner.is_alive()
+    job.refresh_from_db()
+    assert job.state == State.SUCCEEDED, (job.failure_reason, list(job.events.values_list("message", flat=True)))
+    assert job.metrics.get("steps") == 10 and job.restarts == []  # the chief's result; no restart after it
+    kept_logs = set(job.artifacts.filter(name__startswith="logs/").values_list("name", flat=True))
+    if moment == "collecting":  # what the survivor holds is kept
+        assert "logs/worker-1.log" in kept_logs, kept_logs
+    assert job.cluster is None and job.torn_down_at is not None
+    assert nothing_left(lab_leftovers(cluster.cluster_id, Path(cluster.workdir), lab.tag())) == {}
+    figure = {"case": f"lab {victim} lost while {moment}"}
+    if moment == "collecting":
+        figure["succeeded_s"] = round((job.finished_at - lost_at).total_seconds(), 1)
+    figure["torn_down_s"] = round((job.torn_down_at - lost_at).total_seconds(), 1)
+    print(f"\nFIGURE chaos {json.dumps(figure)}")
