@@ -29,9 +29,11 @@ from tests.conftest import call_json, cluster_processes
 # of 64. Its CNN has 8 × (3 × 3 + 1) + 8 × 4 × 4 × 10 + 10 = 1,370 parameters, whose gradients (float32) DDP
 # all-reduces every step.
 STEPS_PER_EPOCH, GRADIENT_BYTES = 1437 // 64, 1370 * 4
-# A worker's bandwidth is measured over at least monitor.figures.MIN_BUSY_S (5 s) of traffic: on the lab 2 workers
-# train an epoch in ~0.3 s at ~3 Mbit/s each way, so 25 epochs give it ~8 s.
-LAB_EPOCHS = 25
+# A worker's bandwidth is measured over at least monitor.figures.MIN_BUSY_S (5 s) of traffic: on the lab 2 workers of
+# one intra-op thread each (`--threads=1`: torch's default of one a core has them wait on each other's threads on this
+# machine's shared cores, at a pace that depends on its load) train an epoch in ~0.06 s, moving ~320 KB each, so 120
+# epochs give it ~7 s at ~40 Mbit/s.
+LAB_EPOCHS = 120
 
 
 def run_example(wheel: Path, tmp_path: Path, *args: str, **env: str) -> tuple[dict, str]:
@@ -146,7 +148,7 @@ def test_a_pytorch_job_trains_with_ddp_across_two_lab_nodes_and_its_traffic_is_m
     every step (a ring all-reduce over 2 ranks sends each rank's whole gradient); the run is a measured record of the
     workload's PyTorch key, strategy ddp, with its bandwidth."""
     load_catalog("lab")
-    result, job = submit_torch_job(torch_wheel, "lab", LAB_EPOCHS, "--worker-type", "lab-w-1g")
+    result, job = submit_torch_job(torch_wheel, "lab", LAB_EPOCHS, "--worker-type", "lab-w-1g", "--param", "threads=1")
 
     assert_trained(result, job, tmp_path)
     record = PerformanceRecord.objects.get(job_link__job=job, source=PerformanceRecord.Source.MEASURED)
