@@ -22,13 +22,11 @@ from django.utils import timezone
 import provisioner
 from fc2.models import Job, Node
 from fc2.services import artifacts, checkpoints, inline, jobs, pipeline, reports, sweep
-from fc2.services.bundles import store_bundle
-from harness.wheels import GOOD, make_wheel
 from provisioner import ClusterInfo, NodeError, lab
 from recommender.catalog import load_catalog
 from tests import test_node_loss as losses
 from tests.conftest import lab_leftovers, make_job, nothing_left
-from tests.test_resume import CHECKPOINT_EVERY, CHECKPOINTER, TRAIN_S, chief_step, running
+from tests.test_resume import CHECKPOINT_EVERY, CHECKPOINTER, TRAIN_S, checkpointer_request, chief_step, running
 
 State = Job.State
 
@@ -168,22 +166,26 @@ PEER_FAILS = CHECKPOINTER.replace(
 assert PEER_FAILS != CHECKPOINTER
 
 
+def inline_lab_job(owner, dataset, settings, tmp_path, code: bytes, seconds: float) -> tuple[Job, threading.Thread]:
+    """A managed job of `code` (the checkpointing trainer's contract) on 2 mirrored lab workers, with the node-loss
+    cases' timings (tests/test_node_loss.py), driven inline in a thread of its own: the job and that thread."""
+    settings.FC2_NODE_SILENCE_S = losses.SILENCE_S
+    settings.FC2_NODE_LOST_S = settings.FC2_NODE_UNREACHABLE_S = losses.LOST_S
+    load_catalog("lab")
+    request = checkpointer_request(
+        owner, dataset, tmp_path, code, seconds, provider="lab", worker_type="lab-w-100", max_restarts=1
+    )
+    job = jobs.submit(owner, request, driver=Job.Driver.INLINE)
+    runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
+    runner.start()
+    return job, runner
+
+
 @pytest.mark.heavy
 @pytest.mark.skipif(bool(lab_missing), reason=str(lab_missing))
 @pytest.mark.django_db(transaction=True)
 def test_a_peer_failing_because_a_lab_node_is_gone_resumes_the_job(alice, digits, settings, tmp_path):
-    settings.FC2_NODE_SILENCE_S = losses.SILENCE_S
-    settings.FC2_NODE_LOST_S = settings.FC2_NODE_UNREACHABLE_S = losses.LOST_S
-    load_catalog("lab")
-    with make_wheel(tmp_path, {**GOOD, "demo/main.py": PEER_FAILS}).open("rb") as wheel:
-        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
-    request = jobs.JobRequest(
-        bundle=bundle, dataset=digits, strategy="mirrored", workers=2, provider="lab", worker_type="lab-w-100",
-        parameters={"seconds": str(TRAIN_S), "checkpoint_every": str(CHECKPOINT_EVERY)}, max_restarts=1,
-    )  # fmt: skip
-    job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
-    runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
-    runner.start()
+    job, runner = inline_lab_job(alice, digits, settings, tmp_path, PEER_FAILS, TRAIN_S)
     try:
         deadline = time.monotonic() + 120
         while checkpoints.latest(job) is None or chief_step(job) % CHECKPOINT_EVERY < 2:
@@ -224,20 +226,9 @@ def test_a_lab_node_lost_after_the_chief_succeeded_leaves_the_job_succeeded_and_
 ):
     """The chief's result is on the platform's storage: the job succeeds with it, and with what the surviving
     nodes still hold (their logs); the half-gone cluster is torn down whole."""
-    settings.FC2_NODE_SILENCE_S = losses.SILENCE_S
-    settings.FC2_NODE_LOST_S = settings.FC2_NODE_UNREACHABLE_S = losses.LOST_S
     settings.FC2_FAULT_PAUSE = {"collecting": 3} if moment == "collecting" else {}
-    load_catalog("lab")
     victim = LOST_AFTER_TRAINING[moment]
-    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CHECKPOINTER}).open("rb") as wheel:
-        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
-    request = jobs.JobRequest(
-        bundle=bundle, dataset=digits, strategy="mirrored", workers=2, provider="lab", worker_type="lab-w-100",
-        parameters={"seconds": "5", "checkpoint_every": str(CHECKPOINT_EVERY)}, max_restarts=1,
-    )  # fmt: skip
-    job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
-    runner = threading.Thread(target=inline.run_inline, args=(job.pk,), daemon=True)
-    runner.start()
+    job, runner = inline_lab_job(alice, digits, settings, tmp_path, CHECKPOINTER, 5)
     try:
         deadline = time.monotonic() + 120
         at = State.COLLECTING if moment == "collecting" else State.SUCCEEDED

@@ -197,14 +197,20 @@ RESUMED_WITHIN_S = 60  # from the loss to the nodes started again (benchmarks/re
 LAB_FAULTS = {"host gone": losses.host_gone, "link down": losses.link_down}
 
 
-def submit_checkpointer(owner, dataset, tmp_path, **resources) -> Job:
-    """A job of the checkpointing trainer (by default on 2 mirrored workers), to the workers."""
-    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CHECKPOINTER}).open("rb") as wheel:
+def checkpointer_request(
+    owner, dataset, tmp_path, code: bytes = CHECKPOINTER, seconds: float = TRAIN_S, **resources
+) -> jobs.JobRequest:
+    """A job of the checkpointing trainer (or `code`) training `seconds`, by default on 2 mirrored workers."""
+    with make_wheel(tmp_path, {**GOOD, "demo/main.py": code}).open("rb") as wheel:
         bundle = store_bundle(owner, wheel, "demo-1.0-py3-none-any.whl")
-    parameters = {"seconds": str(TRAIN_S), "checkpoint_every": str(CHECKPOINT_EVERY)}
+    parameters = {"seconds": str(seconds), "checkpoint_every": str(CHECKPOINT_EVERY)}
     cluster = {"strategy": "mirrored", "workers": 2, **resources}
-    request = jobs.JobRequest(bundle=bundle, dataset=dataset, parameters=parameters, **cluster)
-    return jobs.submit(owner, request, driver=Job.Driver.CELERY)
+    return jobs.JobRequest(bundle=bundle, dataset=dataset, parameters=parameters, **cluster)
+
+
+def submit_checkpointer(owner, dataset, tmp_path, **resources) -> Job:
+    """A job of the checkpointing trainer, to the workers."""
+    return jobs.submit(owner, checkpointer_request(owner, dataset, tmp_path, **resources), driver=Job.Driver.CELERY)
 
 
 def chief_step(job: Job) -> int:
@@ -403,12 +409,9 @@ def test_an_aws_restart_made_again_after_its_bootstrap_was_lost_keeps_the_instan
     instances its first relaunch made — nothing launched or terminated — stops what the lost bootstrap started, and
     its bootstrap starts the same machines again. Cancelled, nothing is left."""
     load_catalog("fc2-2018")
-    with make_wheel(tmp_path, {**GOOD, "demo/main.py": CHECKPOINTER}).open("rb") as wheel:
-        bundle = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
-    request = jobs.JobRequest(
-        bundle=bundle, dataset=digits, strategy="mirrored", workers=2, parameters={"seconds": "120"},
-        provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1,
-    )  # fmt: skip
+    request = checkpointer_request(
+        alice, digits, tmp_path, seconds=120, provider="aws", region=REGION, worker_type="c4.xlarge", max_restarts=1
+    )
     job = jobs.submit(alice, request, driver=Job.Driver.INLINE)
     assert pipeline.run_step("recommend", job.pk) and pipeline.run_step("provision", job.pk)
     assert pipeline.run_step("bootstrap", job.pk)
