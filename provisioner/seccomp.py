@@ -12,7 +12,10 @@ allowed: the filter is a deny list (default ALLOW), so a system call newer than 
   whose flags the filter does check (Docker does the same).
 - `personality` is allowed only with the flags Docker allows (PER_LINUX, PER_LINUX32, UNAME26 and their union), so
   the code cannot turn off address-space randomisation for what it execs; the query (0xffffffff) is refused too.
-- `socket(AF_VSOCK)` is refused (the host side of a virtual machine), as Docker does.
+- `socket(AF_VSOCK)` is refused (the host side of a virtual machine), as Docker does. Every other family is left
+  alone: the nodes train over TCP (TensorFlow's gRPC, PyTorch DDP's gloo and its rendezvous store), a DataLoader's
+  workers pass tensors over AF_UNIX and /dev/shm; a 2-node DDP all-reduce needed nothing the filter refuses
+  (tests/test_torch_nodes.py runs one in the sandbox).
 - Every argument rule looks at the argument as wide as the kernel reads it: libseccomp compares all 64 bits of the
   register, while the kernel reads an `int` from the low 32 alone, so `socket(0x100000028, …)` is `socket(AF_VSOCK)` to
   the kernel and an unmasked rule lets it through. A rule on a flag looks at its bit alone; a rule on a value masks it
