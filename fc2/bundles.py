@@ -4,9 +4,10 @@ It owns the rules a researcher's wheel must pass before the platform stores it o
 non-empty zip within the size limit, a wheel file name pip accepts (naming the distribution and version METADATA
 names), no member path that could land outside the install
 directory, no zip bomb, exactly one complete `.dist-info` directory naming the same distribution as the file, and a
-main script that the nodes can run with `python -m`. It also reads what the wheel's METADATA requires (Requires-Dist):
-the framework its code trains with (`requirements_framework`) and a dependency only CUDA machines can install
-(`cuda_requirement`), which the job service holds against the framework and the cluster asked for.
+main script that the nodes can run with `python -m`. It also judges what the wheel's METADATA requires (its
+Requires-Dist, read by common.wheels): the framework its code trains with (`requirements_framework`) and a dependency
+only CUDA machines can install (`cuda_requirement`), which the job service holds against the framework and the
+cluster asked for.
 
 Everything except METADATA is judged from the zip's central directory, so refusing a hostile upload costs little.
 The central directory can lie about sizes, but Python's zipfile (which pip uses too) never yields more than the
@@ -30,11 +31,12 @@ from pathlib import PurePosixPath
 from typing import BinaryIO
 
 from django.conf import settings
-from packaging.markers import default_environment
 from packaging.metadata import parse_email
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+from common.wheels import requires_dist
 
 MB = 1024 * 1024
 REQUIRED_DIST_INFO_FILES = ("WHEEL", "METADATA", "RECORD")
@@ -140,7 +142,10 @@ def validate_wheel(
         _check_same_distribution(distribution, file_distribution, "its METADATA")
         _check_same_version(version, file_version)
         resolved = resolve_main_script(names, main_script)
-        requires = parse_requirements(metadata)
+        try:
+            requires = requires_dist(metadata)  # (parse_metadata has refused METADATA that is not UTF-8)
+        except ValueError as error:
+            raise BundleError(str(error)) from None
     finally:
         stream.seek(0)
     info = WheelInfo(
@@ -299,32 +304,6 @@ FRAMEWORK_DISTRIBUTIONS = {
 _CUDA_DISTRIBUTION = re.compile(r"nvidia-.+-cu\d+")
 # A CUDA build's local version (torch==2.3.0+cu121), also as a URL writes it (…/torch-2.3.0%2Bcu121-…whl).
 _CUDA_LOCAL_VERSION = re.compile(r"(\+|%2B)cu\d+", re.IGNORECASE)
-
-
-def parse_requirements(data: bytes) -> list[Requirement]:
-    """The requirements a wheel's METADATA installs on the nodes (its Requires-Dist, as pip reads them): those an
-    extra asks for, or whose marker leaves out a Linux node's Python, are not installed and are left out.
-
-    >>> metadata = b"Name: d\\nRequires-Dist: torch>=2\\nRequires-Dist: numpy; extra == 'x'\\n"
-    >>> [str(r) for r in parse_requirements(metadata)]
-    ['torch>=2']
-    >>> parse_requirements(b"Name: d\\nRequires-Dist: torch>=>2\\n")
-    Traceback (most recent call last):
-    ...
-    fc2.bundles.BundleError: the wheel's METADATA requires 'torch>=>2', which is not a valid requirement
-    """
-    raw, _ = parse_email(data.decode("utf-8"))  # (parse_metadata has refused METADATA that is not UTF-8)
-    environment = {key: str(value) for key, value in default_environment().items()}
-    environment |= {"sys_platform": "linux", "platform_system": "Linux", "extra": ""}
-    requires = []
-    for line in raw.get("requires_dist", []):
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            raise BundleError(f"the wheel's METADATA requires {line!r}, which is not a valid requirement") from None
-        if requirement.marker is None or requirement.marker.evaluate(environment):
-            requires.append(requirement)
-    return requires
 
 
 def requirements_framework(requires: Sequence[Requirement]) -> str:

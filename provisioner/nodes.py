@@ -32,7 +32,6 @@ agent: `cluster ssh NAME NODE -- sh -c 'echo {...} > spot-instance-action'`). Th
 
 from __future__ import annotations
 
-import email.parser
 import json
 import logging
 import re
@@ -46,10 +45,10 @@ from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from django.conf import settings
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from common.retry import retry
+from common.wheels import requires_dist
 from provisioner.errors import NodeError, ProvisionError, transient
 from provisioner.interface import AGENT_FILES, Machine, NodeCommand, Primitives
 from provisioner.registry import get, primitives
@@ -202,22 +201,18 @@ def install_steps(run: RunSpec, gpus: int, wheel: Path, remote_wheel: str) -> li
 
 
 def torch_requirement(wheel: Path) -> str:
-    """The bundle's requirement on torch (its wheel's Requires-Dist, without extras and markers), e.g.
+    """The bundle's requirement on torch (its wheel's Requires-Dist as pip reads it on the node, without extras), e.g.
     `torch==2.13.0`; `torch` when it names none (its code imports torch all the same)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
-            metadata = email.parser.BytesParser().parsebytes(archive.read(name))
+            requires = requires_dist(archive.read(name))
     except (OSError, zipfile.BadZipFile, StopIteration) as error:
         raise ProvisionError(f"the bundle's wheel has no readable METADATA: {error}") from error
-    for line in metadata.get_all("Requires-Dist") or []:
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue  # pip refuses it when it installs the bundle, and says why
-        if canonicalize_name(requirement.name) == "torch" and (
-            requirement.marker is None or requirement.marker.evaluate({"extra": ""})
-        ):
+    except ValueError as error:  # (the upload's checks refuse such a wheel: fc2/bundles.py)
+        raise ProvisionError(f"the bundle's wheel: {error}") from error
+    for requirement in requires:
+        if canonicalize_name(requirement.name) == "torch":
             return f"torch{requirement.specifier}"
     return "torch"
 

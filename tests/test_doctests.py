@@ -8,6 +8,7 @@ import pytest
 MODULES = [
     "common.numbers",
     "common.retry",
+    "common.wheels",
     "fc2.bundles",
     "fc2.jsonbounds",
     "fc2.management.commands.cluster",

@@ -243,6 +243,7 @@ def test_a_two_worker_ddp_run_trains_across_lab_hosts_over_ssh(tmp_path, setting
         (["numpy", "Torch (>=2.1,<3)"], "torch<3,>=2.1"),
         (["torch[opt-einsum]>=2.0; python_version >= '3.8'"], "torch>=2.0"),
         (["torch==2.5; extra == 'old'", "torchvision==0.20"], "torch"),  # an extra's: not the bundle's own
+        (["torch==2.1; sys_platform == 'win32'", "torch>=2.4; sys_platform == 'linux'"], "torch>=2.4"),  # a node's
         ([], "torch"),
     ],
 )
@@ -250,6 +251,13 @@ def test_torch_is_installed_at_the_version_the_bundle_asks(tmp_path, requires, a
     metadata = "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
     wheel = make_wheel(tmp_path, {**GOOD, f"{DIST_INFO}/METADATA": metadata.encode()})
     assert torch_requirement(wheel) == asked
+
+
+def test_a_wheel_whose_requirement_pip_cannot_read_is_refused_before_the_install_saying_which(tmp_path):
+    metadata = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: torch>=>2\n"
+    wheel = make_wheel(tmp_path, {**GOOD, f"{DIST_INFO}/METADATA": metadata})
+    with pytest.raises(ProvisionError, match="requires 'torch>=>2', which is not a valid requirement"):
+        torch_requirement(wheel)
 
 
 def test_a_cpu_machine_takes_torch_alone_from_the_cpu_index_before_the_bundle_and_a_gpu_machine_from_pypi(
