@@ -1,6 +1,7 @@
 """The PyTorch example (examples/digits_torch) for real: its checkpoints through the node agent's shipping and
-restoring, and 2-worker DDP jobs on the local and lab providers, submitted as `submit_job --framework pytorch` is,
-trained, measured and recorded under the workload's PyTorch key.
+restoring, 2-worker DDP jobs on the local and lab providers, submitted as `submit_job --framework pytorch` is,
+trained, measured and recorded under the workload's PyTorch key, a lab grid of it, and a managed PyTorch job whose
+worker is lost mid-training resuming from the example's own checkpoint.
 
 The jobs start real torch processes (gloo across nodes); keep them few and small.
 """
@@ -19,11 +20,15 @@ import torch
 
 import provisioner
 from fc2.models import Job
-from fc2.services import datasets
+from fc2.services import checkpoints, datasets, jobs
+from fc2.services.bundles import store_bundle
 from monitor.agent import CHECKPOINT_NOW, Checkpoint, unpack
+from provisioner import ClusterInfo
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
-from tests.conftest import call_json, cluster_processes
+from tests import test_node_loss as losses
+from tests.conftest import call_json, cluster_processes, wait_for
+from tests.test_resume import workers_losing  # noqa: F401 (a fixture: real workers with the node-loss timings)
 
 # The example's defaults on the digits set (1,437 training examples): epochs of 22 steps over 2 workers' global batch
 # of 64. Its CNN has 8 × (3 × 3 + 1) + 8 × 4 × 4 × 10 + 10 = 1,370 parameters, whose gradients (float32) DDP
@@ -188,3 +193,42 @@ def test_lab_sweep_measures_a_pytorch_cell_under_the_workloads_pytorch_key(alice
         "--max-workers", "2", "--batch-size", "16", "--latency-ms", "0", "--user", "alice",
     )  # fmt: skip
     assert (chosen["source"], chosen["workers"]) == ("measured", 2)
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(bool(provisioner.unavailable("lab")), reason=str(provisioner.unavailable("lab")))
+def test_a_pytorch_worker_lost_on_the_lab_resumes_from_the_examples_checkpoint(
+    alice,
+    digits,
+    torch_wheel,
+    workers_losing,  # noqa: F811
+):
+    """A managed PyTorch job (one restart): its chief's agent ships the example's checkpoints; worker-1's host gone
+    mid-training (rank 0 then waits in an all-reduce), the cluster is made again and both ranks go on from the
+    checkpoint shipped last, not from the start."""
+    load_catalog("lab")
+    workers_losing.start()
+    with torch_wheel.open("rb") as wheel:
+        bundle = store_bundle(alice, wheel, torch_wheel.name)
+    parameters = {"epochs": "400", "threads": "1"}  # ~0.06 s an epoch: ~25 s of training
+    request = jobs.JobRequest(
+        bundle=bundle, dataset=digits, parameters=parameters, provider="lab", worker_type="lab-w-1g", workers=2,
+        max_restarts=1,
+    )  # fmt: skip
+    job = jobs.submit(alice, request, driver=Job.Driver.CELERY)
+    assert job.framework == "pytorch"  # read from the wheel
+
+    wait_for(lambda: checkpoints.latest(job) is not None, "a checkpoint shipped", workers_losing)
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING, (job.state, job.failure_reason, workers_losing.logs())
+    losses.host_gone(ClusterInfo.from_dict(job.cluster), losses.VICTIM)
+
+    job = losses.sweep_until(job, lambda j: j.is_terminal, 240)
+    assert job.state == Job.State.SUCCEEDED, (job.state, job.failure_reason, workers_losing.logs())
+    assert job.strategy == "ddp"
+    (restart,) = job.restarts
+    assert restart["nodes"] == [losses.VICTIM] and restart["checkpoint"]
+    assert 0 < job.metrics["resumed_at_step"] < job.metrics["steps"] == 400 * STEPS_PER_EPOCH
+    assert job.metrics["test_accuracy"] > 0.8
+    losses.check_released(job, "pytorch resumed")
