@@ -18,9 +18,10 @@ from typing import Protocol
 from provisioner.runners import Runner
 from provisioner.types import ClusterInfo, ClusterSpec, NodeInfo
 
-# The node agent and the module it downloads datasets with, under the names the agent runs by on a node (the
-# bootstrap copies them there; a provider may look for the agent's process by it).
-AGENT_FILES = {"agent.py": "fc2_agent.py", "safe_fetch.py": "safe_fetch.py"}
+# The node agent, the module it downloads datasets with and the launcher a PyTorch node's module runs through, under
+# the names they have on a node (the bootstrap copies them into the node's directory; a provider may look for the
+# agent's process by its name; a sandbox shows the launcher to the command, read-only, where it is).
+AGENT_FILES = {"agent.py": "fc2_agent.py", "safe_fetch.py": "safe_fetch.py", "launcher.py": "fc2_launcher.py"}
 
 
 @dataclass(frozen=True)

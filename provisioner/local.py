@@ -277,14 +277,15 @@ def sandboxed_command(
     dataset: str,
 ) -> NodeCommand:
     """The node's command in its sandbox (provisioner/sandbox.py), on this machine or a lab node: the node's disk
-    (`job/work`, `job/output` in its directory), the cluster's etc/, the job's env and the dataset, read-only; in
-    network namespace `netns` (None: the one the agent runs in) and memory cgroup `cgroup`."""
+    (`job/work`, `job/output` in its directory), the cluster's etc/, the job's env, the dataset and the PyTorch
+    launcher in the node's directory (nodes.node_argv), read-only; in network namespace `netns` (None: the one the
+    agent runs in) and memory cgroup `cgroup`."""
     work, output = Path(node.workdir) / "job" / "work", Path(node.workdir) / "job" / "output"
     mounts = sandbox.Mounts(
         work=work,
         output=output,
         etc=Path(cluster.workdir) / "etc",
-        read_only=read_only_mounts(env_dir),
+        read_only=(*read_only_mounts(env_dir), Path(node.workdir) / AGENT_FILES["launcher.py"]),
         dataset=Path(dataset) if dataset else None,
     )
     if cluster.sandbox_uid is None:  # launched without a sandbox (local.node_command runs such a node bare)

@@ -6,7 +6,8 @@ runs on it (`node_command`: in the sandbox on `local` and `lab`). Everything els
 lives here. On all nodes at once, each step retried with backoff while it fails transiently, each node's commands in
 its own bootstrap log:
 
-1. the node's directory; the node agent (monitor/agent.py and the module it fetches datasets with);
+1. the node's directory; the node agent (monitor/agent.py and the module it fetches datasets with) and the launcher
+   a PyTorch node's module runs through (monitor/launcher.py, `node_argv`);
 2. the job's wheel, installed into a virtualenv layered on the machine's own packages (TensorFlow is part of the
    machine's image), from wheels only (`--only-binary=:all:`: no build script of the user's runs as root). Nodes that
    share a machine (`local`) share one install; a marker outside the env says it finished;
@@ -22,12 +23,12 @@ its own bootstrap log:
    with RunSpec.orphan_s it stops its own machine, its provider's way (Provider.self_stop), once the platform has been
    silent to it that long; on aws it polls the instance metadata for a spot interruption notice.
 
-The node's directory (its `root`) holds: `fc2_agent.py`, `safe_fetch.py`, `token`, `env.json`, `node.log` (the
-command's output), `agent.log`, `result/` (the final report the agent keeps until delivered), `data/` and, for a run
-that reports to nobody (RunSpec.report_url empty: Scala-Opt's profiling run), `samples.jsonl` (`kept_samples`),
-`restore.tar.gz` (the checkpoint to resume from) and `spot-instance-action` (an interruption notice raised through the
-agent: `cluster ssh NAME NODE -- sh -c 'echo {...} > spot-instance-action'`). The command's working directory holds
-`checkpoints/` (FC2_CHECKPOINT_DIR) and `restore/` (FC2_RESTORE_FROM).
+The node's directory (its `root`) holds: `fc2_agent.py`, `safe_fetch.py`, `fc2_launcher.py`, `token`, `env.json`,
+`node.log` (the command's output), `agent.log`, `result/` (the final report the agent keeps until delivered), `data/`
+and, for a run that reports to nobody (RunSpec.report_url empty: Scala-Opt's profiling run), `samples.jsonl`
+(`kept_samples`), `restore.tar.gz` (the checkpoint to resume from) and `spot-instance-action` (an interruption notice
+raised through the agent: `cluster ssh NAME NODE -- sh -c 'echo {...} > spot-instance-action'`). The command's working
+directory holds `checkpoints/` (FC2_CHECKPOINT_DIR) and `restore/` (FC2_RESTORE_FROM).
 """
 
 from __future__ import annotations
@@ -285,16 +286,21 @@ def torch_environment(cluster: ClusterInfo, node: NodeInfo, interface: str = "")
     return env | torchrun | {"ROLE_NAME": "default", "FC2_DIST_BACKEND": "gloo"}
 
 
-def node_argv(cluster: ClusterInfo, node: NodeInfo, run: RunSpec, python: str) -> list[str]:
-    """The node's command: the bundle's main module, through torch.distributed.run on a PyTorch node with GPUs (one
-    process per GPU, each given its RANK, LOCAL_RANK and WORLD_SIZE by it)."""
+def node_argv(cluster: ClusterInfo, node: NodeInfo, run: RunSpec, python: str, root: str) -> list[str]:
+    """The node's command: the bundle's main module (`python -m`); on a PyTorch node, through the launcher in the
+    node's directory `root` (monitor/launcher.py: the module ends as under `python -m`, without the interpreter's
+    finalization, where torch's gloo aborts now and then), one process per GPU through torch.distributed.run on a
+    node with GPUs (each given its RANK, LOCAL_RANK and WORLD_SIZE by it)."""
     module = [run.main_module, *run.args]
-    if run.framework != PYTORCH or not node.gpus:
+    if run.framework != PYTORCH:
         return [python, "-m", *module]
+    launched = [str(PurePosixPath(root) / AGENT_FILES["launcher.py"]), *module]
+    if not node.gpus:
+        return [python, *launched]
     master = _ranks(cluster)[0]
     launcher = ["--nnodes", str(len(_ranks(cluster))), "--nproc-per-node", str(node.gpus)]
     launcher += ["--node-rank", str(node.index), "--master-addr", master.host, "--master-port", str(master.port)]
-    return [python, "-m", "torch.distributed.run", *launcher, "-m", *module]
+    return [python, "-m", "torch.distributed.run", *launcher, *launched]
 
 
 def _ranks(cluster: ClusterInfo) -> list[NodeInfo]:
@@ -335,7 +341,7 @@ def _start_node(
 
     dataset, fetch = _step(machine, "copy the agent and the dataset", prepare)
     restore = _step(machine, "copy the checkpoint to restore", copy_checkpoint) if run.restore_from else ""
-    command = provider.node_command(cluster, node, node_argv(cluster, node, run, python), dataset)
+    command = provider.node_command(cluster, node, node_argv(cluster, node, run, python, str(root)), dataset)
     entry = get(cluster.provider)
 
     def start() -> int:

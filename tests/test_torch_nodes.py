@@ -27,7 +27,7 @@ from tests.helpers import wait_result
 # A torchrun script as its tutorials write it: each rank trains the same model on data of its own; DDP all-reduces
 # the gradients, so every rank ends with the same weights, and an all_reduce of rank + 1 sums to W(W+1)/2.
 DDP_SCRIPT = """
-import json, os
+import json
 
 import torch
 import torch.distributed as dist
@@ -55,16 +55,12 @@ def main():
 
 if __name__ == "__main__":
     main()
-    # torch 2.13's gloo aborts a process now and then in the interpreter's finalization, after its work is done: a
-    # thread of the process group frees the last collective's tensor and cannot take the GIL (pytorch/pytorch#179291;
-    # 1 run in 10 to 30 of two ranks here, under torchrun too). Not what these tests are about: the script ends first.
-    os._exit(0)
 """
 # Beside the script, in the same process once DDP has trained: a DataLoader with worker processes and a
 # DistributedSampler as the tutorials feed DDP (fork, tensors through /dev/shm, descriptors over AF_UNIX), then what the
 # sandbox's filter refuses (provisioner/seccomp.py), which torch and gloo being loaded must not change.
 PROBE = """
-import ctypes, errno, json, os, socket
+import ctypes, errno, json, socket
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -86,7 +82,6 @@ try:
 except OSError as error:
     refused["socket(AF_VSOCK)"] = errno.errorcode[error.errno]
 print("PROBE " + json.dumps({"loaded": seen, "refused": refused}), flush=True)
-os._exit(0)  # as the script does, before gloo's exit can abort
 """
 TORCH_METADATA = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: torch\n"
 
@@ -138,19 +133,21 @@ def test_every_cpu_node_gets_torchruns_variables_and_no_tf_config():
 def test_a_gpu_node_runs_one_process_per_gpu_through_torch_distributed_run_on_nccl():
     cluster = cluster_of(2, gpus=4)
     node = cluster.nodes[1]
-    argv = node_argv(cluster, node, TORCH_RUN, "/env/bin/python")
+    argv = node_argv(cluster, node, TORCH_RUN, "/env/bin/python", "/n/worker-1")
     assert argv == [
         "/env/bin/python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "4",
-        "--node-rank", "1", "--master-addr", "10.0.0.2", "--master-port", "7000", "-m", "demo.main", "--epochs=2",
+        "--node-rank", "1", "--master-addr", "10.0.0.2", "--master-port", "7000",
+        "/n/worker-1/fc2_launcher.py", "demo.main", "--epochs=2",
     ]  # fmt: skip
     env = node_environment(cluster, node, COMMAND, TORCH_RUN, interface="ens5")
     assert (env["FC2_DIST_BACKEND"], env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("nccl", "ens5", "ens5")
     # The per-process ranks are torch.distributed.run's to give: none at the node's level to contradict them.
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"} & set(env)
-    # A CPU node, and any TensorFlow node, runs the module itself.
+    # A CPU node runs the module through the launcher itself; a TensorFlow node runs it with python -m.
     cpu = cluster_of(2)
-    assert node_argv(cpu, cpu.nodes[1], TORCH_RUN, "py") == ["py", "-m", "demo.main", "--epochs=2"]
-    assert node_argv(cluster, node, RunSpec(1, "w.whl", "demo.main"), "py") == ["py", "-m", "demo.main"]
+    launched = ["py", "/n/fc2_launcher.py", "demo.main", "--epochs=2"]
+    assert node_argv(cpu, cpu.nodes[1], TORCH_RUN, "py", "/n") == launched
+    assert node_argv(cluster, node, RunSpec(1, "w.whl", "demo.main"), "py", "/n") == ["py", "-m", "demo.main"]
 
 
 @pytest.mark.parametrize(
@@ -281,11 +278,12 @@ def test_an_aws_node_knows_its_gpus_from_its_instance_type_as_ec2_describes_it(a
     gpu = provisioner.launch(ClusterSpec("fc2-torch-gpu", "aws", "ddp", 2, worker_type="g4dn.12xlarge"))
     cpu = provisioner.launch(ClusterSpec("fc2-torch-cpu", "aws", "ddp", 1, worker_type="c4.xlarge"))
     assert [node.gpus for node in gpu.nodes] == [4, 4] and [node.gpus for node in cpu.nodes] == [0]
-    argv = node_argv(gpu, gpu.nodes[0], TORCH_RUN, "python3")
+    argv = node_argv(gpu, gpu.nodes[0], TORCH_RUN, "python3", "/n")
     assert (
         argv[argv.index("--nproc-per-node") + 1] == "4" and argv[argv.index("--master-addr") + 1] == gpu.nodes[0].host
     )
-    assert node_argv(cpu, cpu.nodes[0], TORCH_RUN, "python3") == ["python3", "-m", "demo.main", "--epochs=2"]
+    cpu_argv = node_argv(cpu, cpu.nodes[0], TORCH_RUN, "python3", "/n")
+    assert cpu_argv == ["python3", "/n/fc2_launcher.py", "demo.main", "--epochs=2"]
     assert ClusterInfo.from_dict(gpu.to_dict()) == gpu  # recorded with the job, read back by any process
 
 
