@@ -113,6 +113,15 @@ def test_what_the_launcher_does_is_what_a_user_expects(tmp_path, name, status, s
     assert launched["status"] == status and said in launched["output"]
 
 
+def test_nothing_of_the_interpreters_finalization_runs_so_an_abort_there_fails_no_run(tmp_path):
+    """gloo's abort, made certain: an object whose finalizer aborts the process. Python's finalization runs it (the
+    run dies of SIGABRT after its work); through the launcher the finalizer never runs."""
+    source = "import os\nclass Group:\n    def __del__(self):\n        os.abort()\ngroup = Group()\nprint('trained')\n"
+    expected, launched = run(tmp_path, source, "python -m"), run(tmp_path, source, "launcher")
+    assert (expected["status"], expected["output"]) == (-6, "trained")
+    assert (launched["status"], launched["output"]) == (0, "trained")
+
+
 def test_a_file_the_code_never_closed_keeps_what_it_wrote(tmp_path):
     files = run(tmp_path, PROGRAMS["files left open"], "launcher")["files"]
     assert files["text.txt"] == b"epoch 1\n" * 1000 and files["binary.bin"] == b"\x01" * 3000
