@@ -282,6 +282,10 @@ def torch_environment(cluster: ClusterInfo, node: NodeInfo, interface: str = "")
         return env | {"FC2_DIST_BACKEND": "nccl"} | ({"NCCL_SOCKET_IFNAME": interface} if interface else {})
     rank, world = str(node.index), str(len(_ranks(cluster)))
     torchrun = {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    # torch starts a thread per core it sees; a node sharing its machine under a CPU quota (a lab host) would then
+    # run more threads than its share and wait on them: as many as its share, as torchrun does (one each)
+    # for processes that share a machine. Code may still set its own (torch.set_num_threads).
+    torchrun |= {"OMP_NUM_THREADS": str(node.cpus)} if node.cpus else {}
     torchrun |= {"GROUP_RANK": rank, "GROUP_WORLD_SIZE": world, "ROLE_RANK": rank, "ROLE_WORLD_SIZE": world}
     return env | torchrun | {"ROLE_NAME": "default", "FC2_DIST_BACKEND": "gloo"}
 

@@ -42,6 +42,7 @@ class NodeInfo:
     pid_started: float | None = None  # local provider: its create_time, so a recycled pid is never mistaken for it
     workdir: str = ""  # the node's directory on its machine: its log, result, job's work and output
     gpus: int = 0  # GPUs of its machine (its instance type's): a PyTorch node runs one process per GPU, on nccl
+    cpus: int = 0  # its CPU share where it shares a machine with other nodes (a lab host's quota); 0: the whole machine
 
     @property
     def address(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,15 @@ def test_every_cpu_node_gets_torchruns_variables_and_no_tf_config():
     tf = node_environment(cluster, cluster.nodes[1], COMMAND, RunSpec(1, "w.whl", "demo.main"))
     assert json.loads(tf["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
     assert not {"MASTER_ADDR", "RANK", "WORLD_SIZE", "FC2_DIST_BACKEND"} & set(tf)
+
+
+def test_a_node_sharing_its_machine_runs_as_many_threads_as_its_cpu_share():
+    """A lab host capped at 1 CPU is told so (torch would start a thread per core of the machine); a node with a
+    machine of its own is left torch's default."""
+    shared = ClusterInfo("fc2-torch", "lab", "ddp", tuple(replace(node, cpus=1) for node in cluster_of(2).nodes))
+    assert [node_environment(shared, node, COMMAND, TORCH_RUN)["OMP_NUM_THREADS"] for node in shared.nodes] == ["1"] * 2
+    own = cluster_of(2)
+    assert not any("OMP_NUM_THREADS" in node_environment(own, node, COMMAND, TORCH_RUN) for node in own.nodes)
 
 
 def test_a_gpu_node_runs_one_process_per_gpu_through_torch_distributed_run_on_nccl():

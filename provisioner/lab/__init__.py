@@ -145,6 +145,7 @@ def launch(spec: ClusterSpec, notify: Callable[[str], None] | None = None) -> Cl
                     ssh_user="root",
                     workdir=str(root),
                     gpus=int(types[type_name].get("gpus") or 0),
+                    cpus=int(types[type_name].get("vcpu") or 0),
                 )
             )
         cluster = ClusterInfo(
