@@ -68,7 +68,7 @@ def run(module: str) -> tuple[int, bool]:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exit:
         return exit_status(exit.code), False
-    except BaseException as error:  # noqa: BLE001 - what Python does with any uncaught exception
+    except BaseException as error:  # what Python does with any uncaught exception
         # The traceback as python -m prints it: from runpy's frames on, without this file's.
         trimmed = error.with_traceback(error.__traceback__.tb_next if error.__traceback__ else None)
         sys.excepthook(type(trimmed), trimmed, trimmed.__traceback__)
@@ -94,7 +94,7 @@ def shutdown(status: int) -> int:
     destroy_process_group()
     for stream in (sys.stdout, sys.stderr):
         try:
-            if stream is not None:
+            if stream is not None and not stream.closed:  # one the code closed is not flushed, nor an error
                 stream.flush()
         except (OSError, ValueError):
             status = 120
@@ -109,7 +109,7 @@ def destroy_process_group() -> None:
         return
     try:
         dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - the code's work is done: say so, as Python says an atexit handler failed
+    except Exception:  # the code's work is done: say so, as Python says of a failing atexit handler
         print("Exception ignored in destroying the process group:", file=sys.stderr)
         traceback.print_exc()
 

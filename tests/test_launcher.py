@@ -26,6 +26,7 @@ PROGRAMS = {
     "raises": "def train():\n    raise ValueError('bad shape')\n\nprint('before')\ntrain()\n",
     "chained": "try:\n    {}['k']\nexcept KeyError as e:\n    raise RuntimeError('wrapped') from e\n",
     "os._exit": "import os, sys\nprint('lost in the buffer')\nsys.stdout.flush()\nprint('kept?')\nos._exit(7)\n",
+    "stdout closed": "import sys\nprint('last words')\nsys.stdout.close()\n",
     "interrupted": "print('training')\nraise KeyboardInterrupt\n",
     "atexit": (
         "import atexit\n"
