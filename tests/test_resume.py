@@ -346,7 +346,8 @@ def test_an_aws_instance_lost_mid_run_is_relaunched_and_the_job_resumes_or_fails
         assert job.events.filter(message__startswith="spot prices: c4.xlarge spot $").exists()
         assert job.rates[-1]["market"] == "spot" and job.hourly_cost < 0.001
     job = losses.sweep_until(job, lambda j: j.is_terminal, TRAIN_S + 60)
-    assert job.state == State.SUCCEEDED, (job.failure_reason, workers_losing.logs())
+    timeline = list(job.events.order_by("at", "pk").values_list("at", "message"))
+    assert job.state == State.SUCCEEDED, (job.state, job.failure_reason, timeline[-12:], workers_losing.logs()[-4000:])
     figure = {"case": f"aws {case}", "seen_s": round(seen_s, 1), "training_again_s": round(resumed_s, 1)}
     print(f"\nFIGURE chaos {json.dumps(figure)}")
     losses.check_released(job, f"aws {case} resumed")

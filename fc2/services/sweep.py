@@ -45,7 +45,9 @@ node that is gone and left no result fails the job; so does one whose machine do
 cut, its SSH server dead) and that has been silent for FC2_NODE_UNREACHABLE_S — unless the job has restarts left
 (max_restarts): then its cluster is made again and it resumes from its latest checkpoint (pipeline.node_lost). A node
 whose agent is alive but silent is waited for: the platform was unreachable for it, and it keeps trying — for
-FC2_NODE_LOST_S; a node silent that long fails the job with its name. A job whose result is unknown is never called
+FC2_NODE_LOST_S; a node silent that long fails the job with its name, unless another node's machine does not answer
+(a peer stalled on a lost node: the loss is what the job restarts from or fails for). Silence is counted to the end
+of the look, whose SSH timeouts on a machine gone are silence too. A job whose result is unknown is never called
 failed while the result can be fetched.
 
 Orphans (reap_orphans, every pass): a cluster of this installation named for a job (`fc2-<id>-<hex>`) that no job
@@ -290,7 +292,12 @@ def check_running(job: Job) -> None:
     if crossed:
         pipeline.fail(job, crossed)
         return
-    for node in suspects:
+    # Silent until now, after the look: a machine that does not answer holds the look for its SSH timeouts, seconds
+    # a node silent since before it has spent silent too (a lost node seen one look earlier).
+    now = timezone.now()
+    # A node whose machine does not answer first: a peer stalled on it (its agent running, silent) is not failed for
+    # the loss, which a managed job restarts from.
+    for node in sorted(suspects, key=lambda node: alive is None or alive.get(node.name, False) is not None):
         if node.name in rescued:
             continue
         running = alive.get(node.name, False) if alive is not None else None  # None: its machine does not answer
