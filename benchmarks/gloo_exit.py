@@ -4,12 +4,13 @@ torch 2.13's gloo now and then aborts a process ("terminate called without an ac
 in the interpreter's finalization, after the code's work is done and its process group destroyed
 (pytorch/pytorch#179291). PyTorch nodes run their module through monitor/launcher.py, which ends the process before
 finalization. This runs N two-rank DDP runs on 127.0.0.1 (gloo, torchrun's variables, the script as a torchrun
-tutorial writes it: init_process_group, a few DDP steps, destroy_process_group, nothing else) each way, alternately,
+tutorial writes it: init_process_group, a few DDP steps, an all_reduce of the loss, destroy_process_group, nothing
+else) each way, alternately,
 and prints how many runs had a rank abort at exit (die of SIGABRT after saying it was done), how many failed
-otherwise, and how many succeeded. A rate, not a timed test: it needs no root, one intra-op thread a rank
-(OMP_NUM_THREADS=1) so as to take 2 cores at most; run it alone (a few seconds a run).
+otherwise, and how many succeeded. A rate, not a timed test: it needs no root; `--threads` sets OMP_NUM_THREADS
+(torch's default: a thread per core); run it alone (a few seconds a run).
 
-    .venv/bin/python benchmarks/gloo_exit.py [--runs 30] [--json]
+    .venv/bin/python benchmarks/gloo_exit.py [--runs 30] [--threads N] [--json]
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def main():
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
-    print(f"rank {dist.get_rank()} done", flush=True)
+    total = loss.detach().clone()  # the mean loss over the ranks, as tutorials report it: a last collective
+    dist.all_reduce(total)
+    print(f"rank {dist.get_rank()} done, loss {total.item() / dist.get_world_size():.4f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -59,14 +62,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def one_run(work: Path, start: list[str]) -> str:
+def one_run(work: Path, start: list[str], threads: int) -> str:
     """One two-rank run: "aborted" if a rank died of SIGABRT, "failed" if one failed otherwise, else "succeeded"."""
     port = str(free_port())
     ranks = []
     for rank in range(WORLD):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GLOO_SOCKET_IFNAME": "lo"}
         env |= {"RANK": str(rank), "WORLD_SIZE": str(WORLD), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
-        env |= {"OMP_NUM_THREADS": "1"}
+        env |= {"OMP_NUM_THREADS": str(threads)} if threads else {}
         argv = [sys.executable, *start, "ddp_job"]
         ranks.append(subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outcomes = []
@@ -87,6 +90,7 @@ def one_run(work: Path, start: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="two-rank runs each way")
+    parser.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS of each rank (0: torch's default)")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
     options = parser.parse_args()
     counts = {way: Counter[str]() for way in WAYS}
@@ -95,7 +99,7 @@ def main() -> None:
         (work / "ddp_job.py").write_text(SCRIPT)
         for index in range(options.runs):
             for way, start in WAYS.items():  # alternately: both ways under the same load of the machine
-                counts[way][one_run(work, start)] += 1
+                counts[way][one_run(work, start, options.threads)] += 1
             print(f"{index + 1}/{options.runs}: " + "; ".join(f"{w}: {dict(c)}" for w, c in counts.items()), flush=True)
     if options.json:
         print(json.dumps({way: dict(counts[way]) for way in WAYS}))

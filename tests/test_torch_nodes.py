@@ -10,6 +10,9 @@ by someone else runs here unchanged.
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,8 +24,8 @@ import pytest
 import provisioner
 from harness.wheels import DIST_INFO, GOOD, make_wheel
 from provisioner import ClusterInfo, ClusterSpec, NodeInfo, ProvisionError, RunSpec, local, sandbox
-from provisioner.interface import NodeCommand
-from provisioner.nodes import install_steps, node_argv, node_environment, torch_requirement
+from provisioner.interface import AGENT_FILES, NodeCommand
+from provisioner.nodes import MONITOR_DIR, install_steps, node_argv, node_environment, torch_requirement
 from tests.helpers import wait_result
 
 # A torchrun script as its tutorials write it: each rank trains the same model on data of its own; DDP all-reduces
@@ -158,6 +161,30 @@ def test_a_gpu_node_runs_one_process_per_gpu_through_torch_distributed_run_on_nc
     launched = ["py", "/n/fc2_launcher.py", "demo.main", "--epochs=2"]
     assert node_argv(cpu, cpu.nodes[1], TORCH_RUN, "py", "/n") == launched
     assert node_argv(cluster, node, RunSpec(1, "w.whl", "demo.main"), "py", "/n") == ["py", "-m", "demo.main"]
+
+
+@pytest.mark.heavy
+def test_torch_distributed_run_starts_each_process_of_a_gpu_node_through_the_launcher(tmp_path):
+    """A GPU node's command as the bootstrap builds it, run here on CPU (the script takes gloo without CUDA): the
+    torchrun script, unchanged, in 2 processes that torch.distributed.run starts through the launcher from the node's
+    directory, each given its rank; both train together and exit 0."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    node = NodeInfo("worker-0", "worker", 0, "127.0.0.1", port, gpus=2)
+    cluster = ClusterInfo("fc2-torch-run", "aws", "ddp", (node,))
+    root, work = tmp_path / "node", tmp_path / "work"
+    (work / "demo").mkdir(parents=True)
+    (work / "demo" / "__init__.py").write_text("")
+    (work / "demo" / "main.py").write_text(DDP_SCRIPT)
+    root.mkdir()
+    shutil.copy(MONITOR_DIR / "launcher.py", root / AGENT_FILES["launcher.py"])
+    argv = node_argv(cluster, node, RunSpec(1, "w.whl", "demo.main", framework="pytorch"), sys.executable, str(root))
+    env = {**node_environment(cluster, node, COMMAND, TORCH_RUN), "HOME": str(work), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The processes share torch.distributed.run's stdout: their lines may come through mixed.
+    assert_trained_together([json.loads(line) for line in re.findall(r"DDP (\{[^{}]*\})", done.stdout)], 2)
 
 
 @pytest.mark.parametrize(
