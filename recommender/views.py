@@ -38,7 +38,7 @@ class LookupForm(forms.Form):
     # workload key's framework's (mirrored, or a PyTorch workload's ddp): the other framework's is refused.
     strategy = forms.ChoiceField(
         choices=[
-            ("", "All-reduce (the workload's framework's)"),
+            ("", "All-reduce"),  # the workload key's framework's
             ("mirrored", "All-reduce (TensorFlow mirrored)"),
             ("ps", "Parameter server"),
             ("ddp", "All-reduce (PyTorch DDP)"),

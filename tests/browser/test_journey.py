@@ -45,7 +45,7 @@ def test_researcher_trains_on_digits_and_downloads_the_model(page, shot, alice, 
 
     page.wait_for_url(re.compile(r"/jobs/new/resource/"))
     page.get_by_label("Resource configuration").select_option("cost-opt")
-    page.get_by_label("All-Reduce").check()
+    page.get_by_label("All-Reduce", exact=True).check()
     page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
     recommendation = page.locator("[aria-live]").first
     expect(recommendation).to_contain_text("c4.xlarge")  # Cost-Opt's cheapest worker type, live
@@ -149,7 +149,7 @@ def test_the_wizards_lab_choice_trains_on_lab_nodes_through_the_workers(
         page.get_by_label("Lab (emulated cloud on this machine)").check()
     expect(page.get_by_label("Instance catalogue")).to_have_value("lab")
     page.get_by_label("Latency between nodes (ms)").fill("10")
-    page.get_by_label("All-Reduce").check()
+    page.get_by_label("All-Reduce", exact=True).check()
     expect(page.locator("#id_worker_type option[value='lab-w-250']")).to_have_count(1)  # the lab's types, live
     page.get_by_label("Worker type", exact=True).select_option("lab-w-250")
     page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
@@ -188,7 +188,7 @@ def test_the_wizards_aws_choice_trains_on_ec2_instances_through_the_workers(
         with redrawn(page):  # for the provider chosen
             page.get_by_label("AWS EC2").check()
         page.get_by_label("AWS region").select_option(REGION)
-        page.get_by_label("All-Reduce").check()
+        page.get_by_label("All-Reduce", exact=True).check()
         page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
         page.get_by_role("button", name=re.compile("^Next")).click()  # by hand, with no type: EC2 has no default
         expect(page.get_by_text("AWS EC2 has no default machine").first).to_be_visible()

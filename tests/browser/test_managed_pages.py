@@ -78,7 +78,7 @@ def test_the_wizard_shows_spots_expected_saving_on_aws(page, shot, alice, exampl
     with redrawn(page):
         page.get_by_label("AWS EC2").check()
     page.get_by_label("AWS region").select_option(REGION)
-    page.get_by_label("All-Reduce").check()
+    page.get_by_label("All-Reduce", exact=True).check()
     page.get_by_role("spinbutton", name="Maximum number of workers").fill("2")
     with page.expect_response(re.compile(r"/jobs/new/recommendation")):
         page.get_by_label("Worker type", exact=True).select_option("c4.xlarge")

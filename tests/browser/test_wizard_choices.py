@@ -57,7 +57,7 @@ def test_every_resource_choice_gives_a_cluster_or_says_why_not(page, shot, alice
     assert {"model", "scala-opt", "scala-opt-m"} <= set(seen["disabled"])
 
     # All-Reduce: every usable configuration gives a cluster (Scala-Opt's reason for All-Reduce is not shown).
-    page.get_by_label("All-Reduce").check()
+    page.get_by_label("All-Reduce", exact=True).check()
     reason = page.locator(".wz-reason", has_text="an All-Reduce cluster has none")
     for value in seen["usable"]:
         algorithm.select_option(value)
