@@ -4,6 +4,7 @@ a CUDA-only dependency meets a cluster with no GPU; and the workload key that ke
 
 from __future__ import annotations
 
+import copy
 import io
 
 import pytest
@@ -15,6 +16,7 @@ from fc2.bundles import validate_wheel
 from fc2.models import CodeBundle, Job, workload_name
 from fc2.services import jobs, planning
 from fc2.services.bundles import store_bundle
+from fc2.wizard.forms import ResourceForm
 from harness.wheels import DIST_INFO, FILENAME, GOOD, METADATA, make_wheel
 from recommender.catalog import load_catalog
 from recommender.types import RecommendationError
@@ -240,6 +242,17 @@ def test_the_wizard_starts_from_the_bundles_framework_and_refuses_a_contradictio
     job = Job.objects.get()
     assert (job.framework, job.workload) == ("pytorch", "demo:digits@pytorch")
     assert 'id="job-framework">PyTorch' in client.get(job.get_absolute_url()).content.decode()
+
+
+def test_the_choices_one_form_disables_are_not_the_next_forms():
+    """Each form gets copies of its class's fields; a PyTorch job's form marking the TensorFlow strategies unavailable
+    (in place, where nothing else had marked one yet) must leave the next form, in the same server process, alone."""
+    field = ResourceForm.base_fields["strategy"]
+    first, second = copy.deepcopy(field), copy.deepcopy(field)
+
+    first.widget.unavailable["mirrored"] = "it is TensorFlow's, and this is a PyTorch job"
+
+    assert second.widget.unavailable == {} and field.widget.unavailable == {}
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,13 @@ class UnavailableChoices:
         super().__init__(*args, **kwargs)
         self.unavailable: dict[str, str] = {}
 
+    def __deepcopy__(self, memo):
+        # Each form gets a copy of its class's fields, whose widgets Django copies shallowly: without its own dict,
+        # a choice one form marked (a PyTorch job's TensorFlow strategies) stayed marked on every later form.
+        copied = super().__deepcopy__(memo)
+        copied.unavailable = dict(self.unavailable)
+        return copied
+
     def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
         option = super().create_option(name, value, label, selected, index, subindex, attrs)
         if reason := self.unavailable.get(str(value)):
