@@ -1,5 +1,5 @@
-"""What a wheel's METADATA requires, read once for the platform and the nodes: its Requires-Dist as pip reads it on
-a Linux node (`requires_dist`).
+"""A wheel's metadata, read once for the platform and the nodes: where it lies (its one `.dist-info` directory,
+`find_dist_info`) and what it requires (its Requires-Dist as pip reads it on a Linux node, `requires_dist`).
 
 Used by the upload's checks (fc2/bundles.py: the bundle's framework and CUDA need) and the bootstrap
 (provisioner/nodes.py: the torch version a CPU node takes from the CPU index), which may not import each other.
@@ -7,9 +7,36 @@ Used by the upload's checks (fc2/bundles.py: the bundle's framework and CUDA nee
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from packaging.markers import default_environment
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
+
+REQUIRED_DIST_INFO_FILES = ("WHEEL", "METADATA", "RECORD")
+
+
+def find_dist_info(names: Sequence[str]) -> str:
+    """The wheel's one top-level `.dist-info` directory among its member names, checked to hold WHEEL, METADATA and
+    RECORD. Raises ValueError, saying why, for a zip that is no such wheel; each caller words it as its own error.
+
+    >>> find_dist_info(["demo/main.py", "demo-1.0.dist-info/WHEEL", "demo-1.0.dist-info/METADATA",
+    ...                 "demo-1.0.dist-info/RECORD"])
+    'demo-1.0.dist-info'
+    >>> find_dist_info(["demo/main.py", "demo-1.0.dist-info/METADATA"])
+    Traceback (most recent call last):
+    ...
+    ValueError: not a wheel: demo-1.0.dist-info has no WHEEL, RECORD
+    """
+    dirs = sorted({name.split("/")[0] for name in names if "/" in name and name.split("/")[0].endswith(".dist-info")})
+    if not dirs:
+        raise ValueError("not a wheel: it has no .dist-info directory (build it with `python -m build --wheel`)")
+    if len(dirs) > 1:
+        raise ValueError(f"not a wheel: it has more than one .dist-info directory ({', '.join(dirs)})")
+    missing = [file for file in REQUIRED_DIST_INFO_FILES if f"{dirs[0]}/{file}" not in names]
+    if missing:
+        raise ValueError(f"not a wheel: {dirs[0]} has no {', '.join(missing)}")
+    return dirs[0]
 
 
 def requires_dist(metadata: bytes) -> list[Requirement]:

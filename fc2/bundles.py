@@ -36,10 +36,9 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from common.wheels import requires_dist
+from common.wheels import find_dist_info, requires_dist
 
 MB = 1024 * 1024
-REQUIRED_DIST_INFO_FILES = ("WHEEL", "METADATA", "RECORD")
 # Longest values CodeBundle stores; fc2.models sizes its columns from these, so a wheel that passes fits its row.
 DISTRIBUTION_MAX_LENGTH = 200
 VERSION_MAX_LENGTH = 100
@@ -135,7 +134,10 @@ def validate_wheel(
             infos = zf.infolist()
             check_members(infos)
             names = [info.filename for info in infos if not info.is_dir()]
-            dist_info = find_dist_info(names)
+            try:
+                dist_info = find_dist_info(names)
+            except ValueError as error:
+                raise BundleError(str(error)) from None
             _check_same_distribution(dist_info_distribution(dist_info), file_distribution, "its .dist-info directory")
             metadata = _read_member(zf, f"{dist_info}/METADATA", DEFAULT_LIMITS.max_metadata_bytes)
         distribution, version = parse_metadata(metadata)
@@ -243,24 +245,6 @@ def unsafe_path_reason(name: str) -> str | None:
     if ".." in name.split("/"):
         return "contains '..'"
     return None
-
-
-def find_dist_info(names: Sequence[str]) -> str:
-    """The wheel's one top-level `.dist-info` directory, checked to hold WHEEL, METADATA and RECORD.
-
-    >>> find_dist_info(["demo/main.py", "demo-1.0.dist-info/WHEEL", "demo-1.0.dist-info/METADATA",
-    ...                 "demo-1.0.dist-info/RECORD"])
-    'demo-1.0.dist-info'
-    """
-    dirs = sorted({name.split("/")[0] for name in names if "/" in name and name.split("/")[0].endswith(".dist-info")})
-    if not dirs:
-        raise BundleError("not a wheel: it has no .dist-info directory (build it with `python -m build --wheel`)")
-    if len(dirs) > 1:
-        raise BundleError(f"not a wheel: it has more than one .dist-info directory ({', '.join(dirs)})")
-    missing = [file for file in REQUIRED_DIST_INFO_FILES if f"{dirs[0]}/{file}" not in names]
-    if missing:
-        raise BundleError(f"not a wheel: {dirs[0]} has no {', '.join(missing)}")
-    return dirs[0]
 
 
 def parse_metadata(data: bytes) -> tuple[str, str]:

@@ -49,7 +49,7 @@ from django.conf import settings
 from packaging.utils import canonicalize_name
 
 from common.retry import retry
-from common.wheels import requires_dist
+from common.wheels import find_dist_info, requires_dist
 from provisioner.errors import NodeError, ProvisionError, transient
 from provisioner.interface import AGENT_FILES, Machine, NodeCommand, Primitives
 from provisioner.registry import get, primitives
@@ -206,11 +206,12 @@ def torch_requirement(wheel: Path) -> str:
     `torch==2.13.0`; `torch` when it names none (its code imports torch all the same)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
-            name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
-            requires = requires_dist(archive.read(name))
-    except (OSError, zipfile.BadZipFile, StopIteration) as error:
+            metadata = archive.read(f"{find_dist_info(archive.namelist())}/METADATA")
+    except (OSError, zipfile.BadZipFile, ValueError) as error:
         raise ProvisionError(f"the bundle's wheel has no readable METADATA: {error}") from error
-    except ValueError as error:  # (the upload's checks refuse such a wheel: fc2/bundles.py)
+    try:
+        requires = requires_dist(metadata)
+    except ValueError as error:  # (the upload's checks refuse such a wheel, as they refuse one find_dist_info does)
         raise ProvisionError(f"the bundle's wheel: {error}") from error
     for requirement in requires:
         if canonicalize_name(requirement.name) == "torch":

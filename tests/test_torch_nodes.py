@@ -294,6 +294,20 @@ def test_a_wheel_whose_requirement_pip_cannot_read_is_refused_before_the_install
         torch_requirement(wheel)
 
 
+@pytest.mark.parametrize(
+    ("members", "reason"),
+    [
+        ({"demo/main.py": b""}, "it has no .dist-info directory"),
+        ({**GOOD, "demo-2.0.dist-info/METADATA": b""}, "more than one .dist-info directory"),
+        ({k: v for k, v in GOOD.items() if k != f"{DIST_INFO}/METADATA"}, f"{DIST_INFO} has no METADATA"),
+    ],
+)
+def test_a_wheel_without_one_whole_dist_info_is_refused_saying_why_as_the_upload_does(tmp_path, members, reason):
+    wheel = make_wheel(tmp_path, members)
+    with pytest.raises(ProvisionError, match=f"the bundle's wheel has no readable METADATA: not a wheel: .*{reason}"):
+        torch_requirement(wheel)
+
+
 def test_a_cpu_machine_takes_torch_alone_from_the_cpu_index_before_the_bundle_and_a_gpu_machine_from_pypi(
     tmp_path, settings
 ):
