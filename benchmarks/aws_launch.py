@@ -16,26 +16,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
-os.environ.setdefault("DEBUG", "1")
-os.environ["FC2_VAR_DIR"] = tempfile.mkdtemp(prefix="fc2-aws-launch-")
-os.environ.update(
+
+from benchmarks._django import setup_django  # noqa: E402
+
+VAR_DIR = setup_django(
     FC2_AWS_PLACEMENT_GROUPS="0",  # moto has none
     FC2_AWS_SSH_ADDRESS="private",  # moto's instances have private addresses only
     FC2_PUBLIC_URL="http://fc2-platform.invalid",
     AWS_ACCESS_KEY_ID="benchmark",
     AWS_SECRET_ACCESS_KEY="benchmark",
 )
-
-import django  # noqa: E402
-
-django.setup()
 
 from django.core.management import call_command  # noqa: E402
 
@@ -61,7 +56,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    server = MotoServer(Path(os.environ["FC2_VAR_DIR"]) / "moto.log")
+    server = MotoServer(VAR_DIR / "moto.log")
     os.environ["AWS_ENDPOINT_URL"] = server.url
     try:
         spec = ClusterSpec("fc2-bench-launch", "aws", "ps", args.workers, ps_type="m4.large", worker_type="c4.xlarge")

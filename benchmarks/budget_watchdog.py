@@ -44,6 +44,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_DIR))
+
+from benchmarks._django import setup_django  # noqa: E402
+
 WORKER_TYPE = {"local": "c4.xlarge", "lab": "lab-w-1g", "aws": "c4.xlarge"}
 
 
@@ -56,20 +60,16 @@ def main() -> None:
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="fc2-bench-"))
-    os.environ.update(FC2_VAR_DIR=str(scratch), DJANGO_SETTINGS_MODULE="fc2.settings", DEBUG="1")
-    os.environ.pop("DATABASE_URL", None)
-    sys.path.insert(0, str(PROJECT_DIR))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+        provider_environment: dict[str, str] = {}
         if args.provider == "aws":
             from harness import ec2lab
 
             moto = ec2lab.MotoServer(scratch / "moto.log")
             stack.callback(moto.stop)
-            os.environ.update(ec2lab.provider_environment(moto.url, scratch / "ec2-nodes"))
-        import django
-
-        django.setup()
+            provider_environment = ec2lab.provider_environment(moto.url, scratch / "ec2-nodes")
+        setup_django(scratch, **provider_environment)
         import provisioner
 
         if reason := provisioner.unavailable(args.provider) or provisioner.unavailable("lab"):

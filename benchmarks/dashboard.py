@@ -18,13 +18,15 @@ import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_DIR))
+
+from benchmarks._django import setup_django  # noqa: E402
 
 # (state, weight, whether it started, whether it ended, whether its cluster is up)
 STATES = [
@@ -148,12 +150,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2019)
     args = parser.parse_args()
 
-    var_dir = tempfile.mkdtemp(prefix="fc2-dashbench-")
-    os.environ.update(FC2_VAR_DIR=var_dir, DJANGO_SETTINGS_MODULE="fc2.settings")
-    sys.path.insert(0, str(PROJECT_DIR))
-    import django
-
-    django.setup()
+    var_dir = setup_django(database_url=os.environ.get("DATABASE_URL"))  # PostgreSQL's, where set (a scratch one)
     from django.conf import settings
     from django.db import connection
     from django.db.models import Count

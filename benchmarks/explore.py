@@ -46,7 +46,8 @@ import numpy as np
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
 
-from benchmarks.model_calibration import read_grid, setup_django, shipped_grids  # noqa: E402
+from benchmarks._django import setup_django  # noqa: E402
+from benchmarks.model_calibration import read_grid, shipped_grids  # noqa: E402
 from recommender import explore  # noqa: E402
 from recommender.types import InstanceSpec, PerfRecord  # noqa: E402
 

@@ -25,22 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
-os.environ.setdefault("DEBUG", "1")
-os.environ["FC2_VAR_DIR"] = tempfile.mkdtemp(prefix="fc2-frameworks-")
 
-import django  # noqa: E402
+from benchmarks._django import setup_django  # noqa: E402
 
-django.setup()
+setup_django()
 
 import provisioner  # noqa: E402
 from provisioner import ClusterSpec, RunSpec  # noqa: E402

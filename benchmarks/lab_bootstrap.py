@@ -12,21 +12,16 @@ timed is the bootstrap alone. Needs root and the lab's tools (`make lab`); leave
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
-os.environ.setdefault("DEBUG", "1")
-os.environ["FC2_VAR_DIR"] = tempfile.mkdtemp(prefix="fc2-lab-bootstrap-")
 
-import django  # noqa: E402
+from benchmarks._django import setup_django  # noqa: E402
 
-django.setup()
+VAR_DIR = setup_django()
 
 import provisioner  # noqa: E402
 from provisioner import ClusterSpec, RunSpec, nodes  # noqa: E402
@@ -54,7 +49,7 @@ def main() -> None:
         sys.exit(f"error: {reason}")
     if not WHEEL.exists():
         sys.exit(f"error: {WHEEL} is missing: `make examples` builds it")
-    dataset = Path(os.environ["FC2_VAR_DIR"]) / "digits.npz"
+    dataset = VAR_DIR / "digits.npz"
     import numpy as np
     from sklearn.datasets import load_digits
 

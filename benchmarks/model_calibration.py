@@ -98,10 +98,7 @@ import argparse
 import functools
 import json
 import math
-import os
-import secrets
 import sys
-import tempfile
 import time
 import tomllib
 from collections import defaultdict
@@ -113,6 +110,7 @@ import numpy as np
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
 
+from benchmarks._django import setup_django  # noqa: E402
 from benchmarks.frozen_grid import FROZEN_MARK, frozen_epoch_time  # noqa: E402
 from common.numbers import significant  # noqa: E402
 from recommender.perfmodel import calibration_report, fit  # noqa: E402
@@ -246,20 +244,9 @@ def write_constructed(path: Path = CONSTRUCTED_GRID) -> None:
 # --- real and constructed grids: parsing through the import's own parsers -------------------------------------------
 
 
-def setup_django() -> None:
-    """The import's parsers build (unsaved) model rows: Django set up on a throw-away var dir, no database used."""
-    os.environ.setdefault("FC2_VAR_DIR", tempfile.mkdtemp(prefix="fc2-calibration-"))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
-    os.environ.setdefault("SECRET_KEY", secrets.token_hex(32))  # this process signs nothing; the settings want one
-    os.environ.pop("DATABASE_URL", None)
-    import django
-
-    django.setup()
-
-
 def read_grid(path: Path, fmt: str, workload: str | None = None) -> list[PerfRecord]:
     """A grid file as the recommender's records (`import_perf_data`'s parsers, nothing stored)."""
-    setup_django()
+    setup_django()  # the import's parsers build (unsaved) model rows; no database is used
     from recommender.perfdata import parse_anwar2021, parse_csv
 
     text = path.read_text(encoding="utf-8-sig")

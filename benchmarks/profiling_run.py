@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import sys
 import tempfile
@@ -25,6 +24,10 @@ from datetime import datetime
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_DIR))
+
+from benchmarks._django import setup_django  # noqa: E402
+
 WHEEL = PROJECT_DIR / "examples" / "dist" / "fc2_digits_cnn-0.1.0-py3-none-any.whl"
 
 
@@ -39,15 +42,9 @@ def main() -> None:
         sys.exit(f"error: {WHEEL} is missing (make examples)")
 
     scratch = Path(tempfile.mkdtemp(prefix="fc2-bench-"))
-    os.environ.update(FC2_VAR_DIR=str(scratch), DJANGO_SETTINGS_MODULE="fc2.settings", DEBUG="1")
-    os.environ.update(FC2_PROFILE_BUSY_S=str(args.busy_s), FC2_PROFILE_S="180")
-    os.environ.pop("DATABASE_URL", None)
-    sys.path.insert(0, str(PROJECT_DIR))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, scratch, ignore_errors=True)
-        import django
-
-        django.setup()
+        setup_django(scratch, FC2_PROFILE_BUSY_S=str(args.busy_s), FC2_PROFILE_S="180")
         import provisioner
 
         if reason := provisioner.unavailable("lab"):

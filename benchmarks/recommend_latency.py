@@ -12,14 +12,15 @@ generated records (any such records exercise the code; model quality is benchmar
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_DIR))
+
+from benchmarks._django import setup_django  # noqa: E402
 
 
 def timed(client, url: str, params: dict, n: int) -> float:
@@ -38,12 +39,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     args = parser.parse_args()
 
-    os.environ.update(FC2_VAR_DIR=tempfile.mkdtemp(prefix="fc2-bench-"), DJANGO_SETTINGS_MODULE="fc2.settings")
-    os.environ.pop("DATABASE_URL", None)
-    sys.path.insert(0, str(PROJECT_DIR))
-    import django
-
-    django.setup()
+    setup_django()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.test import Client

@@ -56,6 +56,7 @@ import psycopg2
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_DIR))
+from benchmarks._django import setup_django  # noqa: E402
 from monitor.agent import MAX_BUFFERED_SAMPLES, MAX_PROGRESS_LOG, Reporter  # noqa: E402 - the agent's own (stdlib)
 
 BIN = Path(sys.executable).parent
@@ -537,25 +538,16 @@ def main() -> None:
     bench_url = create_database(server_url, name)
     var_dir = Path(tempfile.mkdtemp(prefix="fc2-ingestbench-"))
     try:
-        env = {
-            **os.environ,
-            "DATABASE_URL": bench_url,
-            "FC2_VAR_DIR": str(var_dir),
-            "DJANGO_SETTINGS_MODULE": "fc2.settings",
-            "DEBUG": "false",
-            "SECRET_KEY": "report-ingest-benchmark-only",
-            "ALLOWED_HOSTS": "127.0.0.1",
-        }
+        # As served: DEBUG off. The server and the migration take this process's environment.
+        served = {"DEBUG": "false", "SECRET_KEY": "report-ingest-benchmark-only", "ALLOWED_HOSTS": "127.0.0.1"}
         if args.conn_max_age is not None:
-            env["DB_CONN_MAX_AGE"] = str(args.conn_max_age)
+            served["DB_CONN_MAX_AGE"] = str(args.conn_max_age)
+        setup_django(var_dir, database_url=bench_url, **served)
+        env = dict(os.environ)
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput"], cwd=PROJECT_DIR, env=env, check=True,
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        os.environ.update(env)
-        import django
-
-        django.setup()
         from django.db import connection
 
         from monitor.models import NodeSample

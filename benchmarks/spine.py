@@ -12,15 +12,16 @@ Runs in a scratch FC2_VAR_DIR (SQLite, nothing of the developer's var/ is touche
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_DIR))
+
+from benchmarks._django import setup_django  # noqa: E402
 
 
 def main() -> None:
@@ -29,13 +30,7 @@ def main() -> None:
     parser.add_argument("--strategies", default="ps,mirrored")
     args = parser.parse_args()
 
-    scratch = Path(tempfile.mkdtemp(prefix="fc2-bench-"))
-    os.environ.update(FC2_VAR_DIR=str(scratch), DJANGO_SETTINGS_MODULE="fc2.settings")
-    os.environ.pop("DATABASE_URL", None)
-    sys.path.insert(0, str(PROJECT_DIR))
-    import django
-
-    django.setup()
+    scratch = setup_django()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 

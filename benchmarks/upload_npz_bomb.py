@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -22,6 +21,10 @@ import zipfile
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_DIR))
+
+from benchmarks._django import setup_django  # noqa: E402
+
 MB = 2**20
 
 
@@ -63,12 +66,7 @@ def describe_by_loading(fileobj) -> tuple[int | None, int | None]:
 
 def measure(path: Path, how: str) -> dict:
     """Run one describe in this process; peak RSS above what the process held just before."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fc2.settings")
-    os.environ.setdefault("DEBUG", "1")
-    sys.path.insert(0, str(PROJECT_DIR))
-    import django
-
-    django.setup()
+    setup_django(path.parent)  # the parent's temporary directory, removed with the bomb
     from fc2.services.datasets import DatasetError, describe_npz
 
     describe = describe_by_loading if how == "before" else describe_npz
