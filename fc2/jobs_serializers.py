@@ -249,6 +249,31 @@ class RestartOutput(serializers.Serializer):
         return super().to_representation(managed.restart_fields(instance))
 
 
+class RateOutput(serializers.Serializer):
+    """One span of a spot job's cluster billed in one market (Job.rates, pricing.bill)."""
+
+    market = serializers.ChoiceField(choices=[pricing.SPOT, pricing.ON_DEMAND], allow_null=True)
+    hourly_cost = serializers.FloatField(
+        allow_null=True, help_text="$/h of the cluster: on spot the spot price quoted at its launch; else on-demand's"
+    )
+    started_at = serializers.DateTimeField(allow_null=True, help_text="From when (the first: the cluster's launch)")
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="Until when; null for the market billed now")
+
+    def to_representation(self, instance: object) -> dict:
+        # Read as restarts are (RestartOutput): a value of the wrong kind is null, never a 500. What is of its kind is
+        # what the field would take in, so the field's own check judges it.
+        entry = instance if isinstance(instance, dict) else {}
+        return super().to_representation({name: _taken(field, entry.get(name)) for name, field in self.fields.items()})
+
+
+def _taken(field: serializers.Field, value: object) -> object:
+    """`value` as `field` takes it in, or None where it refuses it."""
+    try:
+        return field.run_validation(value)
+    except serializers.ValidationError:
+        return None
+
+
 class TrialOutput(serializers.Serializer):
     """One of explore's trial runs (fc2.services.search.TrialRow)."""
 
@@ -303,6 +328,10 @@ class JobOutput(JobSummary):
     search = serializers.SerializerMethodField(help_text="explore: its search once made; null before, or not explore")
     trials = serializers.SerializerMethodField(help_text="explore: its trial runs so far, in order")
     restarts = RestartOutput(many=True, help_text="Each resume after a lost node, in order")
+    rates = serializers.SerializerMethodField(
+        help_text="A spot job's cluster's markets and $/h over its life, in order; [] for one billed at hourly_cost "
+        "throughout"
+    )
     spot_max_price = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True, coerce_to_string=False)
 
     class Meta(JobSummary.Meta):
@@ -310,7 +339,7 @@ class JobOutput(JobSummary):
         fields += ["latency_ms"]
         fields += ["catalog", "worker_types", "progress", "events", "nodes", "cost", "metrics", "failure_reason"]
         fields += ["recommendation", "artifacts", "url", "search", "trials"]
-        fields += ["max_restarts", "restarts", "spot", "spot_max_price", "spot_fallback"]
+        fields += ["max_restarts", "restarts", "spot", "spot_max_price", "spot_fallback", "rates"]
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, job: Job) -> str:
@@ -327,6 +356,10 @@ class JobOutput(JobSummary):
     @extend_schema_field(TrialOutput(many=True))
     def get_trials(self, job: Job) -> list:
         return TrialOutput(search.trials(job), many=True).data
+
+    @extend_schema_field(RateOutput(many=True))
+    def get_rates(self, job: Job) -> list:
+        return RateOutput(job.rates if isinstance(job.rates, list) else [], many=True).data
 
 
 class JobPage(serializers.Serializer):

@@ -4,7 +4,7 @@ refusals, another user's objects as 404s, refused uploads that store nothing, th
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -424,6 +424,61 @@ def test_a_job_with_its_nodes_progress_and_cost(api, job):
         "hourly_cost", "budget", "total_budget", "cost_so_far", "projected_total", "projected_by", "launched_at",
         "torn_down_at",
     }  # fmt: skip
+
+
+def test_a_spot_job_fallen_back_to_on_demand_gives_both_markets_as_its_cost_counts_them(api, job):
+    launched = timezone.now() - timedelta(hours=3)
+    fell_back = launched + timedelta(hours=1)
+    # As pricing.bill writes them: a span from the launch on spot, ended by the relaunch on on-demand, still billed.
+    start, switch = launched.isoformat(), fell_back.isoformat()
+    rates = [
+        {"market": "spot", "hourly_cost": 0.0924, "started_at": start, "ended_at": switch},
+        {"market": "on-demand", "hourly_cost": 0.462, "started_at": switch, "ended_at": None},
+    ]
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.RUNNING, provider="aws", spot=True, launched_at=launched, hourly_cost=Decimal("0.462"),
+        rates=rates,
+    )  # fmt: skip
+
+    answer = api.get(f"{JOBS}/{job.pk}").json()
+
+    spot, on_demand = answer["rates"]
+    assert (spot["market"], spot["hourly_cost"], on_demand["market"], on_demand["hourly_cost"]) == (
+        "spot", 0.0924, "on-demand", 0.462
+    )  # fmt: skip
+    assert [datetime.fromisoformat(spot[at]) for at in ("started_at", "ended_at")] == [launched, fell_back]
+    assert datetime.fromisoformat(on_demand["started_at"]) == fell_back and on_demand["ended_at"] is None
+    assert answer["cost"]["cost_so_far"] == pytest.approx(0.0924 + 2 * 0.462, rel=1e-3)  # the same spans, billed
+    plain = make_job(job.owner, job.bundle, job.dataset)
+    assert api.get(f"{JOBS}/{plain.pk}").json()["rates"] == []  # on-demand: billed at hourly_cost throughout
+
+
+@pytest.mark.parametrize(
+    ("broken", "expected"),
+    [
+        ("not a list", []),
+        ({"market": "spot"}, []),
+        (["not a dict", 7, None], [dict.fromkeys(("market", "hourly_cost", "started_at", "ended_at"))] * 3),
+        (
+            [{"market": "moon", "hourly_cost": "lots", "started_at": "yesterday", "ended_at": 5}],
+            [dict.fromkeys(("market", "hourly_cost", "started_at", "ended_at"))],
+        ),
+        (
+            [{"market": ["spot"], "hourly_cost": [0.1], "started_at": {"at": 1}, "ended_at": True}],
+            [dict.fromkeys(("market", "hourly_cost", "started_at", "ended_at"))],
+        ),
+        (
+            [{"market": "spot", "hourly_cost": 0.1, "started_at": "2026-11-03T10:00:00+00:00", "ended_at": "soon"}],
+            [{"market": "spot", "hourly_cost": 0.1, "started_at": "2026-11-03T10:00:00Z", "ended_at": None}],
+        ),
+    ],
+)
+def test_hand_broken_rates_are_null_fields_not_a_server_error(api, job, broken, expected):
+    Job.objects.filter(pk=job.pk).update(rates=broken)
+
+    answer = api.get(f"{JOBS}/{job.pk}")
+
+    assert answer.status_code == 200 and answer.json()["rates"] == expected
 
 
 @pytest.mark.parametrize("nodes", [1, 4])

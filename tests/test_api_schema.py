@@ -63,7 +63,11 @@ def own_ids(alice, job) -> dict[str, int]:
     """Ids of the user's own objects, by the path parameter that names them."""
     load_catalog("fc2-2018")
     Node.objects.create(job=job, name="chief-0", role="chief", index=0, status=Node.Status.SUCCEEDED)
-    Job.objects.filter(pk=job.pk).update(state=Job.State.SUCCEEDED, metrics={"test_accuracy": 0.9})
+    # A spot job's two markets (fc2/services/pricing.py, bill), so that the answer's `rates` are checked too.
+    spot = {"market": "spot", "hourly_cost": 0.0924, "started_at": "2026-11-03T10:00:00+00:00"}
+    on_demand = {"market": "on-demand", "hourly_cost": 0.462, "started_at": "2026-11-03T11:00:00+00:00"}
+    rates = [{**spot, "ended_at": on_demand["started_at"]}, {**on_demand, "ended_at": None}]
+    Job.objects.filter(pk=job.pk).update(state=Job.State.SUCCEEDED, metrics={"test_accuracy": 0.9}, rates=rates)
     artifacts.store_artifact(job, "logs/chief-0.log", b"epoch 1\n")
     model = artifacts.store_artifact(job, "model.keras", b"weights")
     dataset = datasets.store_upload(alice, good_npz())
