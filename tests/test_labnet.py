@@ -164,6 +164,22 @@ def test_create_is_idempotent_and_finishes_a_half_made_cluster(make):
         make("again", shapes[:1])
 
 
+def test_a_node_made_again_at_a_removed_nodes_address_is_reached_at_once(make, tag):
+    """EC2 gives a terminated instance's private address to the next one (an aws restart's relaunch, on moto's lab
+    hosts): its peers, which talked to the lost one, reach the new one at once — not after their entries for the old
+    link address expire (35–55 s here, when add_node did not make them forget it)."""
+    port = free_port()
+    net = make("again-at", [labnet.NodeShape(), labnet.NodeShape()])
+    a, b = net.nodes
+    with serving(b.netns, "echo", b.address, port):
+        assert connect(a.netns, b.address, port) == "open"  # a now knows b's link address
+    labnet.remove_node(tag, "again-at", b.index)
+    again = labnet.add_node(tag, "again-at", b.index, labnet.NodeShape())
+    assert again.address == b.address
+    with serving(again.netns, "echo", again.address, port):
+        assert connect(a.netns, again.address, port, timeout_s=2) == "open"
+
+
 def test_a_failed_create_removes_what_it_made(make, tag):
     with pytest.raises(ProvisionError, match="must be positive"):
         make("broken", [labnet.NodeShape(rate_mbit=100), labnet.NodeShape(rate_mbit=-1)], latency_ms=5)
