@@ -300,6 +300,7 @@ AWS_LOSSES = {
     "spot taken back": AwsLoss("mirrored", "worker-1", spot=True),
     "instance terminated": AwsLoss("mirrored", "worker-1"),
     "ps terminated": AwsLoss("ps", "ps-0"),  # the chief and the worker stall on it
+    "chief terminated": AwsLoss("ps", "chief-0"),  # the node that shipped the checkpoint: restored on its new machine
     "no restarts": AwsLoss("mirrored", "worker-1", max_restarts=0),
 }
 
