@@ -146,7 +146,7 @@ def test_any_other_error_stays_a_500(client, alice, monkeypatch, settings):
 # --- for real: a PostgreSQL and a Redis of the test's own, restarted under a running platform ----------------------
 
 DOWN_S = 12  # how long each server stays down: longer than the lease and the pickup time, several agent retries
-TRAIN_S = 20  # the job's code: 40 steps of half a second
+TRAIN_S = 12  # the job's code: 24 steps of half a second
 STOP_AT_STEP = 2 * TRAIN_S - 8  # each server is stopped 4 s before the code ends: its end falls in the outage
 JOB_WITHIN_S = 150  # from the server's return to the job's end
 
