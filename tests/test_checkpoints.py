@@ -453,18 +453,20 @@ def test_a_local_job_ships_its_checkpoints_and_a_run_resumes_from_the_latest(ali
     (the last one before its final report), the platform keeps the latest 2; a run bootstrapped with the newest
     (RunSpec.restore_from, unpacked on every node) resumes after the epochs it holds."""
     settings.FC2_CHECKPOINTS_KEPT = 2
-    job = make_job(alice, bundle, digits, workers=2, strategy="mirrored", parameters={"epochs": "30"})
+    # 15 epochs of ~0.16 s (longer on a busy machine): the agent, looking once a second, ships checkpoints while it
+    # trains, and the last at its end.
+    job = make_job(alice, bundle, digits, workers=2, strategy="mirrored", parameters={"epochs": "15"})
     job = inline.run_inline(job.pk)
     assert job.state == State.SUCCEEDED, list(job.events.values_list("message", flat=True))
     kept = checkpoints.kept(job)
     assert len(kept) == 2 and kept[0].name > kept[1].name
     steps_per_epoch = job.metrics["steps_per_epoch"]
-    assert kept[0].original_name == f"ckpt-{30 * steps_per_epoch}"  # the last epoch's
+    assert kept[0].original_name == f"ckpt-{15 * steps_per_epoch}"  # the last epoch's
     with tarfile.open(kept[0].file.path, "r:gz") as archive:
-        assert sorted(archive.getnames())[:2] == ["checkpoint", f"ckpt-{30 * steps_per_epoch}.data-00000-of-00001"]
+        assert sorted(archive.getnames())[:2] == ["checkpoint", f"ckpt-{15 * steps_per_epoch}.data-00000-of-00001"]
 
     cluster = local.launch(ClusterSpec("fc2-restore-test", "local", "mirrored", 2))
-    run = RunSpec(job.pk, bundle.wheel.path, "fc2_digits.main", args=("--epochs=32",), dataset=digits.path,
+    run = RunSpec(job.pk, bundle.wheel.path, "fc2_digits.main", args=("--epochs=17",), dataset=digits.path,
                   restore_from=checkpoints.latest(job).file.path)  # fmt: skip
     try:
         cluster = provisioner.bootstrap(cluster, run)
@@ -475,7 +477,7 @@ def test_a_local_job_ships_its_checkpoints_and_a_run_resumes_from_the_latest(ali
         provisioner.teardown("local", cluster.cluster_id)
     assert {name: result.report["exit_code"] for name, result in results.items()} == {"worker-0": 0, "worker-1": 0}
     metrics = json.loads(results["worker-0"].outputs["metrics.json"])
-    assert metrics["resumed_at_step"] == 30 * steps_per_epoch and len(metrics["epoch_train_losses"]) == 2
+    assert metrics["resumed_at_step"] == 15 * steps_per_epoch and len(metrics["epoch_train_losses"]) == 2
 
 
 @pytest.mark.heavy
@@ -491,6 +493,9 @@ def test_a_spot_notice_raised_on_a_lab_worker_has_the_chief_checkpoint_at_once(a
     digits' 22 steps an epoch and a progress line every 10) cannot be told from the epoch's own save, which made
     this test fail about one run in eleven, whatever the database."""
     load_catalog("lab")
+    # A worker that outlives its chief is waited for 5 s at the release, not the default 15 s (one run here waited
+    # out all 15): that wait is not what this test checks.
+    settings.FC2_WORKERS_FINISH_S = 5
     job = make_job(alice, bundle, digits, provider="lab", catalog="lab", worker_type="lab-w-250", workers=2,
                    strategy="mirrored",
                    parameters={"epochs": "1", "steps_per_epoch": "3000"})  # fmt: skip
