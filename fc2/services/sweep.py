@@ -38,9 +38,9 @@ Running jobs (check_running; run_inline calls it too): a node recorded with a fi
 from (a report applied before reports were applied in one transaction) moves it on at once — and so does a managed
 job's failed node, which its report left for this look: if another node's machine does not answer, the loss made it
 fail and the job restarts (pipeline.node_failed); and so does a node's spot interruption notice, once the checkpoint
-it asked the chief for is shipped (`_interrupted`). A node without a final
-status that is not alive, or that has been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node
-fetched (provisioner.fetch_results) and applied as if reported — the chief's success completes the job with its model. A
+it asked the chief for is shipped (`_interrupted`). A node without a final status that is not alive, or that has
+been silent for FC2_NODE_SILENCE_S, has the result its agent kept on the node fetched where its machine answers
+(provisioner.fetch_results) and applied as if reported — the chief's success completes the job with its model. A
 node that is gone and left no result fails the job; so does one whose machine does not answer (its host gone, its link
 cut, its SSH server dead) and that has been silent for FC2_NODE_UNREACHABLE_S — unless the job has restarts left
 (max_restarts): then its cluster is made again and it resumes from its latest checkpoint (pipeline.node_lost). A node
@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -285,7 +286,10 @@ def check_running(job: Job) -> None:
     except Exception:
         logger.exception("job %s: cannot tell whether its nodes are alive", job.pk)  # e.g. SSH: look again next time
         alive = None  # past a limit, or silent too long, it is stopped all the same: its cluster is billed meanwhile
-    rescued = rescue_results(job, cluster, suspects) if alive is not None else set()
+    # Read where the machine answered: SSH to one that does not costs its connect timeout again (10 s on aws), which
+    # would delay seeing the loss by as much.
+    reachable = [node for node in suspects if alive is not None and alive.get(node.name) is not None]
+    rescued = rescue_results(job, cluster, reachable) if reachable else set()
     job.refresh_from_db()
     if job.state != State.RUNNING:
         return  # a fetched result ended it
@@ -346,9 +350,11 @@ def _interrupted(job: Job) -> str | None:
 
 def rescue_results(job: Job, cluster: ClusterInfo, nodes: list[Node]) -> set[str]:
     """Apply the final reports these nodes' agents kept on the nodes, as if they had arrived — the chief's first, since
-    its success completes the job. Returns the names of the nodes whose result was applied."""
+    its success completes the job. Only these nodes are read. Returns the names of the nodes whose result was
+    applied."""
+    names = {node.name for node in nodes}
     try:
-        results = provisioner.fetch_results(cluster)
+        results = provisioner.fetch_results(replace(cluster, nodes=tuple(n for n in cluster.nodes if n.name in names)))
     except Exception:
         logger.exception("job %s: cannot fetch its nodes' kept results", job.pk)
         return set()
