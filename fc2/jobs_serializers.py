@@ -260,18 +260,8 @@ class RateOutput(serializers.Serializer):
     ended_at = serializers.DateTimeField(allow_null=True, help_text="Until when; null for the market billed now")
 
     def to_representation(self, instance: object) -> dict:
-        # Read as restarts are (RestartOutput): a value of the wrong kind is null, never a 500. What is of its kind is
-        # what the field would take in, so the field's own check judges it.
-        entry = instance if isinstance(instance, dict) else {}
-        return super().to_representation({name: _taken(field, entry.get(name)) for name, field in self.fields.items()})
-
-
-def _taken(field: serializers.Field, value: object) -> object:
-    """`value` as `field` takes it in, or None where it refuses it."""
-    try:
-        return field.run_validation(value)
-    except serializers.ValidationError:
-        return None
+        # Read as restarts are (RestartOutput, fc2/services/managed.py): a value of the wrong kind is null, never a 500.
+        return super().to_representation(managed.rate_fields(instance))
 
 
 class TrialOutput(serializers.Serializer):

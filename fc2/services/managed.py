@@ -1,7 +1,8 @@
-"""A managed job as people see it (issue 45): its restarts after a lost node, its spot choice and its kept
-checkpoints, read back for its page. Read only: the pipeline writes `Job.restarts` (pipeline.node_lost, bootstrap),
-the checkpoint service the `checkpoints/…` artifacts. `Job.restarts` is the platform's own JSON, yet read here as
-if it were not: a value of the wrong kind is shown as unknown, never a failed page."""
+"""A managed job as people see it (issue 45): its restarts after a lost node, its spot choice, the markets its cluster
+was billed in and its kept checkpoints, read back for its page and the jobs API. Read only: the pipeline writes
+`Job.restarts` (pipeline.node_lost, bootstrap), pricing.bill `Job.rates`, the checkpoint service the `checkpoints/…`
+artifacts. Both JSON fields are the platform's own, yet read here as if they were not: a value of the wrong kind is
+shown as unknown, never a failed page."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from fc2.models import Artifact, Job
-from fc2.services import checkpoints
+from fc2.services import checkpoints, pricing
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,19 @@ def restart_fields(entry: object) -> dict:
     row = _restart(0, entry if isinstance(entry, dict) else {}, {})
     fields = ("at", "reason", "lost_steps", "lost_s", "lost_dollars", "checkpoint", "resumed_at")
     return {"nodes": list(row.nodes), **{name: getattr(row, name) for name in fields}}
+
+
+def rate_fields(entry: object) -> dict:
+    """One `Job.rates` span (pricing.bill) as the jobs API gives it (its RateOutput): its market, $/h and moments,
+    each None where the entry's is not of its kind."""
+    entry = entry if isinstance(entry, dict) else {}
+    market = entry.get("market")
+    return {
+        "market": market if market in (pricing.SPOT, pricing.ON_DEMAND) else None,
+        "hourly_cost": _number(entry.get("hourly_cost")),
+        "started_at": _moment(entry.get("started_at")),
+        "ended_at": _moment(entry.get("ended_at")),
+    }
 
 
 def _restart(number: int, entry: dict, by_name: dict[str, Artifact]) -> Restart:
