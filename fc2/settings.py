@@ -199,9 +199,12 @@ FC2_NODE_LOST_S = envint("FC2_NODE_LOST_S", 600)
 # reach the platform, whose results are still on it).
 FC2_NODE_UNREACHABLE_S = envint("FC2_NODE_UNREACHABLE_S", 40)
 # Scala-Opt's profiling run (fc2/services/profiling.py): it ends once its worker has communicated for
-# FC2_PROFILE_BUSY_S, and at the latest FC2_PROFILE_S after its nodes started.
+# FC2_PROFILE_BUSY_S, and at the latest FC2_PROFILE_S (and FC2_RUN_START_S for its start) after its nodes started.
 FC2_PROFILE_S = envint("FC2_PROFILE_S", 120)
 FC2_PROFILE_BUSY_S = envint("FC2_PROFILE_BUSY_S", 20)
+# How long a short run's code (a profiling run's, a trial's) may take to start — imports, data, tracing — before its
+# window counts: the run waits that much past its window before it gives up on the code.
+FC2_RUN_START_S = envint("FC2_RUN_START_S", 60)
 # explore's trial runs (fc2/services/trials.py): each trains for FC2_EXPLORE_TRIAL_S (FC2_TRAIN_SECONDS on its
 # nodes) and is torn down; a search's default budget, which the user may change per job, is FC2_EXPLORE_USD dollars and
 # FC2_EXPLORE_MINUTES minutes.

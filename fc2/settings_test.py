@@ -12,6 +12,9 @@ os.environ["DEBUG"] = "true"
 os.environ.setdefault("SECRET_KEY", "tests-only-insecure-key")
 # No test polls an instance metadata service (a spot notice is raised through the agent's file instead).
 os.environ.setdefault("FC2_AWS_METADATA_URL", "")
+# `make test` runs several TensorFlow clusters at once on a few cores, where a short run's code (a profiling run's, a
+# trial's) has taken over a minute to start; only code that never ends waits this long.
+os.environ.setdefault("FC2_RUN_START_S", "300")
 
 # Under pytest-xdist (`make test`'s parallel part) each worker process gets a data directory of its own under
 # FC2_VAR_DIR: the shared cache that every test clears, the filesystem broker, the SQLite test database. Set once, in

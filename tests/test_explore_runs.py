@@ -319,6 +319,29 @@ def test_cancelling_during_a_trial_tears_it_down(alice, digits, settings, tmp_pa
     assert time.monotonic() - started < settings.FC2_EXPLORE_TRIAL_S  # torn down at the cancel, not at the window
 
 
+@LAB
+@pytest.mark.heavy
+@pytest.mark.django_db(transaction=True)
+def test_a_trial_whose_code_never_ends_is_given_up_after_its_start_and_window(alice, digits, settings, tmp_path):
+    """A trial's code that trains on past its window: the trial waits for its start (FC2_RUN_START_S) and its last
+    epoch past the window, no longer; it is recorded as failed, saying what to change, and torn down."""
+    load_catalog("lab")
+    with sleeper_wheel(tmp_path).open("rb") as wheel:  # sleeps ten minutes
+        sleeper = store_bundle(alice, wheel, "demo-1.0-py3-none-any.whl")
+    settings.FC2_EXPLORE_TRIAL_S = 2
+    settings.FC2_RUN_START_S = 4
+    job = explore_job(alice, sleeper, digits, worker_types=["lab-w-100"], workers=1, workload_name="demo-never-ends")
+    job = inline.run_inline(job.pk)
+
+    assert job.state == Job.State.FAILED and job.cluster is None
+    (run,) = trials.entries(job)
+    assert run["error"].startswith("its code did not end within 6 s of its start (2 s of training asked by ")
+    assert "4 s more for its start, FC2_RUN_START_S" in run["error"] and run["error"] in job.failure_reason
+    assert seconds(run) < 60  # its cluster's start, 6 s of waiting, its teardown
+    assert PerformanceRecord.objects.get(pk=run["record"]).failed
+    assert leftovers(run["cluster"]) == {}
+
+
 # Trials at once (issue 44): where the provider's nodes are machines of their own, the search's batch runs together.
 
 

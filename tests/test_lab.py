@@ -17,7 +17,7 @@ from django.core.management import call_command
 import provisioner
 from fc2.models import Job, ReapedCluster
 from fc2.services import inline, jobs
-from harness.wheels import GOOD, make_wheel
+from harness.wheels import GOOD, make_wheel, sleeper_wheel
 from provisioner import ClusterSpec, NodeError, RunSpec, lab, nodes
 from recommender.catalog import load_catalog
 from recommender.models import PerformanceRecord
@@ -418,4 +418,29 @@ def test_a_profiling_run_whose_code_ends_at_once_fails_the_job_saying_what_to_ch
     assert "more epochs" in job.failure_reason
     assert took < 60 and run["bandwidth_mbps"] is None
     assert not PerformanceRecord.objects.filter(workload="demo-ends-at-once").exists()
+    assert leftovers(run["cluster"]) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_profiling_run_whose_worker_never_communicates_ends_after_its_start_and_window(
+    alice, lab_catalog, tmp_path, settings
+):
+    """Code that runs on and never trains: the run waits for its start (FC2_RUN_START_S) and its window (FC2_PROFILE_S),
+    no longer, and fails the job saying both; its cluster is torn down."""
+    settings.FC2_PROFILE_S = 2
+    settings.FC2_RUN_START_S = 4
+    wheel = sleeper_wheel(tmp_path)  # says it is up and sleeps ten minutes, on every node
+    _, result, _ = call_json(
+        "submit_job", "--bundle", str(wheel), "--dataset", "digits", "--provider", "lab", "--algorithm", "scala-opt-m",
+        "--worker-type", "lab-w-100", "--ps-type", "lab-ps-450", "--workers", "2", "--strategy", "ps",
+        "--workload", "demo-never-trains", "--user", "alice", "--inline", "--wait",
+    )  # fmt: skip
+    assert result["status"] == "failed"
+    job = Job.objects.get(pk=result["id"])
+    (run,) = job.profiling_runs
+    took = (datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    assert "hardly communicated in the run's 2 s (FC2_PROFILE_S)" in job.failure_reason
+    assert "the 4 s its code may take to start (FC2_RUN_START_S)" in job.failure_reason
+    assert took < 60 and run["bandwidth_mbps"] is None  # its cluster's start, 6 s of waiting, its teardown
+    assert not PerformanceRecord.objects.filter(workload="demo-never-trains").exists()
     assert leftovers(run["cluster"]) == {}

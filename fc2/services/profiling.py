@@ -6,7 +6,8 @@ It runs the user's own code (the job's bundle, dataset and parameters) on the jo
 job's (named `fc2-<job>-<hex>` and recorded on the job before anything is made, so that a lost worker's sweep or the
 job's release tears it down like any of its clusters). Its agents report to nobody: each keeps its samples on its
 node (provisioner.kept_samples), and the worker's are read every few seconds until it has communicated for
-FC2_PROFILE_BUSY_S, its training has ended, or FC2_PROFILE_S has passed since its start. b_t is the worker's mean
+FC2_PROFILE_BUSY_S, its training has ended, or FC2_PROFILE_S has passed since its start (and FC2_RUN_START_S more, for
+its code's imports and data: its window is of training). b_t is the worker's mean
 bandwidth as the job page defines it (monitor/figures.py: the busier direction, over the seconds it communicated).
 The run's time and $/h are kept on the job (Job.profiling_runs): its cost is part of the job's; so are its place among
 the job's runs and when its window closes, which the job page shows while it runs (`progress`).
@@ -244,8 +245,9 @@ def _too_little(profile: MissingProfile, busy_s: float, ended_after: float | Non
     )
     if ended_after is None:
         return (
-            f"{measured}: its worker hardly communicated in the run's {settings.FC2_PROFILE_S} s (FC2_PROFILE_S); run "
-            "the job once with a manual cluster to see its nodes' logs"
+            f"{measured}: its worker hardly communicated in the run's {settings.FC2_PROFILE_S} s (FC2_PROFILE_S) and "
+            f"the {settings.FC2_RUN_START_S} s its code may take to start (FC2_RUN_START_S); run the job once with a "
+            "manual cluster to see its nodes' logs"
         )
     return (
         f"{measured}: its training ended {ended_after:.0f} s after its nodes started. The run sets FC2_TRAIN_SECONDS="
@@ -261,7 +263,7 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[list[Sample], float | None]:
     the job is no longer recommending (cancelled, failed by a limit); and, where its training ended, how many seconds
     after its nodes started."""
     started = time.monotonic()
-    deadline = started + settings.FC2_PROFILE_S
+    deadline = started + settings.FC2_RUN_START_S + settings.FC2_PROFILE_S
     lost, samples = LostNodes(), []
     while True:
         alive = provisioner.alive(cluster)

@@ -61,9 +61,6 @@ from recommender.types import RecommendationError, SearchEstimate, TrialConfig
 logger = logging.getLogger(__name__)
 KIND = "trial"  # an entry of Job.profiling_runs that is a trial run
 POLL_S = 3.0  # how often the trial's nodes are asked whether its code still runs
-# Past its window, how long a trial's code may take to end: it trains whole epochs until the window has passed, and
-# starts (imports, data, tracing) before; an epoch as long as the window doubles it.
-MIN_GRACE_S = 60
 LOG_CHARS = 300  # of a failed node's last log line, in the trial's error
 
 
@@ -277,7 +274,9 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[str, NodeResult]:
     grace; profiling.JobEnded once the job is no longer recommending (cancelled, failed by a limit)."""
     chief = next(node.name for node in cluster.nodes if is_chief(cluster.strategy, node.role, node.index))
     window = settings.FC2_EXPLORE_TRIAL_S
-    grace = max(MIN_GRACE_S, window)
+    # Past its window, how long a trial's code may take to end: it starts (FC2_RUN_START_S) and trains whole epochs
+    # until the window has passed; an epoch as long as the window doubles it.
+    grace = max(settings.FC2_RUN_START_S, window)
     deadline = time.monotonic() + window + grace
     lost = profiling.LostNodes()
     while True:
@@ -299,8 +298,8 @@ def _watch(job: Job, cluster: ClusterInfo) -> tuple[str, NodeResult]:
         if time.monotonic() >= deadline:
             raise TrialFailed(
                 f"its code did not end within {window + grace} s of its start ({window} s of training asked by "
-                f"FC2_TRAIN_SECONDS, and {grace} s more for its start and its last epoch): make it honour "
-                "FC2_TRAIN_SECONDS (examples/README.md), or give it shorter epochs"
+                f"FC2_TRAIN_SECONDS, and {grace} s more for its start, FC2_RUN_START_S, and its last epoch): make it "
+                "honour FC2_TRAIN_SECONDS (examples/README.md), or give it shorter epochs"
             )
         time.sleep(POLL_S)
 
