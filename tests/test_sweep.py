@@ -328,19 +328,24 @@ def test_a_node_whose_machine_does_not_answer_is_lost_once_silent_long_enough(jo
     cluster = launch_cluster(job, workers=1)
     Node.objects.filter(job=job, name="worker-0").update(last_report_at=timezone.now() - timedelta(seconds=quiet_s))
 
-    with alive(**{n.name: None if n.name == "worker-0" else True for n in cluster.nodes}), kept() as fetch_results:
+    answers = alive(**{n.name: None if n.name == "worker-0" else True for n in cluster.nodes})
+    logs = mock.patch("provisioner.fetch_logs", return_value={})
+    with answers, kept() as fetch_results, logs as fetch_logs:
         sweep.sweep()
         sweep.sweep()  # the release it sent
 
     job.refresh_from_db()
+    # Its machine, which did not answer, is not asked for a kept result or its log, by the look or by the release
+    # (on aws another 10 s of SSH timeout each)
+    read = [call.args[0] for call in [*fetch_results.call_args_list, *fetch_logs.call_args_list]]
+    assert all("worker-0" not in [node.name for node in each.nodes] for each in read)
     if not ends:
-        assert job.state == State.RUNNING
-        # Its machine, which did not answer, is not asked for a kept result too (on aws another 10 s of SSH timeout)
-        fetch_results.assert_not_called()
+        assert job.state == State.RUNNING and not read
         return
     assert job.state == State.FAILED
     assert job.failure_reason.startswith("worker-0 is lost: its machine does not answer and it has not reported for")
     assert job.cluster is None and not Path(cluster.workdir).exists()
+    assert fetch_logs.call_count == 1  # the others' logs are kept
 
 
 def test_a_silent_node_whose_command_ended_has_its_kept_result_applied(job, sent):

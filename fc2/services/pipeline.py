@@ -635,9 +635,12 @@ def release(job_id: int, lease: Lease | None = None) -> bool:
             # What the nodes leave is kept first, but nothing may keep the cluster up: a failure is a line on the
             # job's timeline, and the teardown runs all the same.
             waited = _guarded(job, "waiting for the workers to finish", _let_workers_finish, job, cluster)
+            # A job that did not succeed may have lost a machine: each read of one that does not answer costs an SSH
+            # connect timeout (10 s on aws), so they are asked once whether they answer, and only those are read.
+            left = cluster if job.state == State.SUCCEEDED else _answering(cluster)
             if waited is not False or job.state != State.SUCCEEDED:
-                _guarded(job, "keeping the nodes' logs", _keep_logs, job, cluster)
-            _guarded(job, "keeping the reports of nodes that finished late", _keep_late_reports, job, cluster)
+                _guarded(job, "keeping the nodes' logs", _keep_logs, job, left)
+            _guarded(job, "keeping the reports of nodes that finished late", _keep_late_reports, job, left)
             profiling.tear_down_stale(job)  # explore's trials at once: each its own cluster, one of them Job.cluster
             provisioner.teardown(cluster.provider, cluster.cluster_id, cluster.region)
             Job.objects.filter(pk=job.pk).update(cluster=None, torn_down_at=timezone.now())  # its billing ends
@@ -662,6 +665,16 @@ def _guarded(job: Job, what: str, action: Callable[..., T], *args: object) -> T 
         except Exception:
             logger.exception("job %s: the failure could not be written on its timeline", job.pk)
         return None
+
+
+def _answering(cluster: ClusterInfo) -> ClusterInfo:
+    """The cluster less its nodes whose machines do not answer; the whole cluster if that cannot be told."""
+    try:
+        alive = provisioner.alive(cluster)
+    except Exception:
+        logger.exception("cluster %s: cannot tell which of its machines answer", cluster.cluster_id)
+        return cluster
+    return replace(cluster, nodes=tuple(node for node in cluster.nodes if alive.get(node.name) is not None))
 
 
 def _keep_logs(job: Job, cluster: ClusterInfo) -> None:
