@@ -122,8 +122,13 @@ def bridge_name(h: str) -> str:
     return f"fc2b{h}"
 
 
+def netns_prefix(tag: str, h: str) -> str:
+    """What the names of a cluster's node namespaces (and its cgroups, delay daemons) begin with."""
+    return f"fc2lab-{tag}-{h}-"
+
+
 def netns_name(tag: str, h: str, index: int) -> str:
-    return f"fc2lab-{tag}-{h}-{index}"
+    return f"{netns_prefix(tag, h)}{index}"
 
 
 def veth_name(h: str, index: int) -> str:
@@ -480,7 +485,7 @@ def create_cluster_network(
     with _machine_lock():
         made_here = not _link_exists(bridge_name(h))
         try:
-            present = [ns for ns in _namespaces() if ns.startswith(f"fc2lab-{tag}-{h}-")]
+            present = [ns for ns in _namespaces() if ns.startswith(netns_prefix(tag, h))]
             if len(present) > len(shapes):
                 raise ProvisionError(f"lab cluster {cluster_id} already has {len(present)} nodes, not {len(shapes)}")
             network = _ensure_bridge(tag, cluster_id, h, pool, subnet)
@@ -518,7 +523,7 @@ def add_node(tag: str, cluster_id: str, index: int, shape: NodeShape) -> NodeNet
             raise ProvisionError(f"lab cluster {cluster_id} has no network to add a node to")
         node = _ensure_node(tag, cluster_id, h, index, shape, subnet)
         for other in _namespaces():
-            if other.startswith(f"fc2lab-{tag}-{h}-") and other != node.netns:
+            if other.startswith(netns_prefix(tag, h)) and other != node.netns:
                 _run(["ip", "-n", other, "neigh", "flush", "to", node.address], check=False)
         _run(["ip", "neigh", "flush", "to", node.address, "dev", bridge_name(h)], check=False)
         return node
@@ -619,7 +624,7 @@ def _remove_jumps(builtin: str, target_prefix: str) -> list[str]:
 def _delete(tag: str, h: str) -> list[str]:
     """Remove every kernel object named after (tag, h). Call with the machine lock held."""
     removed: list[str] = []
-    prefix = f"fc2lab-{tag}-{h}-"
+    prefix = netns_prefix(tag, h)
     namespaces = [ns for ns in _namespaces() if ns.startswith(prefix)]
     groups = sorted(CGROUP_ROOT.glob(f"{prefix}*")) if CGROUP_ROOT.is_dir() else []
     pids = {pid for ns in namespaces for pid in _netns_pids(ns)}
