@@ -7,8 +7,8 @@ job's (named `fc2-<job>-<hex>` and recorded on the job before anything is made, 
 job's release tears it down like any of its clusters). Its agents report to nobody: each keeps its samples on its
 node (provisioner.kept_samples), and the worker's are read every few seconds until it has communicated for
 FC2_PROFILE_BUSY_S, its training has ended, or FC2_PROFILE_S has passed since its start (and FC2_RUN_START_S more, for
-its code's imports and data: its window is of training). b_t is the worker's mean
-bandwidth as the job page defines it (monitor/figures.py: the busier direction, over the seconds it communicated).
+its code's imports and data: its window is of training). b_t is the worker's mean bandwidth as the job page defines it
+(monitor/figures.py: the busier direction, over the seconds it communicated).
 The run's time and $/h are kept on the job (Job.profiling_runs): its cost is part of the job's; so are its place among
 the job's runs and when its window closes, which the job page shows while it runs (`progress`).
 
